@@ -1,0 +1,1 @@
+"""The ``ampci`` command-line interface: a noun-verb tree of thin modules over library functions."""

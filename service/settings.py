@@ -1,0 +1,177 @@
+"""One typed settings object per process, built from ``AMPCI_*`` environment variables.
+
+Build it once at an entry point with :meth:`Settings.from_env` and pass it down.  Parsing of
+booleans, durations and sizes goes through the helpers below (tested in tests/test_settings.py).
+Secrets have no defaults: code that needs one calls :meth:`Settings.require`, which fails with a
+message naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from service.errors import ConfigError
+
+PREFIX = "AMPCI_"
+
+_TRUE = {"1", "true", "yes", "on", "y", "t"}
+_FALSE = {"0", "false", "no", "off", "n", "f", ""}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {None: 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2,
+               "mib": 1024**2, "g": 1024**3, "gb": 1024**3, "gib": 1024**3}
+
+
+def parse_bool(name: str, raw: str) -> bool:
+    """Parse a boolean the way people write it in env files; anything else is a ConfigError."""
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name}: expected a boolean (true/false/1/0), got {raw!r}")
+
+
+def parse_duration(name: str, raw: str) -> float:
+    """Parse ``90``, ``1.5s``, ``250ms``, ``10m``, ``2h`` or ``1d`` into seconds (> 0)."""
+    m = _DURATION.match(raw)
+    if not m:
+        raise ConfigError(f"{name}: expected a duration like 30s, 10m or 250ms, got {raw!r}")
+    seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if seconds <= 0:
+        raise ConfigError(f"{name}: duration must be positive, got {raw!r}")
+    return seconds
+
+
+def parse_size(name: str, raw: str) -> int:
+    """Parse ``512``, ``64k``, ``4MiB``, ``2G`` into bytes (> 0)."""
+    m = _SIZE.match(raw)
+    if not m:
+        raise ConfigError(f"{name}: expected a size like 512M or 4GiB, got {raw!r}")
+    unit = m.group(2).lower() if m.group(2) else None
+    size = int(float(m.group(1)) * _SIZE_UNITS[unit])
+    if size <= 0:
+        raise ConfigError(f"{name}: size must be positive, got {raw!r}")
+    return size
+
+
+def parse_int(name: str, raw: str, minimum: int = 0) -> int:
+    """Parse an integer >= minimum."""
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _default_data_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("ampci"))
+
+
+def _default_cache_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("ampci"))
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with any password replaced by ``***`` (for error messages and logs)."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All configuration of one ampci process.  Field ``foo`` comes from ``AMPCI_FOO``."""
+
+    database_url: str = ""            # empty: SQLite file under data_dir (embedded default)
+    broker_url: str = ""              # empty: jobs run in-process on a local pool (embedded default)
+    data_dir: Path = field(default_factory=_default_data_dir)
+    cache_dir: Path = field(default_factory=_default_cache_dir)
+    pass_repo: str = ""               # empty: the repository this code was installed from
+    webhook_secret: str = ""
+    github_token: str = ""
+    github_api_url: str = "https://api.github.com"
+    api_token: str = ""
+    public_url: str = "http://127.0.0.1:8000"
+    insecure_dev: bool = False        # allow the webhook without a secret (development only)
+    read_token_required: bool = False
+    allowed_repos: str = ""           # comma-separated owner/name list for webhooks
+    tracked_branches: str = "main,master"
+    convert_timeout: float = 600.0    # seconds for the conversion subprocess
+    convert_memory: int = 8 * 1024**3  # bytes (RLIMIT_AS) for the conversion subprocess
+    job_timeout: float = 1800.0       # hard time limit of one job
+    max_attempts: int = 3             # deliveries before a job is marked crashed
+    latency_runs: int = 20
+    latency_warmup: int = 3
+    convergence_steps: int = 64
+    accuracy_k: float = 3.0
+    worktree_cache_size: int = 8
+    max_body_bytes: int = 1024 * 1024
+    nightly_cron: str = "0 2 * * *"
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from ``env`` (default ``os.environ``); malformed values raise ConfigError."""
+        env = os.environ if env is None else env
+        kwargs: dict[str, object] = {}
+        for f in fields(cls):
+            var = PREFIX + f.name.upper()
+            if var not in env:
+                continue
+            raw = env[var]
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            if kind == "bool":
+                kwargs[f.name] = parse_bool(var, raw)
+            elif kind == "int" and f.name in {"convert_memory", "max_body_bytes"}:
+                kwargs[f.name] = parse_size(var, raw)
+            elif kind == "int":
+                kwargs[f.name] = parse_int(var, raw, minimum=1)
+            elif kind == "float" and f.name.endswith("timeout"):
+                kwargs[f.name] = parse_duration(var, raw)
+            elif kind == "float":
+                try:
+                    kwargs[f.name] = float(raw)
+                except ValueError:
+                    raise ConfigError(f"{var}: expected a number, got {raw!r}") from None
+            elif kind == "Path":
+                kwargs[f.name] = Path(raw).expanduser()
+            else:
+                kwargs[f.name] = raw.strip()
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+    def require(self, name: str) -> str:
+        """Return a required string setting or raise ConfigError naming ``AMPCI_<NAME>``."""
+        value = getattr(self, name)
+        if not value:
+            raise ConfigError(f"{PREFIX}{name.upper()} is required here but not set")
+        return value
+
+    @property
+    def effective_database_url(self) -> str:
+        """The configured database URL, or the embedded SQLite file under ``data_dir``."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'ampci.sqlite3'}"
+
+    @property
+    def embedded(self) -> bool:
+        """True when no broker is configured: jobs run in-process on a local pool."""
+        return not self.broker_url
+
+    def allowed_repo_set(self) -> set[str]:
+        """The webhook repository allowlist as a set of lower-case ``owner/name``."""
+        return {r.strip().lower() for r in self.allowed_repos.split(",") if r.strip()}
+
+    def tracked_branch_set(self) -> set[str]:
+        """Branches whose pushes trigger a run."""
+        return {b.strip() for b in self.tracked_branches.split(",") if b.strip()}

@@ -1,0 +1,53 @@
+"""The job result's JSON form is stable and round-trips, non-finite floats included."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from workers.result import (
+    AccuracyReport,
+    ConvergenceStats,
+    GraphFacts,
+    JobResult,
+    LatencyStats,
+    OutputMetrics,
+)
+
+
+def _sample() -> JobResult:
+    worst = OutputMetrics(max_abs=0.5, mean_abs=0.01, max_rel=0.2, cosine=0.9995, snr_db=float("inf"))
+    return JobResult(
+        model="m", dtype="fp16", policy="default", target="cpu", status="pass", revision="a" * 40,
+        accuracy=AccuracyReport(mode="emulation", provider="CPUExecutionProvider",
+                                per_output={"y": worst}, worst=worst),
+        latency=LatencyStats(provider="CPUExecutionProvider", samples_ms=[1.0, 2.0], p50_ms=1.5),
+        convergence=ConvergenceStats(steps=2, step_errors=[0.0, float("nan")]),
+        graph=GraphFacts(casts_inserted=3, kept_fp32=[{"node": "n", "op_type": "Pow", "graph": "main",
+                                                        "reason": "DENY list: Pow"}]),
+        environment={"onnxruntime": "1.0"}, timings={"total_s": 1.0},
+    )
+
+
+def test_round_trip_preserves_everything() -> None:
+    r = _sample()
+    text = r.to_json()
+    json.loads(text)  # strict JSON (no NaN/Infinity tokens)
+    back = JobResult.from_json(text)
+    assert back.accuracy is not None and back.accuracy.worst.snr_db == float("inf")
+    assert back.convergence is not None and math.isnan(back.convergence.step_errors[1])
+    assert back.to_json() == text
+
+
+def test_unknown_status_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown job status"):
+        JobResult(model="m", dtype="fp16", policy="default", target="cpu", status="great")
+
+
+def test_newer_schema_rejected() -> None:
+    d = _sample().to_dict()
+    d["schema_version"] = 99
+    with pytest.raises(ValueError, match="newer"):
+        JobResult.from_dict(d)

@@ -1,0 +1,204 @@
+"""The result of one job, as one typed object with a stable, versioned JSON form.
+
+This module is the contract between the workers (which fill it) and the service (which stores,
+compares and shows it).  It imports nothing heavy (no onnx, no onnxruntime) so the service layer
+may import it.  ``JobResult.from_json(r.to_json()) == r`` holds for every result.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+#: Statuses a job can end with.  ``pass`` is the only fully green one.
+STATUSES: tuple[str, ...] = (
+    "pass",             # converted, accurate, converged
+    "fail_accuracy",    # converted, but accuracy outside tolerance
+    "diverged",         # stateful/loop model whose error grows without bound
+    "convert_error",    # the pass raised / produced an invalid model
+    "timeout",          # conversion (or the job) exceeded its time limit
+    "crash",            # conversion subprocess died (signal, memory limit)
+    "bad_model",        # model file missing / corrupt / not ONNX
+    "bad_spec",         # zoo entry wrong (input names/shapes/dtypes) or unknown dtype/policy
+    "reference_error",  # the fp32 model itself failed to run
+    "crashed",          # poison job: the worker died on it max_attempts times (set by the service)
+)
+GOOD_STATUSES = frozenset({"pass"})
+CONVERSION_OK_STATUSES = frozenset({"pass", "fail_accuracy", "diverged"})
+
+
+@dataclass
+class OutputMetrics:
+    """Error of one output (or the worst over outputs) of the converted model against fp32."""
+
+    max_abs: float = 0.0
+    mean_abs: float = 0.0
+    max_rel: float = 0.0
+    cosine: float = 1.0
+    snr_db: float = float("inf")
+    nan_count: int = 0
+    inf_count: int = 0
+    baseline_max_abs: float = 0.0  # error of a plain fp32 rerun (noise floor for the k-rule)
+    task_metric: float | None = None  # e.g. top-1 agreement for classifiers
+    task_metric_name: str | None = None
+
+
+@dataclass
+class AccuracyReport:
+    """Accuracy of one execution mode (``emulation`` on CPU, ``cuda`` on a real GPU)."""
+
+    mode: str  # "emulation" | "cuda"
+    provider: str
+    per_output: dict[str, OutputMetrics] = field(default_factory=dict)
+    worst: OutputMetrics = field(default_factory=OutputMetrics)
+    passed: bool = True
+    reason: str = ""
+
+
+@dataclass
+class LatencyStats:
+    """Latency of the converted and fp32 models on the job's target provider, in milliseconds."""
+
+    provider: str
+    samples_ms: list[float] = field(default_factory=list)
+    fp32_samples_ms: list[float] = field(default_factory=list)
+    p50_ms: float = 0.0
+    p90_ms: float = 0.0
+    min_ms: float = 0.0
+    fp32_p50_ms: float = 0.0
+    speedup: float = 0.0  # fp32 p50 / converted p50
+    peak_rss_mb: float | None = None
+    peak_device_mb: float | None = None
+
+
+@dataclass
+class ConvergenceStats:
+    """Error per step of a stateful (or Loop) model rolled forward in fp32 and converted precision."""
+
+    steps: int = 0
+    step_errors: list[float] = field(default_factory=list)
+    final_error: float = 0.0
+    max_error: float = 0.0
+    slope: float = 0.0
+    diverged: bool = False
+    reason: str = ""
+
+
+@dataclass
+class GraphFacts:
+    """Facts from the pass report."""
+
+    nodes_total: int = 0
+    nodes_low: int = 0
+    casts_inserted: int = 0
+    casts_removed: int = 0
+    compute_nodes: int = 0
+    compute_low: int = 0
+    low_precision_compute_fraction: float = 0.0
+    kept_fp32: list[dict[str, str]] = field(default_factory=list)  # {node, op_type, graph, reason}
+    convert_seconds: float = 0.0
+
+
+@dataclass
+class JobResult:
+    """Everything one job measured.  Stable JSON via :meth:`to_json` / :meth:`from_json`."""
+
+    model: str
+    dtype: str
+    policy: str
+    target: str
+    status: str
+    revision: str | None = None
+    message: str = ""
+    model_sha256: str | None = None
+    accuracy: AccuracyReport | None = None        # faithful emulation (always, when converted)
+    accuracy_cuda: AccuracyReport | None = None   # real CUDA provider, when a usable GPU exists
+    latency: LatencyStats | None = None
+    convergence: ConvergenceStats | None = None
+    graph: GraphFacts | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # convert_s, reference_s, ..., overhead_s, total_s
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown job status {self.status!r}; expected one of {', '.join(STATUSES)}")
+
+    @property
+    def cell(self) -> tuple[str, str, str, str]:
+        """(model, dtype, policy, target)."""
+        return (self.model, self.dtype, self.policy, self.target)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (non-finite floats encoded as strings "inf", "-inf", "nan")."""
+        return _encode(asdict(self))
+
+    def to_json(self) -> str:
+        """Stable JSON text (sorted keys)."""
+        return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobResult:
+        """Inverse of :meth:`to_dict`; unknown keys are ignored, missing optional parts are None."""
+        d = dict(data)
+        for key in ("accuracy", "accuracy_cuda", "latency", "convergence", "graph", "timings"):
+            d[key] = _decode(d.get(key))
+        version = d.get("schema_version", SCHEMA_VERSION)
+        if version > SCHEMA_VERSION:
+            raise ValueError(f"result schema version {version} is newer than this code ({SCHEMA_VERSION})")
+
+        def acc(x: Any) -> AccuracyReport | None:
+            if x is None:
+                return None
+            return AccuracyReport(
+                mode=x["mode"], provider=x["provider"],
+                per_output={k: OutputMetrics(**v) for k, v in x.get("per_output", {}).items()},
+                worst=OutputMetrics(**x.get("worst", {})), passed=x.get("passed", True),
+                reason=x.get("reason", ""))
+
+        return cls(
+            model=d["model"], dtype=d["dtype"], policy=d["policy"], target=d["target"],
+            status=d["status"], revision=d.get("revision"), message=d.get("message", ""),
+            model_sha256=d.get("model_sha256"),
+            accuracy=acc(d.get("accuracy")), accuracy_cuda=acc(d.get("accuracy_cuda")),
+            latency=LatencyStats(**d["latency"]) if d.get("latency") else None,
+            convergence=ConvergenceStats(**d["convergence"]) if d.get("convergence") else None,
+            graph=GraphFacts(**d["graph"]) if d.get("graph") else None,
+            environment=dict(d.get("environment", {})), timings=dict(d.get("timings", {})),
+            schema_version=SCHEMA_VERSION,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> JobResult:
+        """Parse :meth:`to_json` output."""
+        return cls.from_dict(json.loads(text))
+
+
+def _encode(obj: Any) -> Any:
+    if isinstance(obj, float):
+        if obj != obj:
+            return "nan"
+        if obj in (float("inf"), float("-inf")):
+            return "inf" if obj > 0 else "-inf"
+        return obj
+    if isinstance(obj, dict):
+        return {k: _encode(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_encode(v) for v in obj]
+    return obj
+
+
+_SPECIAL = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+
+
+def _decode(obj: Any) -> Any:
+    if isinstance(obj, str) and obj in _SPECIAL:
+        return _SPECIAL[obj]
+    if isinstance(obj, dict):
+        return {k: _decode(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_decode(v) for v in obj]
+    return obj

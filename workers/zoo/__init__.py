@@ -1,0 +1,1 @@
+"""Model zoo: a manifest of named models, fetched into a checksummed cache."""
