@@ -72,6 +72,7 @@ class LatencyStats:
     speedup: float = 0.0  # fp32 p50 / converted p50
     peak_rss_mb: float | None = None
     peak_device_mb: float | None = None
+    error: str = ""  # why latency could not be measured (e.g. no kernels for the dtype); samples empty
 
 
 @dataclass

@@ -14,6 +14,14 @@ import sys
 
 COMMAND_MODULES: tuple[str, ...] = (
     "service.cli.convert_cmd",
+    "service.cli.sweep_cmd",
+    "service.cli.worker_cmd",
+    "service.cli.serve_cmd",
+    "service.cli.db_cmd",
+    "service.cli.query_cmd",
+    "service.cli.bisect_cmd",
+    "service.cli.zoo_cmd",
+    "service.cli.check_cmd",
 )
 
 

@@ -1,0 +1,82 @@
+"""Argument handling shared by ``python -m amp_pass convert`` and ``ampci convert``.
+
+``add_convert_arguments`` defines the options; ``run_convert`` performs the conversion and writes
+the report.  Exit codes: 0 ok, 2 bad input (one line on stderr), 1 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from amp_pass.converter import DTYPES, ConversionOptions
+from amp_pass.errors import OptionsError
+from amp_pass.io import convert_file
+from amp_pass.policy import TARGETS
+
+
+def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add MODEL, -o, --dtype, --policy, --target, --no-keep-io-types, --report, --json to ``parser``."""
+    parser.add_argument("model", type=Path, help="fp32 ONNX model to convert")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="where to write the converted model")
+    parser.add_argument("--dtype", default="fp16", choices=sorted(DTYPES), help="low-precision dtype")
+    parser.add_argument("--policy", default="default",
+                        help="named policy (default, conservative, aggressive) or a TOML/YAML policy file")
+    parser.add_argument("--target", default="cuda", choices=TARGETS, help="target overlay")
+    parser.add_argument("--no-keep-io-types", dest="keep_io_types", action="store_false",
+                        help="fold low precision into the model's inputs and outputs")
+    parser.add_argument("--report", type=Path, default=None, help="write the JSON report to this file")
+    parser.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+
+
+def options_from_args(args: argparse.Namespace) -> ConversionOptions:
+    """ConversionOptions built from parsed arguments."""
+    return ConversionOptions(dtype=args.dtype, policy=args.policy, target=args.target,
+                             keep_io_types=args.keep_io_types)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    """Convert ``args.model`` to ``args.output``; raise AmpPassError subclasses for bad input."""
+    src, dst = Path(args.model), Path(args.output)
+    if src.resolve() == dst.resolve():
+        raise OptionsError(f"output {dst} would overwrite the input model")
+    report = convert_file(src, dst, options_from_args(args))
+    data = report.to_dict()
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=args.report.parent, prefix=f".{args.report.name}.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+        os.replace(tmp, args.report)
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        print(f"converted {src} -> {dst}: {data['nodes_low']}/{data['nodes_total']} nodes {args.dtype}, "
+              f"compute {data['compute_low']}/{data['compute_nodes']}, casts +{data['casts_inserted']}"
+              f"/-{data['casts_removed']}, {len(data['kept_fp32'])} kept fp32, {data['seconds']:.3f}s")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m amp_pass convert ...``: 0 ok, 2 bad input (one stderr line), 1 internal error."""
+    parser = argparse.ArgumentParser(prog="python -m amp_pass", description="Mixed-precision ONNX conversion.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    add_convert_arguments(sub.add_parser("convert", help="convert an fp32 ONNX model to fp16/bf16"))
+    args = parser.parse_args(argv)
+    try:
+        return run_convert(args)
+    except KeyboardInterrupt:
+        print("amp_pass: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # translated at the boundary: one line, no traceback
+        code = getattr(exc, "exit_code", None)
+        if isinstance(code, int):
+            print(f"amp_pass: error: {exc}", file=sys.stderr)
+            return code
+        print(f"amp_pass: internal error: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        return 1

@@ -1,0 +1,104 @@
+"""File-level conversion: load (with external data), convert, save atomically.
+
+Guarantees: nothing is written at ``dst`` unless conversion succeeded (temporary file + rename);
+a model stored with external data, or too large for one protobuf, is saved with external data next
+to ``dst``; bad input raises InvalidModelError (exit_code 2) naming the problem.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+from google.protobuf.message import DecodeError
+
+from amp_pass.converter import AmpPass, ConversionOptions, _prepare, convert_model
+from amp_pass.errors import InvalidModelError
+from amp_pass.report import ConversionReport
+
+#: Above this size a model is handled through onnx-ir with lazy external tensors.
+LARGE_BYTES = 1_500_000_000
+
+
+def _uses_external_data(model: onnx.ModelProto) -> bool:
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+
+
+def load_model(src: Path) -> onnx.ModelProto:
+    """Load ``src`` with its external data; InvalidModelError for missing, corrupt or non-ONNX files."""
+    if not src.is_file():
+        raise InvalidModelError(f"model file {src} does not exist")
+    try:
+        model = onnx.load(str(src), load_external_data=True)
+    except (DecodeError, RuntimeError, ValueError, OSError, UnicodeDecodeError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InvalidModelError(f"{src} is not a readable ONNX model: {first}") from None
+    if not model.graph.node and not model.graph.output:
+        raise InvalidModelError(f"{src} is not an ONNX model (no graph)")
+    return model
+
+
+def _atomic_dst(dst: Path) -> Path:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def convert_file(src: Path | str, dst: Path | str, options: ConversionOptions | None = None) -> ConversionReport:
+    """Load ``src``, convert, save to ``dst``; returns the report (``seconds`` covers load+save)."""
+    src, dst = Path(src), Path(dst)
+    options = options or ConversionOptions()
+    start = time.perf_counter()
+    if src.is_file() and src.stat().st_size > LARGE_BYTES:
+        report = _convert_large(src, dst, options)
+    else:
+        model = load_model(src)
+        external = _uses_external_data(model)
+        result = convert_model(model, options)
+        tmp = _atomic_dst(dst)
+        try:
+            if external or result.model.ByteSize() > LARGE_BYTES:
+                data_name = f"{dst.name}.data"
+                onnx.save(result.model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+                          location=data_name, size_threshold=1024)
+            else:
+                onnx.save(result.model, str(tmp))
+            os.replace(tmp, dst)
+        finally:
+            tmp.unlink(missing_ok=True)
+        report = result.report
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _convert_large(src: Path, dst: Path, options: ConversionOptions) -> ConversionReport:
+    """Models beyond one protobuf: onnx-ir keeps tensors lazy; external data stays external."""
+    amp = AmpPass(options)
+    if options.check_input:
+        try:
+            onnx.checker.check_model(str(src))
+        except (onnx.checker.ValidationError, ValueError) as exc:
+            raise InvalidModelError(f"input model fails the ONNX checker: {str(exc).splitlines()[0]}") from None
+    try:
+        model = ir.load(str(src))
+    except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
+        raise InvalidModelError(f"{src} is not a readable ONNX model: {exc}") from None
+    from onnx_ir.passes.common import ShapeInferencePass
+
+    ShapeInferencePass()(model)
+    report = amp.call(model)
+    tmp = _atomic_dst(dst)
+    try:
+        ir.save(model, str(tmp), external_data=f"{dst.name}.data")
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return report
+
+
+__all__ = ["convert_file", "load_model", "_prepare"]

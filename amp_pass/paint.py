@@ -1,0 +1,234 @@
+"""Painting: decide which nodes and values run low precision, to a fixpoint across subgraphs.
+
+Rules (after TensorFlow grappler's AMP): ALLOW nodes are low; DENY nodes (and nodes kept fp32 by
+range safety) are fp32 and that fp32 propagates forward through INFER/CLEAR nodes; INFER/CLEAR nodes
+follow their producers according to the policy rule; constant sources (Constant, ConstantOfShape)
+and ``Cast(to=float)`` are retargeted when every consumer wants the low dtype.  Control flow is
+painted by slot: an If output is low only when both branches produce it low; a Loop/Scan carried
+value is low only when its body produces it low (one dtype for every iteration).
+Guarantees: only positions listed by ``schema.low_slots`` change dtype; the result is a fixpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx_ir as ir
+
+from amp_pass import policy as pol
+from amp_pass.ranges import constant_array, range_problem
+from amp_pass.schema import Slots, accepts, low_slots
+from amp_pass.walk import is_control_flow, iter_nodes, node_subgraphs
+
+LOW, CONST, DENYCAT, NEUTRAL = "low", "const", "deny", "neutral"
+SOURCES = frozenset({"Constant", "ConstantOfShape", "Cast"})
+
+
+@dataclass
+class Painting:
+    """The decisions of one painting run (consumed by cast insertion and the report)."""
+
+    low: ir.DataType
+    low_nodes: set[ir.Node] = field(default_factory=set)
+    low_values: set[ir.Value] = field(default_factory=set)
+    slots: dict[ir.Node, Slots] = field(default_factory=dict)
+    reasons: dict[ir.Node, str] = field(default_factory=dict)
+    classes: dict[ir.Node, str | None] = field(default_factory=dict)
+    float_nodes: set[ir.Node] = field(default_factory=set)
+    iterations: int = 0
+
+    def is_low_value(self, value: ir.Value) -> bool:
+        """Whether ``value`` carries the low dtype after conversion."""
+        return value in self.low_values or value.dtype is self.low
+
+
+def _is_constant(value: ir.Value) -> bool:
+    if value.is_initializer() and not value.is_graph_input():
+        return True
+    node = value.producer()
+    return node is not None and node.op_type in ("Constant", "ConstantOfShape") and node.domain in ("", "ai.onnx")
+
+
+class Painter:
+    """Runs the painting algorithm on one model graph with a resolved policy."""
+
+    def __init__(self, graph: ir.Graph, policy: pol.Policy, opset: int, low: ir.DataType,
+                 keep_io_types: bool) -> None:
+        self.graph, self.policy, self.opset, self.low = graph, policy, opset, low
+        self.keep_io_types = keep_io_types
+        self.p = Painting(low=low)
+        self.tainted: set[ir.Node] = set()
+        self.blocked: set[ir.Node] = set()
+        self._range_cache: dict[ir.Value, str | None] = {}
+
+    # ------------------------------------------------------------------ static analysis
+    def _range(self, value: ir.Value) -> str | None:
+        if value not in self._range_cache:
+            arr = constant_array(value) if _is_constant(value) else None
+            self._range_cache[value] = None if arr is None else range_problem(arr, self.low, f"constant {value.name!r}")
+        return self._range_cache[value]
+
+    def _classify(self) -> None:
+        p = self.p
+        for node in iter_nodes(self.graph):
+            if is_control_flow(node):
+                continue
+            cls, why = self.policy.classify(node.op_type, node.domain, node.name or "")
+            p.classes[node] = cls
+            if any(v.dtype is ir.DataType.FLOAT for v in node.outputs):
+                p.float_nodes.add(node)
+            slots, reason = low_slots(node, self.opset, self.low)
+            if slots is None:
+                p.reasons[node] = reason
+                self.blocked.add(node)
+                continue
+            p.slots[node] = slots
+            if node.op_type in SOURCES and node.domain in ("", "ai.onnx"):
+                p.reasons[node] = "source: kept fp32 because a consumer needs fp32"
+                continue
+            if cls is None:
+                p.reasons[node] = why
+                self.blocked.add(node)
+                continue
+            if cls == pol.DENY:
+                p.reasons[node] = why
+                self.tainted.add(node)
+                continue
+            for i in slots.inputs:
+                v = node.inputs[i]
+                if v is not None and (problem := self._range(v)):
+                    p.reasons[node] = problem
+                    # an out-of-range constant makes large outputs: fp32 propagates like DENY;
+                    # an underflowing one only needs this node in fp32
+                    (self.tainted if problem.startswith("range") else self.blocked).add(node)
+                    break
+            else:
+                p.reasons[node] = why if cls == pol.ALLOW else f"{cls.upper()} op {node.op_type}: " \
+                    "inputs are not low precision (follows its producers)"
+
+    # ------------------------------------------------------------------ dynamic painting
+    def category(self, value: ir.Value) -> str:
+        """LOW, CONST, DENY or NEUTRAL: what the producer of ``value`` contributes to painting."""
+        if self.p.is_low_value(value):
+            return LOW
+        if _is_constant(value):
+            return CONST
+        node = value.producer()
+        if node is not None and node in self.tainted:
+            return DENYCAT
+        return NEUTRAL
+
+    def _wants_low(self, node: ir.Node, index: int) -> bool:
+        """Whether consumer ``node`` reads its input ``index`` in the low dtype (current painting)."""
+        if node in self.p.low_nodes:
+            return index in self.p.slots[node].inputs
+        if is_control_flow(node) and node.op_type in ("Loop", "Scan"):
+            body = node_subgraphs(node)[0]  # node input i feeds body input i for Loop and Scan
+            return index < len(body.inputs) and body.inputs[index] in self.p.low_values
+        return False
+
+    def _paint_node(self, node: ir.Node) -> bool:
+        p = self.p
+        if node in self.blocked or node in p.low_nodes or node not in p.slots:
+            return False
+        slots = p.slots[node]
+        cls = p.classes[node]
+        is_source = node.op_type in SOURCES and node.domain in ("", "ai.onnx")
+        if is_source:
+            paint = self._source_low(node, slots)
+        elif node in self.tainted:
+            return False
+        elif cls == pol.ALLOW:
+            paint = True
+        else:
+            cats = [self.category(node.inputs[i]) for i in slots.inputs if node.inputs[i] is not None]
+            lows = cats.count(LOW)
+            denies = cats.count(DENYCAT)
+            nonconst = len(cats) - cats.count(CONST)
+            rule = self.policy.rule
+            if rule == "eager":
+                paint = lows >= 1
+            elif rule == "all_low":
+                paint = lows >= 1 and lows == nonconst
+            else:
+                paint = lows >= 1 and denies == 0
+            if not paint and denies and rule != "eager":
+                self.tainted.add(node)
+                p.reasons[node] = f"{cls.upper()} op {node.op_type}: fed by an fp32 (deny) path"
+        if not paint:
+            return False
+        p.low_nodes.add(node)
+        p.reasons.pop(node, None)
+        for i in slots.outputs:
+            p.low_values.add(node.outputs[i])
+        return True
+
+    def _source_low(self, node: ir.Node, slots: Slots) -> bool:
+        if not slots.outputs or node.op_type == "Cast" and not accepts(node, self.opset, 0, self.low, output=True):
+            return False
+        out = node.outputs[0]
+        if out.is_graph_output():
+            return False
+        uses = list(out.uses())
+        if not uses:
+            return False
+        if node.op_type != "Cast" and (problem := self._range(out)):
+            self.p.reasons[node] = problem
+            return False
+        return all(self._wants_low(user, idx) for user, idx in uses)
+
+    def _paint_control_flow(self, node: ir.Node) -> bool:
+        changed = False
+        bodies = node_subgraphs(node)
+        p = self.p
+
+        def mark(values: list[ir.Value]) -> None:
+            nonlocal changed
+            if not all(accepts(node, self.opset, 0, self.low, output=True) for _ in values[:1]):
+                return  # the control-flow schema at this opset does not carry the low dtype
+            for v in values:
+                if v.dtype is ir.DataType.FLOAT and v not in p.low_values:
+                    p.low_values.add(v)
+                    changed = True
+
+        if node.op_type == "If" and len(bodies) == 2:
+            for k, out in enumerate(node.outputs):
+                if all(k < len(b.outputs) and self.category(b.outputs[k]) == LOW for b in bodies):
+                    mark([out])
+        elif node.op_type == "Loop":
+            body = bodies[0]
+            n_carried = len(node.inputs) - 2
+            for k, out in enumerate(node.outputs):
+                if 1 + k >= len(body.outputs) or self.category(body.outputs[1 + k]) != LOW:
+                    continue
+                mark([out] + ([body.inputs[2 + k]] if k < n_carried else []))
+        elif node.op_type == "Scan":
+            body = bodies[0]
+            n_state = len(node.inputs) - int(node.attributes["num_scan_inputs"].as_int())
+            for k, out in enumerate(node.outputs):
+                if self.category(body.outputs[k]) == LOW:
+                    mark([out] + ([body.inputs[k]] if k < n_state else []))
+            for j in range(n_state, len(node.inputs)):
+                v = node.inputs[j]
+                if v is not None and self.category(v) == LOW:
+                    mark([body.inputs[j]])
+        return changed
+
+    def run(self, max_iterations: int = 100) -> Painting:
+        """Paint to a fixpoint and return the decisions."""
+        self._classify()
+        if not self.keep_io_types:
+            for v in self.graph.inputs:
+                if v.dtype is ir.DataType.FLOAT and not v.is_initializer():
+                    self.p.low_values.add(v)
+        for it in range(1, max_iterations + 1):
+            changed = False
+            for node in iter_nodes(self.graph):
+                if is_control_flow(node):
+                    changed |= self._paint_control_flow(node)
+                else:
+                    changed |= self._paint_node(node)
+            self.p.iterations = it
+            if not changed:
+                break
+        return self.p

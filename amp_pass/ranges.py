@@ -1,0 +1,80 @@
+"""Static range safety of constant tensors (initializers, Constant / ConstantOfShape values).
+
+A constant is unsafe for a low dtype when any finite value exceeds the dtype's largest finite value
+(fp16: 65504) or when a bulk of its non-zero values would flush to zero.  Unsafe constants keep their
+consumers in fp32, so they never silently become inf or 0.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+
+#: A tensor underflows "in bulk" when the values that flush to zero carry more than this fraction of
+#: its L2 norm (a few tiny values next to large ones are harmless; a tensor of 1e-9s is not).
+UNDERFLOW_NORM_FRACTION = 1e-3
+
+_INFO = {ir.DataType.FLOAT16: np.finfo(np.float16), ir.DataType.BFLOAT16: ml_dtypes.finfo(ml_dtypes.bfloat16)}
+NUMPY_DTYPE = {ir.DataType.FLOAT16: np.dtype(np.float16), ir.DataType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
+               ir.DataType.FLOAT: np.dtype(np.float32)}
+LOW_NAMES = {ir.DataType.FLOAT16: "fp16", ir.DataType.BFLOAT16: "bf16"}
+
+
+def range_problem(array: np.ndarray, low: ir.DataType, what: str) -> str | None:
+    """A reason string when ``array`` cannot be represented in ``low`` without damage, else None."""
+    if array.size == 0 or array.dtype != np.float32:
+        return None
+    info = _INFO[low]
+    finite = array[np.isfinite(array)]
+    if finite.size == 0:
+        return None
+    peak = float(np.max(np.abs(finite)))
+    if peak > float(info.max):
+        return f"range: {what} max |x|={peak:.3g} exceeds {LOW_NAMES[low]} max {float(info.max):.5g}"
+    tiny = float(info.smallest_subnormal) / 2
+    small = np.abs(finite[np.abs(finite) <= tiny])
+    if small.size and np.any(small):
+        lost = float(np.linalg.norm(small.astype(np.float64)))
+        total = float(np.linalg.norm(finite.astype(np.float64)))
+        if lost > UNDERFLOW_NORM_FRACTION * total:
+            flushed = int(np.count_nonzero(small))
+            return (f"underflow: {what} has {flushed}/{finite.size} non-zero values that flush to zero "
+                    f"in {LOW_NAMES[low]} ({lost / total:.1%} of its norm)")
+    return None
+
+
+def to_low(array: np.ndarray, low: ir.DataType) -> np.ndarray:
+    """``array`` rounded to ``low`` (round-to-nearest-even through ml_dtypes for bf16)."""
+    return np.asarray(array, dtype=np.float32).astype(NUMPY_DTYPE[low])
+
+
+def constant_array(value: ir.Value) -> np.ndarray | None:
+    """The fp32 contents of an initializer or a Constant/ConstantOfShape output, else None."""
+    if value.dtype is not ir.DataType.FLOAT:
+        return None
+    tensor = value.const_value
+    if tensor is None:
+        node = value.producer()
+        if node is None or node.domain not in ("", "ai.onnx"):
+            return None
+        if node.op_type == "Constant":
+            attr = node.attributes.get("value")
+            if attr is None or attr.type is not ir.AttributeType.TENSOR:
+                if (fa := node.attributes.get("value_float")) is not None:
+                    return np.asarray(fa.as_float(), dtype=np.float32)
+                if (fs := node.attributes.get("value_floats")) is not None:
+                    return np.asarray(list(fs.as_floats()), dtype=np.float32)
+                return None
+            tensor = attr.as_tensor()
+        elif node.op_type == "ConstantOfShape":
+            attr = node.attributes.get("value")
+            if attr is None:
+                return np.zeros((1,), dtype=np.float32)
+            tensor = attr.as_tensor()
+        else:
+            return None
+    try:
+        return tensor.numpy()
+    except Exception:  # noqa: BLE001 - external data that cannot be read: treat as unknown
+        return None

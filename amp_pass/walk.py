@@ -1,0 +1,66 @@
+"""Explicit scope walking over nested graphs (If/Loop/Scan bodies), pre-order, each graph once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx_ir as ir
+
+CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+
+
+def node_subgraphs(node: ir.Node) -> list[ir.Graph]:
+    """The graphs held by ``node``'s attributes, in attribute order."""
+    found: list[ir.Graph] = []
+    for attr in node.attributes.values():
+        if attr.type is ir.AttributeType.GRAPH:
+            found.append(attr.as_graph())
+        elif attr.type is ir.AttributeType.GRAPHS:
+            found.extend(attr.as_graphs())
+    return found
+
+
+def iter_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
+    """``graph`` then every nested subgraph, depth first, each exactly once."""
+    yield graph
+    for node in graph:
+        for sub in node_subgraphs(node):
+            yield from iter_graphs(sub)
+
+
+def iter_nodes(graph: ir.Graph) -> Iterator[ir.Node]:
+    """Every node of ``graph`` and of its nested subgraphs (outer node before its bodies' nodes)."""
+    for node in graph:
+        yield node
+        for sub in node_subgraphs(node):
+            yield from iter_nodes(sub)
+
+
+def is_control_flow(node: ir.Node) -> bool:
+    """Whether ``node`` is an ONNX If, Loop or Scan."""
+    return node.domain in ("", "ai.onnx") and node.op_type in CONTROL_FLOW and bool(node_subgraphs(node))
+
+
+class NameGen:
+    """Fresh names unique across the whole model (all graphs, values and nodes)."""
+
+    def __init__(self, graph: ir.Graph) -> None:
+        self._used: set[str] = set()
+        for g in iter_graphs(graph):
+            self._used.update(v.name for v in g.inputs if v.name)
+            self._used.update(v.name for v in g.outputs if v.name)
+            self._used.update(g.initializers)
+            for node in g:
+                if node.name:
+                    self._used.add(node.name)
+                self._used.update(v.name for v in node.outputs if v.name)
+                self._used.update(v.name for v in node.inputs if v is not None and v.name)
+
+    def fresh(self, base: str) -> str:
+        """``base`` if unused, else ``base_1``, ``base_2``... (the returned name is then taken)."""
+        name, i = base, 0
+        while name in self._used:
+            i += 1
+            name = f"{base}_{i}"
+        self._used.add(name)
+        return name

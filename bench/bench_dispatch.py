@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Dispatch benchmark: a sweep of N no-op jobs through Redis to 2 local Celery worker processes.
+
+    python bench/bench_dispatch.py [--jobs 2000] [--workers 2]
+
+Starts its own redis-server (AOF on, as in production) on a free loopback port and uses a fresh
+PostgreSQL database (``AMPCI_TEST_DATABASE_URL`` admin URL, default the local server; SQLite with
+``--sqlite``).  Jobs go through the real path (``ampci.run_job`` task, attempt counting, idempotent
+result write, run finishing); only the job body is a no-op (this module, loaded by the workers as
+their Celery app, answers ``noop_*`` models at once).  Prints a table: dispatch overhead per job
+(target < 20 ms), worker throughput, and the time from the last job done to the run finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from workers import tasks  # noqa: E402
+from workers.celery_app import app  # noqa: E402,F401  - `celery -A bench.bench_dispatch` loads `app`
+from workers.result import JobResult  # noqa: E402
+
+_real_run_cell = tasks.run_cell
+
+
+def _noop_run_cell(cell: tuple[str, str, str, str], revision: str, settings: Any,
+                   options: dict[str, Any] | None = None) -> JobResult:
+    if cell[0].startswith("noop_"):
+        return JobResult(*cell, status="pass", revision=revision, message="noop")
+    return _real_run_cell(cell, revision, settings, options)
+
+
+tasks.run_cell = _noop_run_cell
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _kill_tree(pid: int) -> None:
+    import psutil
+
+    try:
+        procs = psutil.Process(pid).children(recursive=True) + [psutil.Process(pid)]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _fresh_pg() -> tuple[str, Any]:
+    import sqlalchemy as sa
+
+    admin_url = os.environ.get("AMPCI_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+    name = f"ampci_bench_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+
+    def drop() -> None:
+        with admin.connect() as c:
+            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+    return admin_url.rsplit("/", 1)[0] + "/" + name, drop
+
+
+def main(argv: list[str] | None = None) -> int:
+    from service import scheduler
+    from service.settings import Settings
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--sqlite", action="store_true", help="use a SQLite file instead of PostgreSQL")
+    args = ap.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="ampci-bench-"))
+    port = _free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    drop = None
+    try:
+        procs.append(subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp), "--appendonly", "yes",
+             "--save", ""], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True))
+        if args.sqlite:
+            db_url = f"sqlite:///{tmp / 'bench.sqlite3'}"
+        else:
+            db_url, drop = _fresh_pg()
+        repo = tmp / "passrepo"
+        (repo / "amp_pass").mkdir(parents=True)
+        (repo / "amp_pass" / "__init__.py").write_text("")
+        git = ["git", "-c", "user.email=b@b", "-c", "user.name=b"]
+        subprocess.run([*git, "init", "-q", "-b", "main"], cwd=repo, check=True)
+        subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+        subprocess.run([*git, "commit", "-q", "-m", "x"], cwd=repo, check=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AMPCI_")}
+        env.update(AMPCI_BROKER_URL=f"redis://127.0.0.1:{port}/0", AMPCI_DATABASE_URL=db_url,
+                   AMPCI_CACHE_DIR=str(tmp / "cache"), AMPCI_DATA_DIR=str(tmp / "data"),
+                   AMPCI_PASS_REPO=str(repo), AMPCI_LOG_LEVEL="WARNING", PYTHONPATH=str(ROOT))
+        settings = Settings.from_env(env)
+        store = scheduler.open_store(settings)
+        models = [f"noop_{i:05d}" for i in range(args.jobs)]
+        config = scheduler.SweepConfig(name="bench", models=tuple(models), dtypes=("fp16",),
+                                       policies=("default",), targets=("cpu",), repeats=1)
+        catalog = {m: {"bench"} for m in models}
+
+        # 1. dispatch with no worker running: run + job rows + one message per job
+        t0 = time.perf_counter()
+        started = scheduler.start_sweep(settings, config, "main", catalog=catalog, store=store)
+        dispatch_s = time.perf_counter() - t0
+        # enqueue alone, measured on a second copy of the messages into a scratch queue
+        scratch = [type("J", (), {"id": j.id, "target": "bench-scratch"})() for j in store.jobs(started.run_id)]
+        t0 = time.perf_counter()
+        scheduler.enqueue(settings, started.revision, scratch)
+        enqueue_s = time.perf_counter() - t0
+        import redis
+
+        redis.Redis.from_url(env["AMPCI_BROKER_URL"]).delete("bench-scratch")
+
+        # 2. two worker processes drain the queue
+        t_workers = time.perf_counter()
+        for i in range(args.workers):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "bench.bench_dispatch", "worker", "--pool", "prefork", "-c",
+                 "1", "-Q", "cpu", "-n", f"bench{i}@%h", "--loglevel", "WARNING", "--without-gossip",
+                 "--without-mingle"], cwd=ROOT, env=env, stdout=open(tmp / f"worker{i}.log", "wb"),
+                stderr=subprocess.STDOUT, start_new_session=True))
+        seen_done = None
+        first_done = None
+        while True:
+            run = store.get_run(started.run_id)
+            summary = store.run_summary(started.run_id)
+            done = sum(v for k, v in summary.job_status.items() if k not in ("queued", "running"))
+            if done and first_done is None:
+                first_done = time.perf_counter()
+            if done == args.jobs and seen_done is None:
+                seen_done = time.perf_counter()
+            if run.finished_at is not None:
+                break
+            if time.perf_counter() - t_workers > 1800:
+                raise SystemExit("benchmark did not finish within 30 minutes")
+            time.sleep(0.05)
+        seen_finished = time.perf_counter()
+        jobs = store.jobs(started.run_id)
+        last_job = max(j.finished_at for j in jobs)
+        first_start = min(j.started_at for j in jobs)
+        run = store.get_run(started.run_id)
+        finish_gap = (run.finished_at - last_job).total_seconds()
+        drain = (last_job - first_start).total_seconds()
+        rows = [
+            ("jobs", f"{args.jobs}", ""),
+            ("database", "SQLite" if args.sqlite else "PostgreSQL", ""),
+            ("dispatch: start_sweep total", f"{dispatch_s * 1000:.0f} ms", "run + job rows + messages"),
+            ("dispatch overhead per job", f"{dispatch_s / args.jobs * 1000:.2f} ms", "target < 20 ms"),
+            ("  of which Redis publish per job", f"{enqueue_s / args.jobs * 1000:.3f} ms", ""),
+            ("worker drain (first start to last done)", f"{drain:.1f} s",
+             f"{args.jobs / drain:.0f} jobs/s with {args.workers} workers"),
+            ("per-job overhead on a worker", f"{drain / args.jobs * args.workers * 1000:.1f} ms",
+             "attempt + result write + finish check"),
+            ("last job done -> run finished (DB)", f"{finish_gap * 1000:.1f} ms", "stamped by the last worker"),
+            ("last job seen done -> finish seen by poller", f"{(seen_finished - (seen_done or seen_finished)) * 1000:.0f} ms",
+             "50 ms poll"),
+        ]
+        width = max(len(r[0]) for r in rows)
+        print(f"{'metric'.ljust(width)} | value        | note")
+        print(f"{'-' * width}-|--------------|{'-' * 40}")
+        for name, value, note in rows:
+            print(f"{name.ljust(width)} | {value.ljust(12)} | {note}")
+        ok = dispatch_s / args.jobs < 0.020 and run.status == "complete"
+        print(f"\nrun status: {run.status}; dispatch target {'met' if ok else 'MISSED'}")
+        return 0 if ok else 1
+    finally:
+        for p in reversed(procs):
+            _kill_tree(p.pid)
+        if drop is not None:
+            drop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

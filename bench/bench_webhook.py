@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""Loopback load test of ``POST /webhooks/github``: signed deliveries, duplicates, bad signatures.
+
+    python bench/bench_webhook.py                      # 2,000 deliveries, concurrency 32
+    python bench/bench_webhook.py -n 500 -c 16
+
+It creates a fresh PostgreSQL database (``AMPCI_TEST_DATABASE_URL`` admin URL, as the tests), starts
+``ampci``'s app under uvicorn in a subprocess on a free loopback port (real Store, real Redis broker,
+jobs sent to a queue of this benchmark only), sends the deliveries with an asyncio HTTP client, then
+checks against the database and the queue that every valid delivery created exactly one run, that
+no duplicate created another and no badly signed one was accepted, and prints a table with the
+response-time percentiles (target: p99 under 100 ms).  Everything it created is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from service.github.signature import sign  # noqa: E402
+
+ADMIN_URL = os.environ.get("AMPCI_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("AMPCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+SECRET = "bench-webhook-secret"
+REPO = "bench/amp-pass"
+CELLS = (("mlp_small", "fp16"), ("mlp_small", "bf16"), ("conv_small", "fp16"), ("conv_small", "bf16"))
+
+
+# -- the server side --------------------------------------------------------------------------------
+def serve(port: int, database_url: str, broker_url: str, queue: str) -> None:
+    """Run the app (real Store and broker; sweep cells routed to ``queue``) until terminated."""
+    import uvicorn
+
+    from service.api.app import create_app
+    from service.api.dispatch import RunDispatcher
+    from service.db import Store
+    from service.github.outbox import RedisOutbox
+    from service.github.reporter import StatusReporter
+    from service.scheduler import SweepConfig
+    from service.settings import Settings
+
+    settings = Settings(database_url=database_url, broker_url=broker_url, webhook_secret=SECRET,
+                        allowed_repos=REPO, api_token="bench", log_level="WARNING")
+    config = SweepConfig.from_dict({"name": "smoke", "models": sorted({m for m, _ in CELLS}),
+                                    "dtypes": ["fp16", "bf16"], "policies": ["default"], "targets": [queue]})
+    cells = config.expand({m: ["smoke"] for m, _ in CELLS})
+    store = Store.from_url(database_url)
+    reporter = StatusReporter(RedisOutbox(broker_url, prefix=queue), None, public_url=settings.public_url)
+    app = create_app(settings, store=store, reporter=reporter,
+                     dispatcher=RunDispatcher(settings, store, planner=lambda sweep: cells))
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+# -- the client side --------------------------------------------------------------------------------
+@dataclass
+class Delivery:
+    """One HTTP request to send; ``kind`` is valid, duplicate or bad_signature."""
+
+    kind: str
+    delivery_id: str
+    body: bytes
+    signature: str
+    status: int = 0
+    answer: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def make_deliveries(n: int, dup_fraction: float = 0.1, bad_fraction: float = 0.1, seed: int = 0) -> list[Delivery]:
+    """``n`` deliveries: unique valid pushes, copies of some of them (sent close to the original, so
+    some race it), and pushes signed with the wrong secret.  Shuffled deterministically."""
+    rng = random.Random(seed)
+    n_dup, n_bad = int(n * dup_fraction), int(n * bad_fraction)
+    n_valid = n - n_dup - n_bad
+    valid: list[Delivery] = []
+    for i in range(n_valid):
+        head = uuid.UUID(int=rng.getrandbits(128)).hex + f"{i:08x}"
+        before = uuid.UUID(int=rng.getrandbits(128)).hex + "00000000"
+        body = json.dumps({"ref": "refs/heads/main", "before": before, "after": head,
+                           "repository": {"full_name": REPO},
+                           "commits": [{"id": head, "message": f"bench commit {i}", "timestamp": "2026-11-28T10:00:00Z",
+                                        "author": {"name": "Bench", "email": "bench@example.com"}}],
+                           "head_commit": {"id": head, "message": f"bench commit {i}"}}).encode()
+        valid.append(Delivery("valid", str(uuid.UUID(int=rng.getrandbits(128))), body, sign(SECRET, body)))
+    out: list[Delivery | tuple[int, Delivery]] = list(valid)
+    for _ in range(n_dup):
+        orig = rng.choice(valid)
+        out.append(Delivery("duplicate", orig.delivery_id, orig.body, orig.signature))
+    for i in range(n_bad):
+        body = valid[i % len(valid)].body.replace(b"bench commit", b"forged commit")
+        out.append(Delivery("bad_signature", str(uuid.UUID(int=rng.getrandbits(128))), body, sign("wrong", body)))
+    rng.shuffle(out)
+    return out  # type: ignore[return-value]
+
+
+async def send_all(base_url: str, deliveries: list[Delivery], concurrency: int) -> float:
+    """Send every delivery with at most ``concurrency`` in flight; return the wall time."""
+    import httpx
+
+    queue: asyncio.Queue[Delivery] = asyncio.Queue()
+    for d in deliveries:
+        queue.put_nowait(d)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=30.0) as client:
+        async def worker() -> None:
+            while True:
+                try:
+                    d = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                headers = {"Content-Type": "application/json", "X-GitHub-Event": "push",
+                           "X-GitHub-Delivery": d.delivery_id, "X-Hub-Signature-256": d.signature}
+                t0 = time.perf_counter()
+                try:
+                    resp = await client.post("/webhooks/github", content=d.body, headers=headers)
+                except httpx.HTTPError as exc:  # counted as a failure of the service, not hidden
+                    d.seconds = time.perf_counter() - t0
+                    d.status, d.answer = -1, {"error": f"{type(exc).__name__}: {exc}"}
+                    continue
+                d.seconds = time.perf_counter() - t0
+                d.status = resp.status_code
+                d.answer = resp.json()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.perf_counter() - t0
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100])."""
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(round(q / 100 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(database_url: str, broker_url: str, queue: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start :func:`serve` in a subprocess; return it and its base URL once /healthz answers 200."""
+    import httpx
+
+    port = free_port()
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, __file__, "--serve", "--port", str(port), "--database-url",
+                                 database_url, "--broker-url", broker_url, "--queue", queue],
+                                stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(base + "/healthz", timeout=1.0).status_code == 200:
+                return proc, base
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    stop_server(proc)
+    raise RuntimeError(f"server did not become healthy: {log.read_text()[-2000:]}")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate the server subprocess by its pid (kill after 10 s)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@dataclass
+class LoadReport:
+    """What was sent, what came back, and what the database and queue hold afterwards."""
+
+    deliveries: list[Delivery]
+    wall_seconds: float
+    runs: int
+    run_dedup_keys: list[str]
+    accepted_deliveries: int
+    queued_messages: int
+    cells_per_run: int
+
+    def by_kind(self, kind: str) -> list[Delivery]:
+        return [d for d in self.deliveries if d.kind == kind]
+
+    def problems(self) -> list[str]:
+        """Every violated invariant, as a sentence (empty: all good)."""
+        out = []
+        ids = {d.delivery_id for d in self.by_kind("valid")}
+        keys = [k.removeprefix("github:") for k in self.run_dedup_keys]
+        if len(keys) != len(set(keys)):
+            out.append(f"{len(keys) - len(set(keys))} duplicate runs")
+        if set(keys) != ids:
+            out.append(f"runs {len(set(keys))} != valid deliveries {len(ids)} "
+                       f"(missing {len(ids - set(keys))}, unexpected {len(set(keys) - ids)})")
+        if self.accepted_deliveries != len(ids):
+            out.append(f"{self.accepted_deliveries} accepted deliveries recorded, expected {len(ids)}")
+        if self.queued_messages != len(ids) * self.cells_per_run:
+            out.append(f"{self.queued_messages} job messages, expected {len(ids) * self.cells_per_run}")
+        bad = [d for d in self.by_kind("bad_signature") if d.status != 401]
+        if bad:
+            out.append(f"{len(bad)} badly signed deliveries not answered 401")
+        answered_202: dict[str, int] = {}
+        for d in self.deliveries:
+            if d.kind != "bad_signature":
+                if d.status not in (200, 202):
+                    out.append(f"delivery {d.delivery_id} ({d.kind}) answered {d.status}: {d.answer}")
+                answered_202[d.delivery_id] = answered_202.get(d.delivery_id, 0) + (d.status == 202)
+        if any(n != 1 for n in answered_202.values()):
+            out.append("some delivery id was not queued exactly once")
+        return out
+
+    def table(self) -> str:
+        lat = [d.seconds * 1000 for d in self.deliveries]
+        rows = [("deliveries", f"{len(self.deliveries)}"),
+                ("  valid / duplicate / bad signature",
+                 f"{len(self.by_kind('valid'))} / {len(self.by_kind('duplicate'))} / {len(self.by_kind('bad_signature'))}"),
+                ("answers 202 / 200 / 401 / other",
+                 " / ".join(str(sum(d.status == c for d in self.deliveries)) for c in (202, 200, 401))
+                 + f" / {sum(d.status not in (200, 202, 401) for d in self.deliveries)}"),
+                ("runs created", f"{self.runs}"), ("job messages queued", f"{self.queued_messages}"),
+                ("throughput", f"{len(self.deliveries) / self.wall_seconds:.0f} req/s"),
+                ("latency p50", f"{percentile(lat, 50):.1f} ms"), ("latency p90", f"{percentile(lat, 90):.1f} ms"),
+                ("latency p99", f"{percentile(lat, 99):.1f} ms  (target < 100 ms)"),
+                ("latency max", f"{max(lat):.1f} ms"),
+                ("invariants", "ok" if not self.problems() else "; ".join(self.problems()))]
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def run_load(database_url: str, broker_url: str, queue: str, n: int, concurrency: int, log: Path,
+             seed: int = 0) -> LoadReport:
+    """Start a server, send ``n`` deliveries, stop it, and collect what the store and queue hold."""
+    import redis
+    import sqlalchemy as sa
+
+    deliveries = make_deliveries(n, seed=seed)
+    proc, base = start_server(database_url, broker_url, queue, log)
+    try:
+        # warm up one connection path with a ping (not counted)
+        wall = asyncio.run(send_all(base, deliveries, concurrency))
+    finally:
+        stop_server(proc)
+    engine = sa.create_engine(database_url)
+    with engine.connect() as conn:
+        keys = list(conn.execute(sa.text("SELECT dedup_key FROM runs")).scalars())
+        accepted = conn.execute(sa.text("SELECT count(*) FROM webhook_deliveries WHERE status = 'accepted'")).scalar()
+    engine.dispose()
+    queued = int(redis.Redis.from_url(broker_url).llen(queue))
+    return LoadReport(deliveries, wall, len(keys), keys, int(accepted or 0), queued, len(CELLS))
+
+
+def _fresh_database() -> str:
+    import sqlalchemy as sa
+
+    name = f"ampci_bench_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def _drop_database(url: str) -> None:
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def _drop_redis_keys(broker_url: str, queue: str) -> None:
+    import redis
+
+    r = redis.Redis.from_url(broker_url)
+    for key in r.scan_iter(f"*{queue}*"):
+        r.delete(key)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=2000, help="deliveries (default 2000)")
+    parser.add_argument("-c", "--concurrency", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--database-url", help=argparse.SUPPRESS)
+    parser.add_argument("--broker-url", default=REDIS_URL, help=argparse.SUPPRESS)
+    parser.add_argument("--queue", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve(args.port, args.database_url, args.broker_url, args.queue)
+        return 0
+    from service.db.migrate import upgrade
+
+    url = _fresh_database()
+    queue = "bq" + uuid.uuid4().hex[:12]
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"{queue}.log"
+    try:
+        upgrade(url)
+        report = run_load(url, args.broker_url, queue, args.n, args.concurrency, log, args.seed)
+    finally:
+        _drop_database(url)
+        _drop_redis_keys(args.broker_url, queue)
+    print(f"webhook load test: {args.n} deliveries, concurrency {args.concurrency}, loopback uvicorn (1 worker)")
+    print(report.table())
+    return 0 if not report.problems() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""The FastAPI application: ``create_app(settings)``.
+
+Routes: ``POST /webhooks/github``, ``GET /healthz``, JSON read endpoints under ``/api`` (runs, a
+run with its cells, results, regressions, history, deliveries), write endpoints under ``/api``
+(bearer token), the OpenAPI schema at ``/openapi.json`` (docs at ``/docs``), and ``/runs/{id}``,
+the run page linked from commit statuses (a redirect to the JSON unless a dashboard router
+provides it).
+
+Guarantees: the app refuses to be built without ``AMPCI_WEBHOOK_SECRET`` unless
+``AMPCI_INSECURE_DEV`` is set; every error is a JSON body with a 4xx/5xx status (no HTML, no
+traceback); the commit-status poster runs on a background thread for the app's lifetime.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
+from fastapi.responses import RedirectResponse
+
+from service.api import routes_health, routes_read, routes_webhook, routes_write
+from service.api.context import AppContext, Probe, broker_probe, database_probe
+from service.api.dispatch import RunDispatcher
+from service.api.errors import install_error_handlers
+from service.github.reporter import StatusReporter
+from service.github.webhook import WebhookProcessor, check_webhook_config
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ERROR_SCHEMA = {"type": "object", "required": ["error", "message"],
+                "properties": {"error": {"type": "string"}, "message": {"type": "string"},
+                               "detail": {"type": "array", "items": {"type": "object"}}}}
+
+
+def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatcher | None = None,
+               reporter: StatusReporter | None = None, database_check: Probe | None = None,
+               broker_check: Probe | None = None, dashboard: APIRouter | None = None,
+               background: bool = True) -> FastAPI:
+    """Build the app for ``settings``; the other arguments replace the defaults (tests, embedding).
+
+    ``store`` defaults to ``Store.from_url(settings.effective_database_url)`` (schema assumed at
+    head: ``ampci serve`` upgrades it first); ``background=False`` keeps the status poster off.
+    """
+    check_webhook_config(settings)
+    if store is None:
+        from service.db import Store
+
+        store = Store.from_url(settings.effective_database_url)
+    dispatcher = dispatcher or RunDispatcher(settings, store)
+    reporter = reporter or StatusReporter.from_settings(settings, store=store)
+    if reporter.store is None:
+        reporter.store = store
+    ctx = AppContext(settings=settings, store=store, dispatcher=dispatcher, reporter=reporter,
+                     webhook=WebhookProcessor(settings, store, dispatcher, reporter),
+                     database_probe=database_check or database_probe(store),
+                     broker_probe=broker_check or broker_probe(settings))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if background and reporter.enabled:
+            try:
+                reporter.recover(store)
+            except Exception:  # noqa: BLE001 - a down database must not stop the server starting
+                log.exception("could not recover unfinished webhook runs for status reporting")
+            reporter.start()
+        try:
+            yield
+        finally:
+            reporter.stop()
+
+    app = FastAPI(title="ampci", version="0.1.0", lifespan=lifespan,
+                  description="Mixed-precision regression CI: GitHub webhook and JSON API.")
+    app.state.ctx = ctx
+    install_error_handlers(app)
+    app.include_router(routes_webhook.router)
+    app.include_router(routes_health.router)
+    app.include_router(routes_read.router)
+    app.include_router(routes_write.router)
+    if dashboard is not None:
+        app.include_router(dashboard)
+    else:
+        @app.get("/runs/{run_id}", include_in_schema=False)
+        def run_page(run_id: routes_read.Id) -> RedirectResponse:
+            return RedirectResponse(f"/api/runs/{run_id}", status_code=307)
+
+    _add_error_schema(app)
+    return app
+
+
+def _add_error_schema(app: FastAPI) -> None:
+    """Publish the JSON error shape in the OpenAPI components (referenced by the webhook route)."""
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = original()
+            schema.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

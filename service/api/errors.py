@@ -1,0 +1,101 @@
+"""Translate errors into JSON responses at the HTTP boundary (STYLE habit 8).
+
+Every error response has the body ``{"error": CODE, "message": ONE_LINE}`` (plus ``detail`` for
+validation errors).  User errors are 4xx, an unreachable database is 503, and anything else is our
+bug: 500 with a generic message (the traceback goes to the log, not to the client).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError, InterfaceError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.errors import DatabaseUnavailableError, NotFoundError, UserError
+
+log = logging.getLogger(__name__)
+
+_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+          405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
+          422: "invalid_request", 503: "unavailable"}
+
+
+class ApiError(Exception):
+    """An error with an explicit HTTP status, raised by handlers on purpose."""
+
+    def __init__(self, status_code: int, message: str, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.code = code or _CODES.get(status_code, "error")
+        self.headers = headers
+
+
+def error_response(status_code: int, message: str, code: str | None = None, *,
+                   headers: dict[str, str] | None = None, **extra: object) -> JSONResponse:
+    """The one JSON error shape of this API."""
+    body: dict[str, object] = {"error": code or _CODES.get(status_code, "error"),
+                               "message": message.splitlines()[0][:500] if message else ""}
+    body.update(extra)
+    return JSONResponse(body, status_code=status_code, headers=headers)
+
+
+def _validation_detail(exc: RequestValidationError) -> list[dict[str, object]]:
+    out = []
+    for err in exc.errors()[:20]:
+        out.append({"loc": [str(p) for p in err.get("loc", ())], "msg": str(err.get("msg", ""))[:200],
+                    "type": str(err.get("type", ""))})
+    return out
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers so that no request ends in an HTML page or an unhandled 500."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status_code, str(exc), exc.code, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        detail = _validation_detail(exc)
+        first = detail[0] if detail else {"loc": [], "msg": "invalid request"}
+        where = ".".join(str(p) for p in first["loc"])  # type: ignore[union-attr]
+        return error_response(422, f"{where}: {first['msg']}" if where else str(first["msg"]),
+                              detail=detail)
+
+    @app.exception_handler(NotFoundError)
+    async def _not_found(_: Request, exc: NotFoundError) -> JSONResponse:
+        return error_response(404, str(exc))
+
+    @app.exception_handler(UserError)
+    async def _user_error(_: Request, exc: UserError) -> JSONResponse:
+        return error_response(400, str(exc))
+
+    @app.exception_handler(DatabaseUnavailableError)
+    async def _db_down(_: Request, exc: DatabaseUnavailableError) -> JSONResponse:
+        return error_response(503, str(exc))
+
+    @app.exception_handler(DataError)
+    async def _bad_value(_: Request, exc: DataError) -> JSONResponse:
+        # a value the database cannot hold (out-of-range number, NUL byte) is the client's input
+        return error_response(400, "a value in the request cannot be stored or compared: "
+                              + str(getattr(exc, "orig", exc)).splitlines()[0][:200])
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    async def _db_error(_: Request, exc: Exception) -> JSONResponse:
+        log.warning("database error: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return error_response(503, "database unavailable or overloaded; try again")
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal error (logged on the server)", "internal")

@@ -1,0 +1,102 @@
+"""Read endpoints: runs, a run with its cells, results, regressions, a cell's history, deliveries.
+
+All answer JSON built from the Store's records (``to_dict()``); inputs are validated by FastAPI
+(422 with a JSON error), unknown ids are 404, and read endpoints need the bearer token only when
+``AMPCI_READ_TOKEN_REQUIRED`` is set.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+
+from service.api.auth import require_read
+from service.api.errors import ApiError
+
+router = APIRouter(prefix="/api", tags=["read"], dependencies=[Depends(require_read)])
+
+MAX_ID = 2**31 - 1  # the database's integer ids
+Id = Annotated[int, Path(ge=1, le=MAX_ID)]
+OptId = Annotated[int | None, Query(ge=1, le=MAX_ID)]
+Rev = Annotated[str | None, Query(pattern=r"^[0-9a-fA-F]{4,64}$", description="sha or unique prefix")]
+Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[\w.:+/-]+$")]
+Limit = Annotated[int, Query(ge=1, le=5000)]
+Trigger = Literal["push", "pull_request", "nightly", "manual", "bisect"]
+RunState = Literal["queued", "running", "complete", "partial", "failed", "cancelled"]
+RegState = Literal["open", "acknowledged", "resolved", "false_positive"]
+Category = Literal["regression", "improvement", "flaky"]
+Metric = Literal["cosine", "max_abs", "error_ratio", "latency_p50_ms", "speedup", "low_precision_fraction",
+                 "casts_inserted", "final_error"]
+
+
+def _store(request: Request) -> Any:
+    return request.app.state.ctx.store
+
+
+@router.get("/runs", summary="Runs, newest first")
+def list_runs(request: Request, limit: Limit = 50, revision: Rev = None, trigger: Trigger | None = None,
+              status: RunState | None = None) -> dict[str, Any]:
+    runs = _store(request).list_runs(limit=limit, revision=revision, trigger=trigger, status=status)
+    return {"runs": [r.to_dict() for r in runs]}
+
+
+@router.get("/runs/{run_id}", summary="One run with its cells (jobs and results) and summary")
+def get_run(request: Request, run_id: Id) -> dict[str, Any]:
+    store = _store(request)
+    run = store.get_run(run_id)
+    summary = store.run_summary(run_id)
+    results = {r.cell: r.to_dict() for r in store.results(run_id=run_id)}
+    cells = [{"job": j.to_dict(), "result": results.get(j.cell)} for j in store.jobs(run_id)]
+    return {"run": run.to_dict(), "summary": {**summary.to_dict(), "line": summary.describe()},
+            "cells": cells, "url": request.app.state.ctx.reporter.run_url(run_id)}
+
+
+@router.get("/results", summary="Results filtered by run, revision and cell fields")
+def list_results(request: Request, run_id: OptId = None, revision: Rev = None, model: Name = None,
+                 dtype: Name = None, policy: Name = None, target: Name = None, status: Name = None,
+                 latest_only: bool = True, limit: Limit = 1000) -> dict[str, Any]:
+    rows = _store(request).results(run_id=run_id, revision=revision, model=model, dtype=dtype, policy=policy,
+                                   target=target, status=status, latest_only=latest_only, limit=limit)
+    return {"results": [r.to_dict() for r in rows]}
+
+
+@router.get("/results/{result_id}", summary="The complete stored result of one job")
+def get_result(request: Request, result_id: Id) -> dict[str, Any]:
+    return _store(request).get_result(result_id).to_dict()
+
+
+@router.get("/regressions", summary="Regressions, improvements and flaky findings, newest first")
+def list_regressions(request: Request, state: RegState | None = None, category: Category | None = None,
+                     revision: Rev = None, run_id: OptId = None, since: datetime | None = None,
+                     limit: Limit = 200) -> dict[str, Any]:
+    if since is not None and since.tzinfo is None:
+        raise ApiError(422, "since: give a timezone (e.g. 2024-01-01T00:00:00Z)")
+    rows = _store(request).regressions(state=state, since=since, revision=revision, run_id=run_id,
+                                       category=category, limit=limit)
+    return {"regressions": [r.to_dict() for r in rows]}
+
+
+@router.get("/regressions/{regression_id}", summary="One finding")
+def get_regression(request: Request, regression_id: Id) -> dict[str, Any]:
+    return _store(request).get_regression(regression_id).to_dict()
+
+
+@router.get("/history", summary="A cell's metric over runs, oldest first")
+def history(request: Request,
+            model: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^[\w.:+/-]+$")],
+            dtype: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^[\w.:+/-]+$")],
+            policy: Name = None, target: Name = None, metric: Metric = "cosine",
+            limit: Annotated[int, Query(ge=1, le=2000)] = 200) -> dict[str, Any]:
+    points = _store(request).history(model, dtype, policy=policy, target=target, metric=metric, limit=limit)
+    return {"model": model, "dtype": dtype, "metric": metric, "points": [p.to_dict() for p in points]}
+
+
+@router.get("/deliveries/{delivery_id}", summary="A recorded webhook delivery")
+def get_delivery(request: Request,
+                 delivery_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9._:-]{1,100}$")]) -> dict[str, Any]:
+    found = _store(request).get_delivery(delivery_id)
+    if found is None:
+        raise ApiError(404, f"no webhook delivery {delivery_id!r}")
+    return found.to_dict()

@@ -1,0 +1,75 @@
+"""Write endpoints (bearer token required): trigger a manual run, acknowledge a regression, mark a
+false positive."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Header, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import JSONResponse
+
+from service.api.auth import require_write
+from service.api.routes_read import Id
+
+router = APIRouter(prefix="/api", tags=["write"], dependencies=[Depends(require_write)])
+
+Sha40 = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{40}$")]
+Text = Annotated[str, Field(max_length=2000, pattern=r"^[^\x00]*$")]
+
+
+class ManualRun(BaseModel):
+    """A run to start by hand."""
+
+    model_config = ConfigDict(extra="forbid")
+    revision: Sha40 = Field(description="full 40-hex sha of the pass revision")
+    sweep: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,100}$")] = "smoke"
+    baseline: Sha40 | None = None
+    repo: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$",
+                                      description="owner/name to report a commit status to")] = None
+
+
+class Triage(BaseModel):
+    """Who triaged a finding and why."""
+
+    model_config = ConfigDict(extra="forbid")
+    by: Annotated[str | None, Field(max_length=200, pattern=r"^[^\x00]*$")] = None
+    note: Text | None = None
+
+
+@router.post("/runs", status_code=202, summary="Trigger a manual run of a sweep at a revision")
+def trigger_run(request: Request, body: ManualRun,
+                idempotency_key: Annotated[str | None, Header(pattern=r"^[A-Za-z0-9._:-]{1,100}$")] = None,
+                ) -> JSONResponse:
+    ctx = request.app.state.ctx
+    if body.repo is not None and ctx.settings.allowed_repo_set() and \
+            body.repo.lower() not in ctx.settings.allowed_repo_set():
+        return JSONResponse({"error": "forbidden", "message": f"repository {body.repo} is not allowed"}, 403)
+    sha = body.revision.lower()
+    meta = {"github": {"repo": body.repo, "event": "manual"}} if body.repo else {}
+    dedup = f"api:{idempotency_key}" if idempotency_key else None
+    submitted = ctx.dispatcher.create(sha, "manual", body.baseline.lower() if body.baseline else None,
+                                      body.sweep, dedup, meta)
+    if submitted.created and body.repo:
+        ctx.reporter.queued(submitted.run_id, body.repo, sha)
+    return JSONResponse({"run_id": submitted.run_id, "created": submitted.created,
+                         "url": ctx.reporter.run_url(submitted.run_id)},
+                        status_code=202 if submitted.created else 200)
+
+
+def _triage(request: Request, regression_id: int, body: Triage | None, false_positive: bool) -> dict[str, Any]:
+    body = body or Triage()
+    found = request.app.state.ctx.store.ack(regression_id, by=body.by, false_positive=false_positive,
+                                            note=body.note)
+    return found.to_dict()
+
+
+@router.post("/regressions/{regression_id}/ack", summary="Acknowledge a finding")
+def ack(request: Request, regression_id: Id, body: Annotated[Triage | None, Body()] = None) -> dict[str, Any]:
+    return _triage(request, regression_id, body, false_positive=False)
+
+
+@router.post("/regressions/{regression_id}/false-positive", summary="Mark a finding a false positive")
+def false_positive(request: Request, regression_id: Id,
+                   body: Annotated[Triage | None, Body()] = None) -> dict[str, Any]:
+    return _triage(request, regression_id, body, false_positive=True)

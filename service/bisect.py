@@ -1,0 +1,168 @@
+"""Bisection of a regression to its first bad commit, ``asv find`` style.
+
+Given a stored regression of cell C found at revision R against baseline B, the commits between
+them come from the first-parent links of the revisions table.  Each step classifies every
+commit on that path from the stored results of C (newest result per revision):
+
+- ``good``: comparable with the baseline result and no regression of the same kind;
+- ``bad``: the same kind of regression against the baseline result (for a ``conversion``
+  regression: the same failing status as at R);
+- ``skip``: the revision could not be judged — it failed to build/convert (for non-conversion
+  kinds), failed in another way, or a finished bisect run left no result.  Skipped revisions are
+  never blamed;
+- ``pending``: a bisect run for it is queued/running; ``untested``: nothing yet.
+
+The interval is (last good before the first bad, first bad].  When no testable commit is left
+inside it, the first bad commit is found (listing skipped commits that might also be it);
+otherwise the midpoint (or ``parallel`` evenly spaced points) of the untested commits inside it
+are created as ``bisect`` runs of the one cell, with dedup keys ``bisect:<sha>:<cell>`` so that
+repeated steps never duplicate work, and handed to ``enqueue(run_id)`` when given (the scheduler
+owns dispatch).  Call :func:`bisect_step` again when those runs finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from service.db.records import Cell, RegressionInfo
+from service.db.store import Store
+from service.errors import UserError
+from service.regressions.rules import PASS_FAULT_STATUSES, CellSample, comparable, returned_to_baseline
+from service.regressions.thresholds import Thresholds
+
+Enqueue = Callable[[int], object]
+
+
+@dataclass(frozen=True)
+class BisectState:
+    """Where a bisection stands after one step."""
+
+    regression_id: int
+    cell: Cell
+    kind: str
+    status: str                      # found | queued | waiting
+    good: str                        # last known good revision
+    bad: str                         # first known bad revision
+    first_bad: str | None = None
+    remaining: int = 0               # testable commits left strictly between good and bad
+    skipped: tuple[str, ...] = ()
+    queued_runs: tuple[int, ...] = ()
+    pending: tuple[str, ...] = ()
+    verdicts: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line for people."""
+        cell = "/".join(self.cell)
+        if self.status == "found":
+            extra = f" (or one of skipped {', '.join(s[:10] for s in self.skipped)})" if self.skipped else ""
+            return f"regression {self.regression_id} [{self.kind} {cell}]: first bad commit {self.bad[:12]}{extra}"
+        if self.status == "queued":
+            return (f"regression {self.regression_id} [{self.kind} {cell}]: {self.remaining} commits between "
+                    f"{self.good[:10]}..{self.bad[:10]}; queued bisect runs {', '.join(map(str, self.queued_runs))}")
+        return (f"regression {self.regression_id} [{self.kind} {cell}]: waiting for "
+                f"{', '.join(s[:10] for s in self.pending)} ({self.remaining} commits between "
+                f"{self.good[:10]}..{self.bad[:10]})")
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {"regression_id": self.regression_id, "cell": list(self.cell), "kind": self.kind,
+                "status": self.status, "good": self.good, "bad": self.bad, "first_bad": self.first_bad,
+                "remaining": self.remaining, "skipped": list(self.skipped), "queued_runs": list(self.queued_runs),
+                "pending": list(self.pending), "verdicts": dict(self.verdicts)}
+
+
+def classify(kind: str, base: CellSample, regressed: CellSample, cand: CellSample, th: Thresholds,
+             model: str, dtype: str) -> str:
+    """``good``/``bad``/``skip`` for a candidate result (pure; see the module docstring)."""
+    if kind == "conversion":
+        if cand.converted:
+            return "good"
+        return "bad" if cand.status == regressed.status and cand.status in PASS_FAULT_STATUSES else "skip"
+    if not cand.converted or not comparable(kind, base, cand, th):
+        return "skip"
+    return "good" if returned_to_baseline(kind, base, cand, th, model, dtype) else "bad"
+
+
+def dedup_key(sha: str, cell: Cell) -> str:
+    """The dedup key of the bisect run of ``cell`` at ``sha``."""
+    return f"bisect:{sha}:{'/'.join(cell)}"
+
+
+def pick(candidates: list[int], parallel: int) -> list[int]:
+    """``parallel`` evenly spaced indices out of sorted ``candidates`` (the midpoint for 1)."""
+    n = len(candidates)
+    k = max(1, min(parallel, n))
+    return sorted({candidates[(i + 1) * n // (k + 1)] for i in range(k)})
+
+
+def bisect_step(store: Store, regression_id: int, enqueue: Enqueue | None = None, parallel: int = 1,
+                thresholds: Thresholds | None = None) -> BisectState:
+    """Advance the bisection of one regression by one step (idempotent; see the module docstring)."""
+    from service.regressions.detect import sample
+
+    th = thresholds or Thresholds()
+    reg = store.get_regression(regression_id)
+    if reg.baseline_sha is None or reg.baseline_result_id is None or reg.result_id is None:
+        raise UserError(f"regression {regression_id} has no baseline revision/result to bisect against")
+    path = store.first_parent_path(reg.revision_sha, reg.baseline_sha)
+    rows = _samples(store, reg, path)
+    base, regressed = rows.get(reg.baseline_result_id), rows.get(reg.result_id)
+    if base is None or regressed is None:
+        raise UserError(f"regression {regression_id}: its baseline or regressed result is gone")
+    newest = _newest_by_revision(rows.values(), reg)
+    verdict: dict[int, str] = {0: "good", len(path) - 1: "bad"}
+    pending: list[int] = []
+    for i in range(1, len(path) - 1):
+        row = newest.get(path[i])
+        if row is not None:
+            verdict[i] = classify(reg.kind, sample(base), sample(regressed), sample(row), th, reg.model, reg.dtype)
+            continue
+        run = store.find_run(dedup_key(path[i], reg.cell))
+        if run is not None:
+            if run.status in ("queued", "running"):
+                pending.append(i)
+            else:
+                verdict[i] = "skip"
+    hi = min(i for i, v in verdict.items() if v == "bad")
+    lo = max(i for i, v in verdict.items() if v == "good" and i < hi)
+    inside = [i for i in range(lo + 1, hi) if verdict.get(i) != "skip"]
+    skipped = tuple(path[i] for i in range(lo + 1, hi) if verdict.get(i) == "skip")
+    named = {path[i]: v for i, v in sorted(verdict.items())}
+    common = dict(regression_id=regression_id, cell=reg.cell, kind=reg.kind, good=path[lo], bad=path[hi],
+                  remaining=len(inside), skipped=skipped, verdicts=named)
+    if not inside:
+        return BisectState(status="found", first_bad=path[hi], **common)  # type: ignore[arg-type]
+    waiting = [i for i in inside if i in pending]
+    if waiting:
+        return BisectState(status="waiting", pending=tuple(path[i] for i in waiting), **common)  # type: ignore[arg-type]
+    queued = []
+    for i in pick(inside, parallel):
+        run_id, created = store.create_run_if_new(
+            path[i], "bisect", baseline_sha=reg.baseline_sha, sweep="bisect", cells=[reg.cell],
+            dedup_key=dedup_key(path[i], reg.cell), meta={"regression_id": regression_id})
+        queued.append(run_id)
+        if created and enqueue is not None:
+            enqueue(run_id)
+    return BisectState(status="queued", queued_runs=tuple(queued), **common)  # type: ignore[arg-type]
+
+
+def _samples(store: Store, reg: RegressionInfo, path: list[str]) -> dict[int, object]:
+    """Result rows (SAMPLE_COLS) of the regression's cell at the path's revisions, plus its two results."""
+    import sqlalchemy as sa
+
+    from service.regressions.detect import SAMPLE_COLS, t_res
+
+    with store._tx() as conn:
+        q = sa.select(*SAMPLE_COLS).where(
+            t_res.c.model == reg.model, t_res.c.dtype == reg.dtype, t_res.c.policy == reg.policy,
+            t_res.c.target == reg.target,
+            sa.or_(t_res.c.revision_sha.in_(path), t_res.c.id.in_((reg.result_id, reg.baseline_result_id))))
+        return {r.id: r for r in conn.execute(q)}
+
+
+def _newest_by_revision(rows: object, reg: RegressionInfo) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for r in sorted(rows, key=lambda r: r.id):  # type: ignore[attr-defined, arg-type]
+        out[r.revision_sha] = r  # type: ignore[attr-defined]
+    return out

@@ -1,0 +1,108 @@
+"""``ampci check MODEL --dtype fp16 --policy default [--target cpu|cuda] [--revision REV] [--json]``.
+
+Runs one job in this process (no queue, no database) and prints its result.  Exit code: 0 when
+the job passed, 2 for bad input (``bad_spec``/``bad_model``), 1 for every other failure.
+Workers (and so onnxruntime) are imported inside the command function only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+BAD_INPUT = frozenset({"bad_spec", "bad_model"})
+
+
+def exit_code(status: str) -> int:
+    """0 for ``pass``, 2 for bad input, 1 otherwise."""
+    if status == "pass":
+        return 0
+    return 2 if status in BAD_INPUT else 1
+
+
+def _fmt(x: float | None, spec: str = ".3g") -> str:
+    if x is None:
+        return "-"
+    return format(x, spec) if math.isfinite(x) else str(x)
+
+
+def format_result(r: Any) -> str:
+    """A human-readable summary of a JobResult (status line first)."""
+    lines = [f"{r.model} {r.dtype} policy={r.policy} target={r.target}: {r.status.upper()}"
+             + (f" - {r.message}" if r.message else "")]
+    for acc in (r.accuracy, r.accuracy_cuda):
+        if acc is None:
+            continue
+        w = acc.worst
+        task = f", {w.task_metric_name} {_fmt(w.task_metric)}" if w.task_metric_name else ""
+        lines.append(f"  accuracy ({acc.mode}, {acc.provider}): {'ok' if acc.passed else 'FAIL'}; worst max_abs "
+                     f"{_fmt(w.max_abs)} (fp32 rerun {_fmt(w.baseline_max_abs)}), max_rel {_fmt(w.max_rel)}, "
+                     f"cosine {_fmt(w.cosine, '.6f')}, SNR {_fmt(w.snr_db, '.1f')} dB, nan {w.nan_count}, "
+                     f"inf {w.inf_count}{task}")
+        for name, m in acc.per_output.items():
+            lines.append(f"    {name}: max_abs {_fmt(m.max_abs)}, mean_abs {_fmt(m.mean_abs)}, "
+                         f"cosine {_fmt(m.cosine, '.6f')}")
+    if r.convergence is not None:
+        c = r.convergence
+        lines.append(f"  convergence: {c.steps} steps, final {_fmt(c.final_error)}, max {_fmt(c.max_error)}, "
+                     f"{'DIVERGED: ' + c.reason if c.diverged else 'bounded'}")
+    if r.latency is not None:
+        lat = r.latency
+        if lat.error:
+            lines.append(f"  latency ({lat.provider}): not measured - {lat.error}")
+        else:
+            rss = f", peak RSS {lat.peak_rss_mb:.0f} MiB" if lat.peak_rss_mb else ""
+            lines.append(f"  latency ({lat.provider}): p50 {lat.p50_ms:.3f} ms, p90 {lat.p90_ms:.3f} ms, "
+                         f"min {lat.min_ms:.3f} ms; fp32 p50 {lat.fp32_p50_ms:.3f} ms; speedup "
+                         f"{lat.speedup:.2f}x ({len(lat.samples_ms)} runs){rss}")
+    if r.graph is not None:
+        g = r.graph
+        lines.append(f"  graph: {g.nodes_low}/{g.nodes_total} nodes low, compute {g.compute_low}/{g.compute_nodes} "
+                     f"({g.low_precision_compute_fraction:.0%}), casts +{g.casts_inserted}/-{g.casts_removed}, "
+                     f"{len(g.kept_fp32)} kept fp32")
+    env = r.environment
+    if env:
+        lines.append(f"  environment: onnxruntime {env.get('onnxruntime')} {env.get('provider')} on "
+                     f"{env.get('device')}, python {env.get('python')}, pass {env.get('pass_revision')}")
+    t = r.timings
+    if t:
+        lines.append(f"  time: {t.get('total_s', 0):.2f} s total, {t.get('overhead_s', 0):.2f} s outside model "
+                     f"execution ({t.get('overhead_fraction', 0):.0%})")
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from service.settings import Settings
+    from workers.job import JobSpec, run_job  # lazy: onnxruntime only when a job runs
+
+    settings = Settings.from_env()
+    spec = JobSpec(model=args.model, dtype=args.dtype, policy=args.policy, target=args.target,
+                   revision=args.revision, pass_root=args.pass_root, seed=args.seed, steps=args.steps,
+                   zoo_path=args.zoo)
+    result = run_job(spec, settings)
+    if args.json:
+        print(json.dumps(result.to_dict(), sort_keys=True, indent=2, allow_nan=False))
+    else:
+        print(format_result(result))
+    return exit_code(result.status)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``ampci check``."""
+    p = subparsers.add_parser("check", help="run one regression job (model x dtype x policy x target) locally")
+    p.add_argument("model", help="zoo model name (see `ampci zoo list`)")
+    p.add_argument("--dtype", default="fp16", help="fp16 or bf16 (default fp16)")
+    p.add_argument("--policy", default="default", help="pass policy name or file (default: default)")
+    p.add_argument("--target", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--revision", default=None,
+                   help="pass revision to record (the pass itself comes from --pass-root or this checkout)")
+    p.add_argument("--pass-root", type=Path, default=None,
+                   help="directory whose amp_pass package is converted with (default: this checkout)")
+    p.add_argument("--seed", type=int, default=None, help="input seed (default: the zoo entry's)")
+    p.add_argument("--steps", type=int, default=None, help="convergence steps (default: entry or settings)")
+    p.add_argument("--zoo", type=Path, default=None, help="zoo manifest (default: zoo.toml of this checkout)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_run)

@@ -1,0 +1,50 @@
+"""``ampci db upgrade|downgrade|current``: manage the schema of the configured database.
+
+    ampci db upgrade [--revision head]     # an empty database is brought to head
+    ampci db downgrade [--revision -1]     # ``base`` removes every table
+    ampci db current [--json]
+
+The database is ``AMPCI_DATABASE_URL`` or the embedded SQLite file under the data dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add ``ampci db``."""
+    p = subparsers.add_parser("db", help="database schema: upgrade, downgrade, current",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="db_command", metavar="ACTION")
+    sub.required = True
+    up = sub.add_parser("upgrade", help="upgrade the schema (default: to head)")
+    up.add_argument("--revision", default="head")
+    down = sub.add_parser("downgrade", help="downgrade the schema (default: one step)")
+    down.add_argument("--revision", default="-1")
+    cur = sub.add_parser("current", help="show the schema revision")
+    for q in (up, down, cur):
+        q.add_argument("--json", action="store_true")
+        q.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the action; print where the database ends up."""
+    from service.cli.query_cmd import emit
+    from service.db import migrate
+    from service.settings import Settings, redact_url
+
+    url = Settings.from_env().effective_database_url
+    if args.db_command == "upgrade":
+        at = migrate.upgrade(url, args.revision)
+    elif args.db_command == "downgrade":
+        at = migrate.downgrade(url, args.revision)
+    else:
+        at = migrate.current(url)
+    head = migrate.head()
+    where = redact_url(url)
+    state = "empty" if at is None else ("head" if at == head else f"behind head {head}")
+    emit(args, {"url": where, "revision": at, "head": head},
+         f"{where}: schema {at or '(none)'} ({state})")
+    return 0

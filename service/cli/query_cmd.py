@@ -1,0 +1,212 @@
+"""Query commands over the results store (rich tables; ``--json`` for machines).
+
+    ampci runs [--revision R] [--trigger T] [--status S] [--limit N]
+    ampci run ID                                   # one run: summary line and its jobs
+    ampci results [--run ID] [--revision R] [--model M] [--dtype D] [--policy P] [--target T] [--status S]
+    ampci regressions [--open] [--since DATE] [--revision R] [--run ID] [--category C]
+    ampci compare REV_A REV_B
+    ampci history MODEL --dtype D [--policy P] [--target T] [--metric cosine|latency_p50|...] [--limit N]
+    ampci ack ID [--false-positive] [--by NAME] [--note TEXT]
+
+Revisions may be unique sha prefixes.  ``ampci regressions --revision R`` (or ``--run ID``) exits 1
+when open regressions exist there, so it can gate CI.  Unknown ids/revisions/models exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+from service.errors import ConfigError, UserError
+
+
+def open_store() -> Any:
+    """The Store of this process's settings; the schema must be at head (embedded SQLite is upgraded)."""
+    from service.db.migrate import current, head
+    from service.db.store import Store
+    from service.settings import Settings, redact_url
+
+    settings = Settings.from_env()
+    url = settings.effective_database_url
+    store = Store.from_url(url)
+    at, want = current(url), head()
+    if at != want:
+        if not settings.database_url:
+            store.upgrade()
+        else:
+            raise ConfigError(f"database {redact_url(url)} is at schema {at or 'none'} but this ampci needs "
+                              f"{want}; run `ampci db upgrade`")
+    return store
+
+
+def emit(args: argparse.Namespace, data: Any, *renderables: Any) -> None:
+    """Print ``data`` as JSON with ``--json``, else the rich renderables/strings."""
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+        return
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:  # pipes and CI logs: wide enough that tables are not squeezed
+        console = Console(highlight=False, width=int(os.environ.get("COLUMNS") or 200))
+    for r in renderables:
+        if isinstance(r, str):
+            print(r, flush=True)
+        else:
+            console.print(r)
+
+
+def parse_since(text: str) -> datetime:
+    """An ISO date or datetime (UTC if no zone) or ``Nd``/``Nh`` ago."""
+    from datetime import timedelta
+
+    t = text.strip()
+    try:
+        if t[-1:] in ("d", "h") and t[:-1].isdigit():
+            delta = timedelta(days=int(t[:-1])) if t[-1] == "d" else timedelta(hours=int(t[:-1]))
+            return datetime.now(UTC) - delta
+        dt = datetime.fromisoformat(t)
+    except ValueError:
+        raise UserError(f"--since: expected a date like 2026-11-01, a datetime, or 7d/12h; got {text!r}") from None
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
+
+
+def _common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return p
+
+
+def register(subparsers: Any) -> None:
+    """Add runs, run, results, regressions, compare, history and ack."""
+    p = _common(subparsers.add_parser("runs", help="list runs, newest first"))
+    p.add_argument("--revision")
+    p.add_argument("--trigger")
+    p.add_argument("--status")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(func=cmd_runs)
+
+    p = _common(subparsers.add_parser("run", help="one run: summary and jobs"))
+    p.add_argument("run_id", type=int, metavar="ID")
+    p.set_defaults(func=cmd_run)
+
+    p = _common(subparsers.add_parser("results", help="stored results, filtered"))
+    p.add_argument("--run", type=int, dest="run_id")
+    for opt in ("revision", "model", "dtype", "policy", "target", "status"):
+        p.add_argument(f"--{opt}")
+    p.add_argument("--limit", type=int, default=5000)
+    p.set_defaults(func=cmd_results)
+
+    p = _common(subparsers.add_parser("regressions", help="regressions, improvements and flaky cells"))
+    p.add_argument("--open", action="store_true", help="only open findings")
+    p.add_argument("--since", metavar="DATE", help="ISO date/datetime (UTC) or 7d / 12h ago")
+    p.add_argument("--revision", help="only this revision; exit 1 if it has open regressions")
+    p.add_argument("--run", type=int, dest="run_id", help="only this run; exit 1 if it has open regressions")
+    p.add_argument("--category", choices=["regression", "improvement", "flaky"])
+    p.add_argument("--limit", type=int, default=1000)
+    p.set_defaults(func=cmd_regressions)
+
+    p = _common(subparsers.add_parser("compare", help="cell-by-cell comparison of two revisions"))
+    p.add_argument("rev_a", metavar="REV_A")
+    p.add_argument("rev_b", metavar="REV_B")
+    p.set_defaults(func=cmd_compare)
+
+    p = _common(subparsers.add_parser("history", help="a metric of a model over runs, with a plot"))
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--dtype", required=True)
+    p.add_argument("--policy")
+    p.add_argument("--target")
+    p.add_argument("--metric", default="cosine")
+    p.add_argument("--limit", type=int, default=200)
+    p.set_defaults(func=cmd_history)
+
+    p = _common(subparsers.add_parser("ack", help="acknowledge a regression (or mark it a false positive)"))
+    p.add_argument("regression_id", type=int, metavar="ID")
+    p.add_argument("--false-positive", action="store_true")
+    p.add_argument("--by", default=os.environ.get("USER") or None)
+    p.add_argument("--note")
+    p.set_defaults(func=cmd_ack)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """List runs."""
+    from service.regressions.render import runs_table
+
+    runs = open_store().list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger, status=args.status)
+    emit(args, [r.to_dict() for r in runs], runs_table(runs))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Show one run."""
+    from service.regressions.render import jobs_table, runs_table
+
+    store = open_store()
+    run, jobs, summary = store.get_run(args.run_id), store.jobs(args.run_id), store.run_summary(args.run_id)
+    emit(args, {"run": run.to_dict(), "summary": summary.to_dict(), "description": summary.describe(),
+                "jobs": [j.to_dict() for j in jobs]}, runs_table([run]), summary.describe(), jobs_table(jobs))
+    return 0
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    """Filtered results."""
+    from service.regressions.render import results_table
+
+    rows = open_store().results(run_id=args.run_id, revision=args.revision, model=args.model, dtype=args.dtype,
+                                policy=args.policy, target=args.target, status=args.status, limit=args.limit)
+    emit(args, [r.to_dict() for r in rows], results_table(rows))
+    return 0
+
+
+def cmd_regressions(args: argparse.Namespace) -> int:
+    """Findings; exit 1 when --revision/--run has open regressions."""
+    from service.regressions.render import regressions_table
+
+    store = open_store()
+    if args.run_id is not None:
+        store.get_run(args.run_id)
+    since = parse_since(args.since) if args.since else None
+    regs = store.regressions(state="open" if args.open else None, since=since, revision=args.revision,
+                             run_id=args.run_id, category=args.category, limit=args.limit)
+    emit(args, [r.to_dict() for r in regs], regressions_table(regs))
+    gate = args.revision is not None or args.run_id is not None
+    blocking = [r for r in regs if r.category == "regression" and r.state == "open"]
+    return 1 if gate and blocking else 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Compare two revisions."""
+    from service.regressions.render import compare_table
+
+    store = open_store()
+    a, b = store.resolve_revision(args.rev_a), store.resolve_revision(args.rev_b)
+    rows = store.compare(a, b)
+    emit(args, {"a": a, "b": b, "cells": [r.to_dict() for r in rows]}, compare_table(rows, a, b))
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """History of one metric of a model, with a terminal plot per (policy, target)."""
+    from service.db.queries import metric_column
+    from service.regressions.render import history_table, plot
+
+    metric = metric_column(args.metric)
+    points = open_store().history(args.model, args.dtype, policy=args.policy, target=args.target, metric=metric,
+                                  limit=args.limit)
+    series: dict[tuple[str, str], list[float | None]] = {}
+    for pt in points:
+        series.setdefault((pt.policy, pt.target), []).append(pt.value)
+    plots = [plot(vals, label=f"{args.model} {args.dtype} {pol}/{tgt} {metric} (oldest left)")
+             for (pol, tgt), vals in sorted(series.items())]
+    emit(args, {"model": args.model, "dtype": args.dtype, "metric": metric, "points": [p.to_dict() for p in points]},
+         history_table(points, metric), *plots)
+    return 0
+
+
+def cmd_ack(args: argparse.Namespace) -> int:
+    """Acknowledge a finding."""
+    reg = open_store().ack(args.regression_id, by=args.by, false_positive=args.false_positive, note=args.note)
+    emit(args, reg.to_dict(), f"regression {reg.id} ({reg.kind} {'/'.join(reg.cell)}): {reg.state}")
+    return 0

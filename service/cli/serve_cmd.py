@@ -1,0 +1,35 @@
+"""``ampci serve [--host H] [--port P]``: the webhook and HTTP API under uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.api.app import create_app
+    from service.db import Store
+    from service.github.webhook import check_webhook_config
+    from service.settings import Settings
+
+    settings = Settings.from_env()
+    check_webhook_config(settings)  # refuse to start without a secret (ConfigError, exit 2)
+    store = Store.from_url(settings.effective_database_url)
+    if not args.no_migrate:
+        store.upgrade()  # idempotent; serialised across processes on PostgreSQL
+    app = create_app(settings, store=store)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=settings.log_level.lower(),
+                workers=1, access_log=args.access_log, timeout_graceful_shutdown=10)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``serve`` command."""
+    parser = subparsers.add_parser("serve", help="run the GitHub webhook and JSON API (uvicorn)")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    parser.add_argument("--no-migrate", action="store_true",
+                        help="do not upgrade the database schema to head before serving")
+    parser.add_argument("--access-log", action="store_true", help="log every request")
+    parser.set_defaults(func=_run)

@@ -1,0 +1,140 @@
+"""``ampci sweep``: run a sweep for one pass revision and gate on its regressions.
+
+    ampci sweep [--config FILE | --sweep smoke|full] [--revision REV|WORKTREE] [--no-wait] [--json]
+
+Creates the run, dispatches its jobs (embedded local pool, or Celery when ``AMPCI_BROKER_URL`` is
+set), shows live progress on stderr (jobs done/failed, ETA), waits, prints the result table and the
+regressions against the baseline, and exits 1 when there are any (a CI gate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from service.errors import UserError
+
+
+def register(subparsers: Any) -> None:
+    """Add ``ampci sweep``."""
+    p = subparsers.add_parser("sweep", help="run a sweep for one pass revision and report regressions",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--config", metavar="FILE", help="sweep config TOML file")
+    src.add_argument("--sweep", metavar="NAME", default=None, help="built-in sweep (smoke, full); default smoke")
+    p.add_argument("--revision", default="WORKTREE",
+                   help="pass revision: branch, tag or sha of AMPCI_PASS_REPO, or WORKTREE (the uncommitted "
+                        "working tree; the default)")
+    p.add_argument("--baseline", default=None, help="revision to compare with (default: first parent)")
+    p.add_argument("--trigger", default="manual", choices=["manual", "push", "pull_request", "nightly", "bisect"])
+    p.add_argument("--workers", type=int, default=None, help="embedded mode: local worker processes (CPU count)")
+    p.add_argument("--timeout", type=float, default=None, help="give up waiting after this many seconds")
+    p.add_argument("--no-wait", action="store_true", help="enqueue and return (needs AMPCI_BROKER_URL)")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0: no regressions; 1: regressions found; 2: bad input; 3: a service is unavailable."""
+    from service import scheduler
+    from service.settings import Settings
+
+    settings = Settings.from_env()
+    if args.no_wait and settings.embedded:
+        raise UserError("--no-wait needs AMPCI_BROKER_URL: without a broker the jobs run in this process")
+    if args.workers is not None and args.workers < 1:
+        raise UserError("--workers must be >= 1")
+    config = scheduler.load_sweep(args.config, args.sweep)
+    store = scheduler.open_store(settings)
+    started = scheduler.start_sweep(settings, config, args.revision, trigger=args.trigger,
+                                    baseline=args.baseline, store=store, local_workers=args.workers)
+    where = "local pool" if settings.embedded else "celery"
+    print(f"run {started.run_id}: sweep {config.name} at {started.revision[:12]}, {started.cells} jobs "
+          f"({where})", file=sys.stderr)
+    if args.no_wait:
+        _emit(args, {"run_id": started.run_id, "revision": started.revision, "jobs": started.cells,
+                     "status": "queued"}, None)
+        return 0
+    try:
+        run_info = _wait_with_progress(store, started.run_id, started.cells, args.timeout)
+    finally:
+        if started.pool is not None:
+            started.pool.close()
+    results = store.results(run_id=started.run_id)
+    regressions = store.regressions(run_id=started.run_id, category="regression")
+    regressions = [r for r in regressions if r.state in ("open", "acknowledged")]
+    payload = {"run": run_info.to_dict(), "summary": store.run_summary(started.run_id).to_dict(),
+               "results": [r.to_dict() for r in results], "regressions": [r.to_dict() for r in regressions]}
+    _emit(args, payload, (run_info, results, regressions, started))
+    return 1 if regressions else 0
+
+
+def _wait_with_progress(store: Any, run_id: int, total: int, timeout: float | None) -> Any:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from service.scheduler import wait_for_run
+
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[failed]} failed, {task.fields[running]} running"),
+                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                  transient=False) as progress:
+        task = progress.add_task("jobs", total=total, failed=0, running=0)
+
+        def update(counts: Mapping[str, int]) -> None:
+            final = sum(n for s, n in counts.items() if s not in ("queued", "running"))
+            progress.update(task, completed=final, failed=counts.get("crashed", 0) + counts.get("error", 0),
+                            running=counts.get("running", 0))
+
+        return wait_for_run(store, run_id, update, timeout=timeout)
+
+
+def _emit(args: argparse.Namespace, payload: dict[str, Any], table: tuple[Any, ...] | None) -> None:
+    if args.json or table is None:
+        print(json.dumps(payload, indent=None if not args.json else 2, sort_keys=True))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    run_info, results, regressions, started = table
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    t = Table(title=f"run {run_info.id} · {run_info.sweep} · {started.revision[:12]} · {run_info.status}")
+    for col in ("model", "dtype", "policy", "target", "status", "cosine", "max_abs", "p50 ms", "speedup",
+                "low %"):
+        t.add_column(col, no_wrap=True, min_width=len(col))
+    t.add_column("message", overflow="ellipsis", no_wrap=True, max_width=48)
+    for r in results:
+        t.add_row(r.model, r.dtype, r.policy, r.target,
+                  f"[green]{r.status}[/]" if r.status == "pass" else f"[red]{r.status}[/]",
+                  _num(r.cosine, ".5f"), _num(r.max_abs, ".3g"), _num(r.latency_p50_ms, ".2f"),
+                  _num(r.speedup, ".2f"), _num(None if r.low_precision_fraction is None
+                                               else 100 * r.low_precision_fraction, ".0f"),
+                  (r.message or "")[:80])
+    console.print(t)
+    base = (started.baseline or "none")[:12]
+    if regressions:
+        rt = Table(title=f"{len(regressions)} regression(s) against baseline {base}")
+        for col in ("model", "dtype", "policy", "target", "kind", "severity", "metric", "baseline", "value",
+                    "detail"):
+            rt.add_column(col, overflow="fold")
+        for g in regressions:
+            rt.add_row(g.model, g.dtype, g.policy, g.target, g.kind, g.severity, g.metric,
+                       _num(g.baseline_value, ".4g"), _num(g.value, ".4g"), g.detail)
+        console.print(rt)
+    else:
+        console.print(f"no regressions against baseline {base}")
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "" if value is None else format(value, fmt)

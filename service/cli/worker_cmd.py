@@ -1,0 +1,78 @@
+"""``ampci worker`` and ``ampci beat``: thin wrappers around the Celery worker and beat.
+
+    ampci worker --queues cuda --concurrency 1     # one process per GPU
+    ampci beat                                     # nightly sweeps (UTC crontab AMPCI_NIGHTLY_CRON)
+
+Both need ``AMPCI_BROKER_URL``.  The worker uses the prefork pool; its parent process imports no
+job code (no CUDA initialisation before fork).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+from typing import Any
+
+from service.errors import UserError
+
+_QUEUE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``ampci worker`` and ``ampci beat``."""
+    w = subparsers.add_parser("worker", help="run a Celery worker for one or more target queues")
+    w.add_argument("--queues", "-Q", default="cpu", help="comma-separated queues (cuda, cpu, control, ...)")
+    w.add_argument("--concurrency", "-c", type=int, default=1, help="worker processes (one per GPU)")
+    w.add_argument("--name", "-n", default=None, help="node name (default ampci-<queues>@<host>)")
+    w.add_argument("--loglevel", "-l", default=None, help="log level (default AMPCI_LOG_LEVEL)")
+    w.add_argument("--max-tasks-per-child", type=int, default=None)
+    w.set_defaults(func=run_worker)
+    b = subparsers.add_parser("beat", help="run Celery beat: schedules the nightly sweep")
+    b.add_argument("--schedule-file", default=None, help="beat state file (default under AMPCI_DATA_DIR)")
+    b.add_argument("--loglevel", "-l", default=None)
+    b.set_defaults(func=run_beat)
+
+
+def worker_argv(queues: str, concurrency: int, name: str | None, loglevel: str,
+                max_tasks_per_child: int | None = None) -> list[str]:
+    """The ``celery worker`` argument list for these options (validated; UserError if bad)."""
+    names = [q.strip() for q in queues.split(",") if q.strip()]
+    if not names or not all(_QUEUE.match(q) for q in names):
+        raise UserError(f"--queues: expected comma-separated queue names, got {queues!r}")
+    if concurrency < 1:
+        raise UserError("--concurrency must be >= 1")
+    node = name or f"ampci-{'-'.join(names)}@{socket.gethostname()}"
+    argv = ["worker", "--pool", "prefork", "-Q", ",".join(names), "-c", str(concurrency), "-n", node,
+            "--loglevel", loglevel, "--without-gossip", "--without-mingle"]
+    if max_tasks_per_child:
+        argv += ["--max-tasks-per-child", str(max_tasks_per_child)]
+    return argv
+
+
+def _app() -> Any:
+    from service.settings import Settings
+
+    settings = Settings.from_env()
+    settings.require("broker_url")
+    from workers.celery_app import app  # built from the same environment
+
+    return settings, app
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """Run the worker in this process until it is stopped."""
+    settings, app = _app()
+    argv = worker_argv(args.queues, args.concurrency, args.name, args.loglevel or settings.log_level,
+                       args.max_tasks_per_child)
+    app.worker_main(argv)
+    return 0
+
+
+def run_beat(args: argparse.Namespace) -> int:
+    """Run beat in this process until it is stopped."""
+    settings, app = _app()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    schedule = args.schedule_file or str(settings.data_dir / "celerybeat-schedule")
+    app.start(["beat", "--loglevel", args.loglevel or settings.log_level, "--schedule", schedule])
+    return 0

@@ -1,0 +1,96 @@
+"""Engine creation and the translation of connection failures into ``DatabaseUnavailableError``.
+
+Guarantees: an unreachable or unopenable database raises
+:class:`service.errors.DatabaseUnavailableError` whose message names the URL with its password
+redacted; SQLite engines enforce foreign keys, use WAL and wait (busy timeout) instead of failing
+when another process writes; PostgreSQL engines check connections before use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+
+from service.errors import ConfigError, DatabaseUnavailableError
+from service.settings import redact_url
+
+SQLITE_BUSY_MS = 30_000
+
+
+def _sqlite_file(url: sa.URL) -> Path | None:
+    db = url.database
+    if not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return Path(db).expanduser()
+
+
+def make_engine(url: str) -> Engine:
+    """Create an engine for ``url`` (no connection is made yet).
+
+    A SQLite file URL gets its parent directory created.  A malformed URL or a missing driver is a
+    ``ConfigError`` (exit 2) naming the redacted URL.
+    """
+    try:
+        parsed = sa.make_url(url)
+    except ArgumentError:
+        raise ConfigError(f"not a database URL: {redact_url(url)!r}") from None
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            path = _sqlite_file(parsed)
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            engine = sa.create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_MS / 1000})
+            event.listen(engine, "connect", _sqlite_pragmas)
+            # Let SQLAlchemy emit BEGIN itself so transactions take locks predictably.
+            event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+            return engine
+        return sa.create_engine(parsed, pool_pre_ping=True, pool_size=5, max_overflow=10)
+    except (NoSuchModuleError, ImportError, ArgumentError) as exc:
+        raise ConfigError(f"cannot use database URL {redact_url(url)}: {exc}") from None
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+    dbapi_conn.isolation_level = None  # autocommit at the driver; SQLAlchemy's "begin" event starts txns
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
+    try:
+        cur.execute("PRAGMA journal_mode=WAL")
+    except Exception:  # noqa: BLE001 - read-only or in-memory databases keep their journal mode
+        pass
+    cur.close()
+
+
+def unavailable(engine: Engine, exc: BaseException) -> DatabaseUnavailableError:
+    """A DatabaseUnavailableError for ``engine`` whose message carries no password."""
+    url = engine.url.render_as_string(hide_password=True)
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    reason = redact_url(reason)
+    if engine.url.password:
+        reason = reason.replace(str(engine.url.password), "***")
+    return DatabaseUnavailableError(f"database unavailable at {url}: {reason}")
+
+
+def connect(engine: Engine) -> Connection:
+    """Open a connection, translating connection failures into DatabaseUnavailableError."""
+    try:
+        return engine.connect()
+    except DBAPIError as exc:
+        raise unavailable(engine, exc) from None
+
+
+@contextmanager
+def transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection inside one transaction: committed on success, rolled back on error."""
+    conn = connect(engine)
+    try:
+        with conn.begin():
+            yield conn
+    finally:
+        conn.close()

@@ -1,0 +1,64 @@
+"""Column values of a ``JobResult`` (what the store indexes, filters and compares on).
+
+NaN errors are stored as +inf (an error that is not a number is worse than any number, and
+SQLite cannot store NaN); a NaN cosine is stored as NULL.  The environment fingerprint is the
+``fingerprint`` entry of ``result.environment`` when the worker supplies one, otherwise the
+first 16 hex digits of the SHA-256 of the environment dict as sorted JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from workers.result import JobResult
+
+
+def _err(x: float | None) -> float | None:
+    if x is None:
+        return None
+    return math.inf if math.isnan(x) else float(x)
+
+
+def _num(x: float | None) -> float | None:
+    if x is None or math.isnan(x):
+        return None
+    return float(x)
+
+
+def env_fingerprint(environment: dict[str, str]) -> str | None:
+    """Stable fingerprint of an environment dict (None when empty)."""
+    if not environment:
+        return None
+    if environment.get("fingerprint"):
+        return str(environment["fingerprint"])[:64]
+    text = json.dumps(environment, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def result_columns(result: JobResult) -> dict[str, Any]:
+    """The metric columns of ``results`` for ``result`` (keys match models.Result attributes)."""
+    worst = result.accuracy.worst if result.accuracy is not None else None
+    ratio = None
+    if worst is not None and worst.baseline_max_abs and worst.baseline_max_abs > 0:
+        ratio = _err(worst.max_abs / worst.baseline_max_abs)
+    lat, conv, graph = result.latency, result.convergence, result.graph
+    return {
+        "status": result.status,
+        "message": result.message or None,
+        "model_sha256": result.model_sha256,
+        "cosine": _num(worst.cosine) if worst is not None else None,
+        "max_abs": _err(worst.max_abs) if worst is not None else None,
+        "error_ratio": ratio,
+        "latency_p50_ms": _num(lat.p50_ms) if lat is not None and lat.samples_ms else None,
+        "fp32_p50_ms": _num(lat.fp32_p50_ms) if lat is not None and lat.fp32_samples_ms else None,
+        "speedup": _num(lat.speedup) if lat is not None and lat.samples_ms else None,
+        "low_precision_fraction": _num(graph.low_precision_compute_fraction) if graph is not None else None,
+        "casts_inserted": graph.casts_inserted if graph is not None else None,
+        "final_error": _err(conv.final_error) if conv is not None and conv.steps else None,
+        "diverged": conv.diverged if conv is not None and conv.steps else None,
+        "env_fingerprint": env_fingerprint(result.environment),
+        "data": result.to_dict(),
+    }

@@ -1,0 +1,310 @@
+"""Read-side queries of the Store (mixed into :class:`service.db.store.Store`).
+
+Used by the CLI, the HTTP API and the dashboard.  Unknown revisions, runs, models and ids raise
+``NotFoundError``; revisions may be given as unique sha prefixes (4+ hex digits).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Row
+
+from service.db import models as m
+from service.db.records import (
+    CompareRow,
+    HistoryPoint,
+    JobInfo,
+    RegressionInfo,
+    ResultRow,
+    RevisionInfo,
+    RunInfo,
+    utc,
+)
+from service.errors import NotFoundError, UserError
+from workers.result import JobResult
+
+t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__
+t_res, t_reg = m.Result.__table__, m.Regression.__table__
+
+#: Metrics a history or comparison can show (column names; aliases accepted by :func:`metric_column`).
+METRICS = ("cosine", "max_abs", "error_ratio", "latency_p50_ms", "speedup", "low_precision_fraction",
+           "casts_inserted", "final_error")
+_ALIASES = {"latency_p50": "latency_p50_ms", "latency": "latency_p50_ms", "low_precision": "low_precision_fraction",
+            "casts": "casts_inserted", "convergence": "final_error"}
+REG_STATES = ("open", "acknowledged", "resolved", "false_positive")
+_PREFIX = re.compile(r"^[0-9a-fA-F]{4,64}$")
+RESULT_COLS = [t_res.c[f] for f in ResultRow.__dataclass_fields__]
+
+
+def metric_column(name: str) -> str:
+    """The results column for a metric name or alias, or UserError listing the valid names."""
+    col = _ALIASES.get(name, name)
+    if col not in METRICS:
+        raise UserError(f"unknown metric {name!r}; expected one of {', '.join(METRICS)}")
+    return col
+
+
+def run_info(r: Row[Any]) -> RunInfo:
+    """RunInfo from a runs row."""
+    return RunInfo(id=r.id, revision_sha=r.revision_sha, baseline_sha=r.baseline_sha, trigger=r.trigger,
+                   status=r.status, sweep=r.sweep, dedup_key=r.dedup_key, created_at=utc(r.created_at),  # type: ignore[arg-type]
+                   finished_at=utc(r.finished_at), meta=dict(r.meta or {}))
+
+
+def job_info(r: Row[Any]) -> JobInfo:
+    """JobInfo from a jobs row."""
+    return JobInfo(id=r.id, run_id=r.run_id, model=r.model, dtype=r.dtype, policy=r.policy, target=r.target,
+                   status=r.status, attempts=r.attempts, worker=r.worker, queued_at=utc(r.queued_at),  # type: ignore[arg-type]
+                   started_at=utc(r.started_at), finished_at=utc(r.finished_at), error=r.error)
+
+
+def result_row(r: Row[Any]) -> ResultRow:
+    """ResultRow from a row selected with RESULT_COLS."""
+    d = dict(r._mapping)
+    d["updated_at"] = utc(d["updated_at"])
+    return ResultRow(**d)
+
+
+def regression_info(r: Row[Any]) -> RegressionInfo:
+    """RegressionInfo from a regressions row."""
+    d = dict(r._mapping)
+    d["created_at"], d["state_at"] = utc(d["created_at"]), utc(d["state_at"])
+    return RegressionInfo(**d)
+
+
+class QueriesMixin:
+    """Query methods; requires ``self._tx()`` and ``self.clock`` from Store."""
+
+    def _tx(self):  # type: ignore[no-untyped-def]  # pragma: no cover - provided by Store
+        raise NotImplementedError
+
+    clock: Any
+
+    # -- revisions --------------------------------------------------------------------------------
+    def resolve_revision(self, ref: str) -> str:
+        """The full sha of a known revision given as a sha or unique prefix (4+ hex digits).
+
+        Unknown → NotFoundError; ambiguous or malformed → UserError naming the candidates.
+        """
+        ref = (ref or "").strip().lower()
+        if not _PREFIX.match(ref):
+            raise UserError(f"not a revision: {ref!r} (give 4-64 hex digits of a sha)")
+        with self._tx() as conn:
+            found = conn.execute(sa.select(t_rev.c.sha).where(t_rev.c.sha.like(ref + "%"))
+                                 .order_by(t_rev.c.sha).limit(6)).scalars().all()
+        if not found:
+            raise NotFoundError(f"unknown revision {ref}")
+        if len(found) > 1 and ref not in found:
+            more = ", ".join(s[:12] for s in found[:5])
+            raise UserError(f"revision prefix {ref} is ambiguous: {more}{', …' if len(found) > 5 else ''}")
+        return ref if ref in found else found[0]
+
+    def get_revision(self, ref: str) -> RevisionInfo:
+        """A revision by sha or unique prefix (NotFoundError if unknown)."""
+        sha = self.resolve_revision(ref)
+        with self._tx() as conn:
+            r = conn.execute(sa.select(t_rev).where(t_rev.c.sha == sha)).one()
+        return RevisionInfo(sha=r.sha, parents=tuple(r.parents or ()), branch=r.branch, author=r.author,
+                            message=r.message, committed_at=utc(r.committed_at))
+
+    def ancestors(self, sha: str, max_depth: int = 1000, include_self: bool = False) -> list[tuple[str, int]]:
+        """Ancestors of ``sha`` as (sha, depth) nearest first, following all parent links recorded."""
+        with self._tx() as conn:
+            return ancestors(conn, sha, max_depth, include_self)
+
+    def first_parent_path(self, head: str, stop: str, max_len: int = 10_000) -> list[str]:
+        """Shas from ``head`` back along first parents until ``stop`` (both included), oldest first.
+
+        NotFoundError when ``stop`` is not reached through recorded first-parent links.
+        """
+        path = [head]
+        with self._tx() as conn:
+            cur = head
+            while cur != stop and len(path) < max_len:
+                nxt = conn.execute(sa.select(t_par.c.parent_sha).where(
+                    t_par.c.child_sha == cur, t_par.c.position == 0)).scalar()
+                if nxt is None:
+                    raise NotFoundError(f"{stop[:12]} is not a recorded first-parent ancestor of {head[:12]}")
+                path.append(nxt)
+                cur = nxt
+        if cur != stop:
+            raise NotFoundError(f"{stop[:12]} not within {max_len} first-parent steps of {head[:12]}")
+        return list(reversed(path))
+
+    # -- runs and jobs ----------------------------------------------------------------------------
+    def get_run(self, run_id: int) -> RunInfo:
+        """A run by id (NotFoundError if unknown)."""
+        with self._tx() as conn:
+            r = conn.execute(sa.select(t_run).where(t_run.c.id == run_id)).first()
+        if r is None:
+            raise NotFoundError(f"no run with id {run_id}")
+        return run_info(r)
+
+    def find_run(self, dedup_key: str) -> RunInfo | None:
+        """The run created with ``dedup_key``, or None."""
+        with self._tx() as conn:
+            r = conn.execute(sa.select(t_run).where(t_run.c.dedup_key == dedup_key)).first()
+        return run_info(r) if r is not None else None
+
+    def list_runs(self, limit: int = 50, revision: str | None = None, trigger: str | None = None,
+                  status: str | None = None) -> list[RunInfo]:
+        """Runs newest first, optionally for one revision / trigger / status."""
+        q = sa.select(t_run).order_by(t_run.c.created_at.desc(), t_run.c.id.desc()).limit(limit)
+        if revision:
+            q = q.where(t_run.c.revision_sha == self.resolve_revision(revision))
+        if trigger:
+            q = q.where(t_run.c.trigger == trigger)
+        if status:
+            q = q.where(t_run.c.status == status)
+        with self._tx() as conn:
+            return [run_info(r) for r in conn.execute(q)]
+
+    def jobs(self, run_id: int) -> list[JobInfo]:
+        """The run's jobs ordered by cell (NotFoundError if the run is unknown)."""
+        with self._tx() as conn:
+            rows = conn.execute(sa.select(t_job).where(t_job.c.run_id == run_id).order_by(
+                t_job.c.model, t_job.c.dtype, t_job.c.policy, t_job.c.target)).all()
+            if not rows and conn.execute(sa.select(t_run.c.id).where(t_run.c.id == run_id)).first() is None:
+                raise NotFoundError(f"no run with id {run_id}")
+        return [job_info(r) for r in rows]
+
+    def get_job(self, job_id: int) -> JobInfo:
+        """A job by id (NotFoundError if unknown)."""
+        with self._tx() as conn:
+            r = conn.execute(sa.select(t_job).where(t_job.c.id == job_id)).first()
+        if r is None:
+            raise NotFoundError(f"no job with id {job_id}")
+        return job_info(r)
+
+    # -- results ----------------------------------------------------------------------------------
+    def results(self, run_id: int | None = None, revision: str | None = None, model: str | None = None,
+                dtype: str | None = None, policy: str | None = None, target: str | None = None,
+                status: str | None = None, latest_only: bool = True, limit: int = 5000) -> list[ResultRow]:
+        """Results filtered, ordered by cell.  With ``revision`` and ``latest_only`` only the newest
+        result of each cell at that revision is kept.  An unknown model is a NotFoundError."""
+        q = sa.select(*RESULT_COLS)
+        if run_id is not None:
+            self.get_run(run_id)
+            q = q.where(t_res.c.run_id == run_id)
+        if revision:
+            q = q.where(t_res.c.revision_sha == self.resolve_revision(revision))
+        for col, val in (("model", model), ("dtype", dtype), ("policy", policy), ("target", target),
+                         ("status", status)):
+            if val:
+                q = q.where(t_res.c[col] == val)
+        q = q.order_by(t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target, t_res.c.id.desc()).limit(limit)
+        with self._tx() as conn:
+            rows = [result_row(r) for r in conn.execute(q)]
+            if not rows and model:
+                self._check_model(conn, model)
+        if revision and latest_only:
+            seen: set[tuple[str, str, str, str]] = set()
+            rows = [r for r in rows if not (r.cell in seen or seen.add(r.cell))]  # type: ignore[func-returns-value]
+        return rows
+
+    def get_result(self, result_id: int) -> JobResult:
+        """The complete stored JobResult (NotFoundError if unknown)."""
+        with self._tx() as conn:
+            data = conn.execute(sa.select(t_res.c.data).where(t_res.c.id == result_id)).scalar()
+        if data is None:
+            raise NotFoundError(f"no result with id {result_id}")
+        return JobResult.from_dict(data)
+
+    def _check_model(self, conn: Connection, model: str) -> None:
+        hit = conn.execute(sa.select(t_res.c.id).where(t_res.c.model == model).limit(1)).first()
+        if hit is None and conn.execute(sa.select(t_job.c.id).where(t_job.c.model == model).limit(1)).first() is None:
+            raise NotFoundError(f"unknown model {model!r} (no job or result has it)")
+
+    def compare(self, rev_a: str, rev_b: str) -> list[CompareRow]:
+        """Cell-by-cell comparison of the newest results at two revisions, with ``b - a`` deltas."""
+        a, b = self.resolve_revision(rev_a), self.resolve_revision(rev_b)
+        ra = {r.cell: r for r in self.results(revision=a)}
+        rb = {r.cell: r for r in self.results(revision=b)}
+        out = []
+        for cell in sorted(set(ra) | set(rb)):
+            x, y = ra.get(cell), rb.get(cell)
+            deltas: dict[str, float | None] = {}
+            for metric in METRICS:
+                va = getattr(x, metric) if x else None
+                vb = getattr(y, metric) if y else None
+                deltas[metric] = (vb - va) if va is not None and vb is not None else None
+            out.append(CompareRow(model=cell[0], dtype=cell[1], policy=cell[2], target=cell[3], a=x, b=y,
+                                  deltas=deltas))
+        return out
+
+    def history(self, model: str, dtype: str, policy: str | None = None, target: str | None = None,
+                metric: str = "cosine", limit: int = 200) -> list[HistoryPoint]:
+        """The last ``limit`` values of a metric of a model/dtype (optionally one policy/target), oldest first."""
+        col = t_res.c[metric_column(metric)]
+        q = (sa.select(t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_run.c.trigger, t_run.c.created_at,
+                       t_res.c.status, t_res.c.policy, t_res.c.target, col.label("value"))
+             .join(t_run, t_run.c.id == t_res.c.run_id)
+             .where(t_res.c.model == model, t_res.c.dtype == dtype))
+        if policy:
+            q = q.where(t_res.c.policy == policy)
+        if target:
+            q = q.where(t_res.c.target == target)
+        q = q.order_by(t_res.c.id.desc()).limit(limit)
+        with self._tx() as conn:
+            rows = conn.execute(q).all()
+            if not rows:
+                self._check_model(conn, model)
+        return [HistoryPoint(result_id=r.id, run_id=r.run_id, revision_sha=r.revision_sha, trigger=r.trigger,
+                             created_at=utc(r.created_at), status=r.status, policy=r.policy,  # type: ignore[arg-type]
+                             target=r.target, value=r.value) for r in reversed(rows)]
+
+    # -- regressions ------------------------------------------------------------------------------
+    def regressions(self, state: str | None = None, since: datetime | None = None, revision: str | None = None,
+                    run_id: int | None = None, category: str | None = None, limit: int = 1000) -> list[RegressionInfo]:
+        """Stored findings newest first; ``state='open'`` gives open ones only."""
+        if state is not None and state not in REG_STATES:
+            raise UserError(f"unknown regression state {state!r}; expected one of {', '.join(REG_STATES)}")
+        q = sa.select(t_reg).order_by(t_reg.c.created_at.desc(), t_reg.c.id.desc()).limit(limit)
+        if state:
+            q = q.where(t_reg.c.state == state)
+        if since is not None:
+            q = q.where(t_reg.c.created_at >= since)
+        if revision:
+            q = q.where(t_reg.c.revision_sha == self.resolve_revision(revision))
+        if run_id is not None:
+            q = q.where(t_reg.c.run_id == run_id)
+        if category:
+            q = q.where(t_reg.c.category == category)
+        with self._tx() as conn:
+            return [regression_info(r) for r in conn.execute(q)]
+
+    def get_regression(self, regression_id: int) -> RegressionInfo:
+        """A finding by id (NotFoundError if unknown)."""
+        with self._tx() as conn:
+            r = conn.execute(sa.select(t_reg).where(t_reg.c.id == regression_id)).first()
+        if r is None:
+            raise NotFoundError(f"no regression with id {regression_id}")
+        return regression_info(r)
+
+    def ack(self, regression_id: int, by: str | None = None, false_positive: bool = False,
+            note: str | None = None) -> RegressionInfo:
+        """Mark a finding ``acknowledged`` (or ``false_positive``), recording who and when."""
+        state = "false_positive" if false_positive else "acknowledged"
+        with self._tx() as conn:
+            n = conn.execute(t_reg.update().where(t_reg.c.id == regression_id).values(
+                state=state, state_by=by, state_at=self.clock(), state_note=note)).rowcount
+        if not n:
+            raise NotFoundError(f"no regression with id {regression_id}")
+        return self.get_regression(regression_id)
+
+
+def ancestors(conn: Connection, sha: str, max_depth: int = 1000, include_self: bool = False) -> list[tuple[str, int]]:
+    """(sha, depth) of the ancestors of ``sha`` nearest first (one recursive query; depth-bounded)."""
+    anc = (sa.select(t_par.c.parent_sha.label("sha"), sa.literal(1).label("depth"))
+           .where(t_par.c.child_sha == sha).cte("anc", recursive=True))
+    step = (sa.select(t_par.c.parent_sha, (anc.c.depth + 1))
+            .join(anc, t_par.c.child_sha == anc.c.sha).where(anc.c.depth < max_depth))
+    anc = anc.union(step)
+    rows = conn.execute(sa.select(anc.c.sha, sa.func.min(anc.c.depth).label("d"))
+                        .group_by(anc.c.sha).order_by("d", anc.c.sha)).all()
+    out = [(r.sha, int(r.d)) for r in rows if r.sha != sha]
+    return [(sha, 0), *out] if include_self else out

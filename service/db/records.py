@@ -1,0 +1,233 @@
+"""Plain, immutable records returned by the Store (no ORM objects escape the store).
+
+Every record has ``to_dict()`` giving JSON-ready values (datetimes as ISO-8601 UTC strings), which
+the CLI's ``--json`` and the HTTP API emit as is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any
+
+Cell = tuple[str, str, str, str]  # (model, dtype, policy, target)
+
+
+def utc(dt: datetime | None) -> datetime | None:
+    """``dt`` as an aware UTC datetime (SQLite hands back naive ones)."""
+    if dt is None:
+        return None
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, datetime):
+        return utc(v).isoformat()  # type: ignore[union-attr]
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, tuple | list):
+        return [_json_value(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _json_value(x) for k, x in v.items()}
+    if hasattr(v, "to_dict"):
+        return v.to_dict()
+    return v
+
+
+class _Record:
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of all fields."""
+        return {f.name: _json_value(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class RevisionInfo(_Record):
+    """A pass revision."""
+
+    sha: str
+    parents: tuple[str, ...]
+    branch: str | None
+    author: str | None
+    message: str | None
+    committed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RunInfo(_Record):
+    """A run (one sweep of one revision)."""
+
+    id: int
+    revision_sha: str
+    baseline_sha: str | None
+    trigger: str
+    status: str
+    sweep: str
+    dedup_key: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobInfo(_Record):
+    """One job (cell of a run)."""
+
+    id: int
+    run_id: int
+    model: str
+    dtype: str
+    policy: str
+    target: str
+    status: str
+    attempts: int
+    worker: str | None
+    queued_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+
+    @property
+    def cell(self) -> Cell:
+        """(model, dtype, policy, target)."""
+        return (self.model, self.dtype, self.policy, self.target)
+
+
+@dataclass(frozen=True)
+class ResultRow(_Record):
+    """The queried columns of one stored result (the full JobResult: ``Store.get_result``)."""
+
+    id: int
+    run_id: int
+    revision_sha: str
+    model: str
+    dtype: str
+    policy: str
+    target: str
+    status: str
+    message: str | None
+    cosine: float | None
+    max_abs: float | None
+    error_ratio: float | None
+    latency_p50_ms: float | None
+    speedup: float | None
+    low_precision_fraction: float | None
+    casts_inserted: int | None
+    final_error: float | None
+    diverged: bool | None
+    env_fingerprint: str | None
+    updated_at: datetime
+
+    @property
+    def cell(self) -> Cell:
+        """(model, dtype, policy, target)."""
+        return (self.model, self.dtype, self.policy, self.target)
+
+
+@dataclass(frozen=True)
+class RegressionInfo(_Record):
+    """A stored regression, improvement or flaky finding."""
+
+    id: int
+    run_id: int
+    revision_sha: str
+    baseline_sha: str | None
+    model: str
+    dtype: str
+    policy: str
+    target: str
+    kind: str
+    category: str
+    severity: str
+    metric: str
+    baseline_value: float | None
+    value: float | None
+    delta: float | None
+    ratio: float | None
+    p_value: float | None
+    detail: str
+    result_id: int | None
+    baseline_result_id: int | None
+    state: str
+    state_by: str | None
+    state_at: datetime | None
+    state_note: str | None
+    resolved_by_result_id: int | None
+    created_at: datetime
+
+    @property
+    def cell(self) -> Cell:
+        """(model, dtype, policy, target)."""
+        return (self.model, self.dtype, self.policy, self.target)
+
+
+@dataclass(frozen=True)
+class RunSummary(_Record):
+    """Counts for one run, e.g. for a GitHub commit status."""
+
+    run_id: int
+    status: str
+    cells: int
+    job_status: dict[str, int]
+    result_status: dict[str, int]
+    regressions: dict[str, int]   # open/acknowledged regressions by kind
+    improvements: int
+    flaky: int
+
+    def describe(self) -> str:
+        """One line such as ``48 cells: 46 pass, 1 accuracy regression, 1 flaky``."""
+        parts = [f"{self.result_status.get('pass', 0)} pass"]
+        for status, n in sorted(self.result_status.items()):
+            if status != "pass" and n:
+                parts.append(f"{n} {status}")
+        pending = sum(n for s, n in self.job_status.items() if s in ("queued", "running"))
+        if pending:
+            parts.append(f"{pending} pending")
+        for kind, n in sorted(self.regressions.items()):
+            parts.append(f"{n} {kind} regression{'s' if n != 1 else ''}")
+        if self.improvements:
+            parts.append(f"{self.improvements} improvement{'s' if self.improvements != 1 else ''}")
+        if self.flaky:
+            parts.append(f"{self.flaky} flaky")
+        return f"{self.cells} cells: " + ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class CompareRow(_Record):
+    """One cell compared between two revisions (None where a side has no result)."""
+
+    model: str
+    dtype: str
+    policy: str
+    target: str
+    a: ResultRow | None
+    b: ResultRow | None
+    deltas: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class HistoryPoint(_Record):
+    """One value of a cell's metric at one run, oldest first in a history."""
+
+    result_id: int
+    run_id: int
+    revision_sha: str
+    trigger: str
+    created_at: datetime
+    status: str
+    policy: str
+    target: str
+    value: float | None
+
+
+@dataclass(frozen=True)
+class DeliveryInfo(_Record):
+    """A recorded webhook delivery."""
+
+    delivery_id: str
+    event: str
+    repository: str | None
+    status: str
+    reason: str | None
+    run_id: int | None
+    received_at: datetime

@@ -1,0 +1,401 @@
+"""The results store: the one API the scheduler, webhook, HTTP API, dashboard and CLI write and read through.
+
+``Store.from_url(url)`` (or ``Store(engine)``) is safe to share between threads and to create in
+several processes at once: every method runs in its own short transaction, and every write that
+may race with another process (revision upsert, deduplicated run creation, result write, attempt
+counting, webhook delivery) is a single atomic statement (``INSERT … ON CONFLICT`` /
+``UPDATE … RETURNING``), on PostgreSQL and on SQLite alike.
+
+Errors: an unreachable database raises ``DatabaseUnavailableError`` (URL redacted, exit 3); an
+unknown revision, run, job, model or regression id raises ``NotFoundError`` (exit 2); other bad
+arguments raise ``UserError`` (exit 2).  The schema must be at head (``ampci db upgrade`` or
+``Store.upgrade()``); ``Store.from_settings`` upgrades the embedded SQLite default by itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from service.db import models as m
+from service.db.engine import make_engine, transaction
+from service.db.extract import result_columns
+from service.db.queries import QueriesMixin, job_info, run_info
+from service.db.records import Cell, DeliveryInfo, JobInfo, RevisionInfo, RunInfo, RunSummary, utc
+from service.errors import NotFoundError, UserError
+from workers.result import JobResult
+
+if TYPE_CHECKING:
+    from service.regressions.detect import Regression
+    from service.regressions.thresholds import Thresholds
+    from service.settings import Settings
+
+TRIGGERS = ("push", "pull_request", "nightly", "manual", "bisect")
+RUN_STATES = ("queued", "running", "complete", "partial", "failed", "cancelled")
+JOB_STATES = ("queued", "running", "done", "error", "crashed", "cancelled")
+JOB_TERMINAL = frozenset({"done", "error", "crashed", "cancelled"})
+DELIVERY_STATES = ("accepted", "rejected", "duplicate")
+_SHA = re.compile(r"^[0-9a-f]{7,64}$")
+
+t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__
+t_res, t_reg, t_zoo, t_del = (m.Result.__table__, m.Regression.__table__, m.ZooModel.__table__,
+                              m.WebhookDelivery.__table__)
+
+
+def dialect_insert(conn: Connection, table: sa.Table) -> Any:
+    """An INSERT supporting ``on_conflict_do_*`` for the connection's dialect."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:  # pragma: no cover - only PostgreSQL and SQLite are supported
+        raise UserError(f"unsupported database dialect {conn.dialect.name!r}; use PostgreSQL or SQLite")
+    return insert(table)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def check_sha(sha: str) -> str:
+    """A full-enough lower-case hex sha (7–64 digits) or UserError."""
+    s = (sha or "").strip().lower()
+    if not _SHA.match(s):
+        raise UserError(f"not a git sha: {sha!r} (expected 7-64 hex digits)")
+    return s
+
+
+class Store(QueriesMixin):
+    """Results store over one SQLAlchemy engine.  See the module docstring for guarantees."""
+
+    def __init__(self, engine: Engine, clock: Callable[[], datetime] = _now) -> None:
+        self.engine = engine
+        self.clock = clock
+
+    @classmethod
+    def from_url(cls, url: str, clock: Callable[[], datetime] = _now) -> Store:
+        """A Store for ``url`` (no connection is made until the first call)."""
+        return cls(make_engine(url), clock=clock)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Store:
+        """The Store of ``settings.effective_database_url``; the embedded SQLite default is upgraded to head."""
+        url = settings.effective_database_url
+        store = cls.from_url(url)
+        if not settings.database_url:
+            store.upgrade()
+        return store
+
+    def upgrade(self) -> None:
+        """Bring the schema to head (idempotent; serialised across processes on PostgreSQL)."""
+        from service.db.migrate import upgrade
+
+        upgrade(self.engine.url.render_as_string(hide_password=False))
+
+    def dispose(self) -> None:
+        """Close pooled connections (call before forking or at exit)."""
+        self.engine.dispose()
+
+    def _tx(self):  # type: ignore[no-untyped-def]
+        return transaction(self.engine)
+
+    # -- revisions ------------------------------------------------------------------------------
+    def upsert_revision(self, sha: str, parents: Sequence[str] = (), branch: str | None = None,
+                        author: str | None = None, message: str | None = None,
+                        committed_at: datetime | None = None) -> RevisionInfo:
+        """Insert or update a revision.  Fields given as None keep their stored value; non-empty
+        ``parents`` replace the stored parent links (position 0 = first parent)."""
+        sha = check_sha(sha)
+        parents = [check_sha(p) for p in parents]
+        now = self.clock()
+        with self._tx() as conn:
+            ins = dialect_insert(conn, t_rev).values(
+                sha=sha, parents=parents, branch=branch, author=author, message=message,
+                committed_at=committed_at, created_at=now)
+            ex = ins.excluded
+            update: dict[str, Any] = {c: sa.func.coalesce(getattr(ex, c), getattr(t_rev.c, c))
+                                      for c in ("branch", "author", "message", "committed_at")}
+            if parents:
+                update["parents"] = ex.parents
+            conn.execute(ins.on_conflict_do_update(index_elements=[t_rev.c.sha], set_=update))
+            if parents:
+                conn.execute(t_par.delete().where(t_par.c.child_sha == sha, t_par.c.position >= len(parents)))
+                pins = dialect_insert(conn, t_par).values(
+                    [{"child_sha": sha, "position": i, "parent_sha": p} for i, p in enumerate(parents)])
+                conn.execute(pins.on_conflict_do_update(
+                    index_elements=[t_par.c.child_sha, t_par.c.position],
+                    set_={"parent_sha": pins.excluded.parent_sha}))
+        return self.get_revision(sha)
+
+    def _ensure_revision(self, conn: Connection, sha: str) -> None:
+        ins = dialect_insert(conn, t_rev).values(sha=sha, parents=[], created_at=self.clock())
+        conn.execute(ins.on_conflict_do_nothing(index_elements=[t_rev.c.sha]))
+
+    # -- runs and jobs --------------------------------------------------------------------------
+    def create_run(self, revision_sha: str, trigger: str, baseline_sha: str | None = None,
+                   sweep: str = "smoke", cells: Iterable[Cell] = (), dedup_key: str | None = None,
+                   meta: dict[str, Any] | None = None) -> int:
+        """Create a run with one ``queued`` job per distinct cell; return its id.
+
+        A revision not yet known is inserted bare (sha only).  When ``dedup_key`` is given and a
+        run with that key exists, **the existing run's id is returned** and nothing is created
+        (use :meth:`create_run_if_new` to learn which happened).  Safe under concurrent callers.
+        """
+        return self.create_run_if_new(revision_sha, trigger, baseline_sha, sweep, cells, dedup_key, meta)[0]
+
+    def create_run_if_new(self, revision_sha: str, trigger: str, baseline_sha: str | None = None,
+                          sweep: str = "smoke", cells: Iterable[Cell] = (), dedup_key: str | None = None,
+                          meta: dict[str, Any] | None = None) -> tuple[int, bool]:
+        """Like :meth:`create_run`; returns ``(run_id, created)`` (created False: dedup hit)."""
+        if trigger not in TRIGGERS:
+            raise UserError(f"unknown trigger {trigger!r}; expected one of {', '.join(TRIGGERS)}")
+        sha = check_sha(revision_sha)
+        base = check_sha(baseline_sha) if baseline_sha else None
+        unique_cells = list(dict.fromkeys(_check_cell(c) for c in cells))
+        now = self.clock()
+        with self._tx() as conn:
+            self._ensure_revision(conn, sha)
+            ins = dialect_insert(conn, t_run).values(
+                revision_sha=sha, baseline_sha=base, trigger=trigger, status="queued", sweep=sweep,
+                dedup_key=dedup_key, meta=meta or {}, created_at=now)
+            if dedup_key is not None:
+                ins = ins.on_conflict_do_nothing(index_elements=[t_run.c.dedup_key])
+            run_id = conn.execute(ins.returning(t_run.c.id)).scalar()
+            if run_id is None:
+                existing = conn.execute(sa.select(t_run.c.id).where(t_run.c.dedup_key == dedup_key)).scalar()
+                return int(existing), False
+            if unique_cells:
+                conn.execute(t_job.insert(), [
+                    {"run_id": run_id, "model": c[0], "dtype": c[1], "policy": c[2], "target": c[3],
+                     "status": "queued", "attempts": 0, "queued_at": now} for c in unique_cells])
+        return int(run_id), True
+
+    def add_jobs(self, run_id: int, cells: Iterable[Cell]) -> list[JobInfo]:
+        """Add ``queued`` jobs for cells the run does not have yet; returns all the run's jobs."""
+        now = self.clock()
+        with self._tx() as conn:
+            self._run_row(conn, run_id)
+            rows = [{"run_id": run_id, "model": c[0], "dtype": c[1], "policy": c[2], "target": c[3],
+                     "status": "queued", "attempts": 0, "queued_at": now}
+                    for c in dict.fromkeys(_check_cell(c) for c in cells)]
+            if rows:
+                ins = dialect_insert(conn, t_job)
+                conn.execute(ins.on_conflict_do_nothing(
+                    index_elements=[t_job.c.run_id, t_job.c.model, t_job.c.dtype, t_job.c.policy, t_job.c.target]),
+                    rows)
+        return self.jobs(run_id)
+
+    def start_attempt(self, job_id: int, worker: str) -> int:
+        """Atomically count one more delivery of a job to ``worker``; return the new attempt count.
+
+        The job becomes ``running`` unless it is already ``done``/``crashed``/``cancelled`` (a
+        redelivery of a finished job only counts).  Its run becomes ``running`` if it was queued.
+        The caller marks the job ``crashed`` when the count exceeds its limit.
+        """
+        now = self.clock()
+        with self._tx() as conn:
+            keep = t_job.c.status.in_(("done", "crashed", "cancelled"))
+            row = conn.execute(
+                t_job.update().where(t_job.c.id == job_id)
+                .values(attempts=t_job.c.attempts + 1, worker=worker, started_at=now,
+                        status=sa.case((keep, t_job.c.status), else_=sa.literal("running")))
+                .returning(t_job.c.attempts, t_job.c.run_id)).first()
+            if row is None:
+                raise NotFoundError(f"no job with id {job_id}")
+            conn.execute(t_run.update().where(t_run.c.id == row.run_id, t_run.c.status == "queued")
+                         .values(status="running"))
+            return int(row.attempts)
+
+    def mark_job(self, job_id: int, status: str, error: str | None = None) -> JobInfo:
+        """Set a job's status (one of JOB_STATES); terminal states stamp ``finished_at``."""
+        if status not in JOB_STATES:
+            raise UserError(f"unknown job status {status!r}; expected one of {', '.join(JOB_STATES)}")
+        values: dict[str, Any] = {"status": status, "error": error}
+        if status in JOB_TERMINAL:
+            values["finished_at"] = self.clock()
+        with self._tx() as conn:
+            row = conn.execute(t_job.update().where(t_job.c.id == job_id).values(**values)
+                               .returning(*t_job.c)).first()
+            if row is None:
+                raise NotFoundError(f"no job with id {job_id}")
+            return job_info(row)
+
+    # -- results --------------------------------------------------------------------------------
+    def write_result(self, run_id: int, result: JobResult, job_id: int | None = None) -> int:
+        """Store ``result`` for its cell in ``run_id``; return the result id.
+
+        Idempotent on (run, model, dtype, policy, target): a repeated write (a redelivered task)
+        updates the same row in place, also when two writers race.  The cell's job (found by cell
+        when ``job_id`` is None) is marked ``done`` (``crashed`` for a crashed result) and the model
+        is recorded in the zoo table.  The run's own revision is authoritative.
+        """
+        cols = result_columns(result)
+        now = self.clock()
+        with self._tx() as conn:
+            run = self._run_row(conn, run_id)
+            if job_id is None:
+                job_id = conn.execute(sa.select(t_job.c.id).where(
+                    t_job.c.run_id == run_id, t_job.c.model == result.model, t_job.c.dtype == result.dtype,
+                    t_job.c.policy == result.policy, t_job.c.target == result.target)).scalar()
+            ins = dialect_insert(conn, t_res).values(
+                run_id=run_id, job_id=job_id, revision_sha=run.revision_sha, model=result.model,
+                dtype=result.dtype, policy=result.policy, target=result.target, created_at=now,
+                updated_at=now, **cols)
+            update = {k: getattr(ins.excluded, k) for k in (*cols, "job_id", "updated_at")}
+            rid = conn.execute(ins.on_conflict_do_update(
+                index_elements=[t_res.c.run_id, t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target],
+                set_=update).returning(t_res.c.id)).scalar_one()
+            if job_id is not None:
+                conn.execute(t_job.update().where(t_job.c.id == job_id).values(
+                    status="crashed" if result.status == "crashed" else "done", finished_at=now))
+            zins = dialect_insert(conn, t_zoo).values(name=result.model, sha256=result.model_sha256, meta={},
+                                                      first_seen_at=now, last_seen_at=now)
+            conn.execute(zins.on_conflict_do_update(index_elements=[t_zoo.c.name], set_={
+                "last_seen_at": zins.excluded.last_seen_at,
+                "sha256": sa.func.coalesce(zins.excluded.sha256, t_zoo.c.sha256)}))
+            return int(rid)
+
+    def finish_run(self, run_id: int) -> RunInfo:
+        """Derive the run's status from its jobs and store it.
+
+        Any job queued/running: ``queued`` (none started) or ``running``, no finish time.
+        Otherwise (finish time stamped): all ``done`` → ``complete``; all ``cancelled`` →
+        ``cancelled``; none ``done`` → ``failed``; else ``partial``.  A run without jobs is
+        ``complete``.  Idempotent.
+        """
+        with self._tx() as conn:
+            self._run_row(conn, run_id)
+            counts = dict(conn.execute(sa.select(t_job.c.status, sa.func.count()).where(
+                t_job.c.run_id == run_id).group_by(t_job.c.status)).all())
+            total = sum(counts.values())
+            pending = counts.get("queued", 0) + counts.get("running", 0)
+            finished_at = None
+            if pending:
+                status = "queued" if counts.get("queued", 0) == total else "running"
+            else:
+                finished_at = self.clock()
+                done = counts.get("done", 0)
+                if done == total:
+                    status = "complete"
+                elif counts.get("cancelled", 0) == total:
+                    status = "cancelled"
+                else:
+                    status = "failed" if done == 0 else "partial"
+            conn.execute(t_run.update().where(t_run.c.id == run_id)
+                         .values(status=status, finished_at=finished_at))
+        return self.get_run(run_id)
+
+    def set_run_status(self, run_id: int, status: str) -> RunInfo:
+        """Force a run status (e.g. ``cancelled``); prefer :meth:`finish_run` otherwise."""
+        if status not in RUN_STATES:
+            raise UserError(f"unknown run status {status!r}; expected one of {', '.join(RUN_STATES)}")
+        with self._tx() as conn:
+            self._run_row(conn, run_id)
+            conn.execute(t_run.update().where(t_run.c.id == run_id).values(status=status))
+        return self.get_run(run_id)
+
+    def run_summary(self, run_id: int) -> RunSummary:
+        """Counts of a run's jobs, results and findings (regressions counted unless resolved/false positive)."""
+        with self._tx() as conn:
+            run = self._run_row(conn, run_id)
+            jobs = dict(conn.execute(sa.select(t_job.c.status, sa.func.count()).where(
+                t_job.c.run_id == run_id).group_by(t_job.c.status)).all())
+            res = dict(conn.execute(sa.select(t_res.c.status, sa.func.count()).where(
+                t_res.c.run_id == run_id).group_by(t_res.c.status)).all())
+            found = conn.execute(sa.select(t_reg.c.category, t_reg.c.kind, sa.func.count()).where(
+                t_reg.c.run_id == run_id, t_reg.c.state.in_(("open", "acknowledged")))
+                .group_by(t_reg.c.category, t_reg.c.kind)).all()
+            cells = max(sum(jobs.values()), sum(res.values()))
+        regs = {k: n for c, k, n in found if c == "regression"}
+        return RunSummary(run_id=run_id, status=run.status, cells=cells, job_status=jobs, result_status=res,
+                          regressions=regs, improvements=sum(n for c, _, n in found if c == "improvement"),
+                          flaky=sum(n for c, _, n in found if c == "flaky"))
+
+    def detect_regressions(self, run_id: int, thresholds: Thresholds | None = None) -> list[Regression]:
+        """Compare every result of the run with its baseline, store findings, resolve fixed ones.
+
+        See :func:`service.regressions.detect.detect_run` for the rules and guarantees
+        (idempotent: running it twice stores each finding once).
+        """
+        from service.regressions.detect import detect_run
+
+        return detect_run(self, run_id, thresholds)
+
+    # -- model zoo and webhook deliveries --------------------------------------------------------
+    def record_model(self, name: str, sha256: str | None = None, source: str | None = None,
+                     meta: dict[str, Any] | None = None) -> None:
+        """Record (or refresh) a model zoo entry seen by a sweep."""
+        now = self.clock()
+        with self._tx() as conn:
+            ins = dialect_insert(conn, t_zoo).values(name=name, sha256=sha256, source=source, meta=meta or {},
+                                                     first_seen_at=now, last_seen_at=now)
+            conn.execute(ins.on_conflict_do_update(index_elements=[t_zoo.c.name], set_={
+                "last_seen_at": now, "sha256": sa.func.coalesce(ins.excluded.sha256, t_zoo.c.sha256),
+                "source": sa.func.coalesce(ins.excluded.source, t_zoo.c.source)}))
+
+    def zoo_models(self) -> list[dict[str, Any]]:
+        """All model zoo entries seen, by name."""
+        with self._tx() as conn:
+            rows = conn.execute(sa.select(t_zoo).order_by(t_zoo.c.name)).mappings().all()
+        return [{**r, "first_seen_at": utc(r["first_seen_at"]), "last_seen_at": utc(r["last_seen_at"])}
+                for r in rows]
+
+    def record_delivery(self, delivery_id: str, event: str, status: str, reason: str | None = None,
+                        run_id: int | None = None, repository: str | None = None) -> bool:
+        """Record a webhook delivery; True if new, False if the id was already recorded (left unchanged).
+
+        Atomic: of two concurrent calls with one id exactly one gets True.
+        """
+        if status not in DELIVERY_STATES:
+            raise UserError(f"unknown delivery status {status!r}; expected one of {', '.join(DELIVERY_STATES)}")
+        with self._tx() as conn:
+            ins = dialect_insert(conn, t_del).values(
+                delivery_id=delivery_id, event=event, status=status, reason=reason, run_id=run_id,
+                repository=repository, received_at=self.clock())
+            got = conn.execute(ins.on_conflict_do_nothing(index_elements=[t_del.c.delivery_id])
+                               .returning(t_del.c.delivery_id)).scalar()
+        return got is not None
+
+    def update_delivery(self, delivery_id: str, *, status: str | None = None, reason: str | None = None,
+                        run_id: int | None = None) -> DeliveryInfo:
+        """Update fields of a recorded delivery (None leaves a field as it is)."""
+        if status is not None and status not in DELIVERY_STATES:
+            raise UserError(f"unknown delivery status {status!r}; expected one of {', '.join(DELIVERY_STATES)}")
+        values = {k: v for k, v in (("status", status), ("reason", reason), ("run_id", run_id)) if v is not None}
+        with self._tx() as conn:
+            if values:
+                conn.execute(t_del.update().where(t_del.c.delivery_id == delivery_id).values(**values))
+        got = self.get_delivery(delivery_id)
+        if got is None:
+            raise NotFoundError(f"no webhook delivery {delivery_id!r}")
+        return got
+
+    def get_delivery(self, delivery_id: str) -> DeliveryInfo | None:
+        """The recorded delivery with this id, or None."""
+        with self._tx() as conn:
+            r = conn.execute(sa.select(t_del).where(t_del.c.delivery_id == delivery_id)).first()
+        if r is None:
+            return None
+        return DeliveryInfo(delivery_id=r.delivery_id, event=r.event, repository=r.repository, status=r.status,
+                            reason=r.reason, run_id=r.run_id, received_at=utc(r.received_at))  # type: ignore[arg-type]
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _run_row(self, conn: Connection, run_id: int) -> Any:
+        row = conn.execute(sa.select(t_run).where(t_run.c.id == run_id)).first()
+        if row is None:
+            raise NotFoundError(f"no run with id {run_id}")
+        return row
+
+
+def _check_cell(cell: Sequence[str]) -> Cell:
+    if len(cell) != 4 or not all(isinstance(x, str) and x.strip() for x in cell):
+        raise UserError(f"a cell is (model, dtype, policy, target) of non-empty strings, got {cell!r}")
+    return (cell[0], cell[1], cell[2], cell[3])
+
+
+__all__ = ["Store", "TRIGGERS", "RUN_STATES", "JOB_STATES", "DELIVERY_STATES", "run_info", "check_sha"]

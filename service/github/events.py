@@ -1,0 +1,272 @@
+"""Parse verified GitHub webhook payloads into run requests.
+
+:func:`parse_event` is a pure function of (event name, raw body, settings): it never touches the
+database or the network.  It returns a :class:`RunRequest` (store a run and enqueue it), a
+:class:`Ping`, or an :class:`Ignored` with the reason; malformed input raises :class:`PayloadError`
+whose message is the one-line reason recorded for the rejected delivery.
+
+What the payloads carry (and what they do not):
+
+* ``push`` lists at most 20 commits, oldest first, without their parents.  We record the parent
+  chain the payload implies: commit *i*'s first parent is commit *i-1*, the first commit's parent is
+  ``before`` (unless the push is forced or creates the branch, where it is unknown and left empty).
+  Second parents of merge commits are not in the payload; the worker fills them from git.
+* ``pull_request`` carries the base branch tip (``base.sha``), not the merge base.  We record the
+  base tip as the run's baseline; the worker resolves ``git merge-base head base`` when it checks out
+  the revision (see README "Webhook and HTTP API").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from service.errors import UserError
+from service.settings import Settings
+
+SHA_RE = re.compile(r"^[0-9a-fA-F]{40}$")
+ZERO_SHA = "0" * 40
+PR_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
+SMOKE_SWEEP = "smoke"
+
+
+class PayloadError(UserError):
+    """A delivery that cannot be accepted (HTTP 400); the message is the recorded reason."""
+
+
+class RepositoryNotAllowedError(UserError):
+    """A correctly signed delivery from a repository outside ``AMPCI_ALLOWED_REPOS`` (HTTP 403)."""
+
+
+def _check_sha(value: str) -> str:
+    if not SHA_RE.match(value):
+        raise ValueError(f"not a 40-hex commit sha: {value[:60]!r}")
+    return value.lower()
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", str_max_length=1_000_000)
+
+
+class _Repository(_Model):
+    full_name: str
+
+    @field_validator("full_name")
+    @classmethod
+    def _owner_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", v):
+            raise ValueError(f"not an owner/name repository: {v[:100]!r}")
+        return v
+
+
+class _Person(_Model):
+    name: str | None = None
+    email: str | None = None
+    username: str | None = None
+
+
+class _Commit(_Model):
+    id: str
+    message: str = ""
+    timestamp: datetime | None = None
+    author: _Person | None = None
+
+    _sha = field_validator("id")(classmethod(lambda cls, v: _check_sha(v)))
+
+
+class _Push(_Model):
+    ref: str
+    before: str
+    after: str
+    repository: _Repository
+    commits: list[_Commit] = []
+    head_commit: _Commit | None = None
+    deleted: bool = False
+    created: bool = False
+    forced: bool = False
+
+    _shas = field_validator("before", "after")(classmethod(lambda cls, v: _check_sha(v)))
+
+
+class _Ref(_Model):
+    sha: str
+    ref: str
+
+    _sha = field_validator("sha")(classmethod(lambda cls, v: _check_sha(v)))
+
+
+class _User(_Model):
+    login: str | None = None
+
+
+class _PullRequestBody(_Model):
+    number: int
+    title: str = ""
+    head: _Ref
+    base: _Ref
+    user: _User | None = None
+    updated_at: datetime | None = None
+
+
+class _PullRequest(_Model):
+    action: str
+    number: int | None = None
+    pull_request: _PullRequestBody
+    repository: _Repository
+
+
+class _Ping(_Model):
+    zen: str = ""
+    hook_id: int | None = None
+    repository: _Repository | None = None
+
+
+@dataclass(frozen=True)
+class RevisionInfo:
+    """One commit to upsert as a revision row (parents as far as the payload shows them)."""
+
+    sha: str
+    parents: list[str]
+    branch: str | None
+    author: str | None
+    message: str
+    committed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A run to create for a verified, allowed delivery.  All shas are lower-case 40 hex."""
+
+    repo: str
+    trigger: str               # "push" | "pull_request"
+    head_sha: str
+    baseline_sha: str | None   # push: previous head; pull_request: base branch tip (merge base later)
+    branch: str
+    sweep: str = SMOKE_SWEEP
+    pr_number: int | None = None
+    revisions: list[RevisionInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Ping:
+    """GitHub's hook test event; answered 200 and nothing else."""
+
+    zen: str
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A valid delivery that needs no run (answered 202); ``reason`` is recorded."""
+
+    reason: str
+
+
+Decision = RunRequest | Ping | Ignored
+
+
+def _validation_reason(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or "payload"
+    return f"invalid payload: {where}: {err.get('msg', 'invalid')}"
+
+
+def _load(body: bytes) -> dict:
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise PayloadError(f"malformed JSON: {exc}".splitlines()[0][:200]) from None
+    if not isinstance(data, dict):
+        raise PayloadError("malformed payload: expected a JSON object")
+    return data
+
+
+def _check_repo(full_name: str, settings: Settings) -> None:
+    allowed = settings.allowed_repo_set()
+    if full_name.lower() in allowed:
+        return
+    if not allowed and settings.insecure_dev:
+        return  # development: an empty allowlist admits every repository
+    raise RepositoryNotAllowedError(f"repository {full_name} is not in AMPCI_ALLOWED_REPOS")
+
+
+def _author(person: _Person | None) -> str | None:
+    if person is None:
+        return None
+    if person.name and person.email:
+        return f"{person.name} <{person.email}>"
+    return person.name or person.username or person.email
+
+
+def _parse_push(data: dict, settings: Settings) -> Decision:
+    try:
+        push = _Push.model_validate(data)
+    except ValidationError as exc:
+        raise PayloadError(_validation_reason(exc)) from None
+    _check_repo(push.repository.full_name, settings)
+    if not push.ref.startswith("refs/heads/"):
+        return Ignored(f"push to {push.ref[:100]} is not a branch")
+    branch = push.ref[len("refs/heads/"):]
+    if push.deleted or push.after == ZERO_SHA:
+        return Ignored(f"branch {branch} deleted")
+    if branch not in settings.tracked_branch_set():
+        return Ignored(f"branch {branch} is not tracked")
+    before_known = push.before != ZERO_SHA and not push.forced and not push.created
+    revisions: list[RevisionInfo] = []
+    previous: str | None = push.before if before_known else None
+    for c in push.commits:
+        revisions.append(RevisionInfo(sha=c.id, parents=[previous] if previous else [], branch=branch,
+                                      author=_author(c.author), message=c.message, committed_at=c.timestamp))
+        previous = c.id
+    if not any(r.sha == push.after for r in revisions):
+        head = push.head_commit
+        revisions.append(RevisionInfo(
+            sha=push.after, parents=[], branch=branch, author=_author(head.author) if head else None,
+            message=head.message if head else "", committed_at=head.timestamp if head else None))
+    baseline = push.before if push.before != ZERO_SHA else None
+    return RunRequest(repo=push.repository.full_name, trigger="push", head_sha=push.after,
+                      baseline_sha=baseline, branch=branch, revisions=revisions)
+
+
+def _parse_pull_request(data: dict, settings: Settings) -> Decision:
+    try:
+        event = _PullRequest.model_validate(data)
+    except ValidationError as exc:
+        raise PayloadError(_validation_reason(exc)) from None
+    _check_repo(event.repository.full_name, settings)
+    if event.action not in PR_ACTIONS:
+        return Ignored(f"pull_request action {event.action[:50]!r} needs no run")
+    pr = event.pull_request
+    head = RevisionInfo(sha=pr.head.sha, parents=[], branch=pr.head.ref,
+                        author=pr.user.login if pr.user else None,
+                        message=f"PR #{pr.number}: {pr.title}", committed_at=None)
+    base = RevisionInfo(sha=pr.base.sha, parents=[], branch=pr.base.ref, author=None, message="",
+                        committed_at=None)
+    return RunRequest(repo=event.repository.full_name, trigger="pull_request", head_sha=pr.head.sha,
+                      baseline_sha=pr.base.sha, branch=pr.head.ref, pr_number=pr.number,
+                      revisions=[base, head])
+
+
+def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
+    """Decide what a verified delivery asks for.
+
+    Guarantees: never raises anything but :class:`PayloadError` (400) or
+    :class:`RepositoryNotAllowedError` (403); every sha in the result is 40 lower-case hex; only
+    pushes to tracked branches and opened/synchronize/reopened pull requests of allowed
+    repositories produce a :class:`RunRequest`.
+    """
+    data = _load(body)
+    if event == "ping":
+        try:
+            ping = _Ping.model_validate(data)
+        except ValidationError as exc:
+            raise PayloadError(_validation_reason(exc)) from None
+        return Ping(zen=ping.zen)
+    if event == "push":
+        return _parse_push(data, settings)
+    if event == "pull_request":
+        return _parse_pull_request(data, settings)
+    return Ignored(f"event {event[:50]!r} is not handled")

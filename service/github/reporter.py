@@ -1,0 +1,236 @@
+"""Commit-status reporting: ``pending`` when a run is queued, the outcome when it finishes.
+
+:class:`StatusReporter` writes every status to a durable :class:`~service.github.outbox.StatusOutbox`
+first and posts it from there, so a GitHub outage or a crash between the two never loses a report:
+transient failures are retried with exponential backoff (up to ``max_attempts`` posts), permanent
+ones (bad token, unknown sha) are dropped to the outbox's dead list with the reason.  The run itself
+lives in the database and is never touched by reporting.
+
+Posting happens on a background thread (:meth:`start`) or by an explicit :meth:`drain`; the webhook
+handler only enqueues, so it answers fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from service.github.client import (
+    CommitStatus,
+    GitHubStatusClient,
+    PermanentStatusError,
+    TransientStatusError,
+    backoff_delay,
+)
+from service.github.outbox import MemoryOutbox, OutboxItem, RedisOutbox, StatusOutbox
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CONTEXT = "ampci/smoke"
+FINAL_RUN_STATES = frozenset({"complete", "partial", "failed", "cancelled"})
+
+
+def final_state(summary: Any) -> str:
+    """Commit status state for a finished run's :class:`~service.db.records.RunSummary`.
+
+    ``error``: the run failed or was cancelled, or a job errored/crashed (infrastructure, not the
+    pass); ``failure``: at least one open or acknowledged regression; ``success`` otherwise.
+    """
+    if summary.status in ("failed", "cancelled"):
+        return "error"
+    if any(summary.job_status.get(s, 0) for s in ("error", "crashed")):
+        return "error"
+    if sum(summary.regressions.values()):
+        return "failure"
+    return "success"
+
+
+def github_target(run: Any) -> tuple[str, str] | None:
+    """(repo, sha) a run reports to: runs created from a webhook carry ``meta["github"]["repo"]``."""
+    gh = (getattr(run, "meta", None) or {}).get("github")
+    if not isinstance(gh, dict) or not isinstance(gh.get("repo"), str):
+        return None
+    return gh["repo"], run.revision_sha
+
+
+class StatusReporter:
+    """Queues and posts commit statuses for runs that came from GitHub.
+
+    Guarantees: :meth:`queued` and :meth:`finished` only write to the outbox (no network) and never
+    raise for GitHub problems; a status for a run is posted at least once unless GitHub answers with
+    a permanent error or ``max_attempts`` posts failed; a newer status for the same commit supersedes
+    an unsent older one.  Without a GitHub token the reporter is disabled and does nothing.
+    """
+
+    def __init__(self, outbox: StatusOutbox, client: GitHubStatusClient | None, *, public_url: str,
+                 context: str = CONTEXT, max_attempts: int = 12, backoff_base: float = 2.0,
+                 backoff_cap: float = 600.0, lease: float = 60.0, poll_interval: float = 1.0,
+                 store: Any = None, watch_interval: float = 5.0) -> None:
+        self.outbox = outbox
+        self.client = client
+        self.public_url = public_url.rstrip("/")
+        self.context = context
+        self.max_attempts = max_attempts
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.store = store
+        self.watch_interval = watch_interval
+        self._last_watch = 0.0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **kwargs: object) -> StatusReporter:
+        """A reporter whose outbox is Redis when a ``redis://`` broker is configured, else in memory."""
+        outbox: StatusOutbox
+        if settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
+            outbox = RedisOutbox(settings.broker_url)
+        else:
+            outbox = MemoryOutbox()
+        client = GitHubStatusClient(settings.github_api_url, settings.github_token) if settings.github_token else None
+        return cls(outbox, client, public_url=settings.public_url, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def enabled(self) -> bool:
+        return self.client is not None
+
+    def run_url(self, run_id: int) -> str:
+        """The run's page, linked from the commit status."""
+        return f"{self.public_url}/runs/{int(run_id)}"
+
+    def queued(self, run_id: int, repo: str, sha: str, description: str = "queued") -> None:
+        """Queue a ``pending`` status for ``repo``@``sha`` and watch the run until it finishes."""
+        if not self.enabled:
+            return
+        self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=description,
+                               target_url=self.run_url(run_id), context=self.context))
+        try:
+            self.outbox.watch(run_id)
+        except Exception:  # noqa: BLE001 - recover() finds unwatched runs again at start
+            log.exception("could not watch run %s", run_id)
+
+    def finished(self, run: Any, summary: Any) -> bool:
+        """Queue the final status of a finished ``run`` (a RunInfo) from its ``summary`` (a RunSummary).
+
+        The run-finished hook of the scheduler may call this directly; :meth:`check_watched` calls it
+        for watched runs.  False when the run reports nowhere (not created from a webhook).
+        """
+        target = github_target(run)
+        if not self.enabled or target is None:
+            return False
+        repo, sha = target
+        self._put(CommitStatus(repo=repo, sha=sha, state=final_state(summary), description=summary.describe(),
+                               target_url=self.run_url(run.id), context=self.context))
+        return True
+
+    def check_watched(self, store: Any) -> int:
+        """Queue final statuses for watched runs that have finished; return how many."""
+        from service.errors import NotFoundError
+
+        done = 0
+        for run_id in self.outbox.watched():
+            try:
+                run = store.get_run(run_id)
+            except NotFoundError:
+                self.outbox.unwatch(run_id)
+                continue
+            if run.status not in FINAL_RUN_STATES:
+                continue
+            self.finished(run, store.run_summary(run_id))
+            self.outbox.unwatch(run_id)
+            done += 1
+        return done
+
+    def recover(self, store: Any, limit: int = 500) -> int:
+        """Watch again the unfinished webhook runs among the newest ``limit`` (after a restart)."""
+        if not self.enabled:
+            return 0
+        n = 0
+        for trigger in ("push", "pull_request"):
+            for run in store.list_runs(limit=limit, trigger=trigger):
+                if run.status not in FINAL_RUN_STATES and github_target(run) is not None:
+                    self.outbox.watch(run.id)
+                    n += 1
+        return n
+
+    def _put(self, status: CommitStatus) -> None:
+        try:
+            self.outbox.put(status)
+        except Exception:  # noqa: BLE001 - reporting must never break the caller (the run is stored)
+            log.exception("could not queue commit status for %s", status.key)
+            return
+        self._wake.set()
+
+    def drain(self, limit: int = 50) -> int:
+        """Post every due status once; return how many landed.  Safe to call from many processes."""
+        if self.client is None:
+            return 0
+        posted = 0
+        for item in self.outbox.claim(time.time(), limit, self.lease):
+            if self._post(item):
+                posted += 1
+        return posted
+
+    def _post(self, item: OutboxItem) -> bool:
+        assert self.client is not None
+        try:
+            self.client.post_status(item.status)
+        except PermanentStatusError as exc:
+            log.error("commit status %s dropped: %s", item.status.key, exc)
+            self.outbox.drop(item, str(exc))
+            return False
+        except TransientStatusError as exc:
+            if item.attempts + 1 >= self.max_attempts:
+                log.error("commit status %s dropped after %d attempts: %s", item.status.key,
+                          item.attempts + 1, exc)
+                self.outbox.drop(item, f"gave up after {item.attempts + 1} attempts: {exc}")
+                return False
+            delay = exc.retry_after if exc.retry_after is not None else backoff_delay(
+                item.attempts, self.backoff_base, self.backoff_cap)
+            log.warning("commit status %s failed (attempt %d), retry in %.1fs: %s", item.status.key,
+                        item.attempts + 1, delay, exc)
+            self.outbox.complete(item, ok=False, next_due=time.time() + delay)
+            return False
+        self.outbox.complete(item, ok=True, next_due=0.0)
+        return True
+
+    def start(self) -> None:
+        """Start the background poster thread (idempotent)."""
+        if self._thread is not None or self.client is None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="ampci-status-reporter", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the background thread; unsent statuses stay in the outbox."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def close(self) -> None:
+        """Stop and release the HTTP client."""
+        self.stop()
+        if self.client is not None:
+            self.client.close()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.store is not None and time.monotonic() - self._last_watch >= self.watch_interval:
+                    self._last_watch = time.monotonic()
+                    self.check_watched(self.store)
+                while self.drain() and not self._stop.is_set():
+                    pass
+            except Exception:  # noqa: BLE001 - the poster must survive Redis/DB hiccups
+                log.exception("commit status poster iteration failed")
+            self._wake.wait(self.poll_interval)
+            self._wake.clear()

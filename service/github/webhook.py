@@ -1,0 +1,201 @@
+"""The webhook's decision procedure, independent of the web framework.
+
+:meth:`WebhookProcessor.handle` takes the raw headers and body of one delivery and returns the
+HTTP status and JSON body to answer with.  It verifies, deduplicates, parses, stores and enqueues;
+it never runs a job and never calls GitHub (the pending status goes through the reporter's outbox).
+
+Order of checks (each one stops the procedure):
+
+1. body larger than ``max_body_bytes``           → 400, delivery recorded ``rejected``
+2. signature missing or wrong                    → 401, nothing stored or queued
+3. ``X-GitHub-Delivery``/``X-GitHub-Event`` bad  → 400 (recorded when the delivery id is usable)
+4. malformed JSON / missing fields / bad sha     → 400, recorded ``rejected`` with the reason
+5. repository not on the allowlist               → 403, recorded ``rejected``
+6. ping → 200; ignored events/branches/actions   → 202, recorded ``accepted`` with the reason
+7. run request → revisions upserted, run created with dedup key ``github:<delivery>`` (atomic:
+   of concurrent copies exactly one creates it) and its jobs dispatched, delivery recorded
+   ``accepted`` with the run id, ``pending`` status queued → 202.  If dispatching fails the
+   delivery is recorded ``rejected`` with the reason and the error propagates (503 when the
+   database is down); GitHub's "redeliver" of it then dispatches the existing run.
+
+A delivery id already accepted is answered 200 ``duplicate`` and does nothing more.  The happy
+path costs no extra read for deduplication: the run's unique dedup key and the delivery table's
+primary key decide.  Known window: a process killed between creating a run and recording its
+delivery leaves a queued run whose redelivery is answered ``duplicate``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from service.github.events import (
+    Ignored,
+    PayloadError,
+    Ping,
+    RepositoryNotAllowedError,
+    RunRequest,
+    parse_event,
+)
+from service.github.reporter import StatusReporter
+from service.github.signature import verify_signature
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DELIVERY_RE = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
+EVENT_RE = re.compile(r"^[a-z_]{1,50}$")
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What :class:`RunSubmitter` did: the run id, and False when the dedup key already existed."""
+
+    run_id: int
+    created: bool
+
+
+class RunSubmitter(Protocol):
+    """Stores the revisions and the run for a request, then dispatches its jobs (never runs them inline).
+
+    Must be idempotent on ``dedup_key``: when a run with that key exists it is returned with
+    ``created=False`` and nothing is dispatched, unless ``redispatch`` is True and none of the
+    run's jobs has started yet (a retried delivery whose first dispatch failed).
+    """
+
+    def submit(self, request: RunRequest, dedup_key: str, redispatch: bool = False) -> Submitted: ...
+
+
+class DeliveryLog(Protocol):
+    """The ``webhook_deliveries`` part of :class:`service.db.Store`."""
+
+    def get_delivery(self, delivery_id: str) -> Any: ...
+
+    def record_delivery(self, delivery_id: str, event: str, status: str, reason: str | None = None,
+                        run_id: int | None = None, repository: str | None = None) -> bool: ...
+
+    def update_delivery(self, delivery_id: str, *, status: str | None = None, reason: str | None = None,
+                        run_id: int | None = None) -> Any: ...
+
+
+@dataclass
+class Outcome:
+    """The HTTP answer for one delivery."""
+
+    status_code: int
+    body: dict[str, Any] = field(default_factory=dict)
+
+
+def _err(code: int, error: str, message: str, **extra: Any) -> Outcome:
+    return Outcome(code, {"error": error, "message": message[:500], **extra})
+
+
+class WebhookProcessor:
+    """Handles GitHub deliveries.  Construct once per process with :meth:`from_settings` semantics:
+    it refuses (``ConfigError`` from :func:`check_webhook_config`) to exist without a secret unless
+    ``AMPCI_INSECURE_DEV`` is set."""
+
+    def __init__(self, settings: Settings, deliveries: DeliveryLog, submitter: RunSubmitter,
+                 reporter: StatusReporter | None = None) -> None:
+        check_webhook_config(settings)
+        self.settings = settings
+        self.deliveries = deliveries
+        self.submitter = submitter
+        self.reporter = reporter
+
+    def handle(self, headers: Mapping[str, str], body: bytes | None, too_large: bool = False) -> Outcome:
+        """Decide and act on one delivery; see the module docstring for the guarantees."""
+        delivery = (headers.get("x-github-delivery") or "").strip()
+        event = (headers.get("x-github-event") or "").strip()
+        usable_id = bool(DELIVERY_RE.match(delivery))
+        if too_large or body is None:
+            reason = f"body larger than {self.settings.max_body_bytes} bytes"
+            if usable_id:
+                self._record(delivery, event[:50] or "unknown", "rejected", reason=reason)
+            return _err(400, "too_large", reason)
+        if not self._signature_ok(headers, body):
+            return _err(401, "unauthorized", "missing or invalid X-Hub-Signature-256")
+        if not usable_id:
+            return _err(400, "bad_request", "missing or malformed X-GitHub-Delivery header")
+        if not EVENT_RE.match(event):
+            self._record(delivery, "unknown", "rejected", reason="missing or malformed X-GitHub-Event header")
+            return _err(400, "bad_request", "missing or malformed X-GitHub-Event header")
+        try:
+            decision = parse_event(event, body, self.settings)
+        except RepositoryNotAllowedError as exc:
+            return self._reject(delivery, event, 403, "forbidden", str(exc))
+        except PayloadError as exc:
+            return self._reject(delivery, event, 400, "bad_request", str(exc))
+        if isinstance(decision, Ping):
+            return self._finish(delivery, event, Outcome(200, {"status": "pong", "zen": decision.zen}), "ping")
+        if isinstance(decision, Ignored):
+            return self._finish(delivery, event, Outcome(202, {"status": "ignored", "reason": decision.reason}),
+                                f"ignored: {decision.reason}")
+        return self._accept_run(delivery, event, decision)
+
+    def _accept_run(self, delivery: str, event: str, request: RunRequest) -> Outcome:
+        # The run's dedup key makes creation atomic: of concurrent copies exactly one creates it.
+        try:
+            submitted = self.submitter.submit(request, dedup_key=f"github:{delivery}")
+            if not submitted.created:
+                seen = self.deliveries.get_delivery(delivery)
+                if seen is None or seen.status != "rejected":
+                    return self._duplicate(delivery, submitted.run_id)
+                # GitHub's "redeliver" of a delivery whose dispatch failed: dispatch it now.
+                submitted = self.submitter.submit(request, dedup_key=f"github:{delivery}", redispatch=True)
+        except Exception as exc:
+            reason = f"not dispatched: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+            self._record(delivery, event, "rejected", repository=request.repo, reason=reason)
+            raise
+        self._record(delivery, event, "accepted", repository=request.repo, run_id=submitted.run_id,
+                     reason=f"{request.trigger} {request.branch}"[:300])
+        if self.reporter is not None:
+            self.reporter.queued(submitted.run_id, request.repo, request.head_sha)
+        return Outcome(202, {"status": "queued", "run_id": submitted.run_id, "sha": request.head_sha,
+                             "trigger": request.trigger, "baseline": request.baseline_sha})
+
+    def _duplicate(self, delivery: str, run_id: int | None) -> Outcome:
+        return Outcome(200, {"status": "duplicate", "delivery": delivery, "run_id": run_id})
+
+    def _reject(self, delivery: str, event: str, code: int, error: str, reason: str) -> Outcome:
+        self._record(delivery, event, "rejected", reason=reason)
+        return _err(code, error, reason)
+
+    def _finish(self, delivery: str, event: str, outcome: Outcome, reason: str) -> Outcome:
+        """Record an accepted delivery that needs no run; a copy already accepted is a duplicate."""
+        if not self._record(delivery, event, "accepted", reason=reason):
+            return self._duplicate(delivery, None)
+        return outcome
+
+    def _signature_ok(self, headers: Mapping[str, str], body: bytes) -> bool:
+        if not self.settings.webhook_secret:
+            return self.settings.insecure_dev
+        return verify_signature(self.settings.webhook_secret, body, headers.get("x-hub-signature-256"))
+
+    def _record(self, delivery: str, event: str, status: str, *, repository: str | None = None,
+                reason: str | None = None, run_id: int | None = None) -> bool:
+        """Record a delivery's outcome; False when the id was already accepted (left as it is).
+
+        A redelivery of a rejected id updates that row; an accepted row is never overwritten, so
+        an unsigned oversized request cannot undo a real delivery.
+        """
+        if self.deliveries.record_delivery(delivery, event, status, reason=reason, run_id=run_id,
+                                           repository=repository):
+            return True
+        seen = self.deliveries.get_delivery(delivery)
+        if seen is not None and seen.status == "accepted" and (status != "accepted" or run_id is None):
+            return False
+        self.deliveries.update_delivery(delivery, status=status, reason=reason, run_id=run_id)
+        return True
+
+
+def check_webhook_config(settings: Settings) -> None:
+    """Raise ConfigError when the webhook would run without a secret outside development."""
+    from service.errors import ConfigError
+
+    if not settings.webhook_secret and not settings.insecure_dev:
+        raise ConfigError("AMPCI_WEBHOOK_SECRET is required for the webhook "
+                          "(set AMPCI_INSECURE_DEV=1 to run without one in development)")

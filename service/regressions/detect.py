@@ -1,0 +1,243 @@
+"""Apply the regression rules to one run and store what they find.
+
+Baselines (per cell):
+
+- ``push``/``manual`` without a baseline: the newest result of the cell at the nearest ancestor
+  of the run's revision that has one (parent links from ``revision_parents``, depth-bounded);
+- any run with ``baseline_sha`` (``pull_request`` merge base, ``bisect``): the same walk starting
+  *at* the baseline revision;
+- ``nightly``: the newest earlier result on the revision or its ancestors (the main-branch
+  history); latency uses the change-point test over the nightly series instead of a pairwise test,
+  and needs ``nightly_consecutive`` violating nights before it opens a regression.  A nightly run
+  does not reopen a regression of a kind that is already open/acknowledged for the cell.
+
+Guarantees: idempotent (each (run, cell, kind, category) is stored once; re-detection updates the
+values and keeps any state a human set; findings no longer produced and still ``open`` are
+removed); cells that flipped pass/not-pass ``flaky_flips`` times within ``flaky_window`` results,
+or match the allowlist, report ``flaky`` instead of ``regression``; a ``push``/``nightly``/
+``manual`` run resolves earlier open or acknowledged regressions of a cell when its result is
+comparable with that regression's baseline result and no longer regresses against it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from service.db import models as m
+from service.db.queries import ancestors
+from service.db.records import Cell, RegressionInfo
+from service.regressions.rules import KINDS, CellSample, Finding, compare_cells, returned_to_baseline
+from service.regressions.stats import count_flips, shift_violations
+from service.regressions.thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from service.db.store import Store
+
+Regression = RegressionInfo
+t_rev, t_run, t_res, t_reg = (m.Revision.__table__, m.Run.__table__, m.Result.__table__,
+                              m.Regression.__table__)
+CELL = (t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target)
+SAMPLE_COLS = (t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, *CELL, t_res.c.status, t_res.c.max_abs,
+               t_res.c.cosine, t_res.c.final_error, t_res.c.diverged, t_res.c.low_precision_fraction,
+               t_res.c.casts_inserted, t_res.c.env_fingerprint, t_res.c.latency_p50_ms,
+               t_res.c.data[("latency", "samples_ms")].label("samples"))
+LINEAGE_TRIGGERS = ("push", "nightly", "manual")
+
+
+def sample(row: Any) -> CellSample:
+    """A CellSample from a row selected with SAMPLE_COLS."""
+    samples = row.samples if isinstance(row.samples, list) else []
+    return CellSample(status=row.status, max_abs=row.max_abs, cosine=row.cosine, final_error=row.final_error,
+                      diverged=row.diverged, low_precision_fraction=row.low_precision_fraction,
+                      casts_inserted=row.casts_inserted,
+                      latency_samples=tuple(float(x) for x in samples if isinstance(x, int | float)),
+                      env_fingerprint=row.env_fingerprint)
+
+
+def _cell(row: Any) -> Cell:
+    return (row.model, row.dtype, row.policy, row.target)
+
+
+def nearest_results(conn: Connection, anc: Sequence[tuple[str, int]], cells: Iterable[Cell],
+                    exclude_run: int, before_run: int | None = None) -> dict[Cell, Any]:
+    """For each cell, the newest result at the nearest revision of ``anc`` ((sha, depth), nearest first).
+
+    Searches in growing chunks (1, 4, 16, … revisions) so the usual case costs one small query.
+    """
+    missing, found = set(cells), {}
+    depth = {sha: d for sha, d in anc}
+    i, size = 0, 1
+    while missing and i < len(anc):
+        chunk = [sha for sha, _ in anc[i:i + size]]
+        i, size = i + size, size * 4
+        q = sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(chunk), t_res.c.run_id != exclude_run,
+                                          sa.tuple_(*CELL).in_(sorted(missing)))
+        if before_run is not None:
+            q = q.where(t_res.c.run_id < before_run)
+        best: dict[Cell, Any] = {}
+        for r in conn.execute(q):
+            c, cur = _cell(r), best.get(_cell(r))
+            if cur is None or (depth[r.revision_sha], -r.id) < (depth[cur.revision_sha], -cur.id):
+                best[c] = r
+        found.update(best)
+        missing -= set(best)
+    return found
+
+
+def _history(conn: Connection, run: Any, branch: str | None, cells: Sequence[Cell], triggers: Sequence[str],
+             limit: int) -> dict[Cell, list[Any]]:
+    """Results of the cells in the last ``limit`` lineage runs before ``run`` (same branch), oldest first."""
+    if limit <= 0:
+        return {}
+    q = (sa.select(t_run.c.id).join(t_rev, t_rev.c.sha == t_run.c.revision_sha)
+         .where(t_run.c.id < run.id, t_run.c.trigger.in_(triggers)).order_by(t_run.c.id.desc()).limit(limit))
+    if branch:
+        q = q.where(t_rev.c.branch == branch)
+    run_ids = conn.execute(q).scalars().all()
+    out: dict[Cell, list[Any]] = defaultdict(list)
+    if run_ids:
+        rows = conn.execute(sa.select(t_res.c.run_id, *CELL, t_res.c.id, t_res.c.status, t_res.c.latency_p50_ms,
+                                      t_res.c.env_fingerprint)
+                            .where(t_res.c.run_id.in_(run_ids), sa.tuple_(*CELL).in_(cells))
+                            .order_by(t_res.c.run_id)).all()
+        for r in rows:
+            out[_cell(r)].append(r)
+    return out
+
+
+def flaky_reason(cell: Cell, statuses: Sequence[str], th: Thresholds) -> str | None:
+    """Why a cell counts as flaky (allowlist, or pass flips within the window), or None."""
+    if th.allowlisted(cell):
+        return "flaky (allowlisted)"
+    window = [s == "pass" for s in statuses[-th.flaky_window:]]
+    flips = count_flips(window)
+    if flips >= th.flaky_flips:
+        return f"flaky ({flips} pass/fail flips in last {len(window)} results)"
+    return None
+
+
+def nightly_latency(series: Sequence[Any], cur: Any, th: Thresholds) -> tuple[Finding, int] | None:
+    """Change-point finding over a nightly p50 series (same fingerprint as ``cur``), with the id of the
+    last reference result; None without enough history or without ``nightly_consecutive`` violations."""
+    pts = [r for r in series if r.env_fingerprint == cur.env_fingerprint and r.latency_p50_ms]
+    if cur.latency_p50_ms is None or len(pts) < th.nightly_min_history + th.nightly_consecutive - 1:
+        return None
+    values = [r.latency_p50_ms for r in pts] + [cur.latency_p50_ms]
+    k = th.nightly_consecutive
+    ref_last = pts[-k]  # last point of the reference window
+    ref_mean = sum(values[-k - th.nightly_window:-k]) / len(values[-k - th.nightly_window:-k])
+    for direction, category in ((1, "regression"), (-1, "improvement")):
+        hits = shift_violations(values, th.nightly_window, th.nightly_p, th.nightly_floor, k, direction)
+        if hits:
+            p, ratio = max(h[0] for h in hits), hits[-1][1]
+            sev = "info" if category == "improvement" else ("major" if ratio > 1.5 else "minor")
+            detail = (f"nightly p50 {ref_mean:.4g} ms -> {cur.latency_p50_ms:.4g} ms (x{ratio:.2f}); "
+                      f"{k} consecutive nights beyond the last {min(th.nightly_window, len(values) - k)} (p<{p:.2g})")
+            return Finding("latency", category, sev, "latency_p50_ms", ref_mean, cur.latency_p50_ms, detail, p), ref_last.id
+    return None
+
+
+def detect_run(store: Store, run_id: int, thresholds: Thresholds | None = None) -> list[RegressionInfo]:
+    """Detect, store and return the findings of ``run_id`` (see the module docstring)."""
+    th = thresholds or Thresholds()
+    with store._tx() as conn:
+        run = store._run_row(conn, run_id)
+        current = {_cell(r): r for r in conn.execute(sa.select(*SAMPLE_COLS).where(t_res.c.run_id == run_id))}
+        if current:
+            _detect(conn, store, run, current, th)
+    return store.regressions(run_id=run_id)
+
+
+def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], th: Thresholds) -> None:
+    branch = conn.execute(sa.select(t_rev.c.branch).where(t_rev.c.sha == run.revision_sha)).scalar()
+    nightly = run.trigger == "nightly"
+    start, include_self = (run.baseline_sha, True) if run.baseline_sha else (run.revision_sha, nightly)
+    anc = ancestors(conn, start, th.ancestor_depth, include_self)
+    cells = sorted(current)
+    base = nearest_results(conn, anc, cells, run.id, before_run=run.id if nightly else None)
+    lineage = _history(conn, run, branch, cells, LINEAGE_TRIGGERS, th.flaky_window - 1)
+    nightly_hist = (_history(conn, run, branch, cells, ("nightly",), th.nightly_window + th.nightly_consecutive)
+                    if nightly else {})
+    already_open = _open_kinds(conn, cells, run.id) if nightly else set()
+    now = store.clock()
+
+    rows: list[dict[str, Any]] = []
+    for cell in cells:
+        cur = current[cell]
+        findings: list[tuple[Finding, int | None, str | None]] = []
+        if cell in base:
+            b = base[cell]
+            kinds = tuple(k for k in KINDS if not (nightly and k == "latency"))
+            findings += [(f, b.id, b.revision_sha) for f in compare_cells(sample(b), sample(cur), th, cell[0],
+                                                                          cell[1], kinds)]
+        if nightly:
+            got = nightly_latency(nightly_hist.get(cell, []), cur, th)
+            if got is not None:
+                findings.append((got[0], got[1], None))
+        flaky = flaky_reason(cell, [r.status for r in lineage.get(cell, [])] + [cur.status], th)
+        for f, base_id, base_sha in findings:
+            if nightly and f.category == "regression" and (cell, f.kind) in already_open:
+                continue
+            category, detail = f.category, f.detail
+            if flaky and category == "regression":
+                category, detail = "flaky", f"{flaky}: {detail}"
+            rows.append({"run_id": run.id, "revision_sha": run.revision_sha, "baseline_sha": base_sha,
+                         "model": cell[0], "dtype": cell[1], "policy": cell[2], "target": cell[3],
+                         "kind": f.kind, "category": category, "severity": f.severity, "metric": f.metric,
+                         "baseline_value": f.baseline_value, "value": f.value, "delta": f.delta,
+                         "ratio": f.ratio, "p_value": f.p_value, "detail": detail, "result_id": cur.id,
+                         "baseline_result_id": base_id, "state": "open", "created_at": now})
+    _store_findings(conn, run.id, rows)
+    if run.trigger in LINEAGE_TRIGGERS:
+        _resolve(conn, run, current, th, now)
+
+
+def _open_kinds(conn: Connection, cells: Sequence[Cell], run_id: int) -> set[tuple[Cell, str]]:
+    rows = conn.execute(sa.select(t_reg.c.model, t_reg.c.dtype, t_reg.c.policy, t_reg.c.target, t_reg.c.kind)
+                        .where(t_reg.c.run_id < run_id, t_reg.c.category == "regression",
+                               t_reg.c.state.in_(("open", "acknowledged")),
+                               sa.tuple_(t_reg.c.model, t_reg.c.dtype, t_reg.c.policy, t_reg.c.target).in_(cells)))
+    return {(_cell(r), r.kind) for r in rows}
+
+
+def _store_findings(conn: Connection, run_id: int, rows: list[dict[str, Any]]) -> None:
+    from service.db.store import dialect_insert
+
+    key_cols = ("model", "dtype", "policy", "target", "kind", "category")
+    wanted = {tuple(r[k] for k in key_cols) for r in rows}
+    stale = [r.id for r in conn.execute(sa.select(t_reg.c.id, *(t_reg.c[k] for k in key_cols))
+                                        .where(t_reg.c.run_id == run_id, t_reg.c.state == "open"))
+             if tuple(getattr(r, k) for k in key_cols) not in wanted]
+    if stale:
+        conn.execute(t_reg.delete().where(t_reg.c.id.in_(stale)))
+    if not rows:
+        return
+    ins = dialect_insert(conn, t_reg)
+    keep = {"run_id", *key_cols, "state", "created_at"}
+    conn.execute(ins.on_conflict_do_update(
+        index_elements=[t_reg.c.run_id, *(t_reg.c[k] for k in key_cols)],
+        set_={c.name: ins.excluded[c.name] for c in t_reg.c if c.name not in keep and c.name != "id"
+              and not c.name.startswith("state") and c.name != "resolved_by_result_id"}), rows)
+
+
+def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Thresholds, now: Any) -> None:
+    open_regs = conn.execute(sa.select(t_reg).join(t_run, t_run.c.id == t_reg.c.run_id).where(
+        t_run.c.trigger.in_(LINEAGE_TRIGGERS), t_reg.c.category == "regression", t_reg.c.state.in_(("open", "acknowledged")), t_reg.c.run_id < run.id,
+        t_reg.c.baseline_result_id.is_not(None),
+        sa.tuple_(t_reg.c.model, t_reg.c.dtype, t_reg.c.policy, t_reg.c.target).in_(sorted(current)))).all()
+    if not open_regs:
+        return
+    base_ids = {r.baseline_result_id for r in open_regs}
+    bases = {r.id: r for r in conn.execute(sa.select(*SAMPLE_COLS).where(t_res.c.id.in_(base_ids)))}
+    for reg in open_regs:
+        b, cur = bases.get(reg.baseline_result_id), current[_cell(reg)]
+        if b is None or not returned_to_baseline(reg.kind, sample(b), sample(cur), th, reg.model, reg.dtype):
+            continue
+        conn.execute(t_reg.update().where(t_reg.c.id == reg.id).values(
+            state="resolved", state_by="ampci", state_at=now, resolved_by_result_id=cur.id,
+            state_note=f"returned to baseline at {run.revision_sha[:12]} (run {run.id})"))

@@ -1,0 +1,169 @@
+"""Small synthetic graphs, one per rule of the pass (built inline with onnx.helper)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+F = T.FLOAT
+
+
+def _w(name: str, shape: tuple[int, ...], seed: int, scale: float = 0.5) -> onnx.TensorProto:
+    rng = np.random.default_rng(seed)
+    return nh.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def model(graph: onnx.GraphProto, opset: int = 17, functions: list[onnx.FunctionProto] | None = None
+          ) -> onnx.ModelProto:
+    """A model around ``graph`` at ``opset`` (IR version 8), checked by the ONNX checker."""
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=8, functions=functions or [])
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def loop_with_captured_weights() -> onnx.ModelProto:
+    """Loop whose body multiplies the carried state by an outer-scope weight W (captured)."""
+    body = h.make_graph(
+        [h.make_node("MatMul", ["h_in", "W"], ["mm"], name="body_mm"),
+         h.make_node("Tanh", ["mm"], ["h_out"], name="body_tanh"),
+         h.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
+        "loop_body",
+        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
+         h.make_tensor_value_info("h_in", F, [2, 4])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("h_out", F, [2, 4])])
+    g = h.make_graph(
+        [h.make_node("MatMul", ["X", "W"], ["x0"], name="pre_mm"),
+         h.make_node("Loop", ["M", "", "x0"], ["Y"], body=body, name="loop")],
+        "main", [h.make_tensor_value_info("X", F, [2, 4])], [h.make_tensor_value_info("Y", F, [2, 4])],
+        [_w("W", (4, 4), 1), nh.from_array(np.array(3, np.int64), "M")])
+    return model(g)
+
+
+def if_inside_loop(disagree: bool = False) -> onnx.ModelProto:
+    """Loop body holding an If whose branches use outer weights; with ``disagree`` one branch is Exp."""
+    then_g = h.make_graph([h.make_node("MatMul", ["h_in", "W1"], ["t_out"], name="then_mm")], "then_b", [],
+                          [h.make_tensor_value_info("t_out", F, [2, 4])])
+    else_node = h.make_node("Exp", ["h_in"], ["e_out"], name="else_exp") if disagree else \
+        h.make_node("MatMul", ["h_in", "W2"], ["e_out"], name="else_mm")
+    else_g = h.make_graph([else_node], "else_b", [], [h.make_tensor_value_info("e_out", F, [2, 4])])
+    body = h.make_graph(
+        [h.make_node("Less", ["i", "two"], ["lt"], name="body_less"),
+         h.make_node("If", ["lt"], ["br"], then_branch=then_g, else_branch=else_g, name="body_if"),
+         h.make_node("Tanh", ["br"], ["h_out"], name="body_tanh"),
+         h.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
+        "loop_body",
+        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
+         h.make_tensor_value_info("h_in", F, [2, 4])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("h_out", F, [2, 4])])
+    g = h.make_graph(
+        [h.make_node("Loop", ["M", "", "X"], ["Y"], body=body, name="loop")],
+        "main", [h.make_tensor_value_info("X", F, [2, 4])], [h.make_tensor_value_info("Y", F, [2, 4])],
+        [_w("W1", (4, 4), 2), _w("W2", (4, 4), 3), nh.from_array(np.array(4, np.int64), "M"),
+         nh.from_array(np.array(2, np.int64), "two")])
+    return model(g)
+
+
+def scan_model() -> onnx.ModelProto:
+    """Scan accumulating MatMul(x_t, W) into a state; emits the state per step."""
+    body = h.make_graph(
+        [h.make_node("MatMul", ["x_t", "W"], ["mm"], name="scan_mm"),
+         h.make_node("Add", ["mm", "s_in"], ["s_out"], name="scan_add"),
+         h.make_node("Identity", ["s_out"], ["y_t"], name="scan_id")],
+        "scan_body",
+        [h.make_tensor_value_info("s_in", F, [1, 4]), h.make_tensor_value_info("x_t", F, [1, 4])],
+        [h.make_tensor_value_info("s_out", F, [1, 4]), h.make_tensor_value_info("y_t", F, [1, 4])])
+    g = h.make_graph(
+        [h.make_node("Scan", ["S0", "X"], ["S", "Ys"], body=body, num_scan_inputs=1, name="scan")],
+        "main", [h.make_tensor_value_info("S0", F, [1, 4]), h.make_tensor_value_info("X", F, [5, 1, 4])],
+        [h.make_tensor_value_info("S", F, [1, 4]), h.make_tensor_value_info("Ys", F, [5, 1, 4])],
+        [_w("W", (4, 4), 4)])
+    return model(g)
+
+
+def pinned_inputs(opset: int = 15) -> onnx.ModelProto:
+    """Conv -> BatchNormalization -> Clip(min,max) -> Pad(value) -> Resize(roi, scales) with pinned inputs."""
+    c = 4
+    g = h.make_graph(
+        [h.make_node("Conv", ["X", "Wc"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+         h.make_node("BatchNormalization", ["c", "bn_s", "bn_b", "bn_m", "bn_v"], ["bn"], name="bn"),
+         h.make_node("Clip", ["bn", "lo", "hi"], ["cl"], name="clip"),
+         h.make_node("Pad", ["cl", "pads", "pad_value"], ["pd"], name="pad"),
+         h.make_node("Resize", ["pd", "roi", "scales"], ["rs"], mode="nearest", name="resize"),
+         h.make_node("Conv", ["rs", "Wc2"], ["Y"], name="conv2")],
+        "main", [h.make_tensor_value_info("X", F, [1, c, 6, 6])], [h.make_tensor_value_info("Y", F, [1, 2, 16, 16])],
+        [_w("Wc", (c, c, 3, 3), 5, 0.3), _w("Wc2", (2, c, 1, 1), 6),
+         nh.from_array(np.ones(c, np.float32), "bn_s"), nh.from_array(np.zeros(c, np.float32), "bn_b"),
+         nh.from_array(np.full(c, 0.1, np.float32), "bn_m"), nh.from_array(np.full(c, 2.0, np.float32), "bn_v"),
+         nh.from_array(np.array(-1.0, np.float32), "lo"), nh.from_array(np.array(1.0, np.float32), "hi"),
+         nh.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads"),
+         nh.from_array(np.array(0.5, np.float32), "pad_value"),
+         nh.from_array(np.zeros(0, np.float32), "roi"),
+         nh.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+    return model(g, opset)
+
+
+def out_of_range_constants() -> onnx.ModelProto:
+    """Values beyond fp16 (Mul by 1e6, BatchNorm variance 1e8) and a bulk-underflowing weight."""
+    c = 3
+    g = h.make_graph(
+        [h.make_node("Conv", ["X", "Wc"], ["c"], name="conv"),
+         h.make_node("Mul", ["c", "big"], ["m"], name="mul_big"),
+         h.make_node("BatchNormalization", ["m", "bn_s", "bn_b", "bn_m", "bn_v"], ["bn"], name="bn_big_var"),
+         h.make_node("Constant", [], ["tiny"], name="tiny_const",
+                     value=nh.from_array(np.full((c, c, 1, 1), 1e-9, np.float32), "tiny_t")),
+         h.make_node("Conv", ["bn", "tiny"], ["c2"], name="conv_tiny"),
+         h.make_node("Mul", ["c2", "scale_up"], ["Y"], name="mul_up")],
+        "main", [h.make_tensor_value_info("X", F, [1, c, 4, 4])], [h.make_tensor_value_info("Y", F, [1, c, 4, 4])],
+        [_w("Wc", (c, c, 1, 1), 7), nh.from_array(np.array(1e6, np.float32), "big"),
+         nh.from_array(np.ones(c, np.float32), "bn_s"), nh.from_array(np.zeros(c, np.float32), "bn_b"),
+         nh.from_array(np.zeros(c, np.float32), "bn_m"), nh.from_array(np.full(c, 1e8, np.float32), "bn_v"),
+         nh.from_array(np.array(1e9, np.float32), "scale_up")])
+    return model(g, 9)
+
+
+def existing_casts() -> onnx.ModelProto:
+    """A Shape -> Cast(to=float) divisor inside a low region, and a no-op Cast(to=float) of a float."""
+    g = h.make_graph(
+        [h.make_node("MatMul", ["X", "W"], ["mm"], name="mm"),
+         h.make_node("Shape", ["mm"], ["shp"], name="shape"),
+         h.make_node("Gather", ["shp", "one"], ["n"], axis=0, name="gather"),
+         h.make_node("Cast", ["n"], ["nf"], to=F, name="cast_n"),
+         h.make_node("Div", ["mm", "nf"], ["d"], name="div"),
+         h.make_node("Cast", ["d"], ["d32"], to=F, name="cast_noop"),
+         h.make_node("MatMul", ["d32", "W"], ["Y"], name="mm2")],
+        "main", [h.make_tensor_value_info("X", F, [2, 4])], [h.make_tensor_value_info("Y", F, [2, 4])],
+        [_w("W", (4, 4), 8), nh.from_array(np.array(1, np.int64), "one")])
+    return model(g)
+
+
+def with_function() -> onnx.ModelProto:
+    """A model-local function LinTanh(x, w) = Tanh(MatMul(x, w)) called twice."""
+    fn = h.make_function("local", "LinTanh", ["x", "w"], ["y"],
+                         [h.make_node("MatMul", ["x", "w"], ["t"]), h.make_node("Tanh", ["t"], ["y"])],
+                         [h.make_opsetid("", 17)])
+    g = h.make_graph(
+        [h.make_node("LinTanh", ["X", "W"], ["a"], domain="local", name="call1"),
+         h.make_node("LinTanh", ["a", "W"], ["Y"], domain="local", name="call2")],
+        "main", [h.make_tensor_value_info("X", F, [2, 4])], [h.make_tensor_value_info("Y", F, [2, 4])],
+        [_w("W", (4, 4), 9)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("local", 1)], ir_version=8,
+                     functions=[fn])
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def shared_input(opset: int = 17) -> onnx.ModelProto:
+    """One fp32 input read by three MatMuls, a Softmax (deny) and a name that collides with ours."""
+    g = h.make_graph(
+        [h.make_node("MatMul", ["X", "W"], ["a"], name="mm_a"),
+         h.make_node("MatMul", ["X", "W"], ["b"], name="mm_b"),
+         h.make_node("MatMul", ["X", "W"], ["X_fp16"], name="mm_c"),
+         h.make_node("Add", ["a", "b"], ["ab"], name="add"),
+         h.make_node("Add", ["ab", "X_fp16"], ["abc"], name="add2"),
+         h.make_node("Softmax", ["abc"], ["Y"], axis=-1, name="softmax")],
+        "main", [h.make_tensor_value_info("X", F, [2, 4])], [h.make_tensor_value_info("Y", F, [2, 4])],
+        [_w("W", (4, 4), 10)])
+    return model(g, opset)

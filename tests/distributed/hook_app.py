@@ -1,0 +1,39 @@
+"""Celery app for tests: the real app and tasks, with test-only models handled before the job code.
+
+Started as ``celery -A tests.distributed.hook_app worker``.  Models named ``noop_*`` check out the
+job's revision for real and then return a ``pass`` result after ``AMPCI_TEST_NOOP_DELAY`` seconds
+(no onnxruntime); models named ``poison_*`` kill the worker process running them (SIGKILL), every
+time.  Every other model runs the real job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from workers import tasks
+from workers.celery_app import app  # noqa: F401  - `celery -A` looks for `app`
+from workers.result import JobResult
+from workers.revisions import RevisionCache
+
+_real_run_cell = tasks.run_cell
+
+
+def run_cell(cell: tuple[str, str, str, str], revision: str, settings: Any,
+             options: dict[str, Any] | None = None) -> JobResult:
+    model, dtype, policy, target = cell
+    if model.startswith("poison_"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if model.startswith("noop_"):
+        root = RevisionCache.from_settings(settings).checkout(revision)
+        value = (root / "amp_pass" / "__init__.py").read_text().strip()
+        time.sleep(float(os.environ.get("AMPCI_TEST_NOOP_DELAY", "0")))
+        return JobResult(model=model, dtype=dtype, policy=policy, target=target, status="pass",
+                         revision=revision, message=f"pid={os.getpid()} node={os.environ.get('AMPCI_TEST_NODE')} "
+                                                    f"pass={value}")
+    return _real_run_cell(cell, revision, settings, options)
+
+
+tasks.run_cell = run_cell

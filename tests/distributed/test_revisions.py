@@ -1,0 +1,101 @@
+"""Pass revisions: sha validation before git, hooks never run, LRU worktree cache, WORKTREE snapshots."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from workers.revisions import RevisionCache, RevisionError, content_key, describe, validate_sha
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def _commit(repo: Path, value: str) -> str:
+    (repo / "amp_pass").mkdir(parents=True, exist_ok=True)
+    (repo / "amp_pass" / "__init__.py").write_text(f"VALUE = {value!r}\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", f"value {value}")
+    return _git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    r = tmp_path / "src"
+    r.mkdir()
+    _git(r, "init", "-q", "-b", "main")
+    return r
+
+
+@pytest.mark.parametrize("bad", ["", "HEAD", "abc123", "--upload-pack=touch /tmp/x", "G" * 40, "A" * 40,
+                                 "0" * 39, "0" * 41, "0" * 40 + "\n"])
+def test_invalid_shas_are_rejected_before_git(bad: str, tmp_path: Path) -> None:
+    with pytest.raises(RevisionError):
+        validate_sha(bad)
+    cache = RevisionCache(str(tmp_path / "no-such-repo"), tmp_path / "cache")
+    with pytest.raises(RevisionError, match="not a full commit sha|not a valid revision"):
+        cache.checkout(bad)
+    assert not (tmp_path / "cache" / "repo.git").exists()  # no git call was made
+
+
+def test_checkout_gives_the_pass_at_each_revision(repo: Path, tmp_path: Path) -> None:
+    one, two = _commit(repo, "one"), _commit(repo, "two")
+    cache = RevisionCache(str(repo), tmp_path / "cache", size=4)
+    assert cache.resolve("main") == two
+    assert "VALUE = 'one'" in (cache.checkout(one) / "amp_pass" / "__init__.py").read_text()
+    assert "VALUE = 'two'" in (cache.checkout(two) / "amp_pass" / "__init__.py").read_text()
+    three = _commit(repo, "three")  # not in the bare clone yet: fetched on demand
+    assert "three" in (cache.checkout(three) / "amp_pass" / "__init__.py").read_text()
+    assert describe(cache, three)["parents"] == [two]
+    with pytest.raises(RevisionError, match="not in the pass repository"):
+        cache.checkout("0" * 40)
+
+
+def test_lru_eviction_keeps_the_most_recently_used(repo: Path, tmp_path: Path) -> None:
+    shas = [_commit(repo, str(i)) for i in range(4)]
+    cache = RevisionCache(str(repo), tmp_path / "cache", size=2)
+    cache.checkout(shas[0])
+    cache.checkout(shas[1])
+    cache.checkout(shas[0])  # touch: shas[1] is now least recently used
+    cache.checkout(shas[2])
+    assert cache.cached() == [shas[2], shas[0]]
+    cache.checkout(shas[3])
+    assert cache.cached() == [shas[3], shas[2]]
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=tmp_path / "cache" / "repo.git",
+                               capture_output=True, text=True, check=True).stdout
+    assert shas[0] not in worktrees and shas[3] in worktrees
+
+
+def test_git_hooks_never_run(repo: Path, tmp_path: Path) -> None:
+    one = _commit(repo, "one")
+    cache = RevisionCache(str(repo), tmp_path / "cache")
+    cache.resolve("main")  # creates the bare clone
+    marker = tmp_path / "hook-ran"
+    for hook in ("post-checkout", "reference-transaction", "post-index-change"):
+        path = tmp_path / "cache" / "repo.git" / "hooks" / hook
+        path.write_text(f"#!/bin/sh\ntouch {marker}\n")
+        path.chmod(0o755)
+    cache.checkout(one)
+    two = _commit(repo, "two")
+    cache.checkout(two)
+    assert not marker.exists()
+
+
+def test_worktree_snapshot_is_content_addressed(repo: Path, tmp_path: Path) -> None:
+    _commit(repo, "one")
+    (repo / "amp_pass" / "__init__.py").write_text("VALUE = 'dirty'\n")
+    (repo / "amp_pass" / "__pycache__").mkdir()
+    (repo / "amp_pass" / "__pycache__" / "x.pyc").write_bytes(b"ignored")
+    cache = RevisionCache(str(repo), tmp_path / "cache")
+    key = cache.snapshot(repo)
+    assert len(key) == 64 and key == content_key(repo)
+    assert "dirty" in (cache.checkout(key) / "amp_pass" / "__init__.py").read_text()
+    assert cache.snapshot(repo) == key
+    (repo / "amp_pass" / "__init__.py").write_text("VALUE = 'dirtier'\n")
+    assert cache.snapshot(repo) != key
+    with pytest.raises(RevisionError, match="not on this machine"):
+        RevisionCache(str(repo), tmp_path / "other").checkout(key)

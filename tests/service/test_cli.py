@@ -1,0 +1,123 @@
+"""CLI queries end to end on both databases, checked against golden files (``AMPCI_UPDATE_GOLDEN=1`` rewrites)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.cli.main import main
+from service.db import Store
+from service.regressions.render import plot
+from tests.service.factories import chain, make_result, migrated_store, run_with
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+A, B, C = ("tiny_mlp", "fp16", "default", "cpu"), ("tiny_mlp", "bf16", "default", "cpu"), ("conv", "fp16", "default", "cpu")
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / f"{name}.txt"
+    if os.environ.get("AMPCI_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path}; run with AMPCI_UPDATE_GOLDEN=1"
+    assert text == path.read_text()
+
+
+def seed(store: Store) -> list[str]:
+    shas = chain(store, 3)
+    run_with(store, shas[0], [make_result(A), make_result(B, max_abs=4e-3), make_result(C, latency_ms=5.0)])
+    run_with(store, shas[1], [make_result(A, status="fail_accuracy", max_abs=0.4),
+                              make_result(B, max_abs=4e-3, latency_ms=4.0, seed=1),
+                              make_result(C, status="convert_error")])
+    run_with(store, shas[2], [make_result(A, max_abs=1.2e-3, seed=2), make_result(B, max_abs=4e-3, latency_ms=4.0, seed=3),
+                              make_result(C, status="convert_error")])
+    return shas
+
+
+@pytest.fixture
+def cli(db_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+    store = migrated_store(db_url)
+    shas = seed(store)
+    store.dispose()
+    monkeypatch.setenv("AMPCI_DATABASE_URL", db_url)
+    monkeypatch.setenv("COLUMNS", "170")
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    run.shas = shas  # type: ignore[attr-defined]
+    return run
+
+
+def test_golden_tables(cli) -> None:  # type: ignore[no-untyped-def]
+    s = cli.shas
+    for name, argv in [("runs", ["runs"]), ("run", ["run", "2"]), ("results", ["results", "--revision", s[1][:8]]),
+                       ("regressions", ["regressions"]), ("compare", ["compare", s[0][:8], s[1][:8]]),
+                       ("history", ["history", "tiny_mlp", "--dtype", "fp16", "--metric", "max_abs"])]:
+        code, out, err = cli(*argv)
+        assert (code, err) == (0, ""), argv
+        check_golden(f"cli_{name}", out)
+
+
+def test_regressions_gate(cli) -> None:  # type: ignore[no-untyped-def]
+    s = cli.shas
+    code, out, _ = cli("regressions", "--revision", s[1][:8], "--open", "--json")
+    assert code == 1
+    assert sorted((r["kind"], r["category"]) for r in json.loads(out)) == [("conversion", "regression"),
+                                                                          ("latency", "regression")]
+    code, out, _ = cli("regressions", "--revision", s[2][:8], "--json")
+    assert code == 0 and [(r["kind"], r["category"]) for r in json.loads(out)] == [("accuracy", "improvement")]
+    assert cli("regressions", "--run", "1")[0] == 0
+    assert cli("regressions", "--run", "2")[0] == 1
+    assert cli("regressions")[0] == 0  # no revision or run given: a listing, not a gate
+
+
+def test_ack_and_false_positive(cli) -> None:  # type: ignore[no-untyped-def]
+    s = cli.shas
+    regs = json.loads(cli("regressions", "--open", "--category", "regression", "--json")[1])
+    assert [(r["kind"], r["revision_sha"]) for r in regs] == [("latency", s[1]), ("conversion", s[1])]
+    code, out, _ = cli("ack", str(regs[1]["id"]), "--false-positive", "--by", "carol", "--note", "runner died")
+    assert code == 0 and out.strip() == f"regression {regs[1]['id']} (conversion conv/fp16/default/cpu): false_positive"
+    assert cli("regressions", "--revision", s[1][:8])[0] == 1  # the latency regression is still open
+    detail = json.loads(cli("ack", str(regs[0]["id"]), "--by", "dave", "--json")[1])
+    assert (detail["state"], detail["state_by"]) == ("acknowledged", "dave") and detail["state_at"]
+    assert cli("regressions", "--revision", s[1][:8])[0] == 0  # nothing open any more
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["run", "99"], "no run with id 99"),
+    (["ack", "99"], "no regression with id 99"),
+    (["compare", "ffff", "0000"], "unknown revision ffff"),
+    (["compare", "0000000", "0000"], "ambiguous"),
+    (["results", "--revision", "xyz"], "not a revision"),
+    (["history", "nope", "--dtype", "fp16"], "unknown model 'nope'"),
+    (["history", "tiny_mlp", "--dtype", "fp16", "--metric", "speed"], "unknown metric 'speed'"),
+    (["regressions", "--since", "yesterday"], "--since"),
+])
+def test_bad_input_is_one_line_exit_2(cli, argv: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = cli(*argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and message in err and err.startswith("ampci: error: ")
+
+
+def test_unreachable_database_no_traceback_no_password(tmp_path: Path) -> None:
+    env = {**os.environ, "AMPCI_DATABASE_URL": "postgresql+psycopg://u:pw-secret@127.0.0.1:1/x",
+           "AMPCI_DATA_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "service.cli.main", "regressions", "--open"], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 3 and proc.stdout == ""
+    assert proc.stderr.startswith("ampci: error: database unavailable at postgresql+psycopg://u:***@127.0.0.1:1/x")
+    assert "pw-secret" not in proc.stderr and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_plot_golden() -> None:
+    values = [1.0, 1.1, 0.9, 1.0, None, 2.0, 2.1, 1.9, float("inf"), 2.0]
+    text = plot(values, height=5, label="latency_p50_ms") + "\n" + plot([3.0] * 4, height=3) + "\n" + plot([]) + "\n"
+    text += plot(list(range(200)), height=4, width=20) + "\n"
+    check_golden("plot", text)

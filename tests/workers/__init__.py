@@ -1,0 +1,1 @@
+"""Tests of the workers layer (one job end to end)."""

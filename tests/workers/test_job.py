@@ -1,0 +1,182 @@
+"""``run_job`` ends every job with the right status and a precise message, and never raises."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from service.settings import Settings
+from tests.conftest import test_cache_dir
+from tests.workers.fakes import fake_pass, write_manifest
+from workers.job import JobSpec, run_job
+from workers.result import JobResult
+
+MANIFEST = '''
+[defaults.tolerance]
+fp16 = { atol = 1e-3, rtol = 1e-2 }
+
+[models.rnn]
+source = { synthetic = "stateful_rnn" }
+inputs.x = { shape = [1, 8] }
+inputs.h = { shape = [1, 32], dist = "zeros" }
+stateful = { state = { h = "h_new" }, steps = 40, cap = 0.5 }
+
+[models.leaky]
+source = { synthetic = "leaky_integrator" }
+inputs.x = { shape = [1, 8], dist = "uniform", low = 0.5, high = 1.5 }
+inputs.s = { shape = [1, 8], dist = "zeros" }
+stateful = { state = { s = "s_new" }, steps = 64, cap = 1000.0 }
+
+[models.conv]
+source = { synthetic = "conv_net" }
+inputs.x = { shape = [4, 3, 32, 32] }
+task = "top1"
+
+[models.wrong_inputs]
+source = { synthetic = "conv_net" }
+inputs.image = { shape = [4, 3, 32, 32] }
+'''
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", latency_runs=2, latency_warmup=1,
+                    convert_timeout=120.0)
+
+
+@pytest.fixture
+def zoo(tmp_path: Path) -> Path:
+    return write_manifest(tmp_path / "zoo.toml", MANIFEST)
+
+
+def _job(model: str, zoo: Path, settings: Settings, pass_root: Path | None, dtype: str = "fp16") -> JobResult:
+    result = run_job(JobSpec(model=model, dtype=dtype, pass_root=pass_root, zoo_path=zoo), settings)
+    assert JobResult.from_json(result.to_json()) == result
+    assert result.timings["total_s"] >= result.timings["exec_s"] > 0 or result.status not in ("pass",)
+    assert result.environment["onnxruntime"] and result.environment["python"]
+    return result
+
+
+def test_pass_with_convergence_latency_graph_facts_and_cached_reference(tmp_path: Path, zoo: Path,
+                                                                         settings: Settings) -> None:
+    root = fake_pass(tmp_path / "naive", "naive_fp16")
+    r = _job("rnn", zoo, settings, root)
+    assert r.status == "pass", r.message
+    assert r.accuracy is not None and r.accuracy.mode == "emulation" and r.accuracy.passed
+    assert 0 < r.accuracy.worst.max_abs < 1e-2 and r.accuracy.worst.cosine > 0.999
+    assert set(r.accuracy.per_output) == {"y", "h_new"}
+    assert r.convergence is not None and r.convergence.steps == 40 and not r.convergence.diverged
+    assert 0 < r.convergence.max_error < 0.05
+    assert r.latency is not None and len(r.latency.samples_ms) == 2 and len(r.latency.fp32_samples_ms) == 2
+    assert r.latency.p50_ms > 0 and r.latency.speedup > 0 and r.latency.peak_rss_mb
+    assert r.graph is not None and r.graph.kept_fp32[0]["reason"] == "test"
+    assert r.model_sha256 and r.timings["reference_cached"] == 0.0
+    again = _job("rnn", zoo, settings, root)
+    assert again.timings["reference_cached"] == 1.0
+    assert again.accuracy is not None and again.accuracy.worst.max_abs == r.accuracy.worst.max_abs
+
+
+def test_model_built_to_diverge_in_fp16_is_diverged(tmp_path: Path, zoo: Path, settings: Settings) -> None:
+    r = _job("leaky", zoo, settings, fake_pass(tmp_path / "naive", "naive_fp16"))
+    assert r.status == "diverged", r.message
+    assert r.convergence is not None and r.convergence.diverged and "grows steadily" in r.convergence.reason
+    errors = r.convergence.step_errors
+    assert errors[-1] > 10 * errors[len(errors) // 4]
+
+
+def test_inaccurate_conversion_is_fail_accuracy(tmp_path: Path, zoo: Path, settings: Settings) -> None:
+    r = _job("conv", zoo, settings, fake_pass(tmp_path / "perturb", "perturb"))
+    assert r.status == "fail_accuracy"
+    assert "emulation: prob: max abs error" in r.message
+    assert r.accuracy is not None and not r.accuracy.passed and r.accuracy.worst.task_metric is not None
+
+
+@pytest.mark.parametrize(("behaviour", "status", "match"), [
+    ("reject", "convert_error", "rejected the input: amp_pass: error: policy 'nope' does not exist"),
+    ("internal", "convert_error", r"failed \(exit 1\): RuntimeError: walk: node has no producer"),
+    ("no_model", "convert_error", "wrote no model"),
+    ("invalid", "convert_error", "wrote an invalid model: .*Gemm"),
+    ("segfault", "crash", "killed by SIGSEGV"),
+    ("memory", "crash", "out of memory"),
+])
+def test_pass_failures_become_statuses(tmp_path: Path, zoo: Path, settings: Settings, behaviour: str, status: str,
+                                       match: str) -> None:
+    import dataclasses
+
+    limited = dataclasses.replace(settings, convert_memory=1024**3)
+    r = _job("conv", zoo, limited, fake_pass(tmp_path / behaviour, behaviour))
+    assert r.status == status
+    assert pytest.importorskip("re").search(match, r.message), r.message
+    assert r.accuracy is None and r.latency is None
+
+
+def test_hanging_pass_times_out(tmp_path: Path, zoo: Path, settings: Settings) -> None:
+    import dataclasses
+
+    t0 = time.monotonic()
+    r = _job("conv", zoo, dataclasses.replace(settings, convert_timeout=1.5), fake_pass(tmp_path / "hang", "hang"))
+    assert r.status == "timeout" and "1.5s" in r.message
+    assert time.monotonic() - t0 < 30
+
+
+def _local_entry(tmp_path: Path, name: str, data: bytes, inputs: str) -> Path:
+    (tmp_path / f"{name}.onnx").write_bytes(data)
+    sha = hashlib.sha256(data).hexdigest()
+    return write_manifest(tmp_path / f"{name}.toml", f'''
+        [models.{name}]
+        source = {{ path = "{name}.onnx" }}
+        sha256 = "{sha}"
+        {inputs}
+    ''')
+
+
+def test_bad_model_missing_or_corrupt_file(tmp_path: Path, settings: Settings) -> None:
+    man = _local_entry(tmp_path, "corrupt", b"\x08\x07garbage" * 10, "inputs.x = { shape = [1] }")
+    r = _job("corrupt", man, settings, None)
+    assert r.status == "bad_model" and "corrupt.onnx is not a valid ONNX model" in r.message
+    (tmp_path / "corrupt.onnx").unlink()
+    r = _job("corrupt", man, settings, None)
+    assert r.status == "bad_model" and "does not exist" in r.message
+
+
+def test_bad_spec_unknown_dtype_model_target_and_wrong_inputs(zoo: Path, settings: Settings) -> None:
+    assert "unknown dtype 'fp8'" in _job("conv", zoo, settings, None, dtype="fp8").message
+    r = run_job(JobSpec(model="conv", dtype="fp16", target="tpu", zoo_path=zoo), settings)
+    assert r.status == "bad_spec" and "unknown target 'tpu'" in r.message
+    r = _job("nope", zoo, settings, None)
+    assert r.status == "bad_spec" and "unknown model 'nope'" in r.message
+    r = _job("wrong_inputs", zoo, settings, None)
+    assert r.status == "bad_spec" and "model inputs without a spec: x" in r.message
+
+
+def test_reference_error_when_fp32_model_cannot_run(tmp_path: Path, settings: Settings) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7])],
+        [numpy_helper.from_array(np.array([7], np.int64), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    man = _local_entry(tmp_path, "broken", model.SerializeToString(), "inputs.x = { shape = [2, 3] }")
+    r = _job("broken", man, settings, None)
+    assert r.status == "reference_error" and "fp32 model" in r.message and "Reshape" in r.message
+
+
+@pytest.mark.realmodel
+@pytest.mark.slow
+def test_real_stateful_model_with_if_subgraphs(tmp_path: Path, settings: Settings) -> None:
+    """silero VAD (25 If nodes, LSTM state) converted by this checkout's pass: accurate and bounded."""
+    import dataclasses
+
+    real = dataclasses.replace(settings, cache_dir=test_cache_dir(), latency_runs=1)
+    r = run_job(JobSpec(model="silero_vad", dtype="fp16", steps=24), real)
+    if r.status == "bad_model" and "cannot fetch" in r.message:
+        pytest.skip(r.message)
+    assert r.status == "pass", r.message
+    assert r.convergence is not None and r.convergence.steps == 24 and not r.convergence.diverged
+    assert r.accuracy is not None and set(r.accuracy.per_output) == {"output", "stateN"}
+    assert r.graph is not None and r.graph.nodes_total > 0

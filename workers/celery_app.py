@@ -1,0 +1,128 @@
+"""The Celery application: Redis broker and result backend, one queue per target, reliable delivery.
+
+``make_app(settings)`` builds the app from one :class:`service.settings.Settings`; the module-level
+``app`` (what ``celery -A workers.celery_app`` and ``ampci worker`` load) is built from the
+environment.  Importing this module imports no onnxruntime and touches no GPU, so the prefork
+parent never initialises CUDA; job code is imported lazily inside each child's task call.
+
+Reliability guarantees (see DESIGN.md):
+
+* ``task_acks_late`` + ``task_reject_on_worker_lost``: a job whose worker dies is redelivered;
+* ``worker_prefetch_multiplier=1``: a worker holds at most one unstarted job per process;
+* hard time limit = ``AMPCI_JOB_TIMEOUT`` (soft limit a little earlier) and a broker visibility
+  timeout strictly longer than it, so a running job is never handed to a second worker while the
+  first is still allowed to run it;
+* attempts are counted in the database by the task (poison jobs end ``crashed``), and results
+  are written idempotently on (run, cell) by the store.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+from celery.schedules import crontab
+from kombu import Queue
+
+from service.errors import ConfigError
+from service.settings import Settings
+
+#: Queues every deployment has: one per built-in target, and ``control`` for scheduling tasks.
+DEFAULT_QUEUES: tuple[str, ...] = ("cuda", "cpu")
+CONTROL_QUEUE = "control"
+RUN_JOB_TASK = "ampci.run_job"
+NIGHTLY_TASK = "ampci.nightly_sweep"
+
+
+def visibility_timeout(settings: Settings) -> float:
+    """Seconds an unacknowledged message stays invisible: strictly longer than the hard limit."""
+    return settings.job_timeout + max(5.0, min(600.0, settings.job_timeout * 0.25))
+
+
+def transport_options(settings: Settings) -> dict[str, float | int]:
+    """Redis transport options: the visibility timeout and how often abandoned messages are swept.
+
+    A message whose worker vanished (killed machine) is redelivered roughly ``visibility_timeout``
+    plus one sweep period after it was taken.
+    """
+    vt = visibility_timeout(settings)
+    return {"visibility_timeout": vt, "unacked_restore_interval": max(1, int(min(10.0, vt / 5))),
+            "unacked_restore_throttle": 1 if vt < 600 else 10}
+
+
+def time_limits(settings: Settings) -> tuple[float, float]:
+    """(soft, hard) time limits of one job; hard = ``job_timeout``, soft a little before it."""
+    hard = settings.job_timeout
+    return max(hard * 0.9, hard - 60.0), hard
+
+
+def extra_queues() -> tuple[str, ...]:
+    """More target queues (e.g. GPU types) from ``AMPCI_EXTRA_QUEUES=cuda-a100,cuda-h100``."""
+    raw = os.environ.get("AMPCI_EXTRA_QUEUES", "")
+    names = tuple(q.strip() for q in raw.split(",") if q.strip())
+    for name in names:
+        if not name.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"AMPCI_EXTRA_QUEUES: bad queue name {name!r}")
+    return names
+
+
+def nightly_schedule(cron: str) -> crontab:
+    """A UTC crontab from five cron fields (``"0 2 * * *"``); malformed text is a ConfigError."""
+    parts = cron.split()
+    if len(parts) != 5:
+        raise ConfigError(f"AMPCI_NIGHTLY_CRON: expected 5 cron fields, got {cron!r}")
+    minute, hour, dom, month, dow = parts
+    try:
+        return crontab(minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"AMPCI_NIGHTLY_CRON: {exc}") from None
+
+
+def make_app(settings: Settings) -> Celery:
+    """A configured Celery app for ``settings`` (needs ``AMPCI_BROKER_URL`` to be usable)."""
+    broker = settings.broker_url or "redis://127.0.0.1:6379/0"
+    soft, hard = time_limits(settings)
+    app = Celery("ampci", broker=broker, backend=broker, include=["workers.tasks"])
+    queues = [Queue(q) for q in (*DEFAULT_QUEUES, *extra_queues(), CONTROL_QUEUE)]
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,   # a job that *fails* is recorded, not redelivered
+        worker_prefetch_multiplier=1,
+        worker_max_tasks_per_child=200,          # bound slow leaks of onnxruntime arenas
+        task_soft_time_limit=soft,
+        task_time_limit=hard,
+        broker_transport_options=transport_options(settings),
+        result_backend_transport_options={"visibility_timeout": visibility_timeout(settings)},
+        result_expires=24 * 3600,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        task_queues=queues,
+        task_default_queue="cpu",
+        task_routes={NIGHTLY_TASK: {"queue": CONTROL_QUEUE}},
+        task_track_started=False,
+        broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,      # survive a Redis restart
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        worker_hijack_root_logger=False,
+        timezone="UTC",
+        enable_utc=True,
+        beat_schedule={
+            "nightly-full-sweep": {
+                "task": NIGHTLY_TASK,
+                "schedule": nightly_schedule(settings.nightly_cron),
+                "args": (os.environ.get("AMPCI_NIGHTLY_SWEEP", "full"),),
+            },
+        },
+    )
+    app.conf.ampci_settings = settings
+    return app
+
+
+def app_settings(celery_app: Celery) -> Settings:
+    """The Settings an app was built with."""
+    return celery_app.conf.ampci_settings  # type: ignore[no-any-return]
+
+
+app = make_app(Settings.from_env())

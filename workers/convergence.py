@@ -1,0 +1,122 @@
+"""Convergence of stateful and Loop models: does the converted model's error stay bounded over time?
+
+Stateful models (state outputs fed back as inputs) are rolled forward T steps in fp32 and in the
+converted precision from the same inputs, each feeding back its own state; Loop models expose one
+row per iteration in a scan output and are run once with trip count T.  The error at step t is the
+largest absolute difference over all outputs at that step.
+
+:func:`judge_errors` calls a curve *diverged* when an error is non-finite, when one exceeds the
+cap, or when the last half of the curve grows steadily: a least-squares line over the last half
+rises by more than ``GROWTH`` of that half's mean error, with correlation above ``MIN_CORR`` (so a
+bounded, noisy error curve never counts, and linear or faster growth always does).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from workers.result import ConvergenceStats
+from workers.zoo.inputs import make_feeds
+from workers.zoo.manifest import ZooEntry
+
+GROWTH = 0.5
+MIN_CORR = 0.9
+FLOOR = 1e-6  # curves whose errors stay below this are numerically identical: never diverged by slope
+
+Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+def step_error(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> float:
+    """Largest absolute difference over all outputs (inf when ``got`` is non-finite where ``ref`` is not)."""
+    worst = 0.0
+    for name, r in ref.items():
+        r64 = np.asarray(r, np.float64)
+        g64 = np.asarray(got[name], np.float64)
+        bad = np.isfinite(r64) & ~np.isfinite(g64)
+        if bad.any():
+            return math.inf
+        both = np.isfinite(r64) & np.isfinite(g64)
+        if both.any():
+            worst = max(worst, float(np.abs(r64 - g64)[both].max()))
+    return worst
+
+
+def judge_errors(errors: list[float], cap: float) -> ConvergenceStats:
+    """Statistics and the diverged verdict for an error curve (see module doc)."""
+    e = np.asarray(errors, np.float64)
+    stats = ConvergenceStats(steps=len(errors), step_errors=[float(x) for x in errors])
+    if not len(e):
+        return stats
+    finite = np.isfinite(e)
+    stats.final_error = float(e[-1])
+    stats.max_error = float(e.max()) if finite.all() else math.inf
+    if not finite.all():
+        first = int(np.argmin(finite))
+        stats.diverged, stats.reason = True, f"non-finite error from step {first}"
+        return stats
+    half = e[len(e) // 2:]
+    if len(half) >= 4:
+        t = np.arange(len(half), dtype=np.float64)
+        slope = float(np.polyfit(t, half, 1)[0])
+        stats.slope = slope
+        mean = float(half.mean())
+        corr = float(np.corrcoef(t, half)[0, 1]) if half.std() > 0 else 0.0
+        growth = slope * (len(half) - 1) / mean if mean > 0 else 0.0
+        if mean > FLOOR and growth > GROWTH and corr > MIN_CORR:
+            stats.diverged = True
+            stats.reason = (f"error grows steadily over the last {len(half)} steps: +{growth:.0%} of its mean "
+                            f"(slope {slope:.3g}/step, r={corr:.2f}); final {stats.final_error:.3g}")
+    if stats.max_error > cap:
+        step = int(np.argmax(e > cap))
+        stats.diverged = True
+        stats.reason = f"step error {e[step]:.3g} at step {step} exceeds the cap {cap:g}" + (
+            f"; {stats.reason}" if stats.reason else "")
+    return stats
+
+
+def rollout(run: Runner, entry: ZooEntry, seed: int, steps: int) -> list[dict[str, np.ndarray]]:
+    """Outputs of ``steps`` steps of a stateful entry, feeding each state output back as its input."""
+    assert entry.stateful is not None
+    state_map = entry.stateful.state
+    feeds = make_feeds(entry, seed, step=0)
+    outputs: list[dict[str, np.ndarray]] = []
+    for step in range(steps):
+        if step:
+            fresh = make_feeds(entry, seed, step=step)
+            feeds = {k: v for k, v in fresh.items() if k not in state_map}
+            for inp, out in state_map.items():
+                feeds[inp] = outputs[-1][out].astype(fresh[inp].dtype)
+        outputs.append(run(feeds))
+    return outputs
+
+
+def stateful_convergence(ref_steps: list[dict[str, np.ndarray]], conv: Runner, entry: ZooEntry, seed: int,
+                         ) -> ConvergenceStats:
+    """Roll the converted model forward as many steps as ``ref_steps`` (the fp32 rollout) and judge."""
+    assert entry.stateful is not None
+    got = rollout(conv, entry, seed, len(ref_steps))
+    return judge_errors([step_error(r, g) for r, g in zip(ref_steps, got, strict=True)], entry.stateful.cap)
+
+
+def loop_feeds(entry: ZooEntry, seed: int, steps: int) -> dict[str, np.ndarray]:
+    """The entry's feeds with its Loop trip-count input set to ``steps``."""
+    assert entry.loop is not None
+    feeds = make_feeds(entry, seed)
+    trip = entry.loop.trip_input
+    if trip not in feeds:
+        raise KeyError(f"loop trip input {trip!r} is not among the entry's inputs")
+    feeds[trip] = np.full_like(feeds[trip], steps)
+    return feeds
+
+
+def loop_convergence(ref_out: Mapping[str, np.ndarray], got_out: Mapping[str, np.ndarray],
+                     entry: ZooEntry) -> ConvergenceStats:
+    """Judge the per-iteration rows of the Loop's scan output (fp32 ``ref_out`` vs converted ``got_out``)."""
+    assert entry.loop is not None
+    name = entry.loop.output
+    ref, got = np.asarray(ref_out[name]), np.asarray(got_out[name])
+    errors = [step_error({name: ref[i]}, {name: got[i]}) for i in range(ref.shape[0])]
+    return judge_errors(errors, entry.loop.cap)

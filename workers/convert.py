@@ -1,0 +1,105 @@
+"""Run the pass in an isolated subprocess with a time and a memory limit.
+
+``python -m amp_pass convert SRC -o DST --dtype D --policy P --target T --report FILE`` runs with
+``pass_root`` first on ``PYTHONPATH`` (so the pass at a given revision is imported, not this
+process's copy), in its own process group, with ``RLIMIT_AS`` set before exec.  A crash, hang or
+memory blow-up of the pass never reaches the worker: :func:`convert_in_subprocess` always returns
+a :class:`ConvertOutcome` whose ``status`` is ``ok`` / ``convert_error`` / ``timeout`` / ``crash``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The repository that holds this checkout's ``amp_pass`` (the default pass root).
+DEFAULT_PASS_ROOT = Path(__file__).resolve().parents[1]
+_TAIL = 2000
+
+
+@dataclass
+class ConvertOutcome:
+    """What the conversion subprocess did.  ``report`` is the pass report dict when ``status == ok``."""
+
+    status: str                      # ok | convert_error | timeout | crash
+    message: str = ""
+    report: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+    returncode: int | None = None
+
+
+def _limit_memory(max_bytes: int) -> Any:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (max_bytes, max_bytes))
+
+    return apply
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy: str, target: str,
+                          pass_root: Path | None, timeout_s: float, memory_bytes: int) -> ConvertOutcome:
+    """Convert ``src`` to ``dst`` with the pass under ``pass_root``; never raises for pass failures."""
+    root = Path(pass_root) if pass_root else DEFAULT_PASS_ROOT
+    if not (root / "amp_pass").is_dir():
+        return ConvertOutcome("convert_error", f"pass root {root} has no amp_pass package")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(root), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    cmd = [sys.executable, "-m", "amp_pass", "convert", str(src), "-o", str(dst), "--dtype", dtype,
+           "--policy", policy, "--target", target, "--report", str(report)]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, preexec_fn=_limit_memory(memory_bytes))
+    except OSError as exc:
+        return ConvertOutcome("crash", f"cannot start the pass subprocess: {exc}")
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = proc.communicate()
+        return ConvertOutcome("timeout", f"conversion exceeded its time limit of {timeout_s:g}s and was killed",
+                              wall_s=time.perf_counter() - start, returncode=proc.returncode)
+    wall = time.perf_counter() - start
+    rc = proc.returncode
+    if rc == 0:
+        try:
+            data = json.loads(report.read_text())
+        except (OSError, ValueError) as exc:
+            return ConvertOutcome("convert_error", f"the pass exited 0 but wrote no readable report: {exc}",
+                                  wall_s=wall, returncode=rc)
+        if not dst.is_file():
+            return ConvertOutcome("convert_error", "the pass exited 0 but wrote no model", wall_s=wall, returncode=rc)
+        return ConvertOutcome("ok", "", data, wall, rc)
+    tail = (err or "")[-_TAIL:]
+    if rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
+        hint = " (memory limit?)" if -rc in (signal.SIGKILL, signal.SIGSEGV) else ""
+        return ConvertOutcome("crash", f"pass subprocess killed by {name}{hint}: {_last_line(tail) or 'no output'}",
+                              wall_s=wall, returncode=rc)
+    if "MemoryError" in tail or "std::bad_alloc" in tail:
+        return ConvertOutcome("crash", f"pass ran out of memory (limit {memory_bytes / 2**30:.1f} GiB): "
+                              f"{_last_line(tail)}", wall_s=wall, returncode=rc)
+    what = "rejected the input" if rc == 2 else f"failed (exit {rc})"
+    return ConvertOutcome("convert_error", f"pass {what}: {_last_line(tail) or 'no output'}",
+                          wall_s=wall, returncode=rc)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()

@@ -1,0 +1,71 @@
+"""The environment fingerprint stored with every result (what ran it, on what, with which pass)."""
+
+from __future__ import annotations
+
+import functools
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import onnxruntime as ort
+
+from workers.sessions import cuda_usable
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU model name (from /proc/cpuinfo where available)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@functools.cache
+def gpu_name() -> str | None:
+    """The first GPU's name when CUDA is usable (via nvidia-smi), else None."""
+    if not cuda_usable() or not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = out.stdout.strip().splitlines()
+    return lines[0].strip() if out.returncode == 0 and lines else None
+
+
+def pass_revision(pass_root: Path) -> str:
+    """``git rev-parse HEAD`` of the pass root (``+dirty`` if amp_pass has local changes), or ``unknown``."""
+    try:
+        head = subprocess.run(["git", "-C", str(pass_root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "-C", str(pass_root), "status", "--porcelain", "--", "amp_pass"],
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def fingerprint(provider: str, pass_root: Path, revision: str | None) -> dict[str, str]:
+    """onnxruntime version and provider, device (GPU name or CPU model), python, onnx, pass revision."""
+    gpu = gpu_name() if provider.startswith("CUDA") else None
+    return {
+        "onnxruntime": ort.__version__,
+        "provider": provider,
+        "device": gpu or cpu_model(),
+        "cuda_usable": str(cuda_usable()).lower(),
+        "python": platform.python_version(),
+        "onnx": onnx.__version__,
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "pass_revision": revision or pass_revision(pass_root),
+        "pass_root": str(pass_root),
+    }

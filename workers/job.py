@@ -1,0 +1,321 @@
+"""One regression job end to end: fetch, fp32 reference, convert, accuracy, convergence, latency.
+
+``run_job(spec, settings) -> JobResult`` never raises for job failures: a bad spec, a bad model,
+a failing reference, a crashing/hanging/failing pass, an inaccurate or diverging conversion each
+end as a result with its status and a precise message.  An unexpected error in the worker itself
+also ends as a result (status ``crash``, message ``internal worker error: ...``), so a job never
+takes a worker down.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+from workers import reference as refcache
+from workers.convergence import loop_convergence, loop_feeds, rollout, stateful_convergence
+from workers.convert import DEFAULT_PASS_ROOT, convert_in_subprocess
+from workers.emulation import EmulationError
+from workers.environment import fingerprint
+from workers.latency import measure_latency
+from workers.metrics import compare_outputs, judge
+from workers.result import AccuracyReport, GraphFacts, JobResult, LatencyStats
+from workers.runners import EmulatedRunner, Runner, SessionRunner
+from workers.sessions import CPU, SessionError, cuda_usable
+from workers.timing import JobClock
+from workers.zoo.fetch import fetch_entry
+from workers.zoo.inputs import SpecError, check_spec, feeds_digest, make_feeds, model_inputs
+from workers.zoo.manifest import ZooEntry, ZooError, load_zoo
+from workers.zoo.registry import FetchError
+
+if TYPE_CHECKING:  # workers only read attributes of the settings object the entry point built
+    from service.settings import Settings
+
+DTYPES = ("fp16", "bf16")
+TARGETS = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One cell at one revision.  ``pass_root``: a directory whose ``amp_pass`` package the
+    conversion subprocess imports first (default: this repository).  ``seed``/``steps`` override
+    the zoo entry's input seed and the settings' convergence steps; ``zoo_path`` another manifest."""
+
+    model: str
+    dtype: str
+    policy: str = "default"
+    target: str = "cpu"
+    revision: str | None = None
+    pass_root: Path | None = None
+    seed: int | None = None
+    steps: int | None = None
+    zoo_path: Path | None = None
+
+
+class JobFailed(Exception):
+    """Ends a job early with ``status`` and ``message`` (only raised and caught inside this module)."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def run_job(spec: JobSpec, settings: Settings) -> JobResult:
+    """Run one job and return its result (see module doc); never raises for job failures."""
+    clock = JobClock()
+    result = JobResult(model=spec.model, dtype=spec.dtype, policy=spec.policy, target=spec.target, status="pass",
+                       revision=spec.revision)
+    pass_root = Path(spec.pass_root) if spec.pass_root else DEFAULT_PASS_ROOT
+    try:
+        _Job(spec, settings, result, clock).run()
+    except JobFailed as failed:
+        result.status, result.message = failed.status, failed.message
+    except Exception as exc:  # noqa: BLE001 - a worker bug must still end as a result
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        result.status = "crash"
+        result.message = (f"internal worker error: {type(exc).__name__}: {exc} "
+                          f"(at {Path(where.filename).name}:{where.lineno})")
+    with clock.phase("fingerprint"):
+        provider = result.latency.provider if result.latency and result.latency.provider else CPU
+        result.environment = fingerprint(provider, pass_root, spec.revision)
+    result.timings = clock.finish()
+    return result
+
+
+class _Job:
+    """The steps of one job, sharing the loaded model, feeds and sessions."""
+
+    def __init__(self, spec: JobSpec, settings: Settings, result: JobResult, clock: JobClock) -> None:
+        self.spec, self.settings, self.result, self.clock = spec, settings, result, clock
+        self.cache = refcache.ReferenceCache(Path(settings.cache_dir) / "reference")
+        self._fp32: SessionRunner | None = None
+
+    def run(self) -> None:
+        self._validate_spec()
+        with self.clock.phase("fetch"):
+            entry, path, sha = self._fetch()
+        with self.clock.phase("load"):
+            model, feeds = self._load(entry, path)
+        seed = self.spec.seed if self.spec.seed is not None else entry.seed
+        self.entry, self.model, self.feeds, self.seed, self.sha = entry, model, feeds, seed, sha
+        self.model_bytes = path.read_bytes()
+        with self.clock.phase("reference"):
+            ref, baseline = self._reference()
+        with tempfile.TemporaryDirectory(prefix="ampci-job-") as tmp:
+            with self.clock.phase("convert"):
+                converted = self._convert(path, Path(tmp))
+            with self.clock.phase("accuracy"):
+                self._accuracy(converted, ref, baseline)
+            with self.clock.phase("convergence"):
+                self._convergence(converted)
+            with self.clock.phase("latency"):
+                self._latency(converted)
+        self._verdict()
+
+    # ------------------------------------------------------------------ steps
+
+    def _validate_spec(self) -> None:
+        s = self.spec
+        if s.dtype not in DTYPES:
+            raise JobFailed("bad_spec", f"unknown dtype {s.dtype!r}; expected one of {', '.join(DTYPES)}")
+        if s.target not in TARGETS:
+            raise JobFailed("bad_spec", f"unknown target {s.target!r}; expected one of {', '.join(TARGETS)}")
+        if not s.policy or not s.policy.strip():
+            raise JobFailed("bad_spec", "empty policy name")
+
+    def _fetch(self) -> tuple[ZooEntry, Path, str]:
+        try:
+            entry = load_zoo(self.spec.zoo_path).get(self.spec.model)
+        except ZooError as exc:
+            raise JobFailed("bad_spec", str(exc)) from None
+        try:
+            fetched = fetch_entry(entry, Path(self.settings.cache_dir))
+        except FetchError as exc:
+            raise JobFailed("bad_model", str(exc)) from None
+        self.result.model_sha256 = fetched.sha256
+        return entry, fetched.path, fetched.sha256
+
+    def _load(self, entry: ZooEntry, path: Path) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+        try:
+            model = onnx.load(str(path))
+            onnx.checker.check_model(model)
+        except Exception as exc:  # noqa: BLE001 - protobuf/checker raise several types
+            raise JobFailed("bad_model", f"{path.name} is not a valid ONNX model: {_line(exc)}") from None
+        try:
+            check_spec(entry, model)
+            feeds = make_feeds(entry, self.spec.seed if self.spec.seed is not None else entry.seed)
+        except SpecError as exc:
+            raise JobFailed("bad_spec", str(exc)) from None
+        outputs = {o.name for o in model.graph.output}
+        inputs = model_inputs(model)
+        if entry.stateful:
+            bad = [f"{i}->{o}" for i, o in entry.stateful.state.items() if i not in inputs or o not in outputs]
+            if bad:
+                raise JobFailed("bad_spec", f"{entry.name}: stateful map names unknown inputs/outputs: {', '.join(bad)} "
+                                f"(inputs {sorted(inputs)}, outputs {sorted(outputs)})")
+        if entry.loop and (entry.loop.trip_input not in inputs or entry.loop.output not in outputs):
+            raise JobFailed("bad_spec", f"{entry.name}: loop trip input {entry.loop.trip_input!r} or output "
+                            f"{entry.loop.output!r} is not in the model")
+        return model, feeds
+
+    def fp32(self) -> SessionRunner:
+        """The fp32 model on the CPU provider, optimized (created once; failures are reference_error)."""
+        if self._fp32 is None:
+            try:
+                self._fp32 = SessionRunner(self.model_bytes, "cpu", self.clock)
+            except SessionError as exc:
+                raise JobFailed("reference_error", f"fp32 model does not load in onnxruntime: {exc}") from None
+        return self._fp32
+
+    def _run_ref(self, runner: Runner, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            return runner(feeds)
+        except SessionError as exc:
+            raise JobFailed("reference_error", f"fp32 model fails to run: {exc}") from None
+
+    def _reference(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        key = self.cache.key(self.sha, self.seed, feeds_digest(self.feeds), "outputs")
+
+        def compute() -> dict[str, np.ndarray]:
+            ref = self._run_ref(self.fp32(), self.feeds)
+            try:
+                plain = SessionRunner(self.model_bytes, "cpu", self.clock, optimize=False)
+            except SessionError as exc:
+                raise JobFailed("reference_error", f"fp32 model does not load unoptimized: {exc}") from None
+            return refcache.join(ref=ref, baseline=self._run_ref(plain, self.feeds))
+
+        arrays, hit = self.cache.get_or_compute(key, compute)
+        self.clock.timings["reference_cached"] = float(hit)
+        return refcache.split(arrays, "ref"), refcache.split(arrays, "baseline")
+
+    def _convert(self, src: Path, tmp: Path) -> onnx.ModelProto:
+        s = self.spec
+        dst, report = tmp / "converted.onnx", tmp / "report.json"
+        outcome = convert_in_subprocess(src, dst, report, s.dtype, s.policy, s.target, s.pass_root,
+                                        self.settings.convert_timeout, self.settings.convert_memory)
+        self.clock.timings["convert_subprocess_s"] = outcome.wall_s
+        if outcome.status != "ok":
+            raise JobFailed(outcome.status, outcome.message)
+        self.clock.add_exec(float(outcome.report.get("seconds", 0.0) or 0.0))
+        self.result.graph = graph_facts(outcome.report)
+        try:
+            converted = onnx.load(str(dst))
+        except Exception as exc:  # noqa: BLE001
+            raise JobFailed("convert_error", f"the pass wrote an unreadable model: {_line(exc)}") from None
+        try:  # emulation widens every type to fp32, so it must not be what finds type errors
+            onnx.checker.check_model(converted, full_check=True)
+        except Exception as exc:  # noqa: BLE001
+            raise JobFailed("convert_error", f"the pass wrote an invalid model: {_line(exc)}") from None
+        have = {o.name for o in converted.graph.output}
+        missing = [o.name for o in self.model.graph.output if o.name not in have]
+        if missing:
+            raise JobFailed("convert_error", f"converted model lost outputs: {', '.join(missing)}")
+        self.converted_bytes = dst.read_bytes()
+        return converted
+
+    def _accuracy(self, converted: onnx.ModelProto, ref: dict[str, np.ndarray],
+                  baseline: dict[str, np.ndarray]) -> None:
+        try:
+            self.emulated = EmulatedRunner(converted, self.clock)
+            got = self.emulated(self.feeds)
+        except (EmulationError, SessionError) as exc:
+            raise JobFailed("convert_error", f"converted model does not run under emulation: {exc}") from None
+        self.result.accuracy = self._report("emulation", self.emulated.provider, ref, got, baseline)
+        if cuda_usable():
+            self.result.accuracy_cuda = self._cuda_accuracy(ref)
+
+    def _cuda_accuracy(self, ref: dict[str, np.ndarray]) -> AccuracyReport:
+        try:
+            conv = SessionRunner(self.converted_bytes, "cuda", self.clock)
+            fp32 = SessionRunner(self.model_bytes, "cuda", self.clock)
+            got, base = conv(self.feeds), fp32(self.feeds)
+        except SessionError as exc:
+            return AccuracyReport(mode="cuda", provider="CUDAExecutionProvider", passed=False,
+                                  reason=f"converted model fails on CUDA: {exc}")
+        return self._report("cuda", conv.provider, ref, got, base)
+
+    def _report(self, mode: str, provider: str, ref: dict[str, np.ndarray], got: dict[str, np.ndarray],
+                baseline: dict[str, np.ndarray]) -> AccuracyReport:
+        e = self.entry
+        per, worst = compare_outputs(ref, got, baseline, e.task, e.task_outputs)
+        passed, reason = judge(per, ref, e.tolerance_for(self.spec.dtype), self.settings.accuracy_k)
+        return AccuracyReport(mode=mode, provider=provider, per_output=per, worst=worst, passed=passed,
+                              reason=reason)
+
+    def _convergence(self, converted: onnx.ModelProto) -> None:
+        e = self.entry
+        if not (e.stateful or e.loop):
+            return
+        steps = self.spec.steps or e.steps_configured or self.settings.convergence_steps
+        digest = feeds_digest(self.feeds)
+        try:
+            if e.stateful:
+                key = self.cache.key(self.sha, self.seed, digest, "rollout", str(steps))
+                arrays, _ = self.cache.get_or_compute(key, lambda: _flatten_steps(
+                    rollout(lambda f: self._run_ref(self.fp32(), f), e, self.seed, steps)))
+                self.result.convergence = stateful_convergence(_unflatten_steps(arrays, steps), self.emulated, e,
+                                                               self.seed)
+            else:
+                feeds = loop_feeds(e, self.seed, steps)
+                key = self.cache.key(self.sha, self.seed, digest, "loop", str(steps))
+                ref, _ = self.cache.get_or_compute(key, lambda: self._run_ref(self.fp32(), feeds))
+                self.result.convergence = loop_convergence(ref, self.emulated(feeds), e)
+        except SessionError as exc:
+            raise JobFailed("convert_error", f"converted model fails during the convergence rollout: {exc}") from None
+
+    def _latency(self, converted: onnx.ModelProto) -> None:
+        target = self.spec.target
+        provider = "CUDAExecutionProvider" if target == "cuda" else CPU
+        if target == "cuda" and not cuda_usable():
+            self.result.latency = LatencyStats(provider=provider, error="no usable CUDA device on this worker")
+            return
+        try:
+            conv = SessionRunner(self.converted_bytes, target, self.clock)
+            fp32 = self.fp32() if target == "cpu" else SessionRunner(self.model_bytes, target, self.clock)
+            self.result.latency = measure_latency(conv, fp32, self.feeds, self.settings.latency_runs,
+                                                  self.settings.latency_warmup)
+        except SessionError as exc:
+            self.result.latency = LatencyStats(provider=provider, error=f"converted model not timed: {exc}")
+
+    def _verdict(self) -> None:
+        r = self.result
+        failed = [a for a in (r.accuracy, r.accuracy_cuda) if a is not None and not a.passed]
+        if failed:
+            r.status = "fail_accuracy"
+            r.message = "; ".join(f"{a.mode}: {a.reason}" for a in failed)
+        elif r.convergence is not None and r.convergence.diverged:
+            r.status, r.message = "diverged", r.convergence.reason
+        else:
+            r.status = "pass"
+        if r.latency is not None and r.latency.error:
+            r.message = f"{r.message}; latency: {r.latency.error}" if r.message else f"latency: {r.latency.error}"
+
+
+def graph_facts(report: dict[str, Any]) -> GraphFacts:
+    """GraphFacts from a pass report dict (missing keys default to zero/empty)."""
+    return GraphFacts(
+        nodes_total=int(report.get("nodes_total", 0)), nodes_low=int(report.get("nodes_low", 0)),
+        casts_inserted=int(report.get("casts_inserted", 0)), casts_removed=int(report.get("casts_removed", 0)),
+        compute_nodes=int(report.get("compute_nodes", 0)), compute_low=int(report.get("compute_low", 0)),
+        low_precision_compute_fraction=float(report.get("low_precision_compute_fraction", 0.0)),
+        kept_fp32=[{k: str(v) for k, v in item.items()} for item in report.get("kept_fp32", [])],
+        convert_seconds=float(report.get("seconds", 0.0) or 0.0))
+
+
+def _flatten_steps(steps: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {f"step{t}/{k}": v for t, outs in enumerate(steps) for k, v in outs.items()}
+
+
+def _unflatten_steps(arrays: dict[str, np.ndarray], steps: int) -> list[dict[str, np.ndarray]]:
+    return [refcache.split(arrays, f"step{t}") for t in range(steps)]
+
+
+def _line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:400]}"

@@ -1,0 +1,276 @@
+"""Pass revisions on a worker: a bare clone of the pass repository and an LRU cache of worktrees.
+
+A job names the revision of ``amp_pass`` it must run.  :class:`RevisionCache` turns that name into a
+directory whose ``amp_pass`` package is the pass at exactly that revision; the job puts the directory
+first on the conversion subprocess's import path.
+
+Guarantees:
+
+* A commit sha is validated (exactly 40 lower-case hex digits) before any git command sees it, so a
+  revision string can never become a git option or a path.
+* Git runs with hooks disabled (``-c core.hooksPath=/dev/null``), no credential prompts, no
+  ``fsmonitor``, and never executes anything from the checkout; only the pass module is imported
+  later, by the conversion subprocess.
+* At most ``size`` worktrees are kept; the least recently used one is removed first.  The cache is
+  safe to share between processes on one machine (an exclusive ``flock`` serialises git calls).
+* ``WORKTREE`` revisions (a developer's uncommitted tree) are content-addressed snapshots of the
+  ``amp_pass`` directory, keyed by the sha256 (64 hex digits) of its paths and bytes; the same
+  content always gives the same key, and a snapshot is written atomically (temp dir + rename).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.settings import Settings
+
+SHA_RE = re.compile(r"\A[0-9a-f]{40}\Z")
+WORKTREE_KEY_RE = re.compile(r"\A[0-9a-f]{64}\Z")  # sha256 content hash; git commit shas are 40 hex
+WORKTREE = "WORKTREE"
+PASS_PACKAGE = "amp_pass"
+_GIT_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+               "-c", "protocol.ext.allow=never", "-c", "advice.detachedHead=false")
+_LAST_USED = ".ampci-last-used"
+
+
+class RevisionError(Exception):
+    """A revision is malformed, unknown to the pass repository, or cannot be checked out."""
+
+    exit_code = 2
+
+
+def validate_sha(sha: str) -> str:
+    """Return ``sha`` if it is exactly 40 lower-case hex digits, else raise RevisionError."""
+    if not isinstance(sha, str) or not SHA_RE.match(sha):
+        raise RevisionError(f"not a full commit sha (40 hex digits): {sha!r}")
+    return sha
+
+
+def default_pass_repo() -> str:
+    """The repository this code was installed from (the default ``AMPCI_PASS_REPO``)."""
+    return str(Path(__file__).resolve().parents[1])
+
+
+def git(args: list[str], cwd: Path | None = None, timeout: float = 300.0) -> str:
+    """Run git without hooks or prompts; return stdout; raise RevisionError with stderr on failure."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1", GIT_ASKPASS="/bin/false",
+               GIT_CONFIG_GLOBAL="/dev/null")
+    try:
+        proc = subprocess.run(["git", *_GIT_CONFIG, *args], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RevisionError(f"git {args[0]} timed out after {timeout:.0f}s") from None
+    if proc.returncode != 0:
+        msg = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise RevisionError(f"git {args[0]} failed: {msg}")
+    return proc.stdout
+
+
+def content_key(tree: Path) -> str:
+    """sha256 (64 hex) over the relative paths and bytes of ``tree/amp_pass`` (caches excluded)."""
+    pkg = tree / PASS_PACKAGE
+    if not pkg.is_dir():
+        raise RevisionError(f"{tree} has no {PASS_PACKAGE}/ directory to snapshot")
+    h = hashlib.sha256()
+    for path in _snapshot_files(pkg):
+        rel = path.relative_to(tree).as_posix()
+        h.update(rel.encode() + b"\0")
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _snapshot_files(pkg: Path) -> list[Path]:
+    return sorted(p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                  and p.suffix not in {".pyc", ".pyo"})
+
+
+class RevisionCache:
+    """Bare clone of the pass repository plus an LRU cache of worktrees keyed by revision.
+
+    ``root`` holds ``repo.git`` (the bare clone), ``trees/<sha-or-worktree-key>/`` and a lock file.
+    """
+
+    def __init__(self, repo: str, root: Path, size: int = 8) -> None:
+        if size < 1:
+            raise ValueError("worktree cache size must be >= 1")
+        self.repo = repo
+        self.root = Path(root)
+        self.size = size
+        self.bare = self.root / "repo.git"
+        self.trees = self.root / "trees"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RevisionCache:
+        """The cache under ``settings.cache_dir/revisions`` for ``settings.pass_repo`` (or this repo)."""
+        repo = settings.pass_repo or default_pass_repo()
+        return cls(repo, Path(settings.cache_dir) / "revisions", settings.worktree_cache_size)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def checkout(self, revision: str) -> Path:
+        """Return a directory whose ``amp_pass`` is the pass at ``revision`` (a sha or worktree key).
+
+        Fetches from the pass repository only when the commit is not in the bare clone yet.
+        Raises RevisionError for a malformed or unknown revision.
+        """
+        if WORKTREE_KEY_RE.match(revision or ""):
+            path = self.trees / revision
+            if not (path / PASS_PACKAGE).is_dir():
+                raise RevisionError(f"worktree snapshot {revision} is not on this machine "
+                                    f"(expected {path}); WORKTREE sweeps need a shared cache directory")
+            _touch(path)
+            return path
+        sha = validate_sha(revision)
+        with self._locked():
+            path = self.trees / sha
+            if (path / ".git").exists():
+                _touch(path)
+                return path
+            self._ensure_commit(sha)
+            if path.exists():  # a half-made worktree from a killed process
+                shutil.rmtree(path, ignore_errors=True)
+            git(["worktree", "prune"], cwd=self.bare)
+            self.trees.mkdir(parents=True, exist_ok=True)
+            git(["worktree", "add", "--detach", "--force", str(path), sha], cwd=self.bare)
+            _touch(path)
+            self._evict(keep=path)
+            return path
+
+    def snapshot(self, tree: Path) -> str:
+        """Copy ``tree/amp_pass`` into the cache as a content-addressed revision; return its key."""
+        key = content_key(tree)
+        dest = self.trees / key
+        if (dest / PASS_PACKAGE).is_dir():
+            _touch(dest)
+            return key
+        self.trees.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".snap-", dir=self.trees))
+        try:
+            src = tree / PASS_PACKAGE
+            for path in _snapshot_files(src):
+                target = tmp / path.relative_to(tree)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
+            if content_key(tmp) != key:
+                raise RevisionError(f"{src} changed while it was being snapshotted; try again")
+            try:
+                os.rename(tmp, dest)
+            except OSError:  # another process made the same snapshot first
+                if not (dest / PASS_PACKAGE).is_dir():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _touch(dest)
+        with self._locked():
+            self._evict(keep=dest)
+        return key
+
+    def resolve(self, rev: str) -> str:
+        """Resolve a branch, tag or sha of the pass repository to its full 40-hex commit sha.
+
+        ``rev`` must look like a ref name (no leading ``-``, no whitespace or ``..``), so it cannot
+        be taken as a git option.
+        """
+        if SHA_RE.match(rev):
+            return rev
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_./+@{}~^-]*", rev) or ".." in rev:
+            raise RevisionError(f"not a valid revision name: {rev!r}")
+        with self._locked():
+            self._ensure_clone()
+            self._fetch()
+            out = git(["rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}"], cwd=self.bare)
+        return validate_sha(out.strip())
+
+    def cached(self) -> list[str]:
+        """Revision keys currently in the worktree cache, most recently used first."""
+        if not self.trees.is_dir():
+            return []
+        items = [p for p in self.trees.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        return [p.name for p in sorted(items, key=_last_used, reverse=True)]
+
+    # -- internals (called with the lock held) -------------------------------------------------
+    def _ensure_clone(self) -> None:
+        if (self.bare / "HEAD").exists():
+            return
+        tmp = self.root / f".clone-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        git(["clone", "--bare", "--quiet", "--end-of-options", self.repo, str(tmp)])
+        os.rename(tmp, self.bare)
+
+    def _has_commit(self, sha: str) -> bool:
+        try:
+            git(["cat-file", "-e", f"{sha}^{{commit}}"], cwd=self.bare)
+            return True
+        except RevisionError:
+            return False
+
+    def _fetch(self) -> None:
+        git(["fetch", "--quiet", "--prune", "--force", "origin", "+refs/heads/*:refs/heads/*",
+             "+refs/tags/*:refs/tags/*"], cwd=self.bare)
+
+    def _ensure_commit(self, sha: str) -> None:
+        self._ensure_clone()
+        if self._has_commit(sha):
+            return
+        self._fetch()
+        if not self._has_commit(sha):
+            try:  # e.g. a pull-request head not on any branch; servers may allow fetching by sha
+                git(["fetch", "--quiet", "origin", sha], cwd=self.bare)
+            except RevisionError:
+                pass
+        if not self._has_commit(sha):
+            raise RevisionError(f"commit {sha} is not in the pass repository {self.repo}")
+
+    def _evict(self, keep: Path) -> None:
+        items = [p for p in self.trees.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        items.sort(key=_last_used, reverse=True)
+        for old in [p for p in items if p != keep][self.size - 1:]:
+            if SHA_RE.match(old.name):
+                try:
+                    git(["worktree", "remove", "--force", str(old)], cwd=self.bare)
+                except RevisionError:
+                    pass
+            shutil.rmtree(old, ignore_errors=True)
+        if (self.bare / "HEAD").exists():
+            git(["worktree", "prune"], cwd=self.bare)
+
+
+def _touch(path: Path) -> None:
+    (path / _LAST_USED).write_text(f"{time.time():.6f}\n")
+
+
+def _last_used(path: Path) -> float:
+    try:
+        return float((path / _LAST_USED).read_text().strip())
+    except (OSError, ValueError):
+        return 0.0
+
+
+def describe(cache: RevisionCache, sha: str) -> dict[str, object]:
+    """Parents, author, subject and commit time of a commit already in the bare clone."""
+    validate_sha(sha)
+    out = git(["show", "-s", "--format=%P%x00%an <%ae>%x00%s%x00%cI", sha, "--"], cwd=cache.bare)
+    parents, author, subject, when = (out.rstrip("\n").split("\0") + ["", "", "", ""])[:4]
+    return {"parents": [p for p in parents.split() if SHA_RE.match(p)], "author": author or None,
+            "message": subject or None, "committed_at": when or None}

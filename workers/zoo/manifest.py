@@ -1,0 +1,253 @@
+"""The model zoo manifest (``zoo.toml``): typed entries, validated when loaded.
+
+Every problem in the manifest is a :class:`ZooError` naming the entry and the key, raised when the
+manifest is loaded, so a bad entry never gets as far as a job.  The format is documented at the
+top of ``zoo.toml``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workers.metrics import TASK_METRICS, Tolerance
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MANIFEST = REPO_ROOT / "zoo.toml"
+DTYPES = ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool")
+DISTS = ("normal", "uniform", "zeros", "ones", "constant", "randint", "npz")
+SOURCE_KINDS = ("package", "path", "url", "onnx_light", "synthetic")
+LOW_DTYPES = ("fp16", "bf16")
+_TOL_KEYS = {"atol", "rtol", "min_cosine", "task_min"}
+
+
+class ZooError(Exception):
+    """The manifest or an entry is malformed, or a model name is unknown (a user error)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How to make one input: concrete shape, dtype, and a value distribution or a .npz array."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    dist: str = "normal"
+    mean: float = 0.0
+    std: float = 1.0
+    low: float = 0.0
+    high: float = 1.0
+    value: float = 0.0
+    npz: str | None = None  # path relative to the manifest's directory; array key = input name
+    per_step: bool = True   # stateful models: draw fresh values at every step (else keep step 0's)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a model comes from.  ``kind`` is one of SOURCE_KINDS; ``ref`` its locator."""
+
+    kind: str
+    ref: str
+    member: str | None = None  # path inside the wheel (kind == "package")
+    seed: int = 0              # materialise / synthetic generation seed
+
+
+@dataclass(frozen=True)
+class Stateful:
+    """A model whose state outputs feed back as inputs (``state`` maps input -> output)."""
+
+    state: dict[str, str]
+    steps: int | None = None  # None: settings.convergence_steps
+    cap: float = 1.0          # a step error above this (or non-finite) means diverged
+
+
+@dataclass(frozen=True)
+class LoopTrace:
+    """A Loop model whose scan output ``output`` has one row per iteration; ``trip_input`` sets T."""
+
+    trip_input: str
+    output: str
+    steps: int | None = None
+    cap: float = 1.0
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """One named model of the zoo."""
+
+    name: str
+    source: Source
+    sha256: str | None
+    inputs: tuple[InputSpec, ...]
+    tolerances: dict[str, Tolerance] = field(default_factory=lambda: {d: Tolerance() for d in LOW_DTYPES})
+    task: str | None = None
+    task_outputs: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    stateful: Stateful | None = None
+    loop: LoopTrace | None = None
+    seed: int = 0
+    description: str = ""
+    base_dir: Path = REPO_ROOT
+
+    def tolerance_for(self, dtype: str) -> Tolerance:
+        """The tolerance that applies to conversions to ``dtype`` (``fp16`` / ``bf16``)."""
+        return self.tolerances.get(dtype, Tolerance())
+
+    @property
+    def steps_configured(self) -> int | None:
+        """Convergence steps declared by the entry (None: use the settings default)."""
+        part = self.stateful or self.loop
+        return part.steps if part else None
+
+
+def _get(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = ...) -> Any:
+    if key not in d:
+        if default is ...:
+            raise ZooError(f"{where}: missing key {key!r}")
+        return default
+    value = d[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float)):
+        raise ZooError(f"{where}: {key!r} must be {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
+def _check_keys(d: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(d) - allowed)
+    if unknown:
+        raise ZooError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _parse_input(name: str, d: dict[str, Any], where: str) -> InputSpec:
+    w = f"{where}.inputs.{name}"
+    _check_keys(d, {"shape", "dtype", "dist", "mean", "std", "low", "high", "value", "npz", "per_step"}, w)
+    shape = _get(d, "shape", list, w)
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        raise ZooError(f"{w}: shape must be a list of non-negative integers, got {shape!r}")
+    dtype = _get(d, "dtype", str, w, "float32")
+    if dtype not in DTYPES:
+        raise ZooError(f"{w}: unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    dist = _get(d, "dist", str, w, "npz" if "npz" in d else ("constant" if "value" in d else "normal"))
+    if dist not in DISTS:
+        raise ZooError(f"{w}: unknown dist {dist!r}; expected one of {', '.join(DISTS)}")
+    if dist == "npz" and "npz" not in d:
+        raise ZooError(f"{w}: dist 'npz' needs an 'npz' file")
+    return InputSpec(name=name, shape=tuple(shape), dtype=dtype, dist=dist,
+                     mean=_get(d, "mean", float, w, 0.0), std=_get(d, "std", float, w, 1.0),
+                     low=_get(d, "low", float, w, 0.0), high=_get(d, "high", float, w, 1.0),
+                     value=_get(d, "value", float, w, 0.0), npz=_get(d, "npz", str, w, None),
+                     per_step=_get(d, "per_step", bool, w, True))
+
+
+def _parse_source(d: dict[str, Any], where: str) -> Source:
+    w = f"{where}.source"
+    _check_keys(d, {*SOURCE_KINDS, "member", "seed"}, w)
+    kinds = [k for k in SOURCE_KINDS if k in d]
+    if len(kinds) != 1:
+        raise ZooError(f"{w}: exactly one of {', '.join(SOURCE_KINDS)} is required, got {kinds or 'none'}")
+    kind = kinds[0]
+    ref = _get(d, kind, str, w)
+    member = _get(d, "member", str, w, None)
+    if kind == "package" and ("==" not in ref or not member):
+        raise ZooError(f"{w}: package sources need 'name==version' and a 'member' path inside the wheel")
+    if kind == "url" and not ref.startswith(("https://", "http://", "file://", "s3://")):
+        raise ZooError(f"{w}: url must start with https://, http://, file:// or s3://, got {ref!r}")
+    return Source(kind=kind, ref=ref, member=member, seed=_get(d, "seed", int, w, 0))
+
+
+def _parse_tolerances(defaults: dict[str, Any], own: dict[str, Any], where: str) -> dict[str, Tolerance]:
+    """Per-dtype tolerances: defaults < defaults.<dtype> < entry < entry.<dtype> (later wins)."""
+    out = {}
+    for dtype in LOW_DTYPES:
+        merged: dict[str, Any] = {}
+        for layer, w in ((defaults, "[defaults.tolerance]"), (own, f"{where}.tolerance")):
+            _check_keys(layer, _TOL_KEYS | set(LOW_DTYPES), w)
+            merged.update({k: v for k, v in layer.items() if k in _TOL_KEYS})
+            sub = layer.get(dtype, {})
+            if not isinstance(sub, dict):
+                raise ZooError(f"{w}.{dtype} must be a table")
+            _check_keys(sub, _TOL_KEYS, f"{w}.{dtype}")
+            merged.update(sub)
+        for k, v in merged.items():
+            if not isinstance(v, int | float) or isinstance(v, bool):
+                raise ZooError(f"{where}.tolerance: {k} must be a number, got {v!r}")
+        out[dtype] = Tolerance(**{k: float(v) for k, v in merged.items()})
+    return out
+
+
+def _parse_entry(name: str, d: dict[str, Any], defaults: dict[str, Any], base_dir: Path) -> ZooEntry:
+    w = f"zoo entry {name!r}"
+    _check_keys(d, {"source", "sha256", "inputs", "tolerance", "task", "task_outputs", "tags", "stateful",
+                    "loop", "seed", "description"}, w)
+    source = _parse_source(_get(d, "source", dict, w), w)
+    sha = _get(d, "sha256", str, w, None)
+    if sha is not None and (len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)):
+        raise ZooError(f"{w}: sha256 must be 64 lower-case hex digits")
+    if sha is None and source.kind in ("package", "path", "url"):
+        raise ZooError(f"{w}: sources of kind {source.kind!r} need a sha256")
+    inputs = tuple(_parse_input(k, v, w) for k, v in _get(d, "inputs", dict, w).items())
+    tolerances = _parse_tolerances(defaults.get("tolerance", {}), _get(d, "tolerance", dict, w, {}), w)
+    task = _get(d, "task", str, w, None)
+    if task is not None and task not in TASK_METRICS:
+        raise ZooError(f"{w}: unknown task metric {task!r}; known: {', '.join(TASK_METRICS)}")
+    stateful = loop = None
+    if "stateful" in d:
+        sd = _get(d, "stateful", dict, w)
+        _check_keys(sd, {"state", "steps", "cap"}, f"{w}.stateful")
+        state = _get(sd, "state", dict, f"{w}.stateful")
+        if not state or not all(isinstance(v, str) for v in state.values()):
+            raise ZooError(f"{w}.stateful: 'state' must map input names to output names")
+        stateful = Stateful(state=dict(state), steps=_get(sd, "steps", int, w, None),
+                            cap=_get(sd, "cap", float, w, 1.0))
+    if "loop" in d:
+        ld = _get(d, "loop", dict, w)
+        _check_keys(ld, {"trip_input", "output", "steps", "cap"}, f"{w}.loop")
+        loop = LoopTrace(trip_input=_get(ld, "trip_input", str, w), output=_get(ld, "output", str, w),
+                         steps=_get(ld, "steps", int, w, None), cap=_get(ld, "cap", float, w, 1.0))
+    tags = _get(d, "tags", list, w, [])
+    return ZooEntry(name=name, source=source, sha256=sha, inputs=inputs, tolerances=tolerances, task=task,
+                    task_outputs=tuple(_get(d, "task_outputs", list, w, [])), tags=tuple(str(t) for t in tags),
+                    stateful=stateful, loop=loop, seed=_get(d, "seed", int, w, int(defaults.get("seed", 0))),
+                    description=_get(d, "description", str, w, ""), base_dir=base_dir)
+
+
+@dataclass(frozen=True)
+class Zoo:
+    """All entries of one manifest, by name."""
+
+    entries: dict[str, ZooEntry]
+    path: Path
+
+    def get(self, name: str) -> ZooEntry:
+        """The entry called ``name``; ZooError listing the known names otherwise."""
+        if name not in self.entries:
+            raise ZooError(f"unknown model {name!r}; the zoo has: {', '.join(sorted(self.entries))}")
+        return self.entries[name]
+
+    def select(self, names: list[str] | None = None, tag: str | None = None) -> list[ZooEntry]:
+        """Entries by name (all when empty), optionally only those carrying ``tag``."""
+        chosen = [self.get(n) for n in names] if names else list(self.entries.values())
+        return [e for e in chosen if tag is None or tag in e.tags]
+
+
+def load_zoo(path: Path | None = None) -> Zoo:
+    """Parse and validate a manifest (default: ``zoo.toml`` at the repository root)."""
+    path = Path(path) if path else DEFAULT_MANIFEST
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ZooError(f"zoo manifest {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ZooError(f"zoo manifest {path} is not valid TOML: {exc}") from None
+    _check_keys(data, {"defaults", "models"}, f"zoo manifest {path}")
+    defaults = data.get("defaults", {})
+    models = data.get("models", {})
+    if not isinstance(models, dict) or not models:
+        raise ZooError(f"zoo manifest {path} has no [models.*] entries")
+    entries = {name: _parse_entry(name, d, defaults, path.parent) for name, d in models.items()}
+    return Zoo(entries=entries, path=path)
