@@ -189,7 +189,7 @@ class CastInserter:
         arr = constant_array(node.outputs[0])
         if arr is None:
             return
-        name = attr.as_tensor().name if attr is not None and attr.type is ir.AttributeType.TENSOR else None
+        name = attr.value.name if attr is not None and attr.type is ir.AttributeType.TENSOR else None
         node.attributes["value"] = ir.AttrTensor("value", ir.tensor(to_low(arr, self.low), name=name))
         for key in ("value_float", "value_floats"):
             node.attributes.pop(key, None)

@@ -42,7 +42,7 @@ def cleanup_casts(graph: ir.Graph) -> int:
                     continue
                 first = src.producer()
                 if _is_cast(first) and first is not None and first.inputs[0] is not None and \
-                        _lossless(first.inputs[0].dtype, ir.DataType(first.attributes["to"].as_int())):
+                        _lossless(first.inputs[0].dtype, ir.DataType(first.attributes["to"].value)):
                     node.replace_input_with(0, first.inputs[0])
                     src = first.inputs[0]
                     changed = True

@@ -13,14 +13,14 @@ import time
 from dataclasses import dataclass, field
 
 import onnx
-import onnx.inliner as onnx_inliner
 import onnx_ir as ir
 
 from amp_pass.casts import CastInserter
 from amp_pass.cleanup import cleanup_casts
-from amp_pass.errors import InvalidModelError, OptionsError
+from amp_pass.errors import OptionsError
 from amp_pass.paint import Painter
 from amp_pass.policy import TARGETS, compute_op_types, load_policy
+from amp_pass.prepare import prepare
 from amp_pass.report import ConversionReport, build_report
 from amp_pass.walk import iter_nodes
 
@@ -99,23 +99,6 @@ class AmpPass:
         return report
 
 
-def _prepare(model: onnx.ModelProto, check: bool) -> onnx.ModelProto:
-    """Check the input, inline model-local functions (so their bodies get types), infer types."""
-    if check:
-        try:
-            onnx.checker.check_model(model)
-        except (onnx.checker.ValidationError, ValueError) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise InvalidModelError(f"input model fails the ONNX checker: {first}") from None
-    if model.functions:
-        model = onnx_inliner.inline_local_functions(model)
-    try:
-        return onnx.shape_inference.infer_shapes(model)
-    except (onnx.shape_inference.InferenceError, ValueError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise InvalidModelError(f"input model fails ONNX type inference: {first}") from None
-
-
 def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = None) -> ConversionResult:
     """Convert an fp32 ONNX model to mixed precision; the input proto is left untouched.
 
@@ -124,10 +107,9 @@ def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = No
     options = options or ConversionOptions()
     start = time.perf_counter()
     amp = AmpPass(options)
-    inferred = _prepare(model, options.check_input)
-    ir_model = ir.serde.deserialize_model(inferred)
+    ir_model, inlined = prepare(model, options.check_input)
     report = amp.call(ir_model)
-    report.functions_inlined += len(model.functions)
+    report.functions_inlined += inlined
     out = ir.serde.serialize_model(ir_model)
     report.seconds = time.perf_counter() - start
     return ConversionResult(model=out, report=report)

@@ -16,7 +16,7 @@ import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
-from amp_pass.converter import AmpPass, ConversionOptions, _prepare, convert_model
+from amp_pass.converter import AmpPass, ConversionOptions, convert_model
 from amp_pass.errors import InvalidModelError
 from amp_pass.report import ConversionReport
 
@@ -26,6 +26,10 @@ LARGE_BYTES = 1_500_000_000
 
 def _uses_external_data(model: onnx.ModelProto) -> bool:
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+
+
+def _initializer_bytes(model: onnx.ModelProto) -> int:
+    return sum(len(t.raw_data) for t in model.graph.initializer)
 
 
 def load_model(src: Path) -> onnx.ModelProto:
@@ -54,7 +58,8 @@ def convert_file(src: Path | str, dst: Path | str, options: ConversionOptions | 
     src, dst = Path(src), Path(dst)
     options = options or ConversionOptions()
     start = time.perf_counter()
-    if src.is_file() and src.stat().st_size > LARGE_BYTES:
+    size = src.stat().st_size if src.is_file() else 0
+    if size > LARGE_BYTES:
         report = _convert_large(src, dst, options)
     else:
         model = load_model(src)
@@ -62,7 +67,7 @@ def convert_file(src: Path | str, dst: Path | str, options: ConversionOptions | 
         result = convert_model(model, options)
         tmp = _atomic_dst(dst)
         try:
-            if external or result.model.ByteSize() > LARGE_BYTES:
+            if external or size > LARGE_BYTES // 2 and _initializer_bytes(result.model) > LARGE_BYTES:
                 data_name = f"{dst.name}.data"
                 onnx.save(result.model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
                           location=data_name, size_threshold=1024)
@@ -101,4 +106,4 @@ def _convert_large(src: Path, dst: Path, options: ConversionOptions) -> Conversi
     return report
 
 
-__all__ = ["convert_file", "load_model", "_prepare"]
+__all__ = ["convert_file", "load_model"]

@@ -60,6 +60,8 @@ class Painter:
         self.tainted: set[ir.Node] = set()
         self.blocked: set[ir.Node] = set()
         self._range_cache: dict[ir.Value, str | None] = {}
+        self._nodes = list(iter_nodes(graph))  # structure is fixed while painting
+        self._subs = {n: node_subgraphs(n) for n in self._nodes if is_control_flow(n)}
 
     # ------------------------------------------------------------------ static analysis
     def _range(self, value: ir.Value) -> str | None:
@@ -70,8 +72,8 @@ class Painter:
 
     def _classify(self) -> None:
         p = self.p
-        for node in iter_nodes(self.graph):
-            if is_control_flow(node):
+        for node in self._nodes:
+            if node in self._subs:
                 continue
             cls, why = self.policy.classify(node.op_type, node.domain, node.name or "")
             p.classes[node] = cls
@@ -122,8 +124,8 @@ class Painter:
         """Whether consumer ``node`` reads its input ``index`` in the low dtype (current painting)."""
         if node in self.p.low_nodes:
             return index in self.p.slots[node].inputs
-        if is_control_flow(node) and node.op_type in ("Loop", "Scan"):
-            body = node_subgraphs(node)[0]  # node input i feeds body input i for Loop and Scan
+        if node in self._subs and node.op_type in ("Loop", "Scan"):
+            body = self._subs[node][0]  # node input i feeds body input i for Loop and Scan
             return index < len(body.inputs) and body.inputs[index] in self.p.low_values
         return False
 
@@ -179,7 +181,7 @@ class Painter:
 
     def _paint_control_flow(self, node: ir.Node) -> bool:
         changed = False
-        bodies = node_subgraphs(node)
+        bodies = self._subs[node]
         p = self.p
 
         def mark(values: list[ir.Value]) -> None:
@@ -204,7 +206,7 @@ class Painter:
                 mark([out] + ([body.inputs[2 + k]] if k < n_carried else []))
         elif node.op_type == "Scan":
             body = bodies[0]
-            n_state = len(node.inputs) - int(node.attributes["num_scan_inputs"].as_int())
+            n_state = len(node.inputs) - int(node.attributes["num_scan_inputs"].value)
             for k, out in enumerate(node.outputs):
                 if self.category(body.outputs[k]) == LOW:
                     mark([out] + ([body.inputs[k]] if k < n_state else []))
@@ -223,8 +225,8 @@ class Painter:
                     self.p.low_values.add(v)
         for it in range(1, max_iterations + 1):
             changed = False
-            for node in iter_nodes(self.graph):
-                if is_control_flow(node):
+            for node in self._nodes:
+                if node in self._subs:
                     changed |= self._paint_control_flow(node)
                 else:
                     changed |= self._paint_node(node)

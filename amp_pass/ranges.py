@@ -26,20 +26,25 @@ def range_problem(array: np.ndarray, low: ir.DataType, what: str) -> str | None:
     if array.size == 0 or array.dtype != np.float32:
         return None
     info = _INFO[low]
-    finite = array[np.isfinite(array)]
-    if finite.size == 0:
-        return None
-    peak = float(np.max(np.abs(finite)))
+    mags = np.abs(array)
+    peak = float(np.max(mags))
+    if not np.isfinite(peak):  # inf/nan stay inf/nan in any dtype: judge the finite part
+        mags = mags[np.isfinite(mags)]
+        if mags.size == 0:
+            return None
+        peak = float(np.max(mags))
     if peak > float(info.max):
         return f"range: {what} max |x|={peak:.3g} exceeds {LOW_NAMES[low]} max {float(info.max):.5g}"
     tiny = float(info.smallest_subnormal) / 2
-    small = np.abs(finite[np.abs(finite) <= tiny])
-    if small.size and np.any(small):
+    if float(np.min(mags)) > tiny:
+        return None
+    small = mags[mags <= tiny]
+    if np.any(small):
         lost = float(np.linalg.norm(small.astype(np.float64)))
-        total = float(np.linalg.norm(finite.astype(np.float64)))
+        total = float(np.linalg.norm(mags))
         if lost > UNDERFLOW_NORM_FRACTION * total:
             flushed = int(np.count_nonzero(small))
-            return (f"underflow: {what} has {flushed}/{finite.size} non-zero values that flush to zero "
+            return (f"underflow: {what} has {flushed}/{mags.size} non-zero values that flush to zero "
                     f"in {LOW_NAMES[low]} ({lost / total:.1%} of its norm)")
     return None
 
@@ -62,16 +67,16 @@ def constant_array(value: ir.Value) -> np.ndarray | None:
             attr = node.attributes.get("value")
             if attr is None or attr.type is not ir.AttributeType.TENSOR:
                 if (fa := node.attributes.get("value_float")) is not None:
-                    return np.asarray(fa.as_float(), dtype=np.float32)
+                    return np.asarray(fa.value, dtype=np.float32)
                 if (fs := node.attributes.get("value_floats")) is not None:
-                    return np.asarray(list(fs.as_floats()), dtype=np.float32)
+                    return np.asarray(list(fs.value), dtype=np.float32)
                 return None
-            tensor = attr.as_tensor()
+            tensor = attr.value
         elif node.op_type == "ConstantOfShape":
             attr = node.attributes.get("value")
             if attr is None:
                 return np.zeros((1,), dtype=np.float32)
-            tensor = attr.as_tensor()
+            tensor = attr.value
         else:
             return None
     try:

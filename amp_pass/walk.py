@@ -12,11 +12,13 @@ CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 def node_subgraphs(node: ir.Node) -> list[ir.Graph]:
     """The graphs held by ``node``'s attributes, in attribute order."""
     found: list[ir.Graph] = []
+    if not node.attributes:
+        return found
     for attr in node.attributes.values():
         if attr.type is ir.AttributeType.GRAPH:
-            found.append(attr.as_graph())
+            found.append(attr.value)
         elif attr.type is ir.AttributeType.GRAPHS:
-            found.extend(attr.as_graphs())
+            found.extend(attr.value)
     return found
 
 

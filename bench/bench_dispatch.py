@@ -56,13 +56,9 @@ def _kill_tree(pid: int) -> None:
 
     try:
         procs = psutil.Process(pid).children(recursive=True) + [psutil.Process(pid)]
+        procs[-1].send_signal(signal.SIGTERM)  # warm shutdown: the main process stops its own pool
     except psutil.NoSuchProcess:
         return
-    for p in procs:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(procs, timeout=10)
     for p in procs:
         try:

@@ -42,10 +42,12 @@ CELLS = (("mlp_small", "fp16"), ("mlp_small", "bf16"), ("conv_small", "fp16"), (
 
 
 # -- the server side --------------------------------------------------------------------------------
-def serve(port: int, database_url: str, broker_url: str, queue: str) -> None:
-    """Run the app (real Store and broker; sweep cells routed to ``queue``) until terminated."""
-    import uvicorn
+def bench_app() -> Any:
+    """The app under test (real Store and broker; sweep cells routed to the benchmark's queue).
 
+    Configured by ``BENCH_DATABASE_URL``, ``BENCH_BROKER_URL`` and ``BENCH_QUEUE`` so that uvicorn
+    worker processes can build it (``factory=True``).
+    """
     from service.api.app import create_app
     from service.api.dispatch import RunDispatcher
     from service.db import Store
@@ -54,6 +56,8 @@ def serve(port: int, database_url: str, broker_url: str, queue: str) -> None:
     from service.scheduler import SweepConfig
     from service.settings import Settings
 
+    database_url, broker_url = os.environ["BENCH_DATABASE_URL"], os.environ["BENCH_BROKER_URL"]
+    queue = os.environ["BENCH_QUEUE"]
     settings = Settings(database_url=database_url, broker_url=broker_url, webhook_secret=SECRET,
                         allowed_repos=REPO, api_token="bench", log_level="WARNING")
     config = SweepConfig.from_dict({"name": "smoke", "models": sorted({m for m, _ in CELLS}),
@@ -61,9 +65,19 @@ def serve(port: int, database_url: str, broker_url: str, queue: str) -> None:
     cells = config.expand({m: ["smoke"] for m, _ in CELLS})
     store = Store.from_url(database_url)
     reporter = StatusReporter(RedisOutbox(broker_url, prefix=queue), None, public_url=settings.public_url)
-    app = create_app(settings, store=store, reporter=reporter,
-                     dispatcher=RunDispatcher(settings, store, planner=lambda sweep: cells))
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    return create_app(settings, store=store, reporter=reporter,
+                      dispatcher=RunDispatcher(settings, store, planner=lambda sweep: cells))
+
+
+def serve(port: int, database_url: str, broker_url: str, queue: str, workers: int = 1) -> None:
+    """Run :func:`bench_app` under uvicorn until terminated."""
+    import uvicorn
+
+    os.environ.update(BENCH_DATABASE_URL=database_url, BENCH_BROKER_URL=broker_url, BENCH_QUEUE=queue)
+    # A long keep-alive: under load the event loop may otherwise time out a connection whose next
+    # request is already in its socket buffer (the client sees a reset).
+    uvicorn.run("bench.bench_webhook:bench_app", factory=True, host="127.0.0.1", port=port, workers=workers,
+                log_level="warning", access_log=False, timeout_keep_alive=60)
 
 
 # -- the client side --------------------------------------------------------------------------------
@@ -153,14 +167,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(database_url: str, broker_url: str, queue: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(database_url: str, broker_url: str, queue: str, log: Path,
+                 workers: int = 1) -> tuple[subprocess.Popen[bytes], str]:
     """Start :func:`serve` in a subprocess; return it and its base URL once /healthz answers 200."""
     import httpx
 
     port = free_port()
     with open(log, "wb") as fh:
         proc = subprocess.Popen([sys.executable, __file__, "--serve", "--port", str(port), "--database-url",
-                                 database_url, "--broker-url", broker_url, "--queue", queue],
+                                 database_url, "--broker-url", broker_url, "--queue", queue,
+                                 "--workers", str(workers)],
                                 stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -175,6 +191,21 @@ def start_server(database_url: str, broker_url: str, queue: str, log: Path) -> t
         time.sleep(0.2)
     stop_server(proc)
     raise RuntimeError(f"server did not become healthy: {log.read_text()[-2000:]}")
+
+
+def server_cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
+    """CPU seconds used so far by the server process and its worker processes."""
+    import psutil
+
+    total = 0.0
+    try:
+        root = psutil.Process(proc.pid)
+        for p in [root, *root.children(recursive=True)]:
+            t = p.cpu_times()
+            total += t.user + t.system
+    except psutil.Error:
+        pass
+    return total
 
 
 def stop_server(proc: subprocess.Popen[bytes]) -> None:
@@ -199,6 +230,8 @@ class LoadReport:
     accepted_deliveries: int
     queued_messages: int
     cells_per_run: int
+    server_cpu: float = 0.0
+    workers: int = 1
 
     def by_kind(self, kind: str) -> list[Delivery]:
         return [d for d in self.deliveries if d.kind == kind]
@@ -240,6 +273,8 @@ class LoadReport:
                  + f" / {sum(d.status not in (200, 202, 401) for d in self.deliveries)}"),
                 ("runs created", f"{self.runs}"), ("job messages queued", f"{self.queued_messages}"),
                 ("throughput", f"{len(self.deliveries) / self.wall_seconds:.0f} req/s"),
+                ("server CPU per delivery", f"{self.server_cpu / len(self.deliveries) * 1000:.1f} ms "
+                                            f"({self.workers} uvicorn worker{'s' if self.workers > 1 else ''})"),
                 ("latency p50", f"{percentile(lat, 50):.1f} ms"), ("latency p90", f"{percentile(lat, 90):.1f} ms"),
                 ("latency p99", f"{percentile(lat, 99):.1f} ms  (target < 100 ms)"),
                 ("latency max", f"{max(lat):.1f} ms"),
@@ -249,16 +284,17 @@ class LoadReport:
 
 
 def run_load(database_url: str, broker_url: str, queue: str, n: int, concurrency: int, log: Path,
-             seed: int = 0) -> LoadReport:
+             seed: int = 0, workers: int = 1) -> LoadReport:
     """Start a server, send ``n`` deliveries, stop it, and collect what the store and queue hold."""
     import redis
     import sqlalchemy as sa
 
     deliveries = make_deliveries(n, seed=seed)
-    proc, base = start_server(database_url, broker_url, queue, log)
+    proc, base = start_server(database_url, broker_url, queue, log, workers)
     try:
-        # warm up one connection path with a ping (not counted)
+        cpu0 = server_cpu_seconds(proc)
         wall = asyncio.run(send_all(base, deliveries, concurrency))
+        cpu = server_cpu_seconds(proc) - cpu0
     finally:
         stop_server(proc)
     engine = sa.create_engine(database_url)
@@ -267,7 +303,7 @@ def run_load(database_url: str, broker_url: str, queue: str, n: int, concurrency
         accepted = conn.execute(sa.text("SELECT count(*) FROM webhook_deliveries WHERE status = 'accepted'")).scalar()
     engine.dispose()
     queued = int(redis.Redis.from_url(broker_url).llen(queue))
-    return LoadReport(deliveries, wall, len(keys), keys, int(accepted or 0), queued, len(CELLS))
+    return LoadReport(deliveries, wall, len(keys), keys, int(accepted or 0), queued, len(CELLS), cpu, workers)
 
 
 def _fresh_database() -> str:
@@ -303,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=2000, help="deliveries (default 2000)")
     parser.add_argument("-c", "--concurrency", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("-w", "--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--database-url", help=argparse.SUPPRESS)
@@ -310,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queue", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        serve(args.port, args.database_url, args.broker_url, args.queue)
+        serve(args.port, args.database_url, args.broker_url, args.queue, args.workers)
         return 0
     from service.db.migrate import upgrade
 
@@ -319,11 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"{queue}.log"
     try:
         upgrade(url)
-        report = run_load(url, args.broker_url, queue, args.n, args.concurrency, log, args.seed)
+        report = run_load(url, args.broker_url, queue, args.n, args.concurrency, log, args.seed, args.workers)
     finally:
         _drop_database(url)
         _drop_redis_keys(args.broker_url, queue)
-    print(f"webhook load test: {args.n} deliveries, concurrency {args.concurrency}, loopback uvicorn (1 worker)")
+    print(f"webhook load test: {args.n} deliveries, concurrency {args.concurrency}, loopback uvicorn, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end")
     print(report.table())
     return 0 if not report.problems() else 1
 

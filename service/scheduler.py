@@ -516,6 +516,7 @@ class LocalPool:
         self._queue: queue.Queue[Any] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._slots: list[_Slot] = []
+        self._cancelled = threading.Event()
         self.errors: list[BaseException] = []
 
     def submit(self, jobs: Iterable[Any]) -> None:
@@ -532,7 +533,7 @@ class LocalPool:
 
     def _loop(self, slot: _Slot, index: int) -> None:
         name = f"local-{os.getpid()}-{index}"
-        while True:
+        while not self._cancelled.is_set():
             try:
                 job = self._queue.get_nowait()
             except queue.Empty:
@@ -556,6 +557,9 @@ class LocalPool:
             try:
                 text = slot.run(request, timeout=self.settings.job_timeout)
             except _SlotDied:
+                if self._cancelled.is_set():
+                    self.store.mark_job(job.id, "cancelled", "sweep interrupted")
+                    break
                 continue
             if text is None:
                 result = JobResult(model=job.model, dtype=job.dtype, policy=job.policy, target=job.target,
@@ -573,3 +577,25 @@ class LocalPool:
             t.join()
         for slot in self._slots:
             slot.stop()
+
+    def cancel(self) -> None:
+        """Stop now (e.g. Ctrl-C): kill the subprocesses, mark unfinished jobs ``cancelled``, finish the run."""
+        self._cancelled.set()
+        run_ids = set()
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            run_ids.add(job.run_id)
+            self.store.mark_job(job.id, "cancelled", "sweep interrupted")
+        for slot in list(self._slots):  # the running threads see EOF and mark their jobs cancelled
+            proc = slot.proc
+            if proc is not None and proc.is_alive():
+                proc.kill()
+        for t in self._threads:
+            t.join(30)
+        for slot in self._slots:
+            slot.stop(kill=True)
+        for run_id in run_ids:
+            finish_if_complete(self.store, run_id)

@@ -1,7 +1,8 @@
 """Run the pass in an isolated subprocess with a time and a memory limit.
 
-``python -m amp_pass convert SRC -o DST --dtype D --policy P --target T --report FILE`` runs with
-``pass_root`` first on ``PYTHONPATH`` (so the pass at a given revision is imported, not this
+``python -m amp_pass convert SRC -o DST --dtype D --policy P --target T --report FILE`` runs (cold:
+a fresh interpreter; warm: forked from a zygote that imported the pass once) with ``pass_root``
+first on ``PYTHONPATH`` (so the pass at a given revision is imported, not this
 process's copy), in its own process group, with ``RLIMIT_AS`` set before exec.  A crash, hang or
 memory blow-up of the pass never reaches the worker: :func:`convert_in_subprocess` always returns
 a :class:`ConvertOutcome` whose ``status`` is ``ok`` / ``convert_error`` / ``timeout`` / ``crash``.
@@ -49,32 +50,61 @@ def _last_line(text: str) -> str:
 
 
 def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy: str, target: str,
-                          pass_root: Path | None, timeout_s: float, memory_bytes: int) -> ConvertOutcome:
-    """Convert ``src`` to ``dst`` with the pass under ``pass_root``; never raises for pass failures."""
+                          pass_root: Path | None, timeout_s: float, memory_bytes: int,
+                          warm: bool = True) -> ConvertOutcome:
+    """Convert ``src`` to ``dst`` with the pass under ``pass_root``; never raises for pass failures.
+
+    ``warm``: fork the conversion from a zygote that has the pass imported already (see
+    :mod:`workers.zygotes`), falling back to a fresh ``python -m amp_pass`` when none can start.
+    """
     root = Path(pass_root) if pass_root else DEFAULT_PASS_ROOT
     if not (root / "amp_pass").is_dir():
         return ConvertOutcome("convert_error", f"pass root {root} has no amp_pass package")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(root), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [sys.executable, "-m", "amp_pass", "convert", str(src), "-o", str(dst), "--dtype", dtype,
-           "--policy", policy, "--target", target, "--report", str(report)]
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, "1")
+    argv = ["convert", str(src), "-o", str(dst), "--dtype", dtype, "--policy", policy, "--target", target,
+            "--report", str(report)]
+    if warm:
+        from workers.zygotes import ZygoteUnavailable, zygote_for
+
+        start = time.perf_counter()
+        out_p, err_p = report.with_name("pass.stdout"), report.with_name("pass.stderr")
+        try:
+            ended = zygote_for(root, env).run(argv, out_p, err_p, memory_bytes, timeout_s)
+        except ZygoteUnavailable:
+            pass  # cold path below reports why the pass cannot even start
+        else:
+            err = err_p.read_text(errors="replace") if err_p.exists() else ""
+            rc = -ended.signal if ended.signal is not None else int(ended.code or 0)
+            return _outcome(rc, err, ended.timed_out, time.perf_counter() - start, dst, report, timeout_s,
+                            memory_bytes)
     start = time.perf_counter()
     try:
-        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        proc = subprocess.Popen([sys.executable, "-m", "amp_pass", *argv], cwd=root, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True, preexec_fn=_limit_memory(memory_bytes))
     except OSError as exc:
         return ConvertOutcome("crash", f"cannot start the pass subprocess: {exc}")
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        _, err = proc.communicate(timeout=timeout_s)
+        timed_out = False
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        out, err = proc.communicate()
+        _, err = proc.communicate()
+        timed_out = True
+    return _outcome(proc.returncode, err or "", timed_out, time.perf_counter() - start, dst, report, timeout_s,
+                    memory_bytes)
+
+
+def _outcome(rc: int, err: str, timed_out: bool, wall: float, dst: Path, report: Path, timeout_s: float,
+             memory_bytes: int) -> ConvertOutcome:
+    """Classify how the pass process ended (``rc < 0``: killed by signal ``-rc``)."""
+    if timed_out:
         return ConvertOutcome("timeout", f"conversion exceeded its time limit of {timeout_s:g}s and was killed",
-                              wall_s=time.perf_counter() - start, returncode=proc.returncode)
-    wall = time.perf_counter() - start
-    rc = proc.returncode
+                              wall_s=wall, returncode=rc)
     if rc == 0:
         try:
             data = json.loads(report.read_text())
@@ -84,7 +114,7 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
         if not dst.is_file():
             return ConvertOutcome("convert_error", "the pass exited 0 but wrote no model", wall_s=wall, returncode=rc)
         return ConvertOutcome("ok", "", data, wall, rc)
-    tail = (err or "")[-_TAIL:]
+    tail = err[-_TAIL:]
     if rc < 0:
         name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
         hint = " (memory limit?)" if -rc in (signal.SIGKILL, signal.SIGSEGV) else ""

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 #: Bump when what is cached (or how) changes.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 class ReferenceCache:

@@ -15,17 +15,22 @@ import, so a Celery prefork parent that imports this module initialises no CUDA.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import socket
 from pathlib import Path
 from typing import Any
 
+from celery import Task
+
+from service.errors import DatabaseUnavailableError
 from service.settings import Settings
 from workers.celery_app import NIGHTLY_TASK, RUN_JOB_TASK, app, app_settings
 from workers.result import JobResult
 from workers.revisions import RevisionCache, RevisionError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+log = logging.getLogger(__name__)
 
 
 def job_settings(settings: Settings, options: dict[str, Any] | None) -> Settings:
@@ -106,9 +111,50 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-@app.task(name=RUN_JOB_TASK, acks_late=True, bind=True)
+def record_failure(job_id: int, settings: Settings, exc: BaseException) -> None:
+    """After a delivery failed outside the job code: a hard time limit becomes a ``timeout`` result,
+    anything else marks the job ``error`` (so the run can still finish).  Never raises."""
+    from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
+
+    from service import scheduler
+
+    store = None
+    try:  # a fresh Store: this may run in the prefork parent, whose children must not share it
+        store = scheduler.open_store(settings)
+        job = store.get_job(job_id)
+        if job.status in scheduler.FINAL_JOB_STATUSES:
+            return
+        run = store.get_run(job.run_id)
+        if isinstance(exc, TimeLimitExceeded | SoftTimeLimitExceeded):
+            result = JobResult(model=job.model, dtype=job.dtype, policy=job.policy, target=job.target,
+                               status="timeout", revision=run.revision_sha,
+                               message=f"job exceeded the hard time limit of {settings.job_timeout:.0f}s")
+            scheduler.record_result(store, run, job, result)
+        else:
+            store.mark_job(job_id, "error", f"{type(exc).__name__}: {exc}"[:2000])
+        scheduler.finish_if_complete(store, run.id)
+    except Exception:  # noqa: BLE001 - the database may be what failed; the message is already settled
+        log.exception("could not record the failure of job %s", job_id)
+    finally:
+        if store is not None:
+            store.dispose()
+
+
+class JobTask(Task):
+    """Base of ``ampci.run_job``: failures (also hard time limits, handled in the pool parent) are
+    recorded on the job instead of leaving it ``running``."""
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        if args:
+            record_failure(int(args[0]), app_settings(app), exc)
+
+
+@app.task(name=RUN_JOB_TASK, base=JobTask, acks_late=True, bind=True, ignore_result=True,
+          autoretry_for=(DatabaseUnavailableError,), retry_backoff=5, retry_backoff_max=300,
+          retry_kwargs={"max_retries": 30})
 def run_job_task(self: Any, job_id: int, revision: str) -> str:
-    """Celery adapter of :func:`execute_job` (``revision`` is carried for logs and routing only)."""
+    """Celery adapter of :func:`execute_job` (``revision`` is carried for logs and routing only).
+    An unreachable database is retried with backoff (the attempt was not counted)."""
     return execute_job(int(job_id), app_settings(app), worker=f"{self.request.hostname}:{os.getpid()}")
 
 

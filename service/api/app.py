@@ -103,3 +103,8 @@ def _add_error_schema(app: FastAPI) -> None:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def app_from_env() -> FastAPI:
+    """``create_app(Settings.from_env())``: the factory uvicorn workers import (``ampci serve --workers``)."""
+    return create_app(Settings.from_env())

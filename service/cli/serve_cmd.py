@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -18,18 +19,36 @@ def _run(args: argparse.Namespace) -> int:
     store = Store.from_url(settings.effective_database_url)
     if not args.no_migrate:
         store.upgrade()  # idempotent; serialised across processes on PostgreSQL
-    app = create_app(settings, store=store)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=settings.log_level.lower(),
-                workers=1, access_log=args.access_log, timeout_graceful_shutdown=10)
+    common = dict(host=args.host, port=args.port, log_level=settings.log_level.lower(),
+                  access_log=args.access_log, timeout_graceful_shutdown=10)
+    if args.workers > 1:  # each worker process builds its own app from the same environment
+        store.dispose()
+        uvicorn.run("service.api.app:app_from_env", factory=True, workers=args.workers, **common)
+    else:
+        uvicorn.run(create_app(settings, store=store), **common)
     return 0
+
+
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {raw!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
+        return value
+
+    return parse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``serve`` command."""
     parser = subparsers.add_parser("serve", help="run the GitHub webhook and JSON API (uvicorn)")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    parser.add_argument("--port", type=_bounded(0, 65535), default=8000, help="TCP port (default 8000)")
     parser.add_argument("--no-migrate", action="store_true",
                         help="do not upgrade the database schema to head before serving")
+    parser.add_argument("--workers", type=_bounded(1, 64), default=1, help="uvicorn worker processes (default 1)")
     parser.add_argument("--access-log", action="store_true", help="log every request")
     parser.set_defaults(func=_run)

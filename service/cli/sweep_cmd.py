@@ -60,9 +60,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         run_info = _wait_with_progress(store, started.run_id, started.cells, args.timeout)
-    finally:
+    except BaseException:  # Ctrl-C or a timeout: embedded jobs stop with us; Celery jobs keep going
         if started.pool is not None:
-            started.pool.close()
+            started.pool.cancel()
+        raise
+    if started.pool is not None:
+        started.pool.close()
     results = store.results(run_id=started.run_id)
     regressions = store.regressions(run_id=started.run_id, category="regression")
     regressions = [r for r in regressions if r.state in ("open", "acknowledged")]

@@ -75,7 +75,10 @@ class _Commit(_Model):
     timestamp: datetime | None = None
     author: _Person | None = None
 
-    _sha = field_validator("id")(classmethod(lambda cls, v: _check_sha(v)))
+    @field_validator("id")
+    @classmethod
+    def _sha(cls, v: str) -> str:
+        return _check_sha(v)
 
 
 class _Push(_Model):
@@ -89,14 +92,20 @@ class _Push(_Model):
     created: bool = False
     forced: bool = False
 
-    _shas = field_validator("before", "after")(classmethod(lambda cls, v: _check_sha(v)))
+    @field_validator("before", "after")
+    @classmethod
+    def _shas(cls, v: str) -> str:
+        return _check_sha(v)
 
 
 class _Ref(_Model):
     sha: str
     ref: str
 
-    _sha = field_validator("sha")(classmethod(lambda cls, v: _check_sha(v)))
+    @field_validator("sha")
+    @classmethod
+    def _sha(cls, v: str) -> str:
+        return _check_sha(v)
 
 
 class _User(_Model):

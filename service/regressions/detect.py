@@ -22,7 +22,7 @@ comparable with that regression's baseline result and no longer regresses agains
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -63,25 +63,46 @@ def _cell(row: Any) -> Cell:
     return (row.model, row.dtype, row.policy, row.target)
 
 
-def nearest_results(conn: Connection, anc: Sequence[tuple[str, int]], cells: Iterable[Cell],
-                    exclude_run: int, before_run: int | None = None) -> dict[Cell, Any]:
-    """For each cell, the newest result at the nearest revision of ``anc`` ((sha, depth), nearest first).
+def _same_cell(other: sa.Table | Any, run_id: int) -> sa.ColumnElement[bool]:
+    """Join condition: ``other``'s cell is one of the cells of run ``run_id`` (no bound cell lists)."""
+    cur = t_res.alias("cur")
+    return sa.exists().where(cur.c.run_id == run_id, cur.c.model == other.c.model, cur.c.dtype == other.c.dtype,
+                             cur.c.policy == other.c.policy, cur.c.target == other.c.target)
 
-    Searches in growing chunks (1, 4, 16, … revisions) so the usual case costs one small query.
+
+def nearest_results(conn: Connection, start: str, include_self: bool, run_id: int, max_depth: int,
+                    before_run: int | None = None) -> dict[Cell, Any]:
+    """For each cell of ``run_id``, the newest result at the nearest ancestor of ``start`` that has one.
+
+    Ancestors are searched in growing chunks (1, 4, 16, … revisions; the deep ancestry is only
+    walked when the near one lacks a cell), so the usual case costs two small queries.
     """
-    missing, found = set(cells), {}
-    depth = {sha: d for sha, d in anc}
+    missing = set(_run_cells(conn, run_id))
+    found: dict[Cell, Any] = {}
+    anc = ancestors(conn, start, 4, include_self)
+    deep = False
     i, size = 0, 1
-    while missing and i < len(anc):
-        chunk = [sha for sha, _ in anc[i:i + size]]
+    while missing:
+        if i >= len(anc):
+            if deep or not anc or anc[-1][1] < 4:
+                break
+            seen = {sha for sha, _ in anc}
+            anc = anc + [a for a in ancestors(conn, start, max_depth, include_self) if a[0] not in seen]
+            deep = True
+            continue
+        chunk = anc[i:i + size]
+        depth = dict(chunk)
         i, size = i + size, size * 4
-        q = sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(chunk), t_res.c.run_id != exclude_run,
-                                          sa.tuple_(*CELL).in_(sorted(missing)))
+        q = sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(list(depth)), t_res.c.run_id != run_id,
+                                          _same_cell(t_res, run_id))
         if before_run is not None:
             q = q.where(t_res.c.run_id < before_run)
         best: dict[Cell, Any] = {}
         for r in conn.execute(q):
-            c, cur = _cell(r), best.get(_cell(r))
+            c = _cell(r)
+            if c not in missing:
+                continue
+            cur = best.get(c)
             if cur is None or (depth[r.revision_sha], -r.id) < (depth[cur.revision_sha], -cur.id):
                 best[c] = r
         found.update(best)
@@ -89,9 +110,13 @@ def nearest_results(conn: Connection, anc: Sequence[tuple[str, int]], cells: Ite
     return found
 
 
-def _history(conn: Connection, run: Any, branch: str | None, cells: Sequence[Cell], triggers: Sequence[str],
+def _run_cells(conn: Connection, run_id: int) -> list[Cell]:
+    return [_cell(r) for r in conn.execute(sa.select(*CELL).where(t_res.c.run_id == run_id))]
+
+
+def _history(conn: Connection, run: Any, branch: str | None, triggers: Sequence[str],
              limit: int) -> dict[Cell, list[Any]]:
-    """Results of the cells in the last ``limit`` lineage runs before ``run`` (same branch), oldest first."""
+    """Results of the run's cells in the last ``limit`` lineage runs before it (same branch), oldest first."""
     if limit <= 0:
         return {}
     q = (sa.select(t_run.c.id).join(t_rev, t_rev.c.sha == t_run.c.revision_sha)
@@ -103,7 +128,7 @@ def _history(conn: Connection, run: Any, branch: str | None, cells: Sequence[Cel
     if run_ids:
         rows = conn.execute(sa.select(t_res.c.run_id, *CELL, t_res.c.id, t_res.c.status, t_res.c.latency_p50_ms,
                                       t_res.c.env_fingerprint)
-                            .where(t_res.c.run_id.in_(run_ids), sa.tuple_(*CELL).in_(cells))
+                            .where(t_res.c.run_id.in_(run_ids), _same_cell(t_res, run.id))
                             .order_by(t_res.c.run_id)).all()
         for r in rows:
             out[_cell(r)].append(r)
@@ -157,13 +182,12 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
     branch = conn.execute(sa.select(t_rev.c.branch).where(t_rev.c.sha == run.revision_sha)).scalar()
     nightly = run.trigger == "nightly"
     start, include_self = (run.baseline_sha, True) if run.baseline_sha else (run.revision_sha, nightly)
-    anc = ancestors(conn, start, th.ancestor_depth, include_self)
     cells = sorted(current)
-    base = nearest_results(conn, anc, cells, run.id, before_run=run.id if nightly else None)
-    lineage = _history(conn, run, branch, cells, LINEAGE_TRIGGERS, th.flaky_window - 1)
-    nightly_hist = (_history(conn, run, branch, cells, ("nightly",), th.nightly_window + th.nightly_consecutive)
+    base = nearest_results(conn, start, include_self, run.id, th.ancestor_depth, run.id if nightly else None)
+    lineage = _history(conn, run, branch, LINEAGE_TRIGGERS, th.flaky_window - 1)
+    nightly_hist = (_history(conn, run, branch, ("nightly",), th.nightly_window + th.nightly_consecutive)
                     if nightly else {})
-    already_open = _open_kinds(conn, cells, run.id) if nightly else set()
+    already_open = _open_kinds(conn, run.id) if nightly else set()
     now = store.clock()
 
     rows: list[dict[str, Any]] = []
@@ -197,11 +221,10 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
         _resolve(conn, run, current, th, now)
 
 
-def _open_kinds(conn: Connection, cells: Sequence[Cell], run_id: int) -> set[tuple[Cell, str]]:
+def _open_kinds(conn: Connection, run_id: int) -> set[tuple[Cell, str]]:
     rows = conn.execute(sa.select(t_reg.c.model, t_reg.c.dtype, t_reg.c.policy, t_reg.c.target, t_reg.c.kind)
                         .where(t_reg.c.run_id < run_id, t_reg.c.category == "regression",
-                               t_reg.c.state.in_(("open", "acknowledged")),
-                               sa.tuple_(t_reg.c.model, t_reg.c.dtype, t_reg.c.policy, t_reg.c.target).in_(cells)))
+                               t_reg.c.state.in_(("open", "acknowledged")), _same_cell(t_reg, run_id)))
     return {(_cell(r), r.kind) for r in rows}
 
 
@@ -228,8 +251,7 @@ def _store_findings(conn: Connection, run_id: int, rows: list[dict[str, Any]]) -
 def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Thresholds, now: Any) -> None:
     open_regs = conn.execute(sa.select(t_reg).join(t_run, t_run.c.id == t_reg.c.run_id).where(
         t_run.c.trigger.in_(LINEAGE_TRIGGERS), t_reg.c.category == "regression", t_reg.c.state.in_(("open", "acknowledged")), t_reg.c.run_id < run.id,
-        t_reg.c.baseline_result_id.is_not(None),
-        sa.tuple_(t_reg.c.model, t_reg.c.dtype, t_reg.c.policy, t_reg.c.target).in_(sorted(current)))).all()
+        t_reg.c.baseline_result_id.is_not(None), _same_cell(t_reg, run.id))).all()
     if not open_regs:
         return
     base_ids = {r.baseline_result_id for r in open_regs}

@@ -77,8 +77,15 @@ def light_model(name: str, seed: int = 0) -> onnx.ModelProto:
     return model
 
 
+#: Name prefix of the extra output added by ``_expose_logits``.
+LOGITS = "logits:"
+
+
 def _expose_logits(model: onnx.ModelProto) -> None:
-    """Add the input of a final Softmax as an extra output (probabilities of random nets hide errors)."""
+    """Add the input of a final Softmax as an extra output (probabilities of random nets hide errors).
+
+    The extra output is recorded in ``model.metadata_props`` under ``LOGITS + name``.
+    """
     outs = {o.name for o in model.graph.output}
     for n in model.graph.node:
         if n.op_type == "Softmax" and n.output[0] in outs and n.input[0] not in outs:
@@ -86,6 +93,7 @@ def _expose_logits(model: onnx.ModelProto) -> None:
             vi = [v for v in inferred.graph.value_info if v.name == n.input[0]]
             if vi:
                 model.graph.output.append(vi[0])
+                model.metadata_props.add(key=LOGITS + n.input[0], value="pre-softmax logits")
 
 
 def _calibrate_batchnorm(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:

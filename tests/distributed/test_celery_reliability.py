@@ -140,3 +140,17 @@ def test_two_sweeps_at_once_do_not_corrupt_each_other(cluster_settings, cluster_
         counts = _result_counts(cluster_env["AMPCI_DATABASE_URL"], run_id)
         assert set(counts.values()) == {1}
         assert {j.run_id for j in store.jobs(run_id)} == {run_id}
+
+
+@pytest.mark.parametrize("ignore_soft", ["0", "1"])
+def test_job_past_the_time_limit_gets_a_timeout_result(cluster_settings, start_worker, ignore_soft) -> None:
+    w = start_worker("wt", extra_env={"AMPCI_TEST_NOOP_DELAY": "60", "AMPCI_TEST_IGNORE_SOFT_LIMIT": ignore_soft})
+    w.wait_ready()
+    cfg, catalog = _sweep(["noop_stuck"])
+    store = open_store(cluster_settings)
+    started = start_sweep(cluster_settings, cfg, "main", catalog=catalog, store=store)
+    run = wait_for_run(store, started.run_id, timeout=60)
+    (result,) = store.results(run_id=started.run_id)
+    assert result.status == "timeout" and "time limit" in (result.message or "")
+    assert run.status == "complete" and store.jobs(started.run_id)[0].attempts == 1
+    assert w.proc.poll() is None

@@ -75,3 +75,23 @@ def test_job_past_its_time_limit_gets_a_timeout_result(tmp_path: Path) -> None:
     (result,) = store.results(run_id=run_id)
     assert result.status == "timeout" and "exceeded" in (result.message or "")
     assert all(s.proc is None for s in pool._slots)  # the runaway subprocess was killed
+
+
+def test_cancel_stops_the_subprocesses_and_cancels_what_is_left(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
+    store = scheduler.open_store(settings)
+    key = RevisionCache.from_settings(settings).snapshot(ROOT)
+    run_id = store.create_run(key, "manual", None, "t", [("conv_net", "fp16", "default", "cpu"),
+                                                         ("conv_net", "bf16", "default", "cpu")])
+    pool = scheduler.LocalPool(settings, store, workers=1)
+    pool.submit(store.jobs(run_id))
+    deadline = time.monotonic() + 60
+    while not any(j.status == "running" for j in store.jobs(run_id)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child = pool._slots[0].proc
+    pool.cancel()
+    assert child is not None and not child.is_alive()
+    assert {j.status for j in store.jobs(run_id)} <= {"cancelled", "done"}
+    assert "cancelled" in {j.status for j in store.jobs(run_id)}
+    assert store.get_run(run_id).finished_at is not None

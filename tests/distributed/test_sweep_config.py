@@ -97,3 +97,23 @@ def test_builtin_sweeps_expand_over_the_real_zoo() -> None:
 
 def test_nightly_dedup_key() -> None:
     assert nightly_dedup_key(date(2026, 1, 2), "full") == "nightly:2026-01-02:full"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["sweep", "--sweep", "nope"], "unknown sweep 'nope'"),
+    (["sweep", "--revision", "main..x"], "not a valid revision name"),
+    (["sweep", "--revision", "0" * 40], "is not in the pass repository"),
+    (["sweep", "--no-wait"], "--no-wait needs AMPCI_BROKER_URL"),
+    (["worker", "--queues", "cpu"], "AMPCI_BROKER_URL is required"),
+])
+def test_cli_errors_are_one_line_exit_2(argv: list[str], message: str, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from service.cli.main import main
+
+    for var in ("AMPCI_BROKER_URL", "AMPCI_DATABASE_URL", "AMPCI_PASS_REPO"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AMPCI_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("AMPCI_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1

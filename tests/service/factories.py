@@ -8,7 +8,14 @@ from datetime import UTC, datetime, timedelta
 
 from service.db import Store
 from service.db.migrate import upgrade
-from workers.result import AccuracyReport, ConvergenceStats, GraphFacts, JobResult, LatencyStats, OutputMetrics
+from workers.result import (
+    AccuracyReport,
+    ConvergenceStats,
+    GraphFacts,
+    JobResult,
+    LatencyStats,
+    OutputMetrics,
+)
 
 CELL = ("tiny_mlp", "fp16", "default", "cpu")
 

@@ -90,20 +90,24 @@ def test_ack_and_false_positive(cli) -> None:  # type: ignore[no-untyped-def]
     assert cli("regressions", "--revision", s[1][:8])[0] == 0  # nothing open any more
 
 
-@pytest.mark.parametrize(("argv", "message"), [
+BAD_INPUT = [
     (["run", "99"], "no run with id 99"),
     (["ack", "99"], "no regression with id 99"),
     (["compare", "ffff", "0000"], "unknown revision ffff"),
     (["compare", "0000000", "0000"], "ambiguous"),
     (["results", "--revision", "xyz"], "not a revision"),
+    (["results", "--run", "77"], "no run with id 77"),
     (["history", "nope", "--dtype", "fp16"], "unknown model 'nope'"),
     (["history", "tiny_mlp", "--dtype", "fp16", "--metric", "speed"], "unknown metric 'speed'"),
     (["regressions", "--since", "yesterday"], "--since"),
-])
-def test_bad_input_is_one_line_exit_2(cli, argv: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
-    code, out, err = cli(*argv)
-    assert code == 2 and out == ""
-    assert err.count("\n") == 1 and message in err and err.startswith("ampci: error: ")
+]
+
+
+def test_bad_input_is_one_line_exit_2(cli) -> None:  # type: ignore[no-untyped-def]
+    for argv, message in BAD_INPUT:
+        code, out, err = cli(*argv)
+        assert code == 2 and out == "", argv
+        assert err.count("\n") == 1 and message in err and err.startswith("ampci: error: "), argv
 
 
 def test_unreachable_database_no_traceback_no_password(tmp_path: Path) -> None:

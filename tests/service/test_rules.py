@@ -188,3 +188,18 @@ def test_flaky_allowlist_and_flip_count() -> None:
     th = Thresholds(flaky_allowlist=("m/*/default/*",))
     assert flaky_reason(("m", "bf16", "default", "cpu"), ["pass"], th) == "flaky (allowlisted)"
     assert count_flips([True, False, True, True]) == 2 and count_flips([]) == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("alternative", ["greater", "less"])
+def test_mann_whitney_matches_scipy(seed: int, alternative: str) -> None:
+    from scipy.stats import mannwhitneyu
+
+    rng = random.Random(seed)
+    n1, n2 = rng.choice([(20, 20), (12, 30), (5, 5), (3, 9)])
+    a = [round(rng.gauss(1.0 + seed * 0.05, 0.1), 2) for _ in range(n1)]  # rounding makes ties
+    b = [round(rng.gauss(1.0, 0.1), 2) for _ in range(n2)]
+    ours = mann_whitney_p(a, b, alternative)
+    method = "asymptotic" if max(n1, n2) > 8 or len(set(a + b)) < n1 + n2 else "exact"
+    ref = mannwhitneyu(a, b, alternative=alternative, method=method).pvalue
+    assert ours == pytest.approx(ref, rel=1e-9, abs=1e-12)

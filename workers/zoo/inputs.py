@@ -83,19 +83,19 @@ def _one(entry: ZooEntry, spec: InputSpec, seed: int, step: int) -> np.ndarray:
             raise SpecError(f"{entry.name}: {path} holds {spec.name!r} with shape {list(arr.shape)}, "
                             f"spec says {list(shape)}")
         return arr.astype(dtype)
+    if spec.dist == "zeros":
+        return np.zeros(shape, dtype)
+    if spec.dist == "ones":
+        return np.ones(shape, dtype)
+    if spec.dist == "constant":
+        return np.full(shape, spec.value).astype(dtype)
     rng = _rng(seed, spec.name, step if spec.per_step else 0)
     if spec.dist == "normal":
         arr = rng.standard_normal(shape) * spec.std + spec.mean
     elif spec.dist == "uniform":
         arr = rng.uniform(spec.low, spec.high, shape)
-    elif spec.dist == "randint":
+    else:  # randint
         arr = rng.integers(int(spec.low), int(spec.high), shape)
-    elif spec.dist == "zeros":
-        arr = np.zeros(shape)
-    elif spec.dist == "ones":
-        arr = np.ones(shape)
-    else:  # constant
-        arr = np.full(shape, spec.value)
     return np.asarray(arr).astype(dtype)
 
 

@@ -1,0 +1,100 @@
+"""Preparation: check the input, inline model-local functions, infer types, build the onnx-ir model.
+
+The checker and ONNX type inference both serialise the whole model into C++; for a model of hundreds
+of MB that costs more than the conversion.  They only need the graph, so they run on a *skeleton*: the
+model without main-graph initializer data (each initializer becomes a typed graph input).  The inferred
+skeleton is then deserialised and the original initializers are attached back, lazily and without a
+copy.  Guarantees: the input proto is never modified; value types inside subgraphs and inlined
+functions are inferred; bad input raises InvalidModelError naming the first problem.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.inliner as onnx_inliner
+import onnx_ir as ir
+from onnx import helper
+
+from amp_pass.errors import InvalidModelError
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _skeleton(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """The model without main-graph initializers, which become typed inputs; returns their names."""
+    sk = onnx.ModelProto()
+    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(sk, field, getattr(model, field))
+    sk.opset_import.extend(model.opset_import)
+    sk.metadata_props.extend(model.metadata_props)
+    sk.functions.extend(model.functions)
+    g, src = sk.graph, model.graph
+    g.name, g.doc_string = src.name, src.doc_string
+    g.node.extend(src.node)
+    g.input.extend(src.input)
+    g.output.extend(src.output)
+    g.value_info.extend(src.value_info)
+    g.sparse_initializer.extend(src.sparse_initializer)
+    inputs = {v.name for v in src.input}
+    moved: list[str] = []
+    for t in src.initializer:
+        if t.name in inputs:
+            continue
+        g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        moved.append(t.name)
+    return sk, moved
+
+
+def _check_initializers(model: onnx.ModelProto) -> None:
+    """What the checker would verify on initializer data: a name, a data type, a consistent size."""
+    for t in model.graph.initializer:
+        if not t.name:
+            raise InvalidModelError("input model fails the ONNX checker: an initializer has no name")
+        if t.data_type == onnx.TensorProto.UNDEFINED:
+            raise InvalidModelError(f"input model fails the ONNX checker: initializer {t.name} has no data type")
+        if t.raw_data and t.data_location != onnx.TensorProto.EXTERNAL:
+            size = helper.tensor_dtype_to_np_dtype(t.data_type).itemsize if t.data_type not in (
+                onnx.TensorProto.STRING,) else 0
+            bits = {onnx.TensorProto.INT4, onnx.TensorProto.UINT4}
+            if size and t.data_type not in bits and len(t.raw_data) != size * int(np.prod(t.dims)):
+                raise InvalidModelError(f"input model fails the ONNX checker: initializer {t.name} has "
+                                        f"{len(t.raw_data)} bytes for dims {list(t.dims)}")
+
+
+def prepare(model: onnx.ModelProto, check: bool = True) -> tuple[ir.Model, int]:
+    """An onnx-ir model with inferred types (functions inlined); returns it and how many were inlined."""
+    sk, moved = _skeleton(model)
+    if check:
+        try:
+            onnx.checker.check_model(sk)
+        except (onnx.checker.ValidationError, ValueError) as exc:
+            raise InvalidModelError(f"input model fails the ONNX checker: {_first_line(exc)}") from None
+        _check_initializers(model)
+    inlined = len(sk.functions)
+    if inlined:
+        sk = onnx_inliner.inline_local_functions(sk)
+    try:
+        sk = onnx.shape_inference.infer_shapes(sk)
+    except (onnx.shape_inference.InferenceError, ValueError) as exc:
+        raise InvalidModelError(f"input model fails ONNX type inference: {_first_line(exc)}") from None
+    try:
+        ir_model = ir.serde.deserialize_model(sk)
+    except Exception as exc:  # noqa: BLE001 - anything onnx-ir cannot read is bad input
+        raise InvalidModelError(f"input model cannot be read into the IR: {_first_line(exc)}") from None
+    graph = ir_model.graph
+    by_name = {v.name: v for v in graph.inputs}
+    originals = {t.name: t for t in model.graph.initializer}
+    for name in moved:
+        value = by_name[name]
+        graph.inputs.remove(value)
+        value.const_value = ir.serde.deserialize_tensor(originals[name])
+        graph.register_initializer(value)
+    for t in model.graph.initializer:  # initializers that are also graph inputs (IR < 4 style)
+        if t.name not in moved and t.name in by_name:
+            value = by_name[t.name]
+            value.const_value = ir.serde.deserialize_tensor(t)
+            graph.register_initializer(value)
+    return ir_model, inlined

@@ -1,0 +1,195 @@
+"""Query speed of the results store on PostgreSQL with 100,000 synthetic results over 200 revisions.
+
+    python bench/bench_queries.py [--admin-url URL] [--revisions 200] [--cells 500] [--repeat 15]
+
+Creates a fresh database (dropped at the end), brings it to head with Alembic, bulk-loads a linear
+history of revisions with one push run of every cell per revision (COPY), runs ANALYZE, then
+prints p50/p90 over repeated calls of the Store API behind ``ampci results``, ``compare``,
+``history`` and regression detection for one new run of 200 cells.  Target: each p50 < 200 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import sqlalchemy as sa  # noqa: E402
+
+from service.db import Store  # noqa: E402
+from service.db import models as m  # noqa: E402
+from service.db.extract import result_columns  # noqa: E402
+from service.db.migrate import upgrade  # noqa: E402
+from workers.result import (  # noqa: E402
+    AccuracyReport,
+    GraphFacts,
+    JobResult,
+    LatencyStats,
+    OutputMetrics,
+)
+
+TARGET_MS = 200.0
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def sha(i: int) -> str:
+    return f"{i:08x}{uuid.uuid5(uuid.NAMESPACE_OID, str(i)).hex}"[:40]
+
+
+def cells(n: int) -> list[tuple[str, str, str, str]]:
+    out = []
+    for i in range(n):
+        out.append((f"model_{i // 4:04d}", ("fp16", "bf16")[i % 2], ("default", "aggressive")[(i // 2) % 2], "cuda"))
+    return out
+
+
+def synthetic(cell: tuple[str, str, str, str], rng: random.Random, slow: float = 1.0) -> JobResult:
+    """A realistic JobResult (10 latency samples) with small random variation."""
+    base = 1.0 + (hash(cell) % 50) / 10
+    samples = [base * slow * (1 + rng.uniform(-0.02, 0.02)) for _ in range(10)]
+    p50 = statistics.median(samples)
+    err = 10 ** rng.uniform(-4, -3)
+    worst = OutputMetrics(max_abs=err, mean_abs=err / 10, max_rel=err * 3, cosine=1 - err / 10, snr_db=55.0,
+                          baseline_max_abs=1e-6)
+    return JobResult(model=cell[0], dtype=cell[1], policy=cell[2], target=cell[3], status="pass",
+                     accuracy=AccuracyReport(mode="emulation", provider="CPUExecutionProvider", worst=worst),
+                     latency=LatencyStats(provider="CUDAExecutionProvider", samples_ms=samples,
+                                          fp32_samples_ms=[x * 1.7 for x in samples], p50_ms=p50,
+                                          fp32_p50_ms=p50 * 1.7, speedup=1.7),
+                     graph=GraphFacts(nodes_total=300, nodes_low=280, casts_inserted=12, compute_nodes=200,
+                                      compute_low=190, low_precision_compute_fraction=0.95),
+                     environment={"fingerprint": "h200-ort1.20"})
+
+
+def seed(url: str, n_revs: int, n_cells: int) -> list[str]:
+    """Bulk-load revisions, runs, jobs and results; returns the revision shas oldest first."""
+    rng = random.Random(7)
+    engine = sa.create_engine(url)
+    shas = [sha(i) for i in range(n_revs)]
+    grid = cells(n_cells)
+    res_cols = ["run_id", "revision_sha", "model", "dtype", "policy", "target", "created_at", "updated_at",
+                "status", "message", "model_sha256", "cosine", "max_abs", "error_ratio", "latency_p50_ms",
+                "fp32_p50_ms", "speedup", "low_precision_fraction", "casts_inserted", "final_error", "diverged",
+                "env_fingerprint", "data"]
+    with engine.begin() as conn:
+        conn.execute(m.Revision.__table__.insert(), [
+            {"sha": s, "parents": [shas[i - 1]] if i else [], "branch": "main", "author": "bench",
+             "message": f"commit {i}", "committed_at": T0 + timedelta(hours=i), "created_at": T0}
+            for i, s in enumerate(shas)])
+        conn.execute(m.RevisionParent.__table__.insert(), [
+            {"child_sha": s, "position": 0, "parent_sha": shas[i - 1]} for i, s in enumerate(shas) if i])
+        run_ids = conn.execute(m.Run.__table__.insert().returning(m.Run.id, sort_by_parameter_order=True), [
+            {"revision_sha": s, "trigger": "push", "status": "complete", "sweep": "full", "meta": {},
+             "created_at": T0 + timedelta(hours=i, minutes=5), "finished_at": T0 + timedelta(hours=i, minutes=50)}
+            for i, s in enumerate(shas)]).scalars().all()
+        raw = conn.connection.driver_connection
+        with raw.cursor() as cur:
+            with cur.copy("COPY jobs (run_id, model, dtype, policy, target, status, attempts, queued_at, "
+                          "finished_at) FROM STDIN") as cp:
+                for i, run_id in enumerate(run_ids):
+                    t = T0 + timedelta(hours=i, minutes=5)
+                    for c in grid:
+                        cp.write_row((run_id, *c, "done", 1, t, t))
+            with cur.copy(f"COPY results ({', '.join(res_cols)}) FROM STDIN") as cp:
+                for i, (run_id, s) in enumerate(zip(run_ids, shas, strict=True)):
+                    t = T0 + timedelta(hours=i, minutes=30)
+                    for c in grid:
+                        cols = result_columns(synthetic(c, rng))
+                        cols["data"] = json.dumps(cols["data"])
+                        row = {"run_id": run_id, "revision_sha": s, "model": c[0], "dtype": c[1], "policy": c[2],
+                               "target": c[3], "created_at": t, "updated_at": t, **cols}
+                        cp.write_row(tuple(row[k] for k in res_cols))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("ANALYZE"))
+    engine.dispose()
+    return shas
+
+
+def timed(fn: Callable[[], object], repeat: int) -> tuple[float, float, object]:
+    fn()  # warm-up (connection pool, plan cache)
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append((time.perf_counter() - t) * 1000)
+    times.sort()
+    return statistics.median(times), times[int(0.9 * (len(times) - 1))], out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--admin-url", default=os.environ.get("AMPCI_TEST_DATABASE_URL",
+                                                          "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"))
+    ap.add_argument("--revisions", type=int, default=200)
+    ap.add_argument("--cells", type=int, default=500)
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--keep", action="store_true", help="keep the database (its URL is printed)")
+    args = ap.parse_args()
+
+    name = f"ampci_bench_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(args.admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = args.admin_url.rsplit("/", 1)[0] + "/" + name
+    try:
+        upgrade(url)
+        t = time.perf_counter()
+        shas = seed(url, args.revisions, args.cells)
+        load_s = time.perf_counter() - t
+        store = Store.from_url(url)
+        n = len(store.results(revision=shas[-1]))
+        print(f"seeded {args.revisions} revisions x {n} cells = {args.revisions * n:,} results in {load_s:.1f}s")
+
+        # one new run of 200 cells on a child of the head, some of them slower / less accurate
+        new = sha(10_000)
+        store.upsert_revision(new, [shas[-1]], "main", "bench", "new commit")
+        grid = cells(args.cells)[:200]
+        run_id = store.create_run(new, "push", cells=grid)
+        rng = random.Random(99)
+        for i, c in enumerate(grid):
+            r = synthetic(c, rng, slow=1.5 if i % 25 == 0 else 1.0)
+            if i % 40 == 0:
+                r.accuracy.worst.max_abs = 0.5  # type: ignore[union-attr]
+            store.write_result(run_id, r)
+
+        mid, prev = shas[len(shas) // 2], shas[len(shas) // 2 - 1]
+        rows: list[tuple[str, int, float, float]] = []
+        for label, fn in [
+            ("results for one revision", lambda: store.results(revision=mid[:10])),
+            ("compare two revisions", lambda: store.compare(prev[:10], mid[:10])),
+            ("history of one cell (200 points)", lambda: store.history(grid[0][0], grid[0][1], grid[0][2],
+                                                                      grid[0][3], metric="latency_p50")),
+            ("detect regressions, 200-cell run", lambda: store.detect_regressions(run_id)),
+            ("open regressions list", lambda: store.regressions(state="open")),
+        ]:
+            p50, p90, out = timed(fn, args.repeat)
+            rows.append((label, len(out), p50, p90))  # type: ignore[arg-type]
+        store.dispose()
+    finally:
+        if args.keep:
+            print(f"kept {url}")
+        else:
+            with admin.connect() as c:
+                c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+    print("\n| operation | rows | p50 ms | p90 ms | target | ok |\n|---|---:|---:|---:|---:|:--:|")
+    ok = True
+    for label, n, p50, p90 in rows:
+        ok &= p50 < TARGET_MS
+        print(f"| {label} | {n} | {p50:.1f} | {p90:.1f} | < {TARGET_MS:.0f} | {'yes' if p50 < TARGET_MS else 'NO'} |")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Server-side SVG plots of a cell's history, drawn with pygal (no JavaScript, nothing fetched).
+
+Each chart has one point per revision (oldest left), x labels are short shas, and every point is
+a link to its run with a native tooltip (an SVG ``<title>``: revision, run, status, value).  Points
+where the cell has a finding are drawn again in a marker series ("▼ regression", "▲ improvement",
+"≈ flaky"), so findings are told by shape, legend and tooltip as well as colour.  The latency
+chart draws each revision's min–max range of the raw samples as a whisker around the p50.
+
+pygal's output is post-processed in two ways: its inline configuration ``<script>`` is removed
+(pages stay script-free; pygal's optional tooltip script is already disabled with ``js=[]``), and
+each point's ``<desc class="label">`` becomes a ``<title>`` so browsers show it on hover.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pygal
+from pygal.style import Style
+
+from service.dashboard.queries import HistoryRow
+from service.db.records import RegressionInfo
+
+_SCRIPT = re.compile(r"<script\b[^>]*>.*?</script>", re.DOTALL)
+_LABEL = re.compile(r'<desc class="label">(.*?)</desc>', re.DOTALL)
+
+#: Series colours: the value line, then markers for regression, improvement, flaky (all ≥ 4.5:1 on white).
+STYLE = Style(background="#ffffff", plot_background="#ffffff", foreground="#222222", foreground_strong="#111111",
+              foreground_subtle="#6b6b6b", opacity="0.9", opacity_hover="1", transition="0ms",
+              colors=("#1f5fa8", "#b3261e", "#1b6e34", "#6a4c93"),
+              font_family="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif",
+              label_font_size=11, major_label_font_size=11, legend_font_size=12, title_font_size=14,
+              value_font_size=11, tooltip_font_size=12)
+MARKERS = (("regression", "▼ regression"), ("improvement", "▲ improvement"), ("flaky", "≈ flaky"))
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One chart: title, y-axis label, value getter, finding kinds marked on it, number format."""
+
+    key: str
+    title: str
+    value: Callable[[HistoryRow], float | None]
+    kinds: tuple[str, ...]
+    digits: int = 4
+
+
+def _finite(x: float | int | None) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def metrics_for(points: Sequence[HistoryRow]) -> list[Metric]:
+    """The five charts of a cell history (accuracy uses cosine, or the error ratio without cosines)."""
+    use_cosine = any(p.cosine is not None for p in points) or not any(p.error_ratio is not None for p in points)
+    accuracy = (Metric("cosine", "Accuracy: worst-output cosine similarity vs fp32", lambda p: _finite(p.cosine),
+                       ("accuracy", "convergence", "conversion"), 6) if use_cosine else
+                Metric("error_ratio", "Accuracy: error ratio vs fp32 rerun noise", lambda p: _finite(p.error_ratio),
+                       ("accuracy", "convergence", "conversion"), 4))
+    return [
+        accuracy,
+        Metric("latency_p50_ms", "Latency p50 (ms), whiskers: min–max of samples",
+               lambda p: _finite(p.latency_p50_ms), ("latency",), 4),
+        Metric("speedup", "Speed-up over fp32 (fp32 p50 / converted p50)", lambda p: _finite(p.speedup),
+               ("latency",), 3),
+        Metric("casts_inserted", "Casts inserted", lambda p: _finite(p.casts_inserted), ("coverage", "conversion")),
+        Metric("low_precision_fraction", "Low-precision compute fraction", lambda p: _finite(p.low_precision_fraction),
+               ("coverage", "conversion"), 3),
+    ]
+
+
+def _fmt(x: float | None, digits: int) -> str:
+    return "–" if x is None else f"{x:.{digits}g}"
+
+
+def _label(p: HistoryRow, metric: Metric, value: float | None, extra: str = "") -> str:
+    text = f"{p.revision_sha[:10]} · run {p.run_id} · {p.status} · {metric.key} {_fmt(value, metric.digits)}"
+    if metric.key == "latency_p50_ms" and p.latency_min_ms is not None and p.latency_max_ms is not None:
+        text += f" (min {_fmt(p.latency_min_ms, 4)}, max {_fmt(p.latency_max_ms, 4)})"
+    if p.message:
+        text += f" · {p.message.splitlines()[0][:60]}"
+    return text + extra
+
+
+def chart_svg(points: Sequence[HistoryRow], findings: dict[int, list[RegressionInfo]], metric: Metric,
+              run_href: Callable[[int], str], width: int = 960, height: int = 250) -> str:
+    """One metric's chart as an inline ``<svg>`` string (findings keyed by result id)."""
+    chart = pygal.Line(js=[], style=STYLE, width=width, height=height, explicit_size=False,
+                       disable_xml_declaration=True, title=metric.title, show_legend=True,
+                       legend_at_bottom=True, legend_at_bottom_columns=4, truncate_legend=-1, dots_size=3,
+                       x_label_rotation=0, show_minor_x_labels=False, allow_interruptions=True,
+                       x_labels_major_every=max(1, math.ceil(len(points) / 10)), truncate_label=-1,
+                       value_formatter=lambda v: _fmt(v, metric.digits), margin=8, spacing=8,
+                       print_values=False, include_x_axis=False, show_y_guides=True, show_x_guides=False,
+                       range=_range(points, metric))
+    chart.x_labels = [p.revision_sha[:7] for p in points]
+    values: list[Any] = []
+    markers: dict[str, list[Any]] = {name: [] for name, _ in MARKERS}
+    for p in points:
+        v = metric.value(p)
+        link = {"href": run_href(p.run_id), "target": "_self"}
+        hits = [f for f in findings.get(p.result_id, []) if f.kind in metric.kinds and f.state != "false_positive"]
+        extra = "".join(f" · {f.category}: {f.kind} ({f.state})" for f in hits)
+        point: dict[str, Any] = {"value": v, "xlink": link, "label": _label(p, metric, v, extra)}
+        if metric.key == "latency_p50_ms" and v is not None and p.latency_min_ms is not None \
+                and p.latency_max_ms is not None:
+            point["ci"] = {"low": p.latency_min_ms, "high": p.latency_max_ms}
+        values.append(point if v is not None else None)
+        for name, _ in MARKERS:
+            hit = v is not None and any(f.category == name for f in hits)
+            markers[name].append({"value": v, "xlink": link, "label": _label(p, metric, v, extra)} if hit else None)
+    chart.add("value", values)
+    for name, legend in MARKERS:
+        chart.add(legend, markers[name], stroke=False, dots_size=7)
+    svg = chart.render(is_unicode=True)
+    svg = _SCRIPT.sub("", svg)
+    return _LABEL.sub(r"<title>\1</title>", svg)
+
+
+def _range(points: Sequence[HistoryRow], metric: Metric) -> tuple[float, float] | None:
+    """A y range covering values and latency whiskers with a little headroom (None: pygal decides)."""
+    vals = [v for p in points if (v := metric.value(p)) is not None]
+    if metric.key == "latency_p50_ms":
+        vals += [x for p in points for x in (p.latency_min_ms, p.latency_max_ms) if x is not None and math.isfinite(x)]
+    if not vals:
+        return None
+    lo, hi = min(vals), max(vals)
+    pad = (hi - lo) * 0.08 or abs(hi) * 0.01 or 1.0
+    return (lo - pad, hi + pad)

@@ -1,0 +1,223 @@
+"""The dashboard's pages: server-rendered HTML (Jinja2) with inline SVG plots, readable without JavaScript.
+
+Routes (not in the OpenAPI schema):
+
+- ``GET /`` and ``GET /runs`` — recent runs, filter by ``branch`` and ``trigger``;
+- ``GET /runs/{id}`` — the run matrix, its findings and the diff against the baseline
+  (the page commit statuses link to);
+- ``GET /history?model=&dtype=&policy=&target=[&branch=main][&limit=50]`` — a cell across revisions;
+- ``GET /regressions/{id}`` — one finding, baseline vs offending numbers, bisection state;
+- ``POST /regressions/{id}/triage`` — the acknowledge / false-positive form (fields ``token``,
+  ``action``, ``by``, ``note``).  The token is the API bearer token (``AMPCI_API_TOKEN``), compared
+  in constant time; without it the request is refused (401) and nothing changes; without a
+  configured token triage is disabled (403) unless ``AMPCI_INSECURE_DEV`` is set.
+- ``GET /dashboard.css``.
+
+Read pages need the bearer token only when ``AMPCI_READ_TOKEN_REQUIRED`` is set (as the JSON API).
+Unknown ids and bad parameters get an HTML error page with a 404/400 status.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from service.api.auth import require_read
+from service.dashboard import bisection, plots, queries, views
+from service.db.store import TRIGGERS
+from service.errors import NotFoundError, UserError
+
+HERE = Path(__file__).parent
+CSS = (HERE / "static" / "dashboard.css").read_text(encoding="utf-8")
+MAX_FORM_BYTES = 16_384
+_NAME = re.compile(r"^[\w.:+/-]{1,200}$")
+
+env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
+                  trim_blocks=True, lstrip_blocks=True)
+env.globals.update(fmt=views.fmt, fmt_cosine=views.fmt_cosine, pct=views.pct, duration=views.duration,
+                   states=views.STATES, urlencode=urlencode)
+
+
+def history_href(cell: tuple[str, str, str, str], **extra: Any) -> str:
+    """The history page of a cell."""
+    return "/history?" + urlencode({"model": cell[0], "dtype": cell[1], "policy": cell[2], "target": cell[3],
+                                    **extra})
+
+
+env.globals["history_href"] = history_href
+
+
+def render(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    """Render a template into an HTML response."""
+    return HTMLResponse(env.get_template(name).render(**context), status_code=status_code)
+
+
+def html_errors(fn: Callable[..., Response]) -> Callable[..., Response]:
+    """Turn NotFoundError / UserError raised by a page into an HTML error page (404 / 400)."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Response:
+        try:
+            return fn(*args, **kwargs)
+        except NotFoundError as exc:
+            return render("error.html", 404, title="Not found", message=str(exc))
+        except UserError as exc:
+            return render("error.html", 400, title="Bad request", message=str(exc))
+
+    return wrapper
+
+
+def _store(request: Request) -> Any:
+    return request.app.state.ctx.store
+
+
+def _positive_int(raw: str, what: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= 2**31 - 1:
+        raise NotFoundError(f"no {what} {raw[:40]!r}")
+    return int(raw)
+
+
+router = APIRouter(include_in_schema=False)
+read = APIRouter(include_in_schema=False, dependencies=[Depends(require_read)])
+
+
+@router.get("/dashboard.css")
+def stylesheet() -> Response:
+    """The dashboard's stylesheet (the only asset; no fonts or scripts are loaded)."""
+    return Response(CSS, media_type="text/css", headers={"Cache-Control": "public, max-age=3600"})
+
+
+@read.get("/", response_class=HTMLResponse)
+@read.get("/runs", response_class=HTMLResponse)
+@html_errors
+def runs_page(request: Request, branch: str = "", trigger: str = "", limit: str = "50") -> Response:
+    """Recent runs with revision, trigger, status, counts and duration."""
+    if trigger and trigger not in TRIGGERS:
+        raise UserError(f"unknown trigger {trigger!r}; expected one of {', '.join(TRIGGERS)}")
+    if branch and not _NAME.match(branch):
+        raise UserError("branch: letters, digits and ._:+/- only")
+    n = int(limit) if limit.isdigit() and 1 <= int(limit) <= 1000 else 50
+    store = _store(request)
+    rows = queries.runs_overview(store, limit=n, branch=branch or None, trigger=trigger or None)
+    return render("runs.html", rows=rows, branches=queries.branches(store), branch=branch, trigger=trigger,
+                  triggers=TRIGGERS, limit=n)
+
+
+@read.get("/runs/{run_id}", response_class=HTMLResponse)
+@html_errors
+def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
+    """The run matrix with its findings and the diff against the baseline."""
+    store = _store(request)
+    run = store.get_run(_positive_int(run_id, "run"))
+    revision = store.get_revision(run.revision_sha)
+    jobs = store.jobs(run.id)
+    results = store.results(run_id=run.id)
+    findings = store.regressions(run_id=run.id)
+    baselines = queries.baseline_results(store, run)
+    matrix = views.build_matrix(jobs, results, findings, baselines)
+    rows = views.diff_rows(results, baselines)
+    base_sha, base_cells = views.main_baseline(baselines)
+    summary = store.run_summary(run.id)
+    by_cat = {c: [f for f in findings if f.category == c] for c in ("regression", "flaky", "improvement")}
+    return render("run.html", run=run, revision=revision, matrix=matrix, findings=by_cat, summary=summary,
+                  line=summary.describe(), diff_all=diff == "all", diff=[r for r in rows if r.changed or diff == "all"],
+                  diff_changed=sum(r.changed for r in rows), diff_total=len(rows), base_sha=base_sha,
+                  base_cells=base_cells, no_baseline=sum(r.base_sha is None for r in rows))
+
+
+@read.get("/history", response_class=HTMLResponse)
+@html_errors
+def history_page(request: Request, model: str = "", dtype: str = "", policy: str = "", target: str = "",
+                 branch: str = "main", limit: str = "50") -> Response:
+    """A cell's metrics across revisions of a branch, with findings marked and points linking to runs."""
+    for name, value in (("model", model), ("dtype", dtype), ("policy", policy), ("target", target)):
+        if not _NAME.match(value):
+            raise UserError(f"{name}: give a name (letters, digits and ._:+/- only)")
+    if branch and not _NAME.match(branch):
+        raise UserError("branch: letters, digits and ._:+/- only")
+    n = int(limit) if limit.isdigit() and 2 <= int(limit) <= 200 else 50
+    store = _store(request)
+    cell = (model, dtype, policy, target)
+    points, total = queries.cell_history(store, cell, branch or None, n)
+    if not points and not store.results(model=model, dtype=dtype, policy=policy, target=target, limit=1):
+        raise NotFoundError(f"no results for cell {'/'.join(cell)}")
+    found = queries.cell_findings(store, cell, [p.run_id for p in points])
+    by_result: dict[int, list[Any]] = {}
+    for f in found:
+        if f.result_id is not None:
+            by_result.setdefault(f.result_id, []).append(f)
+    charts = [(m, plots.chart_svg(points, by_result, m, lambda run_id: f"/runs/{run_id}"))
+              for m in plots.metrics_for(points)] if points else []
+    return render("history.html", cell=cell, points=points, total=total, limit=n, branch=branch, charts=charts,
+                  findings=list(reversed(found)), by_result=by_result, branches=queries.branches(store))
+
+
+@read.get("/regressions/{regression_id}", response_class=HTMLResponse)
+@html_errors
+def regression_page(request: Request, regression_id: str, done: str = "") -> Response:
+    """One finding: details, baseline vs offending numbers, bisection state, triage form."""
+    store = _store(request)
+    reg = store.get_regression(_positive_int(regression_id, "regression"))
+    offending = store.get_result(reg.result_id) if reg.result_id else None
+    baseline = store.get_result(reg.baseline_result_id) if reg.baseline_result_id else None
+    settings = request.app.state.ctx.settings
+    return render("regression.html", reg=reg, offending=offending, baseline=baseline,
+                  numbers=views.result_numbers(baseline, offending),
+                  bisect=bisection.bisect_view(store, reg), done=done,
+                  triage_enabled=bool(settings.api_token) or settings.insecure_dev)
+
+
+@router.post("/regressions/{regression_id}/triage", response_class=HTMLResponse)
+async def triage(request: Request, regression_id: str) -> Response:
+    """Acknowledge or mark a false positive, given the API token in the form (see module docstring)."""
+    from starlette.concurrency import run_in_threadpool
+
+    try:
+        rid = _positive_int(regression_id, "regression")
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                return render("error.html", 413, title="Too large", message="form body too large")
+        form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
+        refused = _check_form_token(request.app.state.ctx.settings, form.get("token", ""))
+        if refused is not None:
+            return render("error.html", refused[0], title="Refused", message=refused[1],
+                          back=f"/regressions/{rid}")
+        action = form.get("action", "")
+        if action not in ("ack", "false_positive"):
+            raise UserError("action: expected 'ack' or 'false_positive'")
+        by = form.get("by", "").strip()[:200].replace("\x00", "") or None
+        note = form.get("note", "").strip()[:2000].replace("\x00", "") or None
+        await run_in_threadpool(_store(request).ack, rid, by=by, false_positive=action == "false_positive",
+                                note=note)
+    except NotFoundError as exc:
+        return render("error.html", 404, title="Not found", message=str(exc))
+    except UserError as exc:
+        return render("error.html", 400, title="Bad request", message=str(exc))
+    return RedirectResponse(f"/regressions/{rid}?done={action}", status_code=303)
+
+
+def _check_form_token(settings: Any, given: str) -> tuple[int, str] | None:
+    """None when the token is accepted, else (status, reason) — the rules of the API's write endpoints."""
+    if not settings.api_token:
+        if settings.insecure_dev:
+            return None
+        return 403, "triage is disabled: AMPCI_API_TOKEN is not set on the server"
+    if not given:
+        return 401, "an API token is required to acknowledge or mark a false positive"
+    if not hmac.compare_digest(given.encode("utf-8", "replace"), settings.api_token.encode("utf-8")):
+        return 401, "invalid API token; nothing was changed"
+    return None
+
+
+router.include_router(read)

@@ -1,0 +1,288 @@
+"""What the pages show, as pure functions of store records (no database, no HTML).
+
+The central decision is :func:`cell_state`: one displayed state per cell of a run's matrix, in
+this priority — a regression finding (conversion, accuracy/convergence, coverage, latency) beats
+a flaky finding, which beats the result's own failure (error, accuracy failure), which beats an
+improvement, which beats a plain pass.  A finding marked ``false_positive`` is ignored.  Every
+state has a text label and an icon besides its colour, so nothing is told by colour alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.dashboard.queries import ERROR_STATUSES
+from service.db.records import Cell, JobInfo, RegressionInfo, ResultRow
+
+
+@dataclass(frozen=True)
+class State:
+    """A displayed cell state: CSS class, icon, short label, long label."""
+
+    css: str
+    icon: str
+    short: str
+    label: str
+
+
+STATES: dict[str, State] = {s.css: s for s in (
+    State("reg-conversion", "✖", "conv", "conversion regression"),
+    State("reg-accuracy", "▼", "acc", "accuracy regression"),
+    State("reg-coverage", "▽", "cov", "coverage regression"),
+    State("reg-latency", "⏱", "slow", "latency regression"),
+    State("flaky", "≈", "flaky", "flaky"),
+    State("error", "✖", "error", "conversion/job error"),
+    State("fail", "!", "fail", "accuracy failure (not new)"),
+    State("improved", "▲", "better", "improved"),
+    State("pass", "✓", "pass", "pass"),
+    State("pending", "…", "pending", "queued or running"),
+    State("missing", "–", "none", "no result"),
+)}
+_KIND_STATE = {"conversion": "reg-conversion", "accuracy": "reg-accuracy", "convergence": "reg-accuracy",
+               "coverage": "reg-coverage", "latency": "reg-latency"}
+_KIND_ORDER = ("conversion", "accuracy", "convergence", "coverage", "latency")
+
+
+def fmt(x: float | int | None, digits: int = 4) -> str:
+    """Compact number ('–' unknown, 'inf' for infinities)."""
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{digits}g}"
+
+
+def fmt_cosine(x: float | None) -> str:
+    """A cosine similarity with enough digits to see a drop from 0.99999 (e.g. '0.99987')."""
+    if x is None:
+        return "–"
+    return f"{x:.5f}" if x > 0.999 else f"{x:.4g}"
+
+
+def pct(base: float | None, new: float | None) -> str:
+    """Relative change ``new`` vs ``base`` as '+12.3%' ('–' when not computable)."""
+    if base is None or new is None or base == 0 or not math.isfinite(base) or not math.isfinite(new):
+        return "–"
+    return f"{(new - base) / base * 100:+.1f}%"
+
+
+def duration(seconds: float | None) -> str:
+    """'1h 02m', '3m 04s', '12s' ('–' when unknown)."""
+    if seconds is None:
+        return "–"
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s}s"
+
+
+def cell_state(result: ResultRow | None, job: JobInfo | None, findings: Iterable[RegressionInfo]) -> State:
+    """The displayed state of one cell (see the module docstring for the priority)."""
+    live = [f for f in findings if f.state != "false_positive"]
+    regs = [f for f in live if f.category == "regression"]
+    if regs:
+        kind = min((f.kind for f in regs), key=lambda k: _KIND_ORDER.index(k) if k in _KIND_ORDER else 99)
+        return STATES[_KIND_STATE.get(kind, "reg-accuracy")]
+    if any(f.category == "flaky" for f in live):
+        return STATES["flaky"]
+    if result is None:
+        if job is not None and job.status in ("queued", "running"):
+            return STATES["pending"]
+        if job is not None and job.status in ("crashed", "error"):
+            return STATES["error"]
+        return STATES["missing"]
+    if result.status in ERROR_STATUSES:
+        return STATES["error"]
+    if result.status != "pass":
+        return STATES["fail"]
+    if any(f.category == "improvement" for f in live):
+        return STATES["improved"]
+    return STATES["pass"]
+
+
+def key_numbers(result: ResultRow | None, state: State) -> tuple[str, str]:
+    """Two short numbers shown in a cell: accuracy (cosine, or error ratio) and speed-up."""
+    if result is None:
+        return "", ""
+    if result.status in ERROR_STATUSES:
+        return result.status.replace("_", " "), ""
+    acc = f"cos {fmt_cosine(result.cosine)}" if result.cosine is not None else (
+        f"err ×{fmt(result.error_ratio, 3)}" if result.error_ratio is not None else "")
+    speed = f"×{result.speedup:.2f}" if result.speedup is not None and math.isfinite(result.speedup) else ""
+    return acc, speed
+
+
+def _line(name: str, new: float | int | None, base: float | int | None, digits: int = 4,
+          relative: bool = False) -> str:
+    text = f"{name} {fmt(new, digits)}"
+    if base is not None:
+        change = pct(base, new) if relative else (fmt(new - base, 3) if new is not None else "–")
+        text += f" (baseline {fmt(base, digits)}, {'Δ ' if not relative else ''}{change})"
+    return text
+
+
+def tooltip(cell: Cell, state: State, result: ResultRow | None, base: Any, findings: Sequence[RegressionInfo],
+            job: JobInfo | None = None) -> str:
+    """The ``title`` text of a matrix cell: state, numbers against the baseline, findings."""
+    lines = [f"{cell[0]} · {cell[1]}/{cell[2]}/{cell[3]}", f"{state.icon} {state.label}"]
+    if result is None:
+        lines.append(f"job {job.status}" if job is not None else "no job")
+        if job is not None and job.error:
+            lines.append(job.error[:200])
+        return "\n".join(lines)
+    lines.append(f"status {result.status}" + (f" (baseline {base.status} at {base.revision_sha[:10]})"
+                                              if base is not None else " (no baseline)"))
+    g = (lambda k: getattr(base, k, None)) if base is not None else (lambda k: None)
+    lines.append(_line("cosine", result.cosine, g("cosine"), 6))
+    lines.append(_line("max_abs", result.max_abs, g("max_abs"), 3))
+    lines.append(_line("p50 ms", result.latency_p50_ms, g("latency_p50_ms"), 4, relative=True))
+    if result.speedup is not None:
+        lines.append(f"speedup ×{fmt(result.speedup, 3)}")
+    lines.append(_line("casts", result.casts_inserted, g("casts_inserted")))
+    lines.append(_line("low-precision", result.low_precision_fraction, g("low_precision_fraction"), 3))
+    if result.message:
+        lines.append(result.message[:200])
+    for f in findings:
+        lines.append(f"{f.category} [{f.kind}, {f.severity}, {f.state}]: {f.detail}")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class MatrixCell:
+    """One rendered cell of the run matrix."""
+
+    cell: Cell
+    state: State
+    acc: str
+    speed: str
+    title: str
+    regression_id: int | None
+
+
+@dataclass
+class Matrix:
+    """Rows = models, columns = (dtype, policy, target); ``cells[model][column]``."""
+
+    models: list[str]
+    columns: list[tuple[str, str, str]]
+    cells: dict[str, dict[tuple[str, str, str], MatrixCell]] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+def build_matrix(jobs: Sequence[JobInfo], results: Sequence[ResultRow], findings: Sequence[RegressionInfo],
+                 baselines: dict[Cell, Any]) -> Matrix:
+    """The run matrix from its jobs, results, findings and per-cell baselines."""
+    by_result = {r.cell: r for r in results}
+    by_job = {j.cell: j for j in jobs}
+    by_finding: dict[Cell, list[RegressionInfo]] = {}
+    for f in findings:
+        by_finding.setdefault(f.cell, []).append(f)
+    cells = sorted(set(by_result) | set(by_job))
+    matrix = Matrix(models=sorted({c[0] for c in cells}), columns=sorted({c[1:] for c in cells}))
+    for cell in cells:
+        res, job, fs = by_result.get(cell), by_job.get(cell), by_finding.get(cell, [])
+        state = cell_state(res, job, fs)
+        acc, speed = key_numbers(res, state)
+        reg = next((f.id for f in fs if f.category == "regression" and f.state != "false_positive"), None)
+        matrix.cells.setdefault(cell[0], {})[cell[1:]] = MatrixCell(
+            cell, state, acc, speed, tooltip(cell, state, res, baselines.get(cell), fs, job), reg)
+        matrix.counts[state.css] += 1
+    return matrix
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    """One cell compared with its baseline result."""
+
+    cell: Cell
+    base_sha: str | None
+    base_status: str | None
+    status: str | None
+    cosine: tuple[str, str]
+    p50: tuple[str, str]
+    casts: tuple[str, str]
+    low_prec: tuple[str, str]
+    changed: bool
+
+
+def diff_rows(results: Sequence[ResultRow], baselines: dict[Cell, Any], latency_ratio: float = 1.10) -> list[DiffRow]:
+    """Every result against its baseline; ``changed`` marks a status change, a cast or coverage change,
+    a cosine move beyond 1e-4, or a p50 beyond ``latency_ratio`` either way."""
+    out = []
+    for r in results:
+        b = baselines.get(r.cell)
+        g = (lambda k: getattr(b, k, None)) if b is not None else (lambda k: None)
+        bc, bp, bk, bl = g("cosine"), g("latency_p50_ms"), g("casts_inserted"), g("low_precision_fraction")
+        changed = b is not None and (
+            b.status != r.status or (bk is not None and r.casts_inserted is not None and bk != r.casts_inserted)
+            or (bl is not None and r.low_precision_fraction is not None and abs(bl - r.low_precision_fraction) > 0.005)
+            or (bc is not None and r.cosine is not None and abs(bc - r.cosine) > 1e-4)
+            or (bp and r.latency_p50_ms and not (1 / latency_ratio <= r.latency_p50_ms / bp <= latency_ratio)))
+        out.append(DiffRow(
+            cell=r.cell, base_sha=b.revision_sha if b is not None else None, base_status=g("status"),
+            status=r.status, cosine=(fmt_cosine(r.cosine), fmt(r.cosine - bc, 2) if bc is not None and r.cosine is not None else "–"),
+            p50=(fmt(r.latency_p50_ms, 4), pct(bp, r.latency_p50_ms)),
+            casts=(fmt(r.casts_inserted), fmt(r.casts_inserted - bk) if bk is not None and r.casts_inserted is not None else "–"),
+            low_prec=(fmt(r.low_precision_fraction, 3),
+                      fmt(r.low_precision_fraction - bl, 2) if bl is not None and r.low_precision_fraction is not None else "–"),
+            changed=bool(changed)))
+    return out
+
+
+def main_baseline(baselines: dict[Cell, Any]) -> tuple[str | None, int]:
+    """The most common baseline revision among cells and how many cells use it."""
+    counts = Counter(b.revision_sha for b in baselines.values())
+    if not counts:
+        return None, 0
+    sha, n = counts.most_common(1)[0]
+    return sha, n
+
+
+def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
+    """(name, baseline, offending, change) rows comparing two full JobResults (either may be None)."""
+    from service.db.extract import env_fingerprint
+
+    def get(r: Any, path: str) -> Any:
+        for part in path.split("."):
+            r = getattr(r, part, None) if r is not None else None
+        return r
+
+    rows: list[tuple[str, str, str, str]] = []
+    for name, path, digits, rel in (
+            ("status", "status", 0, False), ("worst cosine", "accuracy.worst.cosine", 6, False),
+            ("worst max abs error", "accuracy.worst.max_abs", 4, False),
+            ("worst max rel error", "accuracy.worst.max_rel", 4, False), ("SNR dB", "accuracy.worst.snr_db", 4, False),
+            ("fp32 rerun noise (max abs)", "accuracy.worst.baseline_max_abs", 3, False),
+            ("latency p50 ms", "latency.p50_ms", 4, True), ("latency p90 ms", "latency.p90_ms", 4, True),
+            ("latency min ms", "latency.min_ms", 4, True), ("fp32 p50 ms", "latency.fp32_p50_ms", 4, True),
+            ("speed-up", "latency.speedup", 3, True), ("casts inserted", "graph.casts_inserted", 0, False),
+            ("low-precision fraction", "graph.low_precision_compute_fraction", 3, False),
+            ("nodes kept fp32", "graph.kept_fp32", 0, False), ("final step error", "convergence.final_error", 4, False),
+            ("diverged", "convergence.diverged", 0, False)):
+        b, n = get(base, path), get(new, path)
+        if isinstance(b, list) or isinstance(n, list):
+            b, n = (len(b) if isinstance(b, list) else None), (len(n) if isinstance(n, list) else None)
+        if b is None and n is None:
+            continue
+        if isinstance(b, str) or isinstance(n, str) or isinstance(b, bool) or isinstance(n, bool):
+            rows.append((name, str(fmt(b) if isinstance(b, bool) else (b or "–")),
+                         str(fmt(n) if isinstance(n, bool) else (n or "–")), "" if b == n else "changed"))
+            continue
+        change = pct(b, n) if rel else (fmt(n - b, 3) if b is not None and n is not None else "–")
+        rows.append((name, fmt(b, digits or 4), fmt(n, digits or 4), change))
+    envs = [env_fingerprint(r.environment) if r is not None else None for r in (base, new)]
+    rows.append(("environment fingerprint", envs[0] or "–", envs[1] or "–",
+                 "same" if envs[0] == envs[1] else "differs (latency not compared pairwise)"))
+    return rows

@@ -1,0 +1,370 @@
+"""Accuracy-guided fallback search (policy ``auto``): the fewest fp32 nodes that meet a tolerance.
+
+:func:`auto_search` starts from the default painting and measures it with faithful emulation
+(:mod:`workers.emulation`) against the fp32 model on the given inputs.  If the tolerance is not met:
+
+1. **Sensitivity.**  One emulated run exposes every main-graph value; each candidate node (a node
+   the default painting runs low) is scored by its *local error jump*: the relative L2 error of its
+   output minus the largest error of its inputs (a node whose output turns inf first scores
+   highest).  Nodes the calibration rules flag (overflow, underflow, long reductions) score above
+   all others; nodes inside If/Loop/Scan bodies take the score of their top-level control-flow node.
+2. **Galloping + bisection** over the ranking (as Polygraphy's ``debug precision`` bisects, but
+   over a sensitivity order instead of the raw topological order): force the top 1, 2, 4... nodes
+   to fp32 until the tolerance is met, then bisect down to the smallest prefix that meets it.
+3. **Pruning** (delta debugging): drop chunks of the chosen set, halving the chunk size, whenever
+   the rest still meets the tolerance.
+
+Every candidate is converted in memory (``convert_model`` with ``force_fp32`` node keys on a model
+prepared once; nothing is written to disk), emulated and run.  Guarantees: deterministic for the
+same model, inputs and options (no time budget, stable tie-breaks); at most ``max_steps``
+evaluations; the result is never less accurate than the default painting (if the tolerance cannot
+be met, the most accurate evaluated set is returned, and ``met`` is False).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import helper
+
+from amp_pass import ConversionOptions, ConversionResult, convert_model
+from amp_pass.calibration import SEP, calibration_decisions, graph_scopes, low_node_keys, node_key
+from amp_pass.converter import DTYPES, default_opset
+from amp_pass.policy import load_policy
+from amp_pass.prepare import prepare
+from workers.calibrate import Calibration, collect_ranges
+from workers.emulation import EmulatedSession
+from workers.metrics import output_metrics
+from workers.result import OutputMetrics
+from workers.sessions import make_session, run_session
+
+DEFAULT_TOLERANCE = {"fp16": "cosine=0.9995", "bf16": "cosine=0.995"}
+_FLAGGED = 1e300  # score of calibration-flagged nodes: above any measured jump
+_INF_JUMP = 1e200
+
+
+class ToleranceError(ValueError):
+    """A malformed ``--tolerance`` string (a user error)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """What "accurate enough" means: every float output, on every input set, must satisfy all bounds.
+
+    ``cosine``/``snr_db`` are lower bounds, ``max_abs``/``max_rel`` upper bounds (None: unchecked);
+    a NaN/Inf the fp32 model does not produce always fails.  Cosine is skipped for 1-element outputs.
+    """
+
+    cosine: float | None = 0.9995
+    snr_db: float | None = None
+    max_abs: float | None = None
+    max_rel: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Tolerance:
+        """``"cosine=0.9995,max_abs=1e-2"`` -> Tolerance; ToleranceError naming the bad part."""
+        values: dict[str, float | None] = {"cosine": None}
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            key, sep, raw = part.partition("=")
+            key = key.strip()
+            if not sep or key not in ("cosine", "snr_db", "max_abs", "max_rel"):
+                raise ToleranceError(f"bad tolerance {part!r}: use cosine=, snr_db=, max_abs= or max_rel=")
+            try:
+                values[key] = float(raw)
+            except ValueError:
+                raise ToleranceError(f"bad tolerance {part!r}: {raw!r} is not a number") from None
+        if all(v is None for v in values.values()):
+            raise ToleranceError(f"empty tolerance {text!r}")
+        return cls(**values)  # type: ignore[arg-type]
+
+    def meets(self, metrics: Sequence[tuple[OutputMetrics, int]]) -> bool:
+        """Whether every (metrics, element count) pair is within the bounds."""
+        for m, size in metrics:
+            if not math.isfinite(m.max_abs):
+                return False
+            if self.cosine is not None and size > 1 and not m.cosine >= self.cosine:
+                return False
+            if self.snr_db is not None and not m.snr_db >= self.snr_db:
+                return False
+            if self.max_abs is not None and not m.max_abs <= self.max_abs:
+                return False
+            if self.max_rel is not None and not m.max_rel <= self.max_rel:
+                return False
+        return True
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}={v:g}" for k, v in dataclasses.asdict(self).items() if v is not None)
+
+
+@dataclass
+class Evaluation:
+    """One candidate set measured: worst metrics over outputs and inputs, and the verdict."""
+
+    forced: frozenset[str]
+    met: bool
+    cosine: float
+    max_abs: float
+    snr_db: float
+    compute_low: int = 0
+    compute_nodes: int = 0
+    seconds: float = 0.0
+
+    def error_key(self) -> tuple[float, float]:
+        """Smaller is more accurate (cosine first, then max abs error)."""
+        return (-self.cosine if math.isfinite(self.cosine) else math.inf, self.max_abs)
+
+
+@dataclass
+class SearchStep:
+    """One evaluation of the search, for the report."""
+
+    step: int
+    phase: str
+    forced: int
+    met: bool
+    cosine: float
+    max_abs: float
+    seconds: float
+
+
+@dataclass
+class SearchResult:
+    """The chosen fp32 set, how it was found, and the converted model."""
+
+    tolerance: str
+    met: bool
+    forced: list[str]
+    reasons: dict[str, str]
+    candidates: int
+    default: Evaluation
+    final: Evaluation
+    steps: list[SearchStep] = field(default_factory=list)
+    seconds: float = 0.0
+    result: ConversionResult | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able summary (the ``auto`` section of the report)."""
+        def ev(e: Evaluation) -> dict[str, Any]:
+            return {"met": e.met, "cosine": _num(e.cosine), "max_abs": _num(e.max_abs), "snr_db": _num(e.snr_db),
+                    "compute_low": e.compute_low, "compute_nodes": e.compute_nodes}
+        return {"tolerance": self.tolerance, "met": self.met, "candidates": self.candidates,
+                "forced_fp32": [{"node": k, "reason": self.reasons.get(k, "")} for k in self.forced],
+                "default": ev(self.default), "final": ev(self.final), "steps": [dataclasses.asdict(s) for s in
+                                                                                 self.steps],
+                "evaluations": len(self.steps), "seconds": round(self.seconds, 3)}
+
+
+def _num(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)
+
+
+class Evaluator:
+    """Converts a candidate set in memory, emulates it and compares it with fp32 (results cached)."""
+
+    def __init__(self, model: onnx.ModelProto, feeds_list: Sequence[Mapping[str, np.ndarray]],
+                 options: ConversionOptions, tolerance: Tolerance, reference: Sequence[Mapping[str, np.ndarray]]
+                 ) -> None:
+        ir_model, _ = prepare(model, options.check_input)
+        self.prepared = ir.serde.serialize_model(ir_model)  # inlined + typed once; reused by every step
+        self.options = dataclasses.replace(options, check_input=False)
+        self.feeds_list, self.tolerance, self.reference = feeds_list, tolerance, reference
+        self.float_outputs = [o.name for o in model.graph.output if o.type.tensor_type.elem_type
+                              == onnx.TensorProto.FLOAT]
+        self.cache: dict[frozenset[str], Evaluation] = {}
+        self.steps: list[SearchStep] = []
+
+    def convert(self, forced: frozenset[str]) -> ConversionResult:
+        """The conversion with ``forced`` node keys kept fp32."""
+        return convert_model(self.prepared, dataclasses.replace(self.options, force_fp32=forced))
+
+    def evaluate(self, forced: frozenset[str], phase: str, expose: Sequence[str] = ()
+                 ) -> tuple[Evaluation, dict[str, np.ndarray]]:
+        """Measure ``forced`` (cached unless ``expose`` asks for intermediate values of feed set 0)."""
+        if forced in self.cache and not expose:
+            return self.cache[forced], {}
+        start = time.perf_counter()
+        result = self.convert(forced)
+        session = EmulatedSession(result.model)
+        if expose:  # intermediate values are exposed on the emulated (all-fp32) model
+            emu = session.model
+            have = {o.name for o in emu.graph.output}
+            made = {o for n in result.model.graph.node for o in n.output if o}
+            emu.graph.output.extend(helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+                                    for n in expose if n not in have and n in made)
+            session.session = make_session(emu, "cpu", optimize=False)
+        per: list[tuple[OutputMetrics, int]] = []
+        exposed: dict[str, np.ndarray] = {}
+        for i, (feeds, ref) in enumerate(zip(self.feeds_list, self.reference, strict=True)):
+            got = session.run(feeds)
+            if i == 0 and expose:
+                exposed = {n: got[n] for n in expose if n in got}
+            per.extend((output_metrics(ref[n], got[n]), int(np.size(ref[n]))) for n in self.float_outputs)
+        ev = Evaluation(forced, self.tolerance.meets(per), min((m.cosine for m, s in per if s > 1), default=1.0),
+                        max((m.max_abs for m, _ in per), default=0.0), min((m.snr_db for m, _ in per), default=math.inf),
+                        result.report.compute_low, result.report.compute_nodes, time.perf_counter() - start)
+        self.cache[forced] = ev
+        self.steps.append(SearchStep(len(self.steps) + 1, phase, len(forced), ev.met, _round(ev.cosine),
+                                     _round(ev.max_abs), round(ev.seconds, 3)))
+        return ev, exposed
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.8g}") if math.isfinite(x) else x
+
+
+def _rel_err(ref: np.ndarray, got: np.ndarray) -> float:
+    r = np.asarray(ref, dtype=np.float64)
+    g = np.asarray(got, dtype=np.float64)
+    if r.shape != g.shape or r.size == 0:
+        return 0.0
+    fin = np.isfinite(r)
+    if (fin & ~np.isfinite(g)).any():
+        return math.inf
+    num = float(np.linalg.norm((r - g)[fin]))
+    return num / max(float(np.linalg.norm(r[fin])), 1e-12)
+
+
+def sensitivity(prepared: onnx.ModelProto, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]
+                ) -> dict[str, float]:
+    """Local error jump of every node key (body nodes get their top-level control-flow node's jump)."""
+    err = {n: _rel_err(ref[n], got[n]) for n in got if n in ref}
+    scores: dict[str, float] = {}
+
+    def visit_body(g: onnx.GraphProto, scope: str, score: float) -> None:
+        for i, node in enumerate(g.node):
+            key = node_key(scope, node.output, node.op_type, i)
+            scores[key] = score
+            for attr in node.attribute:
+                subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+                for pos, sub in enumerate(subs):
+                    where = None if attr.type == onnx.AttributeProto.GRAPH else pos
+                    visit_body(sub, f"{key}{SEP}{attr.name}{'' if where is None else f'[{where}]'}{SEP}", score)
+
+    for i, node in enumerate(prepared.graph.node):
+        key = node_key("", node.output, node.op_type, i)
+        out = max((err.get(n, 0.0) for n in node.output if n), default=0.0)
+        inp = max((err.get(n, 0.0) for n in node.input if n), default=0.0)
+        if math.isinf(out):
+            jump = 0.0 if math.isinf(inp) else _INF_JUMP
+        else:
+            jump = out - inp
+        scores[key] = jump
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for pos, sub in enumerate(subs):
+                where = "" if attr.type == onnx.AttributeProto.GRAPH else f"[{pos}]"
+                visit_body(sub, f"{key}{SEP}{attr.name}{where}{SEP}", jump)
+    return scores
+
+
+def reference_outputs(model: onnx.ModelProto, feeds_list: Sequence[Mapping[str, np.ndarray]]
+                      ) -> list[dict[str, np.ndarray]]:
+    """The fp32 model's outputs on each feed set (CPU provider, optimizations off)."""
+    session = make_session(model, "cpu", optimize=False)
+    names = {i.name for i in session.get_inputs()}
+    return [run_session(session, {k: v for k, v in f.items() if k in names}) for f in feeds_list]
+
+
+def auto_search(model: onnx.ModelProto, feeds_list: Sequence[Mapping[str, np.ndarray]],
+                options: ConversionOptions | None = None, tolerance: Tolerance | None = None,
+                max_steps: int = 24, calibration: Calibration | None = None) -> SearchResult:
+    """Find a small set of nodes to keep fp32 so that the conversion meets ``tolerance``.
+
+    ``options.policy`` is the starting painting (``default`` when given ``auto``).  See the module
+    docstring for the method and guarantees.  ``calibration`` (from :func:`collect_ranges` with
+    ``keep_arrays=True`` on the same feeds) is computed when not given.
+    """
+    start = time.perf_counter()
+    options = options or ConversionOptions()
+    if options.policy == "auto":
+        options = dataclasses.replace(options, policy="default")
+    low = DTYPES[options.dtype]
+    tolerance = tolerance or Tolerance.parse(DEFAULT_TOLERANCE[options.dtype])
+    if calibration is None:
+        calibration = collect_ranges(model, feeds_list, keep_arrays=True)
+    reference = [dict(calibration.arrays)] if len(feeds_list) == 1 and calibration.arrays else []
+    if not reference or any(o.name not in reference[0] for o in model.graph.output):
+        reference = reference_outputs(model, feeds_list)
+    ev = Evaluator(model, feeds_list, options, tolerance, reference)
+    ir_model = ir.serde.deserialize_model(ev.prepared)
+    opset = default_opset(ir_model)
+    policy = load_policy(options.policy, options.target, opset)
+    candidates = low_node_keys(ir_model.graph, policy, opset, low, options)
+    _, keys = graph_scopes(ir_model.graph)
+    flagged = {keys[n]: why for n, (why, _) in calibration_decisions(ir_model.graph, calibration.ranges, low).items()}
+    default, got = ev.evaluate(frozenset(), "default", expose=list(calibration.arrays))
+    chosen: frozenset[str] = frozenset()
+    reasons: dict[str, str] = {}
+    if not default.met and candidates:
+        scores = sensitivity(ev.prepared, calibration.arrays, got) if got else {}
+        order = {k: i for i, k in enumerate(candidates)}
+        ranked = sorted(candidates, key=lambda k: (-(_FLAGGED if k in flagged else scores.get(k, 0.0)), order[k]))
+        chosen = _bisect(ev, ranked, max_steps)
+        chosen = _prune(ev, chosen, ranked, max_steps)
+        for k in sorted(chosen, key=ranked.index):
+            reasons[k] = flagged.get(k) or f"search: local error jump {scores.get(k, 0.0):.3g} " \
+                                            f"(rank {ranked.index(k) + 1} of {len(ranked)})"
+    if not ev.cache[chosen].met:  # tolerance unreachable: keep the most accurate set measured
+        chosen = min(ev.cache.values(), key=lambda e: (e.error_key(), len(e.forced), sorted(e.forced))).forced
+        reasons = {k: reasons.get(k) or flagged.get(k) or "search: most accurate set measured" for k in chosen}
+    final = ev.cache[chosen]
+    result = ev.convert(chosen)
+    result.report.policy = "auto"
+    ordered = [k for k in candidates if k in chosen]
+    return SearchResult(str(tolerance), final.met, ordered, reasons, len(candidates), default, final, ev.steps,
+                        time.perf_counter() - start, result)
+
+
+def _meets(ev: Evaluator, forced: frozenset[str], phase: str) -> bool:
+    return ev.evaluate(forced, phase)[0].met
+
+
+def _bisect(ev: Evaluator, ranked: list[str], max_steps: int) -> frozenset[str]:
+    """Smallest prefix of ``ranked`` meeting the tolerance (galloping, then bisection)."""
+    n = len(ranked)
+    lo, hi, k = 0, None, 1
+    while len(ev.steps) < max_steps:
+        if _meets(ev, frozenset(ranked[:k]), f"gallop top {k}"):
+            hi = k
+            break
+        lo = k
+        if k == n:
+            break
+        k = min(2 * k, n)
+    if hi is None:
+        return frozenset(ranked[:lo]) if lo else frozenset()
+    while hi - lo > 1 and len(ev.steps) < max_steps:
+        mid = (lo + hi) // 2
+        if _meets(ev, frozenset(ranked[:mid]), f"bisect top {mid}"):
+            hi = mid
+        else:
+            lo = mid
+    return frozenset(ranked[:hi])
+
+
+def _prune(ev: Evaluator, chosen: frozenset[str], ranked: list[str], max_steps: int) -> frozenset[str]:
+    """Drop chunks (least sensitive first, halving sizes) while the rest still meets the tolerance."""
+    if not chosen or not ev.cache.get(chosen, None) or not ev.cache[chosen].met:
+        return chosen
+    members = sorted(chosen, key=ranked.index)
+    size = len(members) // 2
+    while size >= 1 and len(ev.steps) < max_steps:
+        i = len(members)
+        while i > 0 and len(ev.steps) < max_steps:
+            chunk = members[max(0, i - size):i]
+            rest = frozenset(m for m in members if m not in chunk)
+            if rest and _meets(ev, rest, f"prune {len(chunk)}"):
+                members = [m for m in members if m not in chunk]
+            i -= size
+        size //= 2
+    return frozenset(members)
