@@ -42,6 +42,7 @@ REDUCTION_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "ReduceSum
                            "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp", "ReduceProd"})
 LOW_MAX = {ir.DataType.FLOAT16: FP16_MAX, ir.DataType.BFLOAT16: 3.3895313892515355e38}
 LOW_NAME = {ir.DataType.FLOAT16: "fp16", ir.DataType.BFLOAT16: "bf16"}
+FORCED_REASON = "forced fp32"
 
 
 # ---------------------------------------------------------------------------- identities
@@ -257,7 +258,7 @@ class CalibratedPainter(Painter):
             (self.tainted if propagates else self.blocked).add(node)
 
 
-def forced_decisions(graph: ir.Graph, force_fp32: Iterable[str], reason: str = "forced fp32 (accuracy search)"
+def forced_decisions(graph: ir.Graph, force_fp32: Iterable[str], reason: str = FORCED_REASON
                      ) -> dict[ir.Node, tuple[str, bool]]:
     """Decisions for the node keys ``force_fp32``; OptionsError naming any key not in the model."""
     wanted = set(force_fp32)

@@ -81,7 +81,7 @@ class CastInserter:
             return None
         owner = value.graph if value.is_initializer() else value.producer().graph  # type: ignore[union-attr]
         name = self.names.fresh(f"{value.name}_{SUFFIX[dtype]}")
-        tensor = ir.tensor(to_low(arr, dtype), name=name)
+        tensor = ir.Tensor(to_low(arr, dtype), name=name)
         if value.is_initializer():
             new = ir.Value(name=name, type=ir.TensorType(dtype), shape=_shape(value), const_value=tensor)
             owner.register_initializer(new)  # type: ignore[union-attr]
@@ -190,7 +190,7 @@ class CastInserter:
         if arr is None:
             return
         name = attr.value.name if attr is not None and attr.type is ir.AttributeType.TENSOR else None
-        node.attributes["value"] = ir.AttrTensor("value", ir.tensor(to_low(arr, self.low), name=name))
+        node.attributes["value"] = ir.AttrTensor("value", ir.Tensor(to_low(arr, self.low), name=name))
         for key in ("value_float", "value_floats"):
             node.attributes.pop(key, None)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import onnx
 import onnx_ir as ir
@@ -33,7 +34,10 @@ class ConversionOptions:
 
     ``dtype``: "fp16" or "bf16"; ``policy``: a named policy or a TOML/YAML file; ``target``: "cuda" or
     "cpu" overlay; ``keep_io_types``: keep the model's fp32 inputs/outputs (casts at the boundary);
-    ``check_input``: run the ONNX checker on the input first (a failure is an InvalidModelError).
+    ``check_input``: run the ONNX checker on the input first (a failure is an InvalidModelError);
+    ``calibration``: measured value ranges (``amp_pass.calibration.CalibrationRanges``) whose overflowing
+    or underflowing nodes stay fp32; ``force_fp32``: node keys (``amp_pass.calibration.node_key``) kept
+    fp32 and propagated like DENY (an unknown key is an OptionsError).
     """
 
     dtype: str = "fp16"
@@ -41,7 +45,8 @@ class ConversionOptions:
     target: str = "cuda"
     keep_io_types: bool = True
     check_input: bool = True
-    extra: dict[str, str] = field(default_factory=dict)
+    calibration: Any = None
+    force_fp32: frozenset[str] = field(default_factory=frozenset)
 
     def validate(self) -> ir.DataType:
         """The low dtype; raises OptionsError for a bad dtype or target."""
@@ -87,7 +92,13 @@ class AmpPass:
         policy = load_policy(o.policy, o.target, opset)
         graph = model.graph
         original_casts = {n for n in iter_nodes(graph) if n.op_type == "Cast"}
-        painting = Painter(graph, policy, opset, self.low, o.keep_io_types).run()
+        if o.calibration is not None or o.force_fp32:
+            from amp_pass.calibration import make_painter  # data-driven decisions on top of the policy
+
+            painter = make_painter(graph, policy, opset, self.low, o)
+        else:
+            painter = Painter(graph, policy, opset, self.low, o.keep_io_types)
+        painting = painter.run()
         build_report(report, graph, painting, compute_op_types())
         inserter = CastInserter(graph, painting, opset, o.keep_io_types)
         inserter.run()

@@ -15,6 +15,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
+from onnx.external_data_helper import load_external_data_for_model
 
 from amp_pass.converter import AmpPass, ConversionOptions, convert_model
 from amp_pass.errors import InvalidModelError
@@ -32,18 +33,28 @@ def _initializer_bytes(model: onnx.ModelProto) -> int:
     return sum(len(t.raw_data) for t in model.graph.initializer)
 
 
-def load_model(src: Path) -> onnx.ModelProto:
-    """Load ``src`` with its external data; InvalidModelError for missing, corrupt or non-ONNX files."""
+def load_model(src: Path) -> tuple[onnx.ModelProto, bool]:
+    """Load ``src`` with its external data; also say whether it had any.
+
+    Raises InvalidModelError for missing, corrupt or non-ONNX files and unreadable external data.
+    """
     if not src.is_file():
         raise InvalidModelError(f"model file {src} does not exist")
     try:
-        model = onnx.load(str(src), load_external_data=True)
+        model = onnx.load(str(src), load_external_data=False)
     except (DecodeError, RuntimeError, ValueError, OSError, UnicodeDecodeError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise InvalidModelError(f"{src} is not a readable ONNX model: {first}") from None
     if not model.graph.node and not model.graph.output:
         raise InvalidModelError(f"{src} is not an ONNX model (no graph)")
-    return model
+    external = _uses_external_data(model)
+    if external:
+        try:
+            load_external_data_for_model(model, str(src.parent))
+        except (OSError, ValueError, RuntimeError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise InvalidModelError(f"cannot read external data of {src}: {first}") from None
+    return model, external
 
 
 def _atomic_dst(dst: Path) -> Path:
@@ -62,8 +73,7 @@ def convert_file(src: Path | str, dst: Path | str, options: ConversionOptions | 
     if size > LARGE_BYTES:
         report = _convert_large(src, dst, options)
     else:
-        model = load_model(src)
-        external = _uses_external_data(model)
+        model, external = load_model(src)
         result = convert_model(model, options)
         tmp = _atomic_dst(dst)
         try:

@@ -67,6 +67,19 @@ def low_slots(node: ir.Node, opset: int, low: ir.DataType) -> tuple[Slots | None
     The result never lists a position whose schema type variable forbids ``low`` or is tied to a
     non-fp32 value, so switching exactly these positions keeps the node schema-valid.
     """
+    key = (node.op_type, node.domain, opset, low, tuple(None if v is None else v.dtype for v in node.inputs),
+           tuple(v.dtype for v in node.outputs))
+    if key not in _SLOTS_CACHE:
+        if len(_SLOTS_CACHE) > 100_000:
+            _SLOTS_CACHE.clear()
+        _SLOTS_CACHE[key] = _low_slots(node, opset, low)
+    return _SLOTS_CACHE[key]
+
+
+_SLOTS_CACHE: dict[tuple, tuple[Slots | None, str]] = {}
+
+
+def _low_slots(node: ir.Node, opset: int, low: ir.DataType) -> tuple[Slots | None, str]:
     found = _schema(node.op_type, node.domain, opset)
     if found is None:
         return None, f"no ONNX schema for {node.domain or 'ai.onnx'}::{node.op_type} at opset {opset}"

@@ -7,12 +7,14 @@ from collections.abc import Iterator
 import onnx_ir as ir
 
 CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+#: Standard ops that hold graph attributes; other standard ops never do (skips attribute scans).
+_GRAPH_HOLDERS = CONTROL_FLOW | {"SequenceMap"}
 
 
 def node_subgraphs(node: ir.Node) -> list[ir.Graph]:
     """The graphs held by ``node``'s attributes, in attribute order."""
     found: list[ir.Graph] = []
-    if not node.attributes:
+    if not node.attributes or (node.domain in ("", "ai.onnx") and node.op_type not in _GRAPH_HOLDERS):
         return found
     for attr in node.attributes.values():
         if attr.type is ir.AttributeType.GRAPH:

@@ -360,6 +360,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         _drop_database(url)
         _drop_redis_keys(args.broker_url, queue)
+    if not report.problems():
+        log.unlink(missing_ok=True)
+    else:
+        print(f"server log: {log}")
     print(f"webhook load test: {args.n} deliveries, concurrency {args.concurrency}, loopback uvicorn, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end")
     print(report.table())

@@ -466,8 +466,9 @@ class _Slot:
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_slot_main, args=(child,), daemon=True, name="ampci-local-worker")
-        self.proc.start()
+        proc = ctx.Process(target=_slot_main, args=(child,), daemon=True, name="ampci-local-worker")
+        proc.start()
+        self.proc = proc  # only once it has a pid
         child.close()
 
     def run(self, request: tuple[Any, ...], timeout: float) -> str | None:

@@ -14,7 +14,7 @@
 3. **Pruning** (delta debugging): drop chunks of the chosen set, halving the chunk size, whenever
    the rest still meets the tolerance.
 
-Every candidate is converted in memory (``convert_model`` with ``force_fp32`` node keys on a model
+Every candidate is converted in memory (``AmpPass`` with ``force_fp32`` node keys on a model
 prepared once; nothing is written to disk), emulated and run.  Guarantees: deterministic for the
 same model, inputs and options (no time budget, stable tie-breaks); at most ``max_steps``
 evaluations; the result is never less accurate than the default painting (if the tolerance cannot
@@ -35,8 +35,15 @@ import onnx
 import onnx_ir as ir
 from onnx import helper
 
-from amp_pass import ConversionOptions, ConversionResult, convert_model
-from amp_pass.calibration import SEP, calibration_decisions, graph_scopes, low_node_keys, node_key
+from amp_pass import AmpPass, ConversionOptions, ConversionResult
+from amp_pass.calibration import (
+    FORCED_REASON,
+    SEP,
+    calibration_decisions,
+    graph_scopes,
+    low_node_keys,
+    node_key,
+)
 from amp_pass.converter import DTYPES, default_opset
 from amp_pass.policy import load_policy
 from amp_pass.prepare import prepare
@@ -151,6 +158,7 @@ class SearchResult:
     steps: list[SearchStep] = field(default_factory=list)
     seconds: float = 0.0
     result: ConversionResult | None = None
+    calibration: Calibration | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able summary (the ``auto`` section of the report)."""
@@ -184,8 +192,13 @@ class Evaluator:
         self.steps: list[SearchStep] = []
 
     def convert(self, forced: frozenset[str]) -> ConversionResult:
-        """The conversion with ``forced`` node keys kept fp32."""
-        return convert_model(self.prepared, dataclasses.replace(self.options, force_fp32=forced))
+        """The conversion with ``forced`` node keys kept fp32 (the prepared model is not prepared again)."""
+        start = time.perf_counter()
+        work = ir.serde.deserialize_model(self.prepared)
+        report = AmpPass(dataclasses.replace(self.options, force_fp32=forced)).call(work)
+        model = ir.serde.serialize_model(work)
+        report.seconds = time.perf_counter() - start
+        return ConversionResult(model=model, report=report)
 
     def evaluate(self, forced: frozenset[str], phase: str, expose: Sequence[str] = ()
                  ) -> tuple[Evaluation, dict[str, np.ndarray]]:
@@ -277,12 +290,14 @@ def reference_outputs(model: onnx.ModelProto, feeds_list: Sequence[Mapping[str, 
 
 def auto_search(model: onnx.ModelProto, feeds_list: Sequence[Mapping[str, np.ndarray]],
                 options: ConversionOptions | None = None, tolerance: Tolerance | None = None,
-                max_steps: int = 24, calibration: Calibration | None = None) -> SearchResult:
+                max_steps: int = 16, calibration: Calibration | None = None,
+                thresholds: Mapping[str, float] | None = None) -> SearchResult:
     """Find a small set of nodes to keep fp32 so that the conversion meets ``tolerance``.
 
     ``options.policy`` is the starting painting (``default`` when given ``auto``).  See the module
     docstring for the method and guarantees.  ``calibration`` (from :func:`collect_ranges` with
-    ``keep_arrays=True`` on the same feeds) is computed when not given.
+    ``keep_arrays=True`` on the same feeds) is measured only when the default misses the tolerance,
+    with ``thresholds`` for the calibration rules.
     """
     start = time.perf_counter()
     options = options or ConversionOptions()
@@ -290,9 +305,7 @@ def auto_search(model: onnx.ModelProto, feeds_list: Sequence[Mapping[str, np.nda
         options = dataclasses.replace(options, policy="default")
     low = DTYPES[options.dtype]
     tolerance = tolerance or Tolerance.parse(DEFAULT_TOLERANCE[options.dtype])
-    if calibration is None:
-        calibration = collect_ranges(model, feeds_list, keep_arrays=True)
-    reference = [dict(calibration.arrays)] if len(feeds_list) == 1 and calibration.arrays else []
+    reference = [dict(calibration.arrays)] if calibration and len(feeds_list) == 1 and calibration.arrays else []
     if not reference or any(o.name not in reference[0] for o in model.graph.output):
         reference = reference_outputs(model, feeds_list)
     ev = Evaluator(model, feeds_list, options, tolerance, reference)
@@ -300,15 +313,23 @@ def auto_search(model: onnx.ModelProto, feeds_list: Sequence[Mapping[str, np.nda
     opset = default_opset(ir_model)
     policy = load_policy(options.policy, options.target, opset)
     candidates = low_node_keys(ir_model.graph, policy, opset, low, options)
-    _, keys = graph_scopes(ir_model.graph)
-    flagged = {keys[n]: why for n, (why, _) in calibration_decisions(ir_model.graph, calibration.ranges, low).items()}
-    default, got = ev.evaluate(frozenset(), "default", expose=list(calibration.arrays))
+    default, _ = ev.evaluate(frozenset(), "default")
     chosen: frozenset[str] = frozenset()
     reasons: dict[str, str] = {}
+    flagged: dict[str, str] = {}
     if not default.met and candidates:
+        if calibration is None or not calibration.arrays:
+            calibration = collect_ranges(model, feeds_list, keep_arrays=True, **(thresholds or {}))
+        _, keys = graph_scopes(ir_model.graph)
+        flagged = {keys[n]: why for n, (why, _) in
+                   calibration_decisions(ir_model.graph, calibration.ranges, low).items()}
+        _, got = ev.evaluate(frozenset(), "sensitivity", expose=list(calibration.arrays))
         scores = sensitivity(ev.prepared, calibration.arrays, got) if got else {}
         order = {k: i for i, k in enumerate(candidates)}
-        ranked = sorted(candidates, key=lambda k: (-(_FLAGGED if k in flagged else scores.get(k, 0.0)), order[k]))
+        def score(k: str) -> float:  # overflowing/underflowing outputs first; their readers follow by taint
+            return _FLAGGED if "calibration: input" not in flagged.get(k, "calibration: input") else scores.get(k, 0.0)
+
+        ranked = sorted(candidates, key=lambda k: (-score(k), order[k]))
         chosen = _bisect(ev, ranked, max_steps)
         chosen = _prune(ev, chosen, ranked, max_steps)
         for k in sorted(chosen, key=ranked.index):
@@ -320,9 +341,13 @@ def auto_search(model: onnx.ModelProto, feeds_list: Sequence[Mapping[str, np.nda
     final = ev.cache[chosen]
     result = ev.convert(chosen)
     result.report.policy = "auto"
+    for kept in result.report.kept_fp32:  # name the search's reason instead of the generic one
+        key = kept.reason.partition(f"{FORCED_REASON}: ")[2]
+        if kept.reason.startswith(FORCED_REASON) and key in reasons:
+            kept.reason = f"auto: {reasons[key]} [{key}]"
     ordered = [k for k in candidates if k in chosen]
     return SearchResult(str(tolerance), final.met, ordered, reasons, len(candidates), default, final, ev.steps,
-                        time.perf_counter() - start, result)
+                        time.perf_counter() - start, result, calibration)
 
 
 def _meets(ev: Evaluator, forced: frozenset[str], phase: str) -> bool:
@@ -357,8 +382,7 @@ def _prune(ev: Evaluator, chosen: frozenset[str], ranked: list[str], max_steps: 
     if not chosen or not ev.cache.get(chosen, None) or not ev.cache[chosen].met:
         return chosen
     members = sorted(chosen, key=ranked.index)
-    size = len(members) // 2
-    while size >= 1 and len(ev.steps) < max_steps:
+    for size in sorted({max(len(members) // 2, 1), 1}, reverse=True):
         i = len(members)
         while i > 0 and len(ev.steps) < max_steps:
             chunk = members[max(0, i - size):i]
@@ -366,5 +390,4 @@ def _prune(ev: Evaluator, chosen: frozenset[str], ranked: list[str], max_steps: 
             if rest and _meets(ev, rest, f"prune {len(chunk)}"):
                 members = [m for m in members if m not in chunk]
             i -= size
-        size //= 2
     return frozenset(members)

@@ -18,6 +18,12 @@ from typing import Any
 from service.errors import UserError
 
 
+class SweepTimeout(Exception):
+    """``--timeout`` passed before the run finished (exit 4; distributed jobs keep running)."""
+
+    exit_code = 4
+
+
 def register(subparsers: Any) -> None:
     """Add ``ampci sweep``."""
     p = subparsers.add_parser("sweep", help="run a sweep for one pass revision and report regressions",
@@ -38,7 +44,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 0: no regressions; 1: regressions found; 2: bad input; 3: a service is unavailable."""
+    """Exit 0: no regressions; 1: regressions found; 2: bad input; 3: a service is unavailable;
+    4: ``--timeout`` passed before the run finished."""
     from service import scheduler
     from service.settings import Settings
 
@@ -60,9 +67,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         run_info = _wait_with_progress(store, started.run_id, started.cells, args.timeout)
-    except BaseException:  # Ctrl-C or a timeout: embedded jobs stop with us; Celery jobs keep going
+    except BaseException as exc:  # Ctrl-C or a timeout: embedded jobs stop with us; Celery jobs keep going
         if started.pool is not None:
             started.pool.cancel()
+        if isinstance(exc, TimeoutError):
+            what = "its jobs were cancelled" if started.pool is not None else "its jobs keep running on the workers"
+            raise SweepTimeout(f"{exc}; {what}") from None
         raise
     if started.pool is not None:
         started.pool.close()

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -68,7 +70,7 @@ def metrics_for(points: Sequence[HistoryRow]) -> list[Metric]:
         Metric("latency_p50_ms", "Latency p50 (ms), whiskers: min–max of samples",
                lambda p: _finite(p.latency_p50_ms), ("latency",), 4),
         Metric("speedup", "Speed-up over fp32 (fp32 p50 / converted p50)", lambda p: _finite(p.speedup),
-               ("latency",), 3),
+               ("latency",), 4),
         Metric("casts_inserted", "Casts inserted", lambda p: _finite(p.casts_inserted), ("coverage", "conversion")),
         Metric("low_precision_fraction", "Low-precision compute fraction", lambda p: _finite(p.low_precision_fraction),
                ("coverage", "conversion"), 3),
@@ -92,13 +94,12 @@ def chart_svg(points: Sequence[HistoryRow], findings: dict[int, list[RegressionI
               run_href: Callable[[int], str], width: int = 960, height: int = 250) -> str:
     """One metric's chart as an inline ``<svg>`` string (findings keyed by result id)."""
     chart = pygal.Line(js=[], style=STYLE, width=width, height=height, explicit_size=False,
-                       disable_xml_declaration=True, title=metric.title, show_legend=True,
-                       legend_at_bottom=True, legend_at_bottom_columns=4, truncate_legend=-1, dots_size=3,
+                       disable_xml_declaration=True, title=metric.title, show_legend=False, dots_size=3,
                        x_label_rotation=0, show_minor_x_labels=False, allow_interruptions=True,
                        x_labels_major_every=max(1, math.ceil(len(points) / 10)), truncate_label=-1,
                        value_formatter=lambda v: _fmt(v, metric.digits), margin=8, spacing=8,
                        print_values=False, include_x_axis=False, show_y_guides=True, show_x_guides=False,
-                       range=_range(points, metric))
+                       range=(lo_hi := _range(points, metric)), y_labels=_ticks(lo_hi, metric))
     chart.x_labels = [p.revision_sha[:7] for p in points]
     values: list[Any] = []
     markers: dict[str, list[Any]] = {name: [] for name, _ in MARKERS}
@@ -117,19 +118,69 @@ def chart_svg(points: Sequence[HistoryRow], findings: dict[int, list[RegressionI
             markers[name].append({"value": v, "xlink": link, "label": _label(p, metric, v, extra)} if hit else None)
     chart.add("value", values)
     for name, legend in MARKERS:
-        chart.add(legend, markers[name], stroke=False, dots_size=7)
+        if any(markers[name]):  # an empty marker series costs as much to draw as a full one
+            chart.add(legend, markers[name], stroke=False, dots_size=7)
     svg = chart.render(is_unicode=True)
     svg = _SCRIPT.sub("", svg)
     return _LABEL.sub(r"<title>\1</title>", svg)
 
 
+_CACHE: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+CACHE_SIZE = 512
+
+
+def history_charts(points: Sequence[HistoryRow], findings: dict[int, list[RegressionInfo]],
+                   run_href: Callable[[int], str], cache: bool = True) -> list[tuple[Metric, str]]:
+    """All charts of a cell history.  Rendering is the slow part of the page (pygal takes tens of
+    milliseconds per chart), so each chart is kept in a small LRU keyed by everything it shows
+    (the points, their findings with states, the metric): a new result or a triage makes a new key."""
+    marks = tuple(sorted((rid, tuple(fs)) for rid, fs in findings.items() if fs))
+    out = []
+    for metric in metrics_for(points):
+        key = (metric.key, tuple(points), marks, run_href(0))
+        with _CACHE_LOCK:
+            svg = _CACHE.get(key) if cache else None
+            if svg is not None:
+                _CACHE.move_to_end(key)
+        if svg is None:
+            svg = chart_svg(points, findings, metric, run_href)
+            if cache:
+                with _CACHE_LOCK:
+                    _CACHE[key] = svg
+                    while len(_CACHE) > CACHE_SIZE:
+                        _CACHE.popitem(last=False)
+        out.append((metric, svg))
+    return out
+
+
+def clear_cache() -> None:
+    """Forget every cached chart (benchmarks measure cold renders with it)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
 def _range(points: Sequence[HistoryRow], metric: Metric) -> tuple[float, float] | None:
-    """A y range covering values and latency whiskers with a little headroom (None: pygal decides)."""
+    """A y range covering values and latency whiskers with a little headroom (None: pygal decides).
+    Integer metrics (casts) get at least one unit of headroom on each side."""
     vals = [v for p in points if (v := metric.value(p)) is not None]
     if metric.key == "latency_p50_ms":
         vals += [x for p in points for x in (p.latency_min_ms, p.latency_max_ms) if x is not None and math.isfinite(x)]
     if not vals:
         return None
     lo, hi = min(vals), max(vals)
+    if metric.key == "casts_inserted":
+        return (max(0.0, lo - 1), hi + 1)
     pad = (hi - lo) * 0.08 or abs(hi) * 0.01 or 1.0
     return (lo - pad, hi + pad)
+
+
+def _ticks(span: tuple[float, float] | None, metric: Metric, count: int = 5) -> list[float] | None:
+    """``count`` evenly spaced y labels over ``span`` (whole numbers for casts); None lets pygal choose."""
+    if span is None:
+        return None
+    lo, hi = span
+    if metric.key == "casts_inserted":
+        step = max(1, math.ceil((hi - lo) / (count - 1)))
+        return [float(v) for v in range(math.floor(lo), math.ceil(hi) + 1, step)]
+    return [lo + (hi - lo) * i / (count - 1) for i in range(count)]

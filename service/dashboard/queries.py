@@ -207,15 +207,18 @@ def cell_findings(store: Store, cell: Cell, run_ids: Sequence[int]) -> list[Any]
     return [regression_info(r) for r in rows]
 
 
-def baseline_results(store: Store, run: RunInfo, depth: int = 500) -> dict[Cell, Any]:
-    """Each result cell's baseline result row of ``run`` (``SAMPLE_COLS`` of the detector), found by the
+def baseline_results(store: Store, run: RunInfo, cells: Sequence[Cell], depth: int = 500) -> dict[Cell, Any]:
+    """Each of ``cells``' baseline result row in ``run`` (``SAMPLE_COLS`` of the detector), found by the
     detector's own :func:`~service.regressions.detect.nearest_results`: from ``baseline_sha`` when the
     run has one (inclusive), else from the revision's ancestors (nightly: the revision itself
     included, earlier runs only)."""
+    if not cells:
+        return {}
     nightly = run.trigger == "nightly"
     start, include_self = (run.baseline_sha, True) if run.baseline_sha else (run.revision_sha, nightly)
     with store._tx() as conn:
-        return nearest_results(conn, start, include_self, run.id, depth, run.id if nightly else None)
+        return nearest_results(conn, start=start, include_self=include_self, run_id=run.id, cells=list(cells),
+                               max_depth=depth, before_run=run.id if nightly else None)
 
 
 def bisect_runs(store: Store, keys: Sequence[str]) -> dict[str, RunInfo]:

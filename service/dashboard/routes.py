@@ -39,6 +39,7 @@ from service.errors import NotFoundError, UserError
 HERE = Path(__file__).parent
 CSS = (HERE / "static" / "dashboard.css").read_text(encoding="utf-8")
 MAX_FORM_BYTES = 16_384
+HISTORY_DEFAULT = 40  # revisions plotted unless ?limit= (2..200) asks otherwise
 _NAME = re.compile(r"^[\w.:+/-]{1,200}$")
 
 env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
@@ -122,7 +123,7 @@ def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
     jobs = store.jobs(run.id)
     results = store.results(run_id=run.id)
     findings = store.regressions(run_id=run.id)
-    baselines = queries.baseline_results(store, run)
+    baselines = queries.baseline_results(store, run, [r.cell for r in results])
     matrix = views.build_matrix(jobs, results, findings, baselines)
     rows = views.diff_rows(results, baselines)
     base_sha, base_cells = views.main_baseline(baselines)
@@ -137,14 +138,14 @@ def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
 @read.get("/history", response_class=HTMLResponse)
 @html_errors
 def history_page(request: Request, model: str = "", dtype: str = "", policy: str = "", target: str = "",
-                 branch: str = "main", limit: str = "50") -> Response:
+                 branch: str = "main", limit: str = "") -> Response:
     """A cell's metrics across revisions of a branch, with findings marked and points linking to runs."""
     for name, value in (("model", model), ("dtype", dtype), ("policy", policy), ("target", target)):
         if not _NAME.match(value):
             raise UserError(f"{name}: give a name (letters, digits and ._:+/- only)")
     if branch and not _NAME.match(branch):
         raise UserError("branch: letters, digits and ._:+/- only")
-    n = int(limit) if limit.isdigit() and 2 <= int(limit) <= 200 else 50
+    n = int(limit) if limit.isdigit() and 2 <= int(limit) <= 200 else HISTORY_DEFAULT
     store = _store(request)
     cell = (model, dtype, policy, target)
     points, total = queries.cell_history(store, cell, branch or None, n)
@@ -155,8 +156,7 @@ def history_page(request: Request, model: str = "", dtype: str = "", policy: str
     for f in found:
         if f.result_id is not None:
             by_result.setdefault(f.result_id, []).append(f)
-    charts = [(m, plots.chart_svg(points, by_result, m, lambda run_id: f"/runs/{run_id}"))
-              for m in plots.metrics_for(points)] if points else []
+    charts = plots.history_charts(points, by_result, lambda run_id: f"/runs/{run_id}") if points else []
     return render("history.html", cell=cell, points=points, total=total, limit=n, branch=branch, charts=charts,
                   findings=list(reversed(found)), by_result=by_result, branches=queries.branches(store))
 

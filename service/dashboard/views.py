@@ -33,7 +33,7 @@ STATES: dict[str, State] = {s.css: s for s in (
     State("reg-conversion", "✖", "conv", "conversion regression"),
     State("reg-accuracy", "▼", "acc", "accuracy regression"),
     State("reg-coverage", "▽", "cov", "coverage regression"),
-    State("reg-latency", "⏱", "slow", "latency regression"),
+    State("reg-latency", "◷", "slow", "latency regression"),
     State("flaky", "≈", "flaky", "flaky"),
     State("error", "✖", "error", "conversion/job error"),
     State("fail", "!", "fail", "accuracy failure (not new)"),
@@ -223,15 +223,15 @@ def diff_rows(results: Sequence[ResultRow], baselines: dict[Cell, Any], latency_
     out = []
     for r in results:
         b = baselines.get(r.cell)
-        g = (lambda k: getattr(b, k, None)) if b is not None else (lambda k: None)
-        bc, bp, bk, bl = g("cosine"), g("latency_p50_ms"), g("casts_inserted"), g("low_precision_fraction")
+        bc, bp, bk, bl = (getattr(b, k, None) for k in ("cosine", "latency_p50_ms", "casts_inserted",
+                                                        "low_precision_fraction"))
         changed = b is not None and (
             b.status != r.status or (bk is not None and r.casts_inserted is not None and bk != r.casts_inserted)
             or (bl is not None and r.low_precision_fraction is not None and abs(bl - r.low_precision_fraction) > 0.005)
             or (bc is not None and r.cosine is not None and abs(bc - r.cosine) > 1e-4)
             or (bp and r.latency_p50_ms and not (1 / latency_ratio <= r.latency_p50_ms / bp <= latency_ratio)))
         out.append(DiffRow(
-            cell=r.cell, base_sha=b.revision_sha if b is not None else None, base_status=g("status"),
+            cell=r.cell, base_sha=b.revision_sha if b is not None else None, base_status=getattr(b, "status", None),
             status=r.status, cosine=(fmt_cosine(r.cosine), fmt(r.cosine - bc, 2) if bc is not None and r.cosine is not None else "–"),
             p50=(fmt(r.latency_p50_ms, 4), pct(bp, r.latency_p50_ms)),
             casts=(fmt(r.casts_inserted), fmt(r.casts_inserted - bk) if bk is not None and r.casts_inserted is not None else "–"),

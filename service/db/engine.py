@@ -33,13 +33,16 @@ def _sqlite_file(url: sa.URL) -> Path | None:
 def make_engine(url: str) -> Engine:
     """Create an engine for ``url`` (no connection is made yet).
 
-    A SQLite file URL gets its parent directory created.  A malformed URL or a missing driver is a
-    ``ConfigError`` (exit 2) naming the redacted URL.
+    A SQLite file URL gets its parent directory created; ``postgresql://`` / ``postgres://`` mean
+    psycopg 3.  A malformed URL or a missing driver is a ``ConfigError`` (exit 2) naming the
+    redacted URL.
     """
     try:
         parsed = sa.make_url(url)
     except ArgumentError:
         raise ConfigError(f"not a database URL: {redact_url(url)!r}") from None
+    if parsed.drivername in ("postgresql", "postgres"):  # the installed driver is psycopg 3
+        parsed = parsed.set(drivername="postgresql+psycopg")
     try:
         if parsed.get_backend_name() == "sqlite":
             path = _sqlite_file(parsed)

@@ -7,7 +7,12 @@ ones (bad token, unknown sha) are dropped to the outbox's dead list with the rea
 lives in the database and is never touched by reporting.
 
 Posting happens on a background thread (:meth:`start`) or by an explicit :meth:`drain`; the webhook
-handler only enqueues, so it answers fast.
+handler only enqueues, so it answers fast.  Final statuses: :meth:`queued` also puts the run id on
+the outbox's watch list, and the background thread (:meth:`check_watched`, every ``watch_interval``
+seconds) queues the outcome of each watched run once it reaches a final state, so no hook into the
+workers is needed; a run-finished hook may call :meth:`finished` directly as well (idempotent: the
+newer status for a commit supersedes the older).  :meth:`recover` re-watches unfinished webhook runs
+after a restart.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import parse_qs
 
 from service.github.events import (
     Ignored,
@@ -94,9 +95,11 @@ def _err(code: int, error: str, message: str, **extra: Any) -> Outcome:
 
 
 class WebhookProcessor:
-    """Handles GitHub deliveries.  Construct once per process with :meth:`from_settings` semantics:
-    it refuses (``ConfigError`` from :func:`check_webhook_config`) to exist without a secret unless
-    ``AMPCI_INSECURE_DEV`` is set."""
+    """Handles GitHub deliveries (thread-safe; one per process).
+
+    Refuses to exist without a webhook secret unless ``AMPCI_INSECURE_DEV`` is set
+    (``ConfigError`` from :func:`check_webhook_config`).
+    """
 
     def __init__(self, settings: Settings, deliveries: DeliveryLog, submitter: RunSubmitter,
                  reporter: StatusReporter | None = None) -> None:
@@ -124,7 +127,7 @@ class WebhookProcessor:
             self._record(delivery, "unknown", "rejected", reason="missing or malformed X-GitHub-Event header")
             return _err(400, "bad_request", "missing or malformed X-GitHub-Event header")
         try:
-            decision = parse_event(event, body, self.settings)
+            decision = parse_event(event, _json_body(headers, body), self.settings)
         except RepositoryNotAllowedError as exc:
             return self._reject(delivery, event, 403, "forbidden", str(exc))
         except PayloadError as exc:
@@ -190,6 +193,21 @@ class WebhookProcessor:
             return False
         self.deliveries.update_delivery(delivery, status=status, reason=reason, run_id=run_id)
         return True
+
+
+def _json_body(headers: Mapping[str, str], body: bytes) -> bytes:
+    """The JSON document of a delivery: the body itself, or the ``payload`` field when the hook is
+    configured with content type ``application/x-www-form-urlencoded`` (signed over the raw body)."""
+    ctype = (headers.get("content-type") or "").split(";")[0].strip().lower()
+    if ctype != "application/x-www-form-urlencoded":
+        return body
+    try:
+        fields = parse_qs(body.decode("utf-8"), strict_parsing=True, max_num_fields=10)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise PayloadError(f"malformed form body: {exc}"[:200]) from None
+    if len(fields.get("payload", [])) != 1:
+        raise PayloadError("malformed form body: expected exactly one 'payload' field")
+    return fields["payload"][0].encode("utf-8")
 
 
 def check_webhook_config(settings: Settings) -> None:

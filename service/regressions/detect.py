@@ -70,14 +70,15 @@ def _same_cell(other: sa.Table | Any, run_id: int) -> sa.ColumnElement[bool]:
                              cur.c.policy == other.c.policy, cur.c.target == other.c.target)
 
 
-def nearest_results(conn: Connection, start: str, include_self: bool, run_id: int, max_depth: int,
-                    before_run: int | None = None) -> dict[Cell, Any]:
-    """For each cell of ``run_id``, the newest result at the nearest ancestor of ``start`` that has one.
+def nearest_results(conn: Connection, start: str, include_self: bool, run_id: int, cells: Sequence[Cell],
+                    max_depth: int, before_run: int | None = None) -> dict[Cell, Any]:
+    """For each of ``cells`` (the cells of ``run_id``), the newest result at the nearest ancestor of
+    ``start`` that has one (results of ``run_id`` itself excluded).
 
     Ancestors are searched in growing chunks (1, 4, 16, … revisions; the deep ancestry is only
     walked when the near one lacks a cell), so the usual case costs two small queries.
     """
-    missing = set(_run_cells(conn, run_id))
+    missing = set(cells)
     found: dict[Cell, Any] = {}
     anc = ancestors(conn, start, 4, include_self)
     deep = False
@@ -108,10 +109,6 @@ def nearest_results(conn: Connection, start: str, include_self: bool, run_id: in
         found.update(best)
         missing -= set(best)
     return found
-
-
-def _run_cells(conn: Connection, run_id: int) -> list[Cell]:
-    return [_cell(r) for r in conn.execute(sa.select(*CELL).where(t_res.c.run_id == run_id))]
 
 
 def _history(conn: Connection, run: Any, branch: str | None, triggers: Sequence[str],
@@ -183,7 +180,8 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
     nightly = run.trigger == "nightly"
     start, include_self = (run.baseline_sha, True) if run.baseline_sha else (run.revision_sha, nightly)
     cells = sorted(current)
-    base = nearest_results(conn, start, include_self, run.id, th.ancestor_depth, run.id if nightly else None)
+    base = nearest_results(conn, start, include_self, run.id, cells, th.ancestor_depth,
+                           run.id if nightly else None)
     lineage = _history(conn, run, branch, LINEAGE_TRIGGERS, th.flaky_window - 1)
     nightly_hist = (_history(conn, run, branch, ("nightly",), th.nightly_window + th.nightly_consecutive)
                     if nightly else {})

@@ -60,8 +60,13 @@ def test_real_model(convert, real_model_path, name: str, dtype: str) -> None:
         assert report["low_precision_compute_fraction"] >= 0.9, report["kept_fp32"]
 
 
-@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-@pytest.mark.parametrize("name", light_names())
+#: bf16 at opset 9 is forbidden by the schemas of every compute op, so the bf16 runs only prove that
+#: the pass respects that (and stays valid); three small topologies suffice for it.
+LIGHT_CASES = [(n, "fp16") for n in light_names()] + [
+    (n, "bf16") for n in ("light_squeezenet", "light_shufflenet", "light_inception_v1") if n in light_names()]
+
+
+@pytest.mark.parametrize(("name", "dtype"), LIGHT_CASES)
 def test_light_model(convert, name: str, dtype: str) -> None:
     if name in HUGE and not RUN_HUGE:
         pytest.skip(f"{name} has hundreds of MB of weights (minutes here); set AMPCI_SLOW_TESTS=1, "

@@ -94,13 +94,17 @@ def test_ping_is_200_and_other_events_are_202_ignored(make_client, store, queue,
     assert _runs(store) == [] and _queued(redis_url, queue) == 0
 
 
-@pytest.mark.parametrize("signature", [None, "", "sha256=" + "0" * 64, "sha1=abc", "sha256=zz", "garbage"])
-def test_missing_or_wrong_signature_is_401_and_nothing_is_stored(make_client, store, queue, redis_url, signature):
+SIGNATURES = [None, "", "sha256=" + "0" * 64, "sha1=abc", "sha256=zz", "garbage"]
+
+
+def test_missing_or_wrong_signature_is_401_and_nothing_is_stored(make_client, store, queue, redis_url):
     client = make_client()
     body = encode(push_payload(sha("unsigned")))
-    headers = webhook_headers(body, "push", delivery="d-bad-sig", secret=None, signature=signature)
-    resp = client.post("/webhooks/github", content=body, headers=headers)
-    assert resp.status_code == 401 and resp.json()["error"] == "unauthorized"
+    for i, signature in enumerate(SIGNATURES):
+        headers = webhook_headers(body, "push", delivery=f"d-bad-sig-{i}", secret=None, signature=signature)
+        resp = client.post("/webhooks/github", content=body, headers=headers)
+        assert resp.status_code == 401 and resp.json()["error"] == "unauthorized", signature
+        assert store.get_delivery(f"d-bad-sig-{i}") is None
     wrong_secret = client.post("/webhooks/github", content=body,
                                headers=webhook_headers(body, "push", delivery="d-bad-sig", secret="other"))
     assert wrong_secret.status_code == 401
@@ -120,15 +124,15 @@ BAD_BODIES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_BODIES))
-def test_bad_payload_is_400_recorded_as_rejected_and_nothing_queued(make_client, store, queue, redis_url, case):
+def test_bad_payload_is_400_recorded_as_rejected_and_nothing_queued(make_client, store, queue, redis_url):
     client = make_client()
-    body, reason = BAD_BODIES[case]
-    resp = post(client, body, delivery="d-bad")
-    assert resp.status_code == 400, resp.text
-    assert resp.json()["error"] == "bad_request" and reason in resp.json()["message"]
-    delivery = store.get_delivery("d-bad")
-    assert delivery.status == "rejected" and reason in delivery.reason
+    for case, (body, reason) in sorted(BAD_BODIES.items()):
+        delivery = "d-bad-" + case.replace(" ", "-")
+        resp = post(client, body, delivery=delivery)
+        assert resp.status_code == 400, (case, resp.text)
+        assert resp.json()["error"] == "bad_request" and reason in resp.json()["message"], case
+        recorded = store.get_delivery(delivery)
+        assert recorded.status == "rejected" and reason in recorded.reason, case
     assert _runs(store) == [] and _queued(redis_url, queue) == 0
 
 
@@ -204,3 +208,41 @@ def test_secret_is_the_signing_key(make_client):
     body = encode(push_payload(sha("k")))
     assert client.post("/webhooks/github", content=body,
                        headers=webhook_headers(body, "push", secret=SECRET)).status_code == 202
+
+
+def test_default_planner_runs_the_real_smoke_sweep(make_settings, store):
+    """Without a planner the dispatcher expands sweeps/smoke.toml over zoo.toml (broker call recorded
+    here instead of sent, so the real ``cpu`` queue stays untouched)."""
+    from service.api.dispatch import RunDispatcher
+    from service.github.webhook import WebhookProcessor
+    from service.scheduler import load_sweep, zoo_catalog
+
+    sent: list[tuple[str, list[int]]] = []
+    settings = make_settings()
+    dispatcher = RunDispatcher(settings, store, dispatch=lambda s, rev, jobs: sent.append((rev, [j.id for j in jobs])))
+    processor = WebhookProcessor(settings, store, dispatcher)
+    head = sha("real-smoke")
+    body = encode(push_payload(head))
+    out = processor.handle({k.lower(): v for k, v in webhook_headers(body, "push").items()}, body)
+    assert out.status_code == 202
+    expected = sorted(c.cell for c in load_sweep(sweep="smoke").expand(zoo_catalog()))
+    jobs = store.jobs(out.body["run_id"])
+    assert sorted(j.cell for j in jobs) == expected and len(expected) >= 2
+    assert sent == [(head, [j.id for j in jobs])]
+    run = store.get_run(out.body["run_id"])
+    assert run.sweep == "smoke" and set(run.meta["options"]) == {"|".join(c) for c in expected}
+
+
+def test_form_encoded_deliveries_are_accepted(make_client, store):
+    from urllib.parse import urlencode
+
+    client = make_client()
+    body = urlencode({"payload": encode(push_payload(sha("form"))).decode()}).encode()
+    headers = {**webhook_headers(body, "push", delivery="d-form"), "Content-Type": "application/x-www-form-urlencoded"}
+    resp = client.post("/webhooks/github", content=body, headers=headers)
+    assert resp.status_code == 202, resp.text
+    assert store.get_run(resp.json()["run_id"]).revision_sha == sha("form")
+    bad = b"payload=%7B&payload=2"
+    headers = {**webhook_headers(bad, "push", delivery="d-form-bad"), "Content-Type": "application/x-www-form-urlencoded"}
+    assert client.post("/webhooks/github", content=bad, headers=headers).status_code == 400
+    assert store.get_delivery("d-form-bad").status == "rejected"

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -80,6 +82,14 @@ def make_result(cell: tuple[str, str, str, str], revision: str, step: int, rng: 
         environment={"fingerprint": "cpu-ci-1"}, timings={"total_s": 1.5})
 
 
+def write_all(store: Store, run_id: int, results: Sequence[JobResult], threads: int = 8) -> None:
+    """Write results through ``Store.write_result`` from a few threads (each write is its own
+    transaction; commits dominate, so threads cut the seeding time), then finish the run."""
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda r: store.write_result(run_id, r), results))
+    store.finish_run(run_id)
+
+
 def seed(store: Store, revisions: int = 6) -> Seeded:
     """Seed the scenario of the module docstring; return what was created."""
     rng = random.Random(8)
@@ -92,23 +102,67 @@ def seed(store: Store, revisions: int = 6) -> Seeded:
                               message=f"pass: revision {i} of the cast placement work\n\nbody",
                               committed_at=t0 + timedelta(hours=i))
         run = store.create_run(s, "push", cells=CELLS, meta={"seeded": True})
-        for cell in CELLS:
-            result = make_result(cell, s, i, rng, accuracy_bad=i == last and cell == ACC_CELL,
-                                 slow=i == last and cell == LAT_CELL, convert_error=i == last and cell == CONV_CELL)
-            store.write_result(run, result)
-        store.finish_run(run)
+        write_all(store, run, [make_result(cell, s, i, rng, accuracy_bad=i == last and cell == ACC_CELL,
+                                           slow=i == last and cell == LAT_CELL,
+                                           convert_error=i == last and cell == CONV_CELL) for cell in CELLS])
         store.detect_regressions(run)
         runs.append(run)
     feature = sha("feature-1")
     store.upsert_revision(feature, parents=[shas[3]], branch="feature/resize", author="Barbara Liskov",
                           message="Keep Resize scales in fp32", committed_at=t0 + timedelta(hours=3, minutes=30))
     frun = store.create_run(feature, "pull_request", baseline_sha=shas[3], cells=CELLS)
-    for cell in CELLS:
-        store.write_result(frun, make_result(cell, feature, 3, rng))
-    store.finish_run(frun)
+    write_all(store, frun, [make_result(cell, feature, 3, rng) for cell in CELLS])
     store.detect_regressions(frun)
     out = Seeded(main_shas=shas, main_runs=runs, feature_sha=feature, feature_run=frun)
     for f in store.regressions(run_id=runs[-1], category="regression"):
         out.regressions[f.cell] = f.id
         out.kinds[f.cell] = f.kind
     return out
+
+
+WIDE_MODELS = tuple(f"model_{i:02d}" for i in range(40))
+WIDE_CELLS = [(m, d, p, t) for m in WIDE_MODELS for d in DTYPES for p in POLICIES for t in ("cpu", "cuda", "trt")]
+
+
+@dataclass
+class WideSeeded:
+    """The 40 models x 12 columns scenario: two main revisions after ``parent``."""
+
+    shas: list[str]
+    runs: list[int]
+    states: dict[tuple[str, str, str, str], str]  # expected displayed state of special cells
+
+
+def seed_wide(store: Store, parent: str, flaky_pattern: str = "model_07/bf16/default/*") -> WideSeeded:
+    """40 models x (fp16, bf16) x (default, conservative) x (cpu, cuda, trt) = 480 cells at two
+    revisions; the second has accuracy, latency and conversion regressions, an improvement, a
+    regression on an allowlisted (flaky) cell, and old failures/errors present at both."""
+    from service.regressions.thresholds import Thresholds
+
+    rng = random.Random(40)
+    shas = [sha(f"wide-{i}") for i in range(2)]
+    acc = {("model_03", "fp16", "default", "cpu"), ("model_21", "bf16", "conservative", "cuda")}
+    slow = {("model_12", "fp16", "default", "cuda")}
+    conv = {("model_30", "bf16", "default", "trt")}
+    flaky = ("model_07", "bf16", "default", "cpu")
+    better = ("model_15", "fp16", "conservative", "cpu")
+    old_fail = ("model_05", "bf16", "conservative", "trt")
+    old_error = ("model_38", "fp16", "default", "trt")
+    runs = []
+    for i, s in enumerate(shas):
+        store.upsert_revision(s, parents=[shas[i - 1] if i else parent], branch="main", author=AUTHORS[i],
+                              message=f"pass: widen the matrix ({i})")
+        run = store.create_run(s, "push", cells=WIDE_CELLS)
+        results = []
+        for cell in WIDE_CELLS:
+            r = make_result(cell, s, 0, rng, accuracy_bad=(i == 1 and (cell in acc or cell == flaky))
+                            or cell == old_fail or (i == 0 and cell == better),
+                            slow=i == 1 and cell in slow, convert_error=(i == 1 and cell in conv) or cell == old_error)
+            results.append(r)
+        write_all(store, run, results)
+        store.detect_regressions(run, Thresholds(flaky_allowlist=(flaky_pattern,)))
+        runs.append(run)
+    states = {**{c: "reg-accuracy" for c in acc}, **{c: "reg-latency" for c in slow},
+              **{c: "reg-conversion" for c in conv}, flaky: "flaky", better: "improved", old_fail: "fail",
+              old_error: "error", ("model_00", "fp16", "default", "cpu"): "pass"}
+    return WideSeeded(shas=shas, runs=runs, states=states)

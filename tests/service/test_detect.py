@@ -152,3 +152,15 @@ def test_many_cells_one_run(store: Store) -> None:
     assert store.run_summary(r).describe() == "30 cells: 30 pass, 3 accuracy regressions"
     assert store.regressions(revision=shas[1][:8], state="open") == regs
     assert CELL not in {x.cell for x in regs}
+
+
+def test_baseline_search_goes_deep_and_per_cell(store: Store) -> None:
+    shas = chain(store, 9)
+    other = ("other", "bf16", "default", "cpu")
+    run_with(store, shas[0], [make_result(CELL, max_abs=1e-3)])            # depth 8 from shas[8]
+    run_with(store, shas[6], [make_result(other, status="pass")])         # depth 2 from shas[8]
+    r = run_with(store, shas[8], [make_result(CELL, max_abs=0.9), make_result(other, status="convert_error")])
+    got = {(x.model, x.kind): x.baseline_sha for x in store.regressions(run_id=r)}
+    assert got == {("tiny_mlp", "accuracy"): shas[0], ("other", "conversion"): shas[6]}
+    th = Thresholds(ancestor_depth=5)
+    assert {x.model for x in store.detect_regressions(r, th)} == {"other"}  # shas[0] is beyond the limit

@@ -192,3 +192,20 @@ def test_unreachable_database_is_redacted() -> None:
         store.list_runs()
     assert "s3cretpw" not in str(exc.value) and "u:***@127.0.0.1:1/x" in str(exc.value)
     assert exc.value.exit_code == 3
+
+
+@pytest.mark.parametrize(("url", "message"), [("not a url", "not a database URL"),
+                                              ("mysql+nodriver://u:pw@h/db", "cannot use database URL")])
+def test_bad_database_urls_are_config_errors(url: str, message: str) -> None:
+    from service.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message) as exc:
+        Store.from_url(url)
+    assert "pw" not in str(exc.value)
+
+
+def test_plain_postgresql_url_uses_psycopg(pg_url: str) -> None:
+    plain = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    store = migrated_store(plain)
+    assert store.engine.url.drivername == "postgresql+psycopg" and store.list_runs() == []
+    store.dispose()

@@ -192,3 +192,29 @@ def test_input_model_is_not_modified() -> None:
     before = m.SerializeToString()
     emulate_model(m)
     assert m.SerializeToString() == before
+
+
+def test_scan_body_state_and_scan_inputs_are_rounded() -> None:
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["s_in", "decay"], ["s_mul"]), helper.make_node("Add", ["s_mul", "u"], ["s_out"]),
+         helper.make_node("Identity", ["s_out"], ["trace"])],
+        "scan_body",
+        [helper.make_tensor_value_info("s_in", H, [2]), helper.make_tensor_value_info("u", H, [2])],
+        [helper.make_tensor_value_info("s_out", H, [2]), helper.make_tensor_value_info("trace", H, [2])])
+    nodes = [helper.make_node("Cast", ["xs"], ["xs_l"], to=H), helper.make_node("Cast", ["s0"], ["s0_l"], to=H),
+             helper.make_node("Scan", ["s0_l", "xs_l"], ["s_last", "tr"], body=body, num_scan_inputs=1),
+             helper.make_node("Cast", ["tr"], ["y"], to=F)]
+    m = _model(nodes, [helper.make_tensor_value_info("s0", F, [2]), helper.make_tensor_value_info("xs", F, [9, 2])],
+               [helper.make_tensor_value_info("y", F, [9, 2])],
+               [numpy_helper.from_array(np.array([0.9, 1.1], np.float16), "decay")])
+    emu = emulate_model(m)
+    onnx.checker.check_model(emu, full_check=True)
+    assert _low_values(emu.graph) == []
+    rng = np.random.default_rng(5)
+    s0, xs = (rng.standard_normal(2) * 50).astype(np.float32), (rng.standard_normal((9, 2)) * 3).astype(np.float32)
+    s, want = s0.astype(np.float16), []
+    for u in xs.astype(np.float16):
+        s = (s.astype(np.float32) * np.float16([0.9, 1.1]).astype(np.float32)).astype(np.float16)
+        s = (s.astype(np.float32) + u.astype(np.float32)).astype(np.float16)
+        want.append(s.astype(np.float32))
+    np.testing.assert_array_equal(run_emulated(m, {"s0": s0, "xs": xs})["y"], np.stack(want))

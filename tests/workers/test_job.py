@@ -32,6 +32,12 @@ inputs.x = { shape = [1, 8], dist = "uniform", low = 0.5, high = 1.5 }
 inputs.s = { shape = [1, 8], dist = "zeros" }
 stateful = { state = { s = "s_new" }, steps = 64, cap = 1000.0 }
 
+[models.loop]
+source = { synthetic = "loop_if" }
+inputs.x = { shape = [1, 8] }
+inputs.trip = { shape = [], dtype = "int64", value = 8 }
+loop = { trip_input = "trip", output = "trace", steps = 48, cap = 0.5 }
+
 [models.conv]
 source = { synthetic = "conv_net" }
 inputs.x = { shape = [4, 3, 32, 32] }
@@ -79,6 +85,14 @@ def test_pass_with_convergence_latency_graph_facts_and_cached_reference(tmp_path
     again = _job("rnn", zoo, settings, root)
     assert again.timings["reference_cached"] == 1.0
     assert again.accuracy is not None and again.accuracy.worst.max_abs == r.accuracy.worst.max_abs
+
+
+def test_loop_model_convergence_over_the_trip_count(tmp_path: Path, zoo: Path, settings: Settings) -> None:
+    r = _job("loop", zoo, settings, fake_pass(tmp_path / "naive", "naive_fp16"))
+    assert r.status == "pass", r.message
+    assert r.convergence is not None and r.convergence.steps == 48 and len(r.convergence.step_errors) == 48
+    assert not r.convergence.diverged and 0 < r.convergence.max_error < 0.05
+    assert r.accuracy is not None and set(r.accuracy.per_output) == {"y", "trace"}
 
 
 def test_model_built_to_diverge_in_fp16_is_diverged(tmp_path: Path, zoo: Path, settings: Settings) -> None:

@@ -1,0 +1,132 @@
+"""``ampci convert --policy auto / --calibration-data``, ``python -m workers.autoconvert``, and the job.
+
+A job with policy ``auto`` runs the search in its conversion subprocess; a pass revision that makes
+``auto`` keep more nodes fp32 shows up as a coverage regression of that cell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from service.cli.main import main
+from service.regressions.rules import CellSample, coverage_rule
+from service.regressions.thresholds import Thresholds
+from service.settings import Settings
+from tests.auto.conftest import assert_valid
+from tests.auto.models import feeds_for, overflow_chain
+from workers.job import JobSpec, run_job
+from workers.result import JobResult
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def hot(tmp_path: Path) -> Path:
+    model = overflow_chain(layers=10, hot=3, width=128)
+    path = tmp_path / "hot.onnx"
+    onnx.save(model, str(path))
+    np.savez(tmp_path / "hot.npz", **feeds_for(model))
+    return path
+
+
+def test_ampci_convert_policy_auto(hot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
+    assert main(["convert", str(hot), "-o", str(out), "--policy", "auto", "--tolerance", "cosine=0.9995",
+                 "--calibration-data", str(tmp_path / "hot.npz"), "--report", str(rep)]) == 0
+    assert "auto met cosine=0.9995: 1 forced fp32" in capsys.readouterr().out
+    data = json.loads(rep.read_text())
+    assert data["policy"] == "auto" and data["low_precision_compute_fraction"] == 0.9
+    assert data["auto"]["met"] and [f["node"] for f in data["auto"]["forced_fp32"]] == ["m3"]
+    assert data["auto"]["default"]["cosine"] < 0.9 and data["auto"]["final"]["cosine"] >= 0.9995
+    assert data["calibration"]["source"].endswith("hot.npz") and data["calibration"]["measured"]
+    assert_valid(onnx.load(str(out)))
+
+
+def test_ampci_convert_calibration_data_with_default_policy(hot: Path, tmp_path: Path) -> None:
+    out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
+    assert main(["convert", str(hot), "-o", str(out), "--calibration-data", str(tmp_path / "hot.npz"),
+                 "--report", str(rep), "--json"]) == 0
+    data = json.loads(rep.read_text())
+    assert data["policy"] == "default" and "auto" not in data
+    reasons = [k["reason"] for k in data["kept_fp32"] if k["reason"].startswith("calibration")]
+    assert len(reasons) == 2 and "output 'm3' observed |x| max" in reasons[0]  # the MatMul
+    assert "input 'm3' observed |x| max" in reasons[1]  # the Div reading it
+    assert_valid(onnx.load(str(out)))
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--policy", "auto", "--tolerance", "cosine=high"], "bad tolerance 'cosine=high'"),
+    (["--calibration-data", "MISSING"], "cannot read calibration data"),
+    (["--calibration-data", "WRONG"], "lacks model inputs: x"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(hot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  extra: list[str], message: str) -> None:
+    np.savez(tmp_path / "wrong.npz", y=np.zeros(3, np.float32))
+    extra = [{"MISSING": str(tmp_path / "none.npz"), "WRONG": str(tmp_path / "wrong.npz")}.get(a, a) for a in extra]
+    out = tmp_path / "out.onnx"
+    assert main(["convert", str(hot), "-o", str(out), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def _revision_forcing_more(tmp_path: Path) -> Path:
+    """A pass revision whose hook keeps every node of a forced node's op type fp32 (a coverage bug)."""
+    root = tmp_path / "rev"
+    shutil.copytree(ROOT / "amp_pass", root / "amp_pass", ignore=shutil.ignore_patterns("__pycache__"))
+    cal = root / "amp_pass" / "calibration.py"
+    text = cal.read_text()
+    old = "    return {by_key[k]: (f\"{reason}: {k}\", True) for k in sorted(wanted)}\n"
+    assert old in text
+    cal.write_text(text.replace(old, old.replace("    return", "    ops = {by_key[k].op_type for k in wanted}\n"
+                                                  "    by_key = {k: n for k, n in by_key.items() if n.op_type in ops}\n"
+                                                  "    wanted = set(by_key)\n    return")))
+    return root
+
+
+def _sample(r: JobResult) -> CellSample:
+    assert r.graph is not None
+    return CellSample(status=r.status, low_precision_fraction=r.graph.low_precision_compute_fraction,
+                      casts_inserted=r.graph.casts_inserted)
+
+
+def test_job_policy_auto_and_coverage_regression(hot: Path, tmp_path: Path) -> None:
+    sha = hashlib.sha256(hot.read_bytes()).hexdigest()
+    zoo = tmp_path / "zoo.toml"
+    zoo.write_text(f'[models.hot]\nsource = {{ path = "{hot.name}" }}\nsha256 = "{sha}"\n'
+                   'inputs.x = { shape = [4, 128] }\n')
+    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", latency_runs=2,
+                        latency_warmup=1, convert_timeout=300.0)
+    default = run_job(JobSpec(model="hot", dtype="fp16", policy="default", zoo_path=zoo), settings)
+    auto = run_job(JobSpec(model="hot", dtype="fp16", policy="auto", zoo_path=zoo), settings)
+    assert default.status == "fail_accuracy", default.message
+    assert auto.status == "pass", auto.message
+    assert auto.graph is not None and auto.graph.compute_low == 9 and auto.graph.compute_nodes == 10
+    assert any("auto: calibration: output 'm3'" in k["reason"] for k in auto.graph.kept_fp32)
+    worse = run_job(JobSpec(model="hot", dtype="fp16", policy="auto", zoo_path=zoo,
+                            pass_root=_revision_forcing_more(tmp_path), revision="bad"), settings)
+    assert worse.status == "pass", worse.message
+    assert worse.graph is not None and worse.graph.compute_low == 0
+    findings = coverage_rule(_sample(auto), _sample(worse), Thresholds(), "hot", "fp16")
+    assert [(f.kind, f.category, f.metric) for f in findings] == [("coverage", "regression",
+                                                                   "low_precision_fraction")]
+
+
+def test_autoconvert_module_exit_codes(hot: Path, tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "workers.autoconvert", str(hot), "-o", str(tmp_path / "o.onnx")]
+    ok = subprocess.run([*base, "--policy", "auto", "--report", str(tmp_path / "r.json")], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["calibration"]["source"].startswith("synthetic")
+    bad = subprocess.run([*base, "--policy", "auto", "--dtype", "fp16", "--tolerance", "snr=3"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.startswith("autoconvert: error: bad tolerance 'snr=3'")

@@ -1,0 +1,204 @@
+"""End-to-end: the real service (uvicorn subprocess on loopback) over a database seeded through the real
+store code, driven by Debian's headless Chromium through Playwright.  Screenshots of each page are
+saved as PNG artifacts (and copied to ``$AMPCI_SCREENSHOTS_DIR`` when set, e.g. ``docs/screenshots``).
+
+CI must provide Chromium (``apt-get install chromium chromium-driver``) and the ``playwright``
+package; without them these tests fail with a message saying so (they never download a browser).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import fresh_pg_database
+from tests.dashboard.conftest import TOKEN, start_server, stop_server
+from tests.dashboard.seed import ACC_CELL, CELLS, CONV_CELL, LAT_CELL, WIDE_CELLS, Seeded, WideSeeded, seed, seed_wide
+
+pytestmark = [pytest.mark.browser, pytest.mark.postgres]
+
+CHROMIUM = os.environ.get("AMPCI_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+STATE_COLOURS = {"reg-accuracy": "rgb(251, 217, 213)", "reg-latency": "rgb(255, 237, 184)",
+                 "reg-conversion": "rgb(244, 210, 234)", "pass": "rgb(227, 242, 230)", "flaky": "rgb(236, 236, 236)",
+                 "improved": "rgb(220, 233, 251)", "fail": "rgb(255, 244, 204)", "error": "rgb(61, 15, 15)"}
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[tuple[Any, Seeded, WideSeeded]]:
+    """(store, small scenario, 40x12 scenario) in one fresh database."""
+    from service.db import Store
+
+    for url in fresh_pg_database():
+        store = Store.from_url(url)
+        store.upgrade()
+        try:
+            small = seed(store)
+            yield url, store, small, seed_wide(store, parent=small.main_shas[-1])  # type: ignore[misc]
+        finally:
+            store.dispose()
+
+
+@pytest.fixture(scope="module")
+def server(world: Any) -> Iterator[str]:
+    """Base URL of the service started as a subprocess on a free loopback port (stopped by pid)."""
+    proc, base = start_server(world[0])
+    try:
+        yield base
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium through Playwright (fails clearly when either is missing)."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium not found at {CHROMIUM}: install it (apt-get install -y chromium chromium-driver) "
+                    "or set AMPCI_CHROMIUM; the dashboard browser tests need a real browser")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the Python package 'playwright' is not installed (pip install playwright; "
+                    "do not run 'playwright install': the tests use the system Chromium)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where screenshots go (a pytest temporary directory)."""
+    return tmp_path_factory.mktemp("dashboard-screenshots")
+
+
+@pytest.fixture
+def page(browser: Any, server: str) -> Iterator[Any]:
+    """A fresh 1440x900 page that records every request and console error."""
+    context = browser.new_context(viewport={"width": 1440, "height": 900}, device_scale_factor=1)
+    pg = context.new_page()
+    pg.requests, pg.console_errors = [], []  # type: ignore[attr-defined]
+    pg.on("request", lambda r: pg.requests.append(r.url))  # type: ignore[attr-defined]
+    pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))  # type: ignore[attr-defined]
+    yield pg
+    outside = [u for u in pg.requests if not u.startswith(server)]  # type: ignore[attr-defined]
+    assert not outside, f"the page fetched from outside the service: {outside}"
+    assert not pg.console_errors  # type: ignore[attr-defined]
+    context.close()
+
+
+def screenshot(pg: Any, shots: Path, name: str, full_page: bool = True) -> Path:
+    """Save a PNG artifact (and a copy under $AMPCI_SCREENSHOTS_DIR when set)."""
+    path = shots / name
+    pg.screenshot(path=str(path), full_page=full_page)
+    assert path.stat().st_size > 10_000
+    if os.environ.get("AMPCI_SCREENSHOTS_DIR"):
+        target = Path(os.environ["AMPCI_SCREENSHOTS_DIR"])
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target / name)
+    return path
+
+
+def test_runs_page_lists_seeded_runs(page: Any, server: str, world: Any, shots: Path) -> None:
+    _, _, small, wide = world
+    page.goto(server + "/")
+    rows = page.locator("tr[data-run-id]")
+    ids = [int(rows.nth(i).get_attribute("data-run-id")) for i in range(rows.count())]
+    assert ids == sorted([*small.main_runs, small.feature_run, *wide.runs], reverse=True)
+    text = page.inner_text("#runs")
+    assert small.main_shas[-1][:7] in text and "pass: revision 5 of the cast placement work" in text
+    page.select_option("select[name=branch]", "feature/resize")
+    page.click("form.filters button")
+    assert page.locator("tr[data-run-id]").count() == 1 and "branch=feature" in page.url
+    page.goto(server + "/")
+    screenshot(page, shots, "runs.png")
+
+
+def test_run_page_shows_regression_in_right_cell_and_colour(page: Any, server: str, world: Any, shots: Path) -> None:
+    _, _, small, _ = world
+    page.goto(f"{server}/runs/{small.main_runs[-1]}")
+    assert page.locator("td.cell[data-cell]").count() == len(CELLS)
+    for cell, state, word in ((ACC_CELL, "reg-accuracy", "acc"), (LAT_CELL, "reg-latency", "slow"),
+                              (CONV_CELL, "reg-conversion", "conv"), (("mlp_small", "fp16", "default", "cpu"), "pass", "pass")):
+        td = page.locator(f'td.cell[data-cell="{"/".join(cell)}"]')
+        assert td.get_attribute("data-state") == state
+        assert word in td.inner_text()  # told by a word (and an icon), not by colour alone
+        assert td.evaluate("e => getComputedStyle(e).backgroundColor") == STATE_COLOURS[state]
+    # the regression is listed above the matrix and its link opens the regression page
+    page.click(f'#regressions a[href="/regressions/{small.regressions[ACC_CELL]}"]')
+    assert page.url.endswith(f"/regressions/{small.regressions[ACC_CELL]}")
+    assert "accuracy" in page.inner_text("h1")
+
+
+def test_wide_matrix_fits_and_keeps_its_layout(page: Any, server: str, world: Any, shots: Path) -> None:
+    _, _, _, wide = world
+    page.goto(f"{server}/runs/{wide.runs[-1]}")
+    cells = page.locator("td.cell[data-cell]")
+    assert cells.count() == len(WIDE_CELLS) == 480
+    assert page.locator("table.matrix tbody tr").count() == 40
+    assert page.locator("table.matrix th.colh").count() == 12
+    for cell, state in wide.states.items():
+        td = page.locator(f'td.cell[data-cell="{"/".join(cell)}"]')
+        assert td.get_attribute("data-state") == state, cell
+        assert td.evaluate("e => getComputedStyle(e).backgroundColor") == STATE_COLOURS[state]
+    # no layout break: the page itself never scrolls sideways, every cell has the same box
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    sizes = page.evaluate("""[...document.querySelectorAll('td.cell')].map(e => {
+        const r = e.getBoundingClientRect(); return [Math.round(r.width), Math.round(r.height)]; })""")
+    assert len({tuple(s) for s in sizes}) == 1, set(map(tuple, sizes))
+    # text against background keeps at least 4.5:1 contrast in every state shown
+    ratios = page.evaluate("""(() => {
+        const lum = c => { const [r, g, b] = c.match(/\\d+/g).slice(0, 3).map(v => { v /= 255;
+            return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); }); return 0.2126*r + 0.7152*g + 0.0722*b; };
+        const out = {};
+        for (const e of document.querySelectorAll('td.cell')) {
+            const s = getComputedStyle(e), a = lum(s.color), b = lum(s.backgroundColor);
+            out[e.dataset.state] = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+        }
+        return out; })()""")
+    assert ratios and min(ratios.values()) >= 4.5, ratios
+    screenshot(page, shots, "run.png", full_page=False)
+
+
+def test_history_page_draws_one_point_per_revision(page: Any, server: str, world: Any, shots: Path) -> None:
+    _, _, small, _ = world
+    page.goto(f"{server}/history?model={ACC_CELL[0]}&dtype={ACC_CELL[1]}&policy={ACC_CELL[2]}&target={ACC_CELL[3]}")
+    for key in ("cosine", "latency_p50_ms", "speedup", "casts_inserted", "low_precision_fraction"):
+        dots = page.locator(f"#chart-{key} .plot.overlay .serie-0 circle.dot")
+        assert dots.count() == len(small.main_shas), key
+        assert page.locator(f"#chart-{key} svg").bounding_box()["height"] > 150
+    marker = page.locator("#chart-cosine .plot.overlay .serie-1 circle.dot")
+    assert marker.count() == 1  # the regression at the last revision is marked
+    screenshot(page, shots, "history.png")
+    # clicking a point opens that revision's run (the last point lies under its regression marker,
+    # which links to the same run; click the one before it)
+    page.locator("#chart-cosine .plot.overlay .serie-0 circle.dot").nth(len(small.main_shas) - 2).click(timeout=5000)
+    page.wait_for_url(f"**/runs/{small.main_runs[-2]}")
+
+
+def test_acknowledge_needs_the_token(page: Any, server: str, world: Any, shots: Path) -> None:
+    _, store, small, _ = world
+    rid = small.regressions[ACC_CELL]
+    page.goto(f"{server}/regressions/{rid}")
+    screenshot(page, shots, "regression.png")
+    with page.expect_navigation() as nav:
+        page.click("#ack")  # no token typed
+    assert nav.value.status == 401 and "Refused" in page.inner_text("h1")
+    assert store.get_regression(rid).state == "open"
+    page.goto(f"{server}/regressions/{rid}")
+    page.fill("input[name=token]", TOKEN)
+    page.fill("input[name=by]", "Grace")
+    page.click("#ack")
+    page.wait_for_url(f"**/regressions/{rid}?done=ack")
+    assert "Marked acknowledged" in page.inner_text("#done")
+    assert "acknowledged" in page.inner_text("#reg-state")
+    got = store.get_regression(rid)
+    assert (got.state, got.state_by) == ("acknowledged", "Grace")

@@ -1,0 +1,239 @@
+"""Conversion with data: ``--policy auto`` (accuracy-guided search) and ``--calibration-data`` (range rules).
+
+Used by ``ampci convert`` (imported lazily, since it needs onnxruntime) and, as
+``python -m workers.autoconvert SRC -o DST ... --report FILE [--pass-root ROOT]``, by the job's
+conversion subprocess, with the same exit codes as ``python -m amp_pass convert`` (0 ok; 2 bad
+input, one line on stderr; 1 internal error).  ``--pass-root`` imports ``amp_pass`` from another
+checkout (the revision under test) while the search itself is this checkout's.
+
+Inputs for calibration and the search: ``--calibration-data F.npz`` (one array per model input,
+either the input's shape or with one extra leading axis of samples); else the zoo entry whose
+sha256 matches the model; else seeded N(0, 1) floats (zeros for integer inputs, symbolic dims 1).
+Guarantees: nothing is written unless conversion succeeded; the report is the pass report (same
+keys; ``policy`` is ``auto``) plus ``auto`` (the search) and ``calibration`` sections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+
+class DataError(ValueError):
+    """Unreadable or mismatching calibration data (a user error)."""
+
+    exit_code = 2
+
+
+def add_auto_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --tolerance, --calibration-data, --max-steps and --overflow-margin to ``parser``."""
+    parser.add_argument("--tolerance", default=None,
+                        help="policy auto: accuracy to meet, e.g. cosine=0.9995[,max_abs=..,snr_db=..,max_rel=..] "
+                             "(default cosine=0.9995 for fp16, 0.995 for bf16)")
+    parser.add_argument("--calibration-data", type=Path, default=None,
+                        help=".npz of model inputs: keep nodes fp32 whose observed values overflow/underflow")
+    parser.add_argument("--max-steps", type=int, default=16, help="policy auto: most candidate evaluations")
+    parser.add_argument("--overflow-margin", type=float, default=0.5,
+                        help="keep fp32 when observed |x| exceeds this fraction of the dtype's max")
+    parser.add_argument("--max-reduction", type=int, default=32768,
+                        help="keep fp32 when a node sums more terms than this per output element")
+
+
+def load_feeds(path: Path, model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
+    """Feed sets from an .npz (see the module docstring); DataError naming the problem."""
+    from workers.zoo.inputs import model_inputs
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: np.asarray(data[k]) for k in data.files}
+    except (OSError, ValueError, EOFError) as exc:
+        raise DataError(f"cannot read calibration data {path}: {exc}") from None
+    inputs = model_inputs(model)
+    missing = [n for n in inputs if n not in arrays]
+    if missing:
+        raise DataError(f"calibration data {path} lacks model inputs: {', '.join(missing)} (has {sorted(arrays)})")
+    counts = set()
+    for name, (_, dims) in inputs.items():
+        extra = arrays[name].ndim - len(dims)
+        if extra not in (0, 1):
+            raise DataError(f"calibration data {path}: {name!r} has shape {list(arrays[name].shape)}, "
+                            f"model rank is {len(dims)}")
+        counts.add(arrays[name].shape[0] if extra else None)
+    if len(counts) != 1:
+        raise DataError(f"calibration data {path}: inputs disagree on the number of samples")
+    n = counts.pop()
+    cast = {name: dtype for name, (dtype, _) in inputs.items()}
+    if n is None:
+        return [{k: arrays[k].astype(cast[k]) for k in inputs}]
+    return [{k: arrays[k][i].astype(cast[k]) for k in inputs} for i in range(n)]
+
+
+def default_feeds(model_path: Path, model: onnx.ModelProto) -> tuple[list[dict[str, np.ndarray]], str]:
+    """The zoo entry's inputs when the file's sha256 is in the zoo, else seeded synthetic inputs."""
+    from workers.zoo.inputs import make_feeds, model_inputs
+    from workers.zoo.manifest import ZooError, load_zoo
+
+    sha = hashlib.sha256(model_path.read_bytes()).hexdigest()
+    try:
+        for entry in load_zoo().entries.values():
+            if entry.sha256 == sha:
+                return [make_feeds(entry, entry.seed)], f"zoo:{entry.name}"
+    except ZooError:
+        pass
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for name, (dtype, dims) in model_inputs(model).items():
+        shape = [d if isinstance(d, int) and d > 0 else 1 for d in dims]
+        feeds[name] = (rng.standard_normal(shape) if dtype.kind == "f" else np.zeros(shape)).astype(dtype)
+    return [feeds], "synthetic N(0,1), symbolic dims 1"
+
+
+def _save(model: onnx.ModelProto, dst: Path, external: bool) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    os.close(fd)
+    try:
+        if external or model.ByteSize() > 1_500_000_000:
+            onnx.save(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
+                      location=f"{dst.name}.data", size_threshold=1024)
+        else:
+            onnx.save(model, tmp)
+        os.replace(tmp, dst)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _write_json(data: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def run_auto_convert(args: argparse.Namespace) -> int:
+    """Convert ``args.model`` with policy auto and/or calibration data; write model and report."""
+    from amp_pass.cli import options_from_args
+    from amp_pass.errors import OptionsError
+    from amp_pass.io import load_model
+    from workers.autosearch import DEFAULT_TOLERANCE, Tolerance, auto_search
+    from workers.calibrate import collect_ranges
+
+    start = time.perf_counter()
+    src, dst = Path(args.model), Path(args.output)
+    if src.resolve() == dst.resolve():
+        raise OptionsError(f"output {dst} would overwrite the input model")
+    loaded = load_model(src)  # (model, had external data) in current revisions, a bare model in older ones
+    model, external = loaded if isinstance(loaded, tuple) else (loaded, False)
+    options = options_from_args(args)
+    tolerance = Tolerance.parse(args.tolerance or DEFAULT_TOLERANCE.get(options.dtype, "cosine=0.9995"))
+    options.validate()
+    if args.calibration_data is not None:
+        feeds, source = load_feeds(args.calibration_data, model), str(args.calibration_data)
+    else:
+        feeds, source = default_feeds(src, model)
+    thresholds = {"overflow_margin": args.overflow_margin, "max_reduction": args.max_reduction}
+    auto = options.policy == "auto"
+    given = args.calibration_data is not None or not auto  # measured up front only when data was given
+    calibration = collect_ranges(model, feeds, source=source, keep_arrays=auto, **thresholds) if given else None
+    extra: dict[str, Any] = {}
+    if auto:
+        found = auto_search(model, feeds, options, tolerance, max_steps=args.max_steps, calibration=calibration,
+                            thresholds=thresholds)
+        assert found.result is not None
+        result, calibration = found.result, found.calibration
+        extra["auto"] = found.to_dict()
+    else:
+        assert calibration is not None
+        import dataclasses
+
+        from amp_pass import convert_model
+
+        result = convert_model(model, dataclasses.replace(options, calibration=calibration.ranges))
+    extra["calibration"] = {"source": source, "samples": len(feeds), **thresholds,
+                            "values": len(calibration.ranges.values) if calibration else 0,
+                            "measured": calibration is not None}
+    _save(result.model, dst, external)
+    report = result.report
+    report.seconds = time.perf_counter() - start
+    data = {**report.to_dict(), **extra}
+    if args.report is not None:
+        _write_json(data, args.report)
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        line = (f"converted {src} -> {dst}: {data['nodes_low']}/{data['nodes_total']} nodes {args.dtype}, "
+                f"compute {data['compute_low']}/{data['compute_nodes']}, casts +{data['casts_inserted']}"
+                f"/-{data['casts_removed']}, {len(data['kept_fp32'])} kept fp32, {data['seconds']:.3f}s")
+        if auto:
+            a = extra["auto"]
+            line += (f"; auto {'met' if a['met'] else 'did NOT meet'} {a['tolerance']}: "
+                     f"{len(a['forced_fp32'])} forced fp32, cosine {a['default']['cosine']} -> "
+                     f"{a['final']['cosine']}, {a['evaluations']} evaluations")
+        print(line)
+    return 0
+
+
+def use_pass_root(root: Path) -> None:
+    """Import ``amp_pass`` from ``root`` (before anything imports it), keeping this checkout's workers."""
+    init = Path(root) / "amp_pass" / "__init__.py"
+    if "amp_pass" in sys.modules or not init.is_file():
+        return
+    spec = importlib.util.spec_from_file_location("amp_pass", init, submodule_search_locations=[str(init.parent)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["amp_pass"] = module
+    spec.loader.exec_module(module)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m workers.autoconvert``: 0 ok, 2 bad input (one stderr line), 1 internal error."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--pass-root", type=Path, default=None)
+    known, rest = pre.parse_known_args(argv)
+    if known.pass_root is not None:
+        use_pass_root(known.pass_root)
+    from amp_pass.cli import add_convert_arguments
+
+    parser = argparse.ArgumentParser(prog="python -m workers.autoconvert",
+                                     description="Conversion with calibration data and/or policy auto.")
+    add_convert_arguments(parser)
+    add_auto_arguments(parser)
+    args = parser.parse_args(rest)
+    try:
+        return run_auto_convert(args)
+    except KeyboardInterrupt:
+        print("autoconvert: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # translated at the boundary: one line, no traceback
+        code = getattr(exc, "exit_code", None)
+        if isinstance(code, int):
+            print(f"autoconvert: error: {exc}", file=sys.stderr)
+            return code
+        print(f"autoconvert: internal error: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        return 1
+
+
+def command(src: Path, dst: Path, report: Path, dtype: str, target: str, pass_root: Path,
+            inputs: Path | None) -> list[str]:
+    """The subprocess command line the job runs for policy ``auto`` (cwd: this checkout)."""
+    cmd = [sys.executable, "-m", "workers.autoconvert", str(src), "-o", str(dst), "--dtype", dtype,
+           "--policy", "auto", "--target", target, "--report", str(report), "--pass-root", str(pass_root)]
+    if inputs is not None:
+        cmd += ["--calibration-data", str(inputs)]
+    return cmd
+
+
+if __name__ == "__main__":
+    sys.exit(main())
