@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<18} {kind:<5} {r.status:<14} {t.get('total_s', 0):8.2f} {t.get('exec_s', 0):8.2f} "
                   f"{t.get('overhead_s', 0):9.2f} {t.get('overhead_fraction', 0):8.1%}  {subproc:7.2f} "
                   f"{fetch:6.2f} {load:6.2f} {other:6.2f}")
+            if r.status != "pass":
+                print(f"    {r.message[:300]}")
             if args.verbose:
                 print("    " + ", ".join(f"{k}={v:.3f}" for k, v in sorted(t.items())))
     print(f"worst warm overhead fraction: {worst:.1%} (target < 10%)")

@@ -117,6 +117,8 @@ class Settings:
     worktree_cache_size: int = 8
     max_body_bytes: int = 1024 * 1024
     nightly_cron: str = "0 2 * * *"
+    nightly_sweep: str = "full"      # sweep name the nightly beat runs
+    extra_queues: str = ""           # comma-separated extra target queues (e.g. GPU types)
     log_level: str = "INFO"
 
     @classmethod

@@ -18,8 +18,6 @@ Reliability guarantees (see DESIGN.md):
 
 from __future__ import annotations
 
-import os
-
 from celery import Celery
 from celery.schedules import crontab
 from kombu import Queue
@@ -56,9 +54,9 @@ def time_limits(settings: Settings) -> tuple[float, float]:
     return max(hard * 0.9, hard - 60.0), hard
 
 
-def extra_queues() -> tuple[str, ...]:
+def extra_queues(settings: Settings) -> tuple[str, ...]:
     """More target queues (e.g. GPU types) from ``AMPCI_EXTRA_QUEUES=cuda-a100,cuda-h100``."""
-    raw = os.environ.get("AMPCI_EXTRA_QUEUES", "")
+    raw = settings.extra_queues
     names = tuple(q.strip() for q in raw.split(",") if q.strip())
     for name in names:
         if not name.replace("-", "").replace("_", "").isalnum():
@@ -83,7 +81,7 @@ def make_app(settings: Settings) -> Celery:
     broker = settings.broker_url or "redis://127.0.0.1:6379/0"
     soft, hard = time_limits(settings)
     app = Celery("ampci", broker=broker, backend=broker, include=["workers.tasks"])
-    queues = [Queue(q) for q in (*DEFAULT_QUEUES, *extra_queues(), CONTROL_QUEUE)]
+    queues = [Queue(q) for q in (*DEFAULT_QUEUES, *extra_queues(settings), CONTROL_QUEUE)]
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -112,7 +110,7 @@ def make_app(settings: Settings) -> Celery:
             "nightly-full-sweep": {
                 "task": NIGHTLY_TASK,
                 "schedule": nightly_schedule(settings.nightly_cron),
-                "args": (os.environ.get("AMPCI_NIGHTLY_SWEEP", "full"),),
+                "args": (settings.nightly_sweep,),
             },
         },
     )
