@@ -76,12 +76,17 @@ class CastInserter:
 
     # ------------------------------------------------------------------ building casts
     def _fold_constant(self, value: ir.Value, dtype: ir.DataType) -> ir.Value | None:
-        arr = constant_array(value)
-        if arr is None or dtype not in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        if dtype not in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
             return None
+        low_arr = self.p.converted.get(value) if dtype is self.low else None
+        if low_arr is None:
+            arr = constant_array(value)
+            if arr is None:
+                return None
+            low_arr = to_low(arr, dtype)
         owner = value.graph if value.is_initializer() else value.producer().graph  # type: ignore[union-attr]
         name = self.names.fresh(f"{value.name}_{SUFFIX[dtype]}")
-        tensor = ir.Tensor(to_low(arr, dtype), name=name)
+        tensor = ir.Tensor(low_arr, name=name)
         if value.is_initializer():
             new = ir.Value(name=name, type=ir.TensorType(dtype), shape=_shape(value), const_value=tensor)
             owner.register_initializer(new)  # type: ignore[union-attr]
@@ -186,11 +191,14 @@ class CastInserter:
             node.attributes["to"] = ir.AttrInt64("to", int(self.low))
             return
         attr = node.attributes.get("value")
-        arr = constant_array(node.outputs[0])
-        if arr is None:
-            return
+        low_arr = self.p.converted.get(node.outputs[0])
+        if low_arr is None:
+            arr = constant_array(node.outputs[0])
+            if arr is None:
+                return
+            low_arr = to_low(arr, self.low)
         name = attr.value.name if attr is not None and attr.type is ir.AttributeType.TENSOR else None
-        node.attributes["value"] = ir.AttrTensor("value", ir.Tensor(to_low(arr, self.low), name=name))
+        node.attributes["value"] = ir.AttrTensor("value", ir.Tensor(low_arr, name=name))
         for key in ("value_float", "value_floats"):
             node.attributes.pop(key, None)
 

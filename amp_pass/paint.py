@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx_ir as ir
 
 from amp_pass import policy as pol
-from amp_pass.ranges import constant_array, range_problem
+from amp_pass.ranges import check_and_convert, constant_array
 from amp_pass.schema import Slots, accepts, low_slots
 from amp_pass.walk import is_control_flow, iter_nodes, node_subgraphs
 
@@ -35,6 +36,7 @@ class Painting:
     reasons: dict[ir.Node, str] = field(default_factory=dict)
     classes: dict[ir.Node, str | None] = field(default_factory=dict)
     float_nodes: set[ir.Node] = field(default_factory=set)
+    converted: dict[ir.Value, np.ndarray] = field(default_factory=dict)  # constants already rounded to low
     iterations: int = 0
 
     def is_low_value(self, value: ir.Value) -> bool:
@@ -67,7 +69,11 @@ class Painter:
     def _range(self, value: ir.Value) -> str | None:
         if value not in self._range_cache:
             arr = constant_array(value) if _is_constant(value) else None
-            self._range_cache[value] = None if arr is None else range_problem(arr, self.low, f"constant {value.name!r}")
+            problem, converted = (None, None) if arr is None else \
+                check_and_convert(arr, self.low, f"constant {value.name!r}")
+            self._range_cache[value] = problem
+            if converted is not None:
+                self.p.converted[value] = converted
         return self._range_cache[value]
 
     def _classify(self) -> None:

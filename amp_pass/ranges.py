@@ -11,6 +11,8 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
+from amp_pass.errors import InvalidModelError
+
 #: A tensor underflows "in bulk" when the values that flush to zero carry more than this fraction of
 #: its L2 norm (a few tiny values next to large ones are harmless; a tensor of 1e-9s is not).
 UNDERFLOW_NORM_FRACTION = 1e-3
@@ -49,6 +51,25 @@ def range_problem(array: np.ndarray, low: ir.DataType, what: str) -> str | None:
     return None
 
 
+def check_and_convert(array: np.ndarray, low: ir.DataType, what: str) -> tuple[str | None, np.ndarray | None]:
+    """``(problem, converted)``: the range problem of ``array`` (as ``range_problem``) and, when there is
+    none, ``array`` rounded to ``low``.  Fast path: two reductions, the conversion and two non-zero
+    counts; the detailed analysis runs only when something overflows, is not finite or flushes to 0.
+    """
+    if array.size == 0 or array.dtype != np.float32:
+        return None, None
+    hi, lo = float(array.max()), float(array.min())
+    info = _INFO[low]
+    if not (np.isfinite(hi) and np.isfinite(lo)) or max(hi, -lo) > float(info.max):
+        return range_problem(array, low, what), None
+    converted = array.astype(NUMPY_DTYPE[low])
+    if np.count_nonzero(array) != np.count_nonzero(converted):
+        problem = range_problem(array, low, what)
+        if problem:
+            return problem, None
+    return None, converted
+
+
 def to_low(array: np.ndarray, low: ir.DataType) -> np.ndarray:
     """``array`` rounded to ``low`` (round-to-nearest-even through ml_dtypes for bf16)."""
     return np.asarray(array, dtype=np.float32).astype(NUMPY_DTYPE[low])
@@ -81,5 +102,6 @@ def constant_array(value: ir.Value) -> np.ndarray | None:
             return None
     try:
         return tensor.numpy()
-    except Exception:  # noqa: BLE001 - external data that cannot be read: treat as unknown
-        return None
+    except Exception as exc:  # noqa: BLE001 - data that does not match its dims, unreadable external data
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InvalidModelError(f"cannot read tensor {value.name!r} of the input model: {first}") from None

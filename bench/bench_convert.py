@@ -179,5 +179,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    import warnings
+
+    warnings.filterwarnings("ignore", category=UserWarning)  # onnxconverter-common warns per truncated value
     np.seterr(all="ignore")
     sys.exit(main())

@@ -259,10 +259,10 @@ _MIGRATE_LOCK = threading.Lock()
 def open_store(settings: Settings) -> Any:
     """The Store of ``settings`` with its schema at head (migrated on first use; thread-safe)."""
     from service.db import migrate
-    from service.db.store import Store
+    from service.db.store import Store, thresholds_from_settings
 
     url = settings.effective_database_url
-    store = Store.from_url(url)
+    store = Store.from_url(url, thresholds=thresholds_from_settings(settings))
     with _MIGRATE_LOCK:  # Alembic's command API keeps module-global state
         if migrate.current(url) != migrate.head():
             store.upgrade()

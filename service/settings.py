@@ -119,6 +119,7 @@ class Settings:
     nightly_cron: str = "0 2 * * *"
     nightly_sweep: str = "full"      # sweep name the nightly beat runs
     extra_queues: str = ""           # comma-separated extra target queues (e.g. GPU types)
+    thresholds_file: str = ""        # JSON/YAML overriding regression thresholds (empty: built-in)
     log_level: str = "INFO"
 
     @classmethod

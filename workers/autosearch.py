@@ -3,20 +3,21 @@
 :func:`auto_search` starts from the default painting and measures it with faithful emulation
 (:mod:`workers.emulation`) against the fp32 model on the given inputs.  If the tolerance is not met:
 
-1. **Sensitivity.**  One emulated run exposes every main-graph value; each candidate node (a node
-   the default painting runs low) is scored by its *local error jump*: the relative L2 error of its
-   output minus the largest error of its inputs (a node whose output turns inf first scores
-   highest).  Nodes the calibration rules flag (overflow, underflow, long reductions) score above
-   all others; nodes inside If/Loop/Scan bodies take the score of their top-level control-flow node.
+1. **Sensitivity** (:mod:`workers.sensitivity`).  One emulated run exposes every main-graph value;
+   each candidate node (a node the default painting runs low) is scored by its *local error jump*:
+   the relative L2 error of its output minus the largest error of its inputs (a node whose output
+   turns inf first scores highest).  Nodes the calibration rules flag for their own outputs
+   (overflow, underflow) or reductions score above all others; nodes inside If/Loop/Scan bodies take the score of their
+   top-level control-flow node.
 2. **Galloping + bisection** over the ranking (as Polygraphy's ``debug precision`` bisects, but
    over a sensitivity order instead of the raw topological order): force the top 1, 2, 4... nodes
    to fp32 until the tolerance is met, then bisect down to the smallest prefix that meets it.
-3. **Pruning** (delta debugging): drop chunks of the chosen set, halving the chunk size, whenever
-   the rest still meets the tolerance.
+3. **Pruning** (delta debugging): drop the least sensitive half of the chosen set, then single
+   nodes, whenever the rest still meets the tolerance.
 
 Every candidate is converted in memory (``AmpPass`` with ``force_fp32`` node keys on a model
 prepared once; nothing is written to disk), emulated and run.  Guarantees: deterministic for the
-same model, inputs and options (no time budget, stable tie-breaks); at most ``max_steps``
+same model, inputs, options and machine (no time budget, stable tie-breaks); at most ``max_steps``
 evaluations; the result is never less accurate than the default painting (if the tolerance cannot
 be met, the most accurate evaluated set is returned, and ``met`` is False).
 """
@@ -38,11 +39,9 @@ from onnx import helper
 from amp_pass import AmpPass, ConversionOptions, ConversionResult
 from amp_pass.calibration import (
     FORCED_REASON,
-    SEP,
     calibration_decisions,
     graph_scopes,
     low_node_keys,
-    node_key,
 )
 from amp_pass.converter import DTYPES, default_opset
 from amp_pass.policy import load_policy
@@ -51,11 +50,11 @@ from workers.calibrate import Calibration, collect_ranges
 from workers.emulation import EmulatedSession
 from workers.metrics import output_metrics
 from workers.result import OutputMetrics
+from workers.sensitivity import sensitivity
 from workers.sessions import make_session, run_session
 
 DEFAULT_TOLERANCE = {"fp16": "cosine=0.9995", "bf16": "cosine=0.995"}
 _FLAGGED = 1e300  # score of calibration-flagged nodes: above any measured jump
-_INF_JUMP = 1e200
 
 
 class ToleranceError(ValueError):
@@ -235,51 +234,6 @@ def _round(x: float) -> float:
     return float(f"{x:.8g}") if math.isfinite(x) else x
 
 
-def _rel_err(ref: np.ndarray, got: np.ndarray) -> float:
-    r = np.asarray(ref, dtype=np.float64)
-    g = np.asarray(got, dtype=np.float64)
-    if r.shape != g.shape or r.size == 0:
-        return 0.0
-    fin = np.isfinite(r)
-    if (fin & ~np.isfinite(g)).any():
-        return math.inf
-    num = float(np.linalg.norm((r - g)[fin]))
-    return num / max(float(np.linalg.norm(r[fin])), 1e-12)
-
-
-def sensitivity(prepared: onnx.ModelProto, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]
-                ) -> dict[str, float]:
-    """Local error jump of every node key (body nodes get their top-level control-flow node's jump)."""
-    err = {n: _rel_err(ref[n], got[n]) for n in got if n in ref}
-    scores: dict[str, float] = {}
-
-    def visit_body(g: onnx.GraphProto, scope: str, score: float) -> None:
-        for i, node in enumerate(g.node):
-            key = node_key(scope, node.output, node.op_type, i)
-            scores[key] = score
-            for attr in node.attribute:
-                subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-                for pos, sub in enumerate(subs):
-                    where = None if attr.type == onnx.AttributeProto.GRAPH else pos
-                    visit_body(sub, f"{key}{SEP}{attr.name}{'' if where is None else f'[{where}]'}{SEP}", score)
-
-    for i, node in enumerate(prepared.graph.node):
-        key = node_key("", node.output, node.op_type, i)
-        out = max((err.get(n, 0.0) for n in node.output if n), default=0.0)
-        inp = max((err.get(n, 0.0) for n in node.input if n), default=0.0)
-        if math.isinf(out):
-            jump = 0.0 if math.isinf(inp) else _INF_JUMP
-        else:
-            jump = out - inp
-        scores[key] = jump
-        for attr in node.attribute:
-            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-            for pos, sub in enumerate(subs):
-                where = "" if attr.type == onnx.AttributeProto.GRAPH else f"[{pos}]"
-                visit_body(sub, f"{key}{SEP}{attr.name}{where}{SEP}", jump)
-    return scores
-
-
 def reference_outputs(model: onnx.ModelProto, feeds_list: Sequence[Mapping[str, np.ndarray]]
                       ) -> list[dict[str, np.ndarray]]:
     """The fp32 model's outputs on each feed set (CPU provider, optimizations off)."""
@@ -326,8 +280,11 @@ def auto_search(model: onnx.ModelProto, feeds_list: Sequence[Mapping[str, np.nda
         _, got = ev.evaluate(frozenset(), "sensitivity", expose=list(calibration.arrays))
         scores = sensitivity(ev.prepared, calibration.arrays, got) if got else {}
         order = {k: i for i, k in enumerate(candidates)}
-        def score(k: str) -> float:  # overflowing/underflowing outputs first; their readers follow by taint
-            return _FLAGGED if "calibration: input" not in flagged.get(k, "calibration: input") else scores.get(k, 0.0)
+
+        def score(k: str) -> float:
+            """Nodes whose own output breaks the dtype first (their readers follow them by taint)."""
+            why = flagged.get(k)
+            return _FLAGGED if why is not None and not why.startswith("calibration: input") else scores.get(k, 0.0)
 
         ranked = sorted(candidates, key=lambda k: (-score(k), order[k]))
         chosen = _bisect(ev, ranked, max_steps)

@@ -94,9 +94,13 @@ class Zygote:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise ZygoteUnavailable(f"conversion zygote is gone: {exc}") from None
-        started = self._next(30.0)
-        if not started or "pid" not in started:
-            raise ZygoteUnavailable("conversion zygote did not fork a child")
+        try:
+            started = self._next(30.0)
+        except queue.Empty:
+            started = None
+        if not started or "pid" not in started or "code" in started or "signal" in started:
+            self.close()  # out of step with the protocol: never trust this zygote again
+            raise ZygoteUnavailable(f"conversion zygote did not fork a child (got {started!r})")
         pid = started["pid"]
         timed_out = False
         try:
@@ -109,9 +113,14 @@ class Zygote:
                     break
                 except (ProcessLookupError, PermissionError):
                     continue
-            done = self._next(30.0)
-        if done is None:
-            raise ZygoteUnavailable("conversion zygote died while converting")
+            try:
+                done = self._next(30.0)
+            except queue.Empty:  # the zygote is stuck too: drop it, the child was killed
+                self.close()
+                return ChildExit(code=None, signal=signal.SIGKILL, timed_out=True)
+        if done is None or done.get("pid") != pid:
+            self.close()
+            raise ZygoteUnavailable(f"conversion zygote died or answered out of step: {done!r}")
         return ChildExit(code=done.get("code"), signal=done.get("signal"), timed_out=timed_out)
 
     def close(self) -> None:

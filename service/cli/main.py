@@ -43,8 +43,8 @@ def _is_expected_error(exc: BaseException) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Run one ampci command; return its exit code (0 ok, 1 gate failed, 2 bad input, 3 unavailable)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("ampci: interrupted", file=sys.stderr)

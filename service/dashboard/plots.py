@@ -37,7 +37,10 @@ STYLE = Style(background="#ffffff", plot_background="#ffffff", foreground="#2222
               font_family="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif",
               label_font_size=11, major_label_font_size=11, legend_font_size=12, title_font_size=14,
               value_font_size=11, tooltip_font_size=12)
-MARKERS = (("regression", "▼ regression"), ("improvement", "▲ improvement"), ("flaky", "≈ flaky"))
+#: (category, series title, colour): each marker series has its colour on every point, so the colour
+#: does not depend on which marker series a chart happens to have.
+MARKERS = (("regression", "▼ regression", "#b3261e"), ("improvement", "▲ improvement", "#1b6e34"),
+           ("flaky", "≈ flaky", "#6a4c93"))
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ def chart_svg(points: Sequence[HistoryRow], findings: dict[int, list[RegressionI
                        range=(lo_hi := _range(points, metric)), y_labels=_ticks(lo_hi, metric))
     chart.x_labels = [p.revision_sha[:7] for p in points]
     values: list[Any] = []
-    markers: dict[str, list[Any]] = {name: [] for name, _ in MARKERS}
+    markers: dict[str, list[Any]] = {name: [] for name, _, _ in MARKERS}
     for p in points:
         v = metric.value(p)
         link = {"href": run_href(p.run_id), "target": "_self"}
@@ -113,11 +116,12 @@ def chart_svg(points: Sequence[HistoryRow], findings: dict[int, list[RegressionI
                 and p.latency_max_ms is not None:
             point["ci"] = {"low": p.latency_min_ms, "high": p.latency_max_ms}
         values.append(point if v is not None else None)
-        for name, _ in MARKERS:
+        for name, _, colour in MARKERS:
             hit = v is not None and any(f.category == name for f in hits)
-            markers[name].append({"value": v, "xlink": link, "label": _label(p, metric, v, extra)} if hit else None)
+            markers[name].append({"value": v, "xlink": link, "label": _label(p, metric, v, extra), "color": colour}
+                                 if hit else None)
     chart.add("value", values)
-    for name, legend in MARKERS:
+    for name, legend, _ in MARKERS:
         if any(markers[name]):  # an empty marker series costs as much to draw as a full one
             chart.add(legend, markers[name], stroke=False, dots_size=7)
     svg = chart.render(is_unicode=True)

@@ -66,6 +66,8 @@ def fmt_cosine(x: float | None) -> str:
     """A cosine similarity with enough digits to see a drop from 0.99999 (e.g. '0.99987')."""
     if x is None:
         return "–"
+    if x > 0.99999:
+        return f"{x:.6f}"
     return f"{x:.5f}" if x > 0.999 else f"{x:.4g}"
 
 

@@ -70,23 +70,36 @@ def check_sha(sha: str) -> str:
     return s
 
 
+def thresholds_from_settings(settings: Settings) -> Thresholds | None:
+    """Regression thresholds from ``AMPCI_THRESHOLDS_FILE`` (JSON/YAML), or None for the built-in ones."""
+    if not settings.thresholds_file:
+        return None
+    from service.regressions.thresholds import Thresholds as _Thresholds
+
+    return _Thresholds.load(settings.thresholds_file)
+
+
 class Store(QueriesMixin):
     """Results store over one SQLAlchemy engine.  See the module docstring for guarantees."""
 
-    def __init__(self, engine: Engine, clock: Callable[[], datetime] = _now) -> None:
+    def __init__(self, engine: Engine, clock: Callable[[], datetime] = _now,
+                 thresholds: Thresholds | None = None) -> None:
         self.engine = engine
         self.clock = clock
+        self.thresholds = thresholds  # default rule knobs for detect_regressions (None: built-in)
 
     @classmethod
-    def from_url(cls, url: str, clock: Callable[[], datetime] = _now) -> Store:
+    def from_url(cls, url: str, clock: Callable[[], datetime] = _now,
+                 thresholds: Thresholds | None = None) -> Store:
         """A Store for ``url`` (no connection is made until the first call)."""
-        return cls(make_engine(url), clock=clock)
+        return cls(make_engine(url), clock=clock, thresholds=thresholds)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Store:
         """The Store of ``settings.effective_database_url``; the embedded SQLite default is upgraded to head."""
         url = settings.effective_database_url
         store = cls.from_url(url)
+        store.thresholds = thresholds_from_settings(settings)
         if not settings.database_url:
             store.upgrade()
         return store
@@ -324,7 +337,7 @@ class Store(QueriesMixin):
         """
         from service.regressions.detect import detect_run
 
-        return detect_run(self, run_id, thresholds)
+        return detect_run(self, run_id, thresholds if thresholds is not None else self.thresholds)
 
     # -- model zoo and webhook deliveries --------------------------------------------------------
     def record_model(self, name: str, sha256: str | None = None, source: str | None = None,

@@ -129,6 +129,7 @@ def requests(draw: st.DrawFn, root: dict[str, Any]) -> dict[str, Any]:
         event = draw(st.sampled_from(["push", "pull_request", "ping", "issues", "", "PUSH", "x" * 80]))
         delivery = draw(st.sampled_from(["", "fz-1", "fz-" + "a" * 120, "caf\u00c3\u00a9", None]))
         headers.update(webhook_headers(content, event or "push", delivery=delivery or None, secret=SECRET))
+        headers["X-GitHub-Delivery"] = headers["X-GitHub-Delivery"].encode("latin-1")  # raw bytes on the wire
         if not event:
             del headers["X-GitHub-Event"]
         sig = draw(st.sampled_from(["good", "bad", "missing"]))

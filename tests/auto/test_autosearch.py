@@ -33,7 +33,13 @@ def test_auto_meets_tolerance_where_default_fails_keeping_most_compute_low() -> 
     assert d["forced_fp32"][0]["node"] == "m3" and d["evaluations"] == len(d["steps"]) >= 2
 
 
-def test_search_without_calibration_flags_uses_sensitivity_and_is_deterministic() -> None:
+def test_search_without_calibration_flags_uses_sensitivity_and_is_deterministic(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_disk(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the search must work in memory")
+
+    monkeypatch.setattr(onnx, "save", no_disk)
+    monkeypatch.setattr(onnx, "save_model", no_disk)
     model = overflow_chain(layers=10, hot=5)
     feeds = feeds_for(model)
     # an overflow margin no value reaches: the ranking comes only from the measured error jumps
@@ -72,16 +78,25 @@ def test_tolerance_parsing() -> None:
             Tolerance.parse(bad)
 
 
-@pytest.mark.parametrize("name", ["silero_vad", "ppocr_mobile_cls", "ppocr_v4_rec"])
-def test_real_models_auto_never_worse_than_default(name: str, real_model_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("name", "dtype", "tolerance"), [
+    ("silero_vad", "fp16", None), ("silero_vad", "bf16", None), ("ppocr_mobile_cls", "fp16", None),
+    ("ppocr_v4_rec", "fp16", None),
+    ("ppocr_mobile_cls", "fp16", "cosine=0.9999999"),  # stricter than the default painting reaches: a search
+])
+def test_real_models_auto_never_worse_than_default(name: str, dtype: str, tolerance: str | None,
+                                                   real_model_path) -> None:  # type: ignore[no-untyped-def]
     from workers.zoo.inputs import make_feeds
     from workers.zoo.manifest import load_zoo
 
     entry = load_zoo().get(name)
     model = onnx.load(str(real_model_path(name)))
-    found = auto_search(model, [make_feeds(entry, entry.seed)], ConversionOptions(policy="auto"))
+    found = auto_search(model, [make_feeds(entry, entry.seed)], ConversionOptions(dtype=dtype, policy="auto"),
+                        Tolerance.parse(tolerance) if tolerance else None, max_steps=6)
     assert found.final.error_key() <= found.default.error_key()
     assert found.met or not found.default.met
+    assert len(found.steps) <= 6
     if found.default.met:
         assert found.forced == [] and found.final.compute_low == found.default.compute_low
+    else:
+        assert tolerance is not None and found.forced and found.final.cosine > found.default.cosine
     assert_valid(found.result.model)  # type: ignore[union-attr]

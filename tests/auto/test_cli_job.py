@@ -51,6 +51,16 @@ def test_ampci_convert_policy_auto(hot: Path, tmp_path: Path, capsys: pytest.Cap
     assert_valid(onnx.load(str(out)))
 
 
+def test_ampci_convert_policy_auto_on_a_zoo_model_uses_zoo_inputs(tmp_path: Path, real_model_path) -> None:  # type: ignore[no-untyped-def]
+    out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
+    assert main(["convert", str(real_model_path("ppocr_mobile_cls")), "-o", str(out), "--policy", "auto",
+                 "--report", str(rep)]) == 0
+    data = json.loads(rep.read_text())
+    assert data["calibration"]["source"] == "zoo:ppocr_mobile_cls"
+    assert data["auto"]["met"] and data["auto"]["forced_fp32"] == [] and data["low_precision_compute_fraction"] == 1
+    assert_valid(onnx.load(str(out)))
+
+
 def test_ampci_convert_calibration_data_with_default_policy(hot: Path, tmp_path: Path) -> None:
     out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
     assert main(["convert", str(hot), "-o", str(out), "--calibration-data", str(tmp_path / "hot.npz"),

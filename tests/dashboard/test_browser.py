@@ -18,7 +18,17 @@ import pytest
 
 from tests.conftest import fresh_pg_database
 from tests.dashboard.conftest import TOKEN, start_server, stop_server
-from tests.dashboard.seed import ACC_CELL, CELLS, CONV_CELL, LAT_CELL, WIDE_CELLS, Seeded, WideSeeded, seed, seed_wide
+from tests.dashboard.seed import (
+    ACC_CELL,
+    CELLS,
+    CONV_CELL,
+    LAT_CELL,
+    WIDE_CELLS,
+    Seeded,
+    WideSeeded,
+    seed,
+    seed_wide,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres]
 
@@ -192,6 +202,7 @@ def test_acknowledge_needs_the_token(page: Any, server: str, world: Any, shots: 
     with page.expect_navigation() as nav:
         page.click("#ack")  # no token typed
     assert nav.value.status == 401 and "Refused" in page.inner_text("h1")
+    page.console_errors.remove("Failed to load resource: the server responded with a status of 401 (Unauthorized)")
     assert store.get_regression(rid).state == "open"
     page.goto(f"{server}/regressions/{rid}")
     page.fill("input[name=token]", TOKEN)

@@ -101,7 +101,7 @@ def test_history_page_plots_one_point_per_revision(client: Any, seeded_db: tuple
     figures = re.findall(r'<figure class="chart" id="chart-([a-z_0-9]+)" data-points="(\d+)">(.*?)</figure>', r.text,
                          re.DOTALL)
     assert [f[0] for f in figures] == ["cosine", "latency_p50_ms", "speedup", "casts_inserted", "low_precision_fraction"]
-    for key, n, svg in figures:
+    for _key, n, svg in figures:
         assert int(n) == len(s.main_shas)
         assert "<script" not in svg and "<svg" in svg
         links = re.findall(r'xlink:href="/runs/(\d+)"', svg)
