@@ -93,7 +93,8 @@ def main() -> int:
         hist = "/history?" + urlencode(dict(zip(("model", "dtype", "policy", "target"), cell, strict=True)))
         app = create_app(Settings(database_url=url, webhook_secret="bench", api_token="bench"), store=store,
                          dashboard=dashboard_router(), background=False)
-        with TestClient(app) as client:
+        browser = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+        with TestClient(app, headers=browser) as client:
             def get(path: str, cold: bool = False) -> Any:
                 def call() -> str:
                     if cold:

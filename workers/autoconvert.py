@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -31,7 +33,7 @@ import onnx
 
 
 class DataError(ValueError):
-    """Unreadable or mismatching calibration data (a user error)."""
+    """Unreadable or mismatching calibration data, or a pass without the hooks (a user error)."""
 
     exit_code = 2
 
@@ -127,8 +129,12 @@ def run_auto_convert(args: argparse.Namespace) -> int:
     from amp_pass.cli import options_from_args
     from amp_pass.errors import OptionsError
     from amp_pass.io import load_model
-    from workers.autosearch import DEFAULT_TOLERANCE, Tolerance, auto_search
-    from workers.calibrate import collect_ranges
+
+    try:  # the pass under test (maybe another revision) must provide the hooks the search drives
+        from workers.autosearch import DEFAULT_TOLERANCE, Tolerance, auto_search
+        from workers.calibrate import collect_ranges
+    except ImportError as exc:
+        raise DataError(f"this pass revision has no policy-auto hooks (amp_pass.calibration): {exc}") from None
 
     start = time.perf_counter()
     src, dst = Path(args.model), Path(args.output)
@@ -185,11 +191,28 @@ def run_auto_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+class _PinnedPass(importlib.abc.MetaPathFinder):
+    """Resolves ``amp_pass.*`` only inside the pinned root: a module that revision lacks is missing,
+    never silently taken from another copy (an editable install's finder would supply this checkout's)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith("amp_pass."):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named {fullname!r} in pass root {self.root}", name=fullname)
+        return spec
+
+
 def use_pass_root(root: Path) -> None:
     """Import ``amp_pass`` from ``root`` (before anything imports it), keeping this checkout's workers."""
     init = Path(root) / "amp_pass" / "__init__.py"
     if "amp_pass" in sys.modules or not init.is_file():
         return
+    sys.meta_path.insert(0, _PinnedPass(Path(root)))
     spec = importlib.util.spec_from_file_location("amp_pass", init, submodule_search_locations=[str(init.parent)])
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -203,7 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     pre.add_argument("--pass-root", type=Path, default=None)
     known, rest = pre.parse_known_args(argv)
     if known.pass_root is not None:
-        use_pass_root(known.pass_root)
+        try:
+            use_pass_root(known.pass_root)
+        except ImportError as exc:
+            print(f"autoconvert: error: the pass at {known.pass_root} has no policy-auto hooks: {exc}",
+                  file=sys.stderr)
+            return 2
     from amp_pass.cli import add_convert_arguments
 
     parser = argparse.ArgumentParser(prog="python -m workers.autoconvert",

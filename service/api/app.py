@@ -80,6 +80,13 @@ def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatch
     app.include_router(routes_health.router)
     app.include_router(routes_read.router)
     app.include_router(routes_write.router)
+    if dashboard is None:  # the HTML dashboard (service/dashboard); the redirect below if it cannot load
+        try:
+            from service.dashboard import dashboard_router
+
+            dashboard = dashboard_router()
+        except ImportError as exc:
+            log.warning("dashboard disabled (%s); /runs/{id} redirects to the JSON API", exc)
     if dashboard is not None:
         app.include_router(dashboard)
     else:

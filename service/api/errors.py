@@ -16,6 +16,7 @@ from sqlalchemy.exc import DataError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.errors import DatabaseUnavailableError, NotFoundError, UserError
+from service.github.events import RepositoryNotAllowedError
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,10 @@ def install_error_handlers(app: FastAPI) -> None:
         where = ".".join(str(p) for p in first["loc"])  # type: ignore[union-attr]
         return error_response(422, f"{where}: {first['msg']}" if where else str(first["msg"]),
                               detail=detail)
+
+    @app.exception_handler(RepositoryNotAllowedError)
+    async def _forbidden(_: Request, exc: RepositoryNotAllowedError) -> JSONResponse:
+        return error_response(403, str(exc))
 
     @app.exception_handler(NotFoundError)
     async def _not_found(_: Request, exc: NotFoundError) -> JSONResponse:

@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse
 
 from service.api.auth import require_write
 from service.api.routes_read import Id
+from service.github.events import check_repository
 
 router = APIRouter(prefix="/api", tags=["write"], dependencies=[Depends(require_write)])
 
@@ -42,9 +43,8 @@ def trigger_run(request: Request, body: ManualRun,
                 idempotency_key: Annotated[str | None, Header(pattern=r"^[A-Za-z0-9._:-]{1,100}$")] = None,
                 ) -> JSONResponse:
     ctx = request.app.state.ctx
-    if body.repo is not None and ctx.settings.allowed_repo_set() and \
-            body.repo.lower() not in ctx.settings.allowed_repo_set():
-        return JSONResponse({"error": "forbidden", "message": f"repository {body.repo} is not allowed"}, 403)
+    if body.repo is not None:
+        check_repository(body.repo, ctx.settings)  # RepositoryNotAllowedError -> 403
     sha = body.revision.lower()
     meta = {"github": {"repo": body.repo, "event": "manual"}} if body.repo else {}
     dedup = f"api:{idempotency_key}" if idempotency_key else None

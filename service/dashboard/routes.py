@@ -3,8 +3,10 @@
 Routes (not in the OpenAPI schema):
 
 - ``GET /`` and ``GET /runs`` — recent runs, filter by ``branch`` and ``trigger``;
-- ``GET /runs/{id}`` — the run matrix, its findings and the diff against the baseline
-  (the page commit statuses link to);
+- ``GET /runs/{id}`` — the run matrix, its findings and the diff against the baseline (the page
+  commit statuses link to).  Content-negotiated: a client whose ``Accept`` header does not name
+  HTML (curl, scripts) is redirected (307) to the JSON at ``/api/runs/{id}``, as before the
+  dashboard existed; browsers get the page;
 - ``GET /history?model=&dtype=&policy=&target=[&branch=main][&limit=50]`` — a cell across revisions;
 - ``GET /regressions/{id}`` — one finding, baseline vs offending numbers, bisection state;
 - ``POST /regressions/{id}/triage`` — the acknowledge / false-positive form (fields ``token``,
@@ -116,7 +118,10 @@ def runs_page(request: Request, branch: str = "", trigger: str = "", limit: str 
 @read.get("/runs/{run_id}", response_class=HTMLResponse)
 @html_errors
 def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
-    """The run matrix with its findings and the diff against the baseline."""
+    """The run matrix with its findings and the diff against the baseline (JSON clients: a redirect)."""
+    accept = request.headers.get("accept", "")
+    if "text/html" not in accept and "application/xhtml" not in accept:
+        return RedirectResponse(f"/api/runs/{_positive_int(run_id, 'run')}", status_code=307)
     store = _store(request)
     run = store.get_run(_positive_int(run_id, "run"))
     revision = store.get_revision(run.revision_sha)

@@ -193,7 +193,9 @@ def _load(body: bytes) -> dict:
     return data
 
 
-def _check_repo(full_name: str, settings: Settings) -> None:
+def check_repository(full_name: str, settings: Settings) -> None:
+    """Raise RepositoryNotAllowedError unless ``full_name`` is on the allowlist (case-insensitive);
+    an empty allowlist admits nothing, except with ``AMPCI_INSECURE_DEV``."""
     allowed = settings.allowed_repo_set()
     if full_name.lower() in allowed:
         return
@@ -215,7 +217,7 @@ def _parse_push(data: dict, settings: Settings) -> Decision:
         push = _Push.model_validate(data)
     except ValidationError as exc:
         raise PayloadError(_validation_reason(exc)) from None
-    _check_repo(push.repository.full_name, settings)
+    check_repository(push.repository.full_name, settings)
     if not push.ref.startswith("refs/heads/"):
         return Ignored(f"push to {push.ref[:100]} is not a branch")
     branch = push.ref[len("refs/heads/"):]
@@ -245,7 +247,7 @@ def _parse_pull_request(data: dict, settings: Settings) -> Decision:
         event = _PullRequest.model_validate(data)
     except ValidationError as exc:
         raise PayloadError(_validation_reason(exc)) from None
-    _check_repo(event.repository.full_name, settings)
+    check_repository(event.repository.full_name, settings)
     if event.action not in PR_ACTIONS:
         return Ignored(f"pull_request action {event.action[:50]!r} needs no run")
     pr = event.pull_request

@@ -48,7 +48,6 @@ def test_named_policies_and_overlays(name: str, target: str) -> None:
     p = load_policy(name, target, 17)
     assert p.classify("MatMul", "", "mm")[0] == "allow"
     assert p.classify("LayerNormalization", "", "")[0] == "infer"
-    assert p.classify("LayerNormalization", "", "")[0] == "infer"
     assert p.classify("SomeCustomOp", "com.example", "")[0] is None
     if target == "cpu":
         assert p.classify("LSTM", "", "")[0] == "deny"

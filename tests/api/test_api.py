@@ -131,6 +131,11 @@ def test_manual_run_trigger_is_idempotent_with_a_key(make_client, store, queue, 
     assert client.post("/api/runs", content=b"{not json", headers={**AUTH, "Content-Type": "application/json"}
                        ).status_code == 422
     assert len(store.list_runs()) == 1
+    other = client.post("/api/runs", json={"revision": rev, "repo": "evil/fork"}, headers=AUTH)
+    assert other.status_code == 403 and "evil/fork" in other.json()["message"]
+    reported = client.post("/api/runs", json={"revision": rev, "repo": "acme/amp-pass"}, headers=AUTH)
+    assert reported.status_code == 202
+    assert store.get_run(reported.json()["run_id"]).meta["github"]["repo"] == "acme/amp-pass"
 
 
 def test_read_token_required(make_client, make_settings):

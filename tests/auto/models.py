@@ -80,6 +80,28 @@ def loop_if_hot(seed: int = 0, width: int = 64) -> onnx.ModelProto:
     return _model(graph)
 
 
+def scan_hot(seed: int = 0, width: int = 32, steps: int = 5) -> onnx.ModelProto:
+    """A Scan over ``steps`` rows whose body has a MatMul making values above 65504 (scaled back by a Div);
+    carries a state and emits a scan output; unnamed nodes."""
+    rng = np.random.default_rng(seed)
+    n = helper.make_node
+    body = helper.make_graph(
+        [n("MatMul", ["row", "wh"], ["u"]), n("Div", ["u", "big"], ["ud"]), n("Add", ["s_in", "ud"], ["s_sum"]),
+         n("Tanh", ["s_sum"], ["s_out"]), n("Identity", ["s_out"], ["emit"])],
+        "body",
+        [helper.make_tensor_value_info("s_in", F, [1, width]), helper.make_tensor_value_info("row", F, [1, width])],
+        [helper.make_tensor_value_info("s_out", F, [1, width]), helper.make_tensor_value_info("emit", F, [1, width])])
+    inits = [_w(rng, "wh", (width, width), 6000.0), numpy_helper.from_array(np.array(60000.0, np.float32), "big"),
+             numpy_helper.from_array(np.zeros((1, width), np.float32), "s0")]
+    graph = helper.make_graph(
+        [n("Scan", ["s0", "x"], ["s_last", "y"], body=body, num_scan_inputs=1)], "scan_hot",
+        [helper.make_tensor_value_info("x", F, [steps, 1, width])],
+        [helper.make_tensor_value_info("s_last", F, [1, width]), helper.make_tensor_value_info("y", F,
+                                                                                               [steps, 1, width])],
+        initializer=inits)
+    return _model(graph)
+
+
 def feeds_for(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded inputs for the models above."""
     rng = np.random.default_rng(seed)

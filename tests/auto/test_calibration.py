@@ -11,7 +11,7 @@ from amp_pass import ConversionOptions, OptionsError, convert_model
 from amp_pass.calibration import CalibrationRanges, ValueRange, graph_scopes, node_key
 from amp_pass.prepare import prepare
 from tests.auto.conftest import assert_valid
-from tests.auto.models import feeds_for, loop_if_hot, overflow_chain
+from tests.auto.models import feeds_for, loop_if_hot, overflow_chain, scan_hot
 from workers.calibrate import collect_ranges
 from workers.emulation import run_emulated
 from workers.metrics import output_metrics
@@ -38,6 +38,24 @@ def test_ranges_cover_loop_and_if_bodies_aggregated_over_iterations() -> None:
     both = collect_ranges(model, [feeds, more]).ranges.values
     assert both["h_last::body::u"].count == 11 * 64
     assert both["h_last::body::u"].absmax == max(one["h_last::body::u"].absmax, seven["h_last::body::u"].absmax)
+
+
+def test_scan_body_ranges_and_rule() -> None:
+    model = scan_hot()
+    feeds = feeds_for(model)
+    ranges = collect_ranges(model, [feeds]).ranges
+    u = ranges.values["s_last::body::u"]
+    assert u.count == 5 * 32 and u.absmax > 65504
+    assert ranges.values["s_last::body::row"].count == 5 * 32  # body inputs are measured too
+    options = ConversionOptions(calibration=ranges)
+    result = convert_model(model, options)
+    assert_valid(result.model)
+    assert "u" in _kept(result)
+    ref = run_emulated(model, feeds)
+    assert output_metrics(ref["y"], run_emulated(result.model, feeds)["y"]).cosine > 0.9999
+    assert output_metrics(ref["y"], run_emulated(convert_model(model).model, feeds)["y"]).cosine < 0.999
+    again = convert_model(result.model, options)
+    assert again.model.SerializeToString() == result.model.SerializeToString()
 
 
 def test_keys_agree_between_proto_and_ir_and_are_unique() -> None:

@@ -140,3 +140,15 @@ def test_autoconvert_module_exit_codes(hot: Path, tmp_path: Path) -> None:
     bad = subprocess.run([*base, "--policy", "auto", "--dtype", "fp16", "--tolerance", "snr=3"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.startswith("autoconvert: error: bad tolerance 'snr=3'")
+
+
+def test_pass_revision_without_hooks_is_a_clean_convert_error(hot: Path, tmp_path: Path) -> None:
+    from workers.convert import convert_in_subprocess
+
+    root = tmp_path / "old"
+    shutil.copytree(ROOT / "amp_pass", root / "amp_pass", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "amp_pass" / "calibration.py").unlink()
+    out = convert_in_subprocess(hot, tmp_path / "o.onnx", tmp_path / "r.json", "fp16", "auto", "cpu", root,
+                                120.0, 8 * 1024**3)
+    assert out.status == "convert_error" and "has no policy-auto hooks" in out.message, out.message
+    assert "amp_pass.calibration" in out.message and not (tmp_path / "o.onnx").exists()

@@ -21,6 +21,8 @@ from tests.dashboard.seed import Seeded, seed
 TOKEN = "dashboard-test-token"
 SECRET = "dashboard-test-secret"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: What a browser sends; without HTML in Accept, /runs/{id} redirects to the JSON API.
+BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def client(seeded_db: tuple[str, Any, Seeded]) -> Iterator[Any]:
     from fastapi.testclient import TestClient
 
     url, store, _ = seeded_db
-    with TestClient(make_app(store, url), raise_server_exceptions=False) as c:
+    with TestClient(make_app(store, url), raise_server_exceptions=False, headers=BROWSER) as c:
         yield c
 
 

@@ -176,6 +176,8 @@ def test_wide_matrix_fits_and_keeps_its_layout(page: Any, server: str, world: An
         return out; })()""")
     assert ratios and min(ratios.values()) >= 4.5, ratios
     screenshot(page, shots, "run.png", full_page=False)
+    page.evaluate("document.getElementById('matrix-h').scrollIntoView()")
+    screenshot(page, shots, "run-matrix.png", full_page=False)
 
 
 def test_history_page_draws_one_point_per_revision(page: Any, server: str, world: Any, shots: Path) -> None:

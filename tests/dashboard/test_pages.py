@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.conftest import TOKEN, make_app
+from tests.dashboard.conftest import BROWSER, TOKEN, make_app
 from tests.dashboard.seed import ACC_CELL, CELLS, CONV_CELL, LAT_CELL, Seeded
 
 pytestmark = pytest.mark.postgres
@@ -110,7 +110,9 @@ def test_history_page_plots_one_point_per_revision(client: Any, seeded_db: tuple
     overlay = cosine_svg.split('class="plot overlay"', 1)[1]  # pygal draws dots above the lines
     value_series = overlay.split('class="series serie-0', 1)[1].split('class="series serie-1', 1)[0]
     assert value_series.count('class="dot ') == len(s.main_shas)
-    assert "▼ regression" in cosine_svg  # the finding is marked, with a legend entry
+    markers = overlay.split('class="series serie-1', 1)[1]
+    assert markers.count('class="dot ') == 1 and "#b3261e" in markers  # the finding is marked in red ...
+    assert "regression: accuracy (open)" in markers  # ... and named in its tooltip
     assert f"run {s.main_runs[-1]}" in cosine_svg and "<title>" in cosine_svg  # native tooltips
     assert figures[1][2].count('class="ci"') == len(s.main_shas)  # latency min–max whiskers
     assert "6 revisions shown on main" in r.text
@@ -174,3 +176,23 @@ def test_read_token_required_protects_pages(seeded_db: tuple[str, Any, Seeded]) 
         assert c.get("/").status_code == 401
         assert c.get("/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
         assert c.get("/dashboard.css").status_code == 200
+
+
+def test_create_app_mounts_the_dashboard_by_default(seeded_db: tuple[str, Any, Seeded]) -> None:
+    """``ampci serve`` builds ``create_app(settings, store=...)``: the dashboard is there without asking."""
+    from fastapi.testclient import TestClient
+
+    from service.api.app import create_app
+    from service.settings import Settings
+
+    url, store, s = seeded_db
+    app = create_app(Settings(database_url=url, webhook_secret="x", api_token=TOKEN), store=store, background=False)
+    with TestClient(app) as c:
+        r = c.get(f"/runs/{s.main_runs[-1]}", follow_redirects=False, headers=BROWSER)
+        assert r.status_code == 200 and 'id="matrix"' in r.text
+        # API clients following a commit status link still land on the JSON
+        r = c.get(f"/runs/{s.main_runs[-1]}", follow_redirects=False, headers={"Accept": "application/json"})
+        assert r.status_code == 307 and r.headers["location"] == f"/api/runs/{s.main_runs[-1]}"
+        assert c.get("/api/runs").json()["runs"]  # the JSON API is untouched
+        paths = set(c.get("/openapi.json").json()["paths"])
+        assert not {"/", "/runs", "/history", "/regressions/{regression_id}/triage"} & paths
