@@ -81,6 +81,20 @@ def ensure_services() -> None:
             _log("warning: Redis did not come up on 127.0.0.1:6379; its tests will fail")
 
 
+def ensure_browser() -> None:
+    """Install Debian's Chromium (for the dashboard's browser tests) when it is missing; root only."""
+    if os.path.exists("/usr/bin/chromium"):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        _log("warning: /usr/bin/chromium is missing and cannot be installed here; browser tests will fail")
+        return
+    _log("installing Debian's chromium for the browser tests (once per machine)")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-q"], check=False, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium", "chromium-driver"],
+                   check=False, env=env, stdout=subprocess.DEVNULL)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in {"-h", "--help"}:
         print(__doc__)
@@ -90,6 +104,7 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ)
     if cmd == "test":
         ensure_services()
+        ensure_browser()
         env.setdefault("AMPCI_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
         env.setdefault("AMPCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
         proc = subprocess.run([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)

@@ -162,8 +162,9 @@ def test_wide_matrix_fits_and_keeps_its_layout(page: Any, server: str, world: An
     # no layout break: the page itself never scrolls sideways, every cell has the same box
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     sizes = page.evaluate("""[...document.querySelectorAll('td.cell')].map(e => {
-        const r = e.getBoundingClientRect(); return [Math.round(r.width), Math.round(r.height)]; })""")
-    assert len({tuple(s) for s in sizes}) == 1, set(map(tuple, sizes))
+        const r = e.getBoundingClientRect(); return [r.width, r.height]; })""")
+    widths, heights = [w for w, _ in sizes], [h for _, h in sizes]
+    assert max(widths) - min(widths) <= 1.5 and max(heights) - min(heights) <= 1.5, (min(sizes), max(sizes))
     # text against background keeps at least 4.5:1 contrast in every state shown
     ratios = page.evaluate("""(() => {
         const lum = c => { const [r, g, b] = c.match(/\\d+/g).slice(0, 3).map(v => { v /= 255;

@@ -196,3 +196,25 @@ def test_create_app_mounts_the_dashboard_by_default(seeded_db: tuple[str, Any, S
         assert c.get("/api/runs").json()["runs"]  # the JSON API is untouched
         paths = set(c.get("/openapi.json").json()["paths"])
         assert not {"/", "/runs", "/history", "/regressions/{regression_id}/triage"} & paths
+
+
+def test_pages_render_on_sqlite(sqlite_url: str) -> None:
+    """The embedded default (SQLite) serves the same pages from the same code."""
+    from fastapi.testclient import TestClient
+
+    from service.db import Store
+    from tests.dashboard.seed import seed
+
+    store = Store.from_url(sqlite_url)
+    store.upgrade()
+    s = seed(store)
+    try:
+        with TestClient(make_app(store, sqlite_url), headers=BROWSER) as c:
+            run = c.get(f"/runs/{s.main_runs[-1]}").text
+            assert run.count('data-state="reg-') == 3
+            hist = c.get(history_url(LAT_CELL)).text
+            assert hist.count('data-points="6"') == 5 and hist.count('class="ci"') == 6
+            assert c.get(f"/regressions/{s.regressions[LAT_CELL]}").status_code == 200
+            assert c.get("/runs?branch=main").text.count("data-run-id=") == len(s.main_runs)
+    finally:
+        store.dispose()
