@@ -14,7 +14,7 @@ without a migration):
 - ``regressions.category``: regression, improvement, flaky
 - ``regressions.kind``: conversion, accuracy, convergence, coverage, latency
 - ``regressions.state``: open, acknowledged, resolved, false_positive
-- ``webhook_deliveries.status``: accepted, rejected, duplicate
+- ``webhook_deliveries.status``: pending (stored, not yet turned into a run), accepted, rejected, duplicate
 """
 
 from __future__ import annotations
@@ -202,9 +202,16 @@ class ZooModel(Base):
 
 
 class WebhookDelivery(Base):
-    """A GitHub webhook delivery, keyed by its ``X-GitHub-Delivery`` id (dedup)."""
+    """A GitHub webhook delivery, keyed by its ``X-GitHub-Delivery`` id (dedup).
+
+    A delivery that asks for a run is stored ``pending`` with ``payload`` (the validated, compact
+    run request) by the webhook handler; the background intake turns it into a run and marks it
+    ``accepted`` with ``run_id`` (clearing ``payload``).  ``ix_webhook_deliveries_pending`` finds
+    the pending ones oldest first.
+    """
 
     __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_pending", "status", "received_at"),)
     delivery_id: Mapped[str] = mapped_column(String(100), primary_key=True)
     event: Mapped[str] = mapped_column(String(50))
     repository: Mapped[str | None] = mapped_column(NAME)
@@ -212,6 +219,7 @@ class WebhookDelivery(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     received_at: Mapped[datetime] = mapped_column(TS, index=True)
+    payload: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 TABLES = Base.metadata.tables

@@ -36,23 +36,23 @@ def tables(url: str) -> set[str]:
 
 def test_round_trip_without_drift(db_url: str) -> None:
     assert migrate.current(db_url) is None
-    assert migrate.upgrade(db_url) == migrate.head() == "0001"
+    assert migrate.upgrade(db_url) == migrate.head() == "0002"
     assert drift(db_url) == []
     assert tables(db_url) >= {"revisions", "revision_parents", "runs", "jobs", "results", "regressions",
                               "zoo_models", "webhook_deliveries"}
     assert migrate.downgrade(db_url, "base") is None
     assert tables(db_url) <= {"alembic_version"}
-    assert migrate.upgrade(db_url) == "0001"
+    assert migrate.upgrade(db_url) == "0002"
     assert drift(db_url) == []
-    assert migrate.upgrade(db_url) == "0001"  # idempotent
+    assert migrate.upgrade(db_url) == "0002"  # idempotent
 
 
 def test_db_cli(sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("AMPCI_DATABASE_URL", sqlite_url)
     assert main(["db", "current", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"head": "0001", "revision": None, "url": sqlite_url}
+    assert json.loads(capsys.readouterr().out) == {"head": "0002", "revision": None, "url": sqlite_url}
     assert main(["db", "upgrade"]) == 0
-    assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0001 (head)"
+    assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0002 (head)"
     assert main(["db", "downgrade"]) == 0
     assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema (none) (empty)"
 
@@ -86,4 +86,4 @@ def test_concurrent_upgrades_are_serialised(pg_url: str) -> None:
     for p in procs:
         p.join(60)
     assert [p.exitcode for p in procs] == [0, 0]
-    assert migrate.current(pg_url) == "0001" and drift(pg_url) == []
+    assert migrate.current(pg_url) == "0002" and drift(pg_url) == []
