@@ -20,7 +20,7 @@ from amp_pass.policy import TARGETS
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add MODEL, -o, --dtype, --policy, --target, --no-keep-io-types, --report, --json to ``parser``."""
+    """Add MODEL, -o, --dtype, --policy, --target, --no-keep-io-types, --opset, --report, --json to ``parser``."""
     parser.add_argument("model", type=Path, help="fp32 ONNX model to convert")
     parser.add_argument("-o", "--output", type=Path, required=True, help="where to write the converted model")
     parser.add_argument("--dtype", default="fp16", choices=sorted(DTYPES), help="low-precision dtype")
@@ -29,14 +29,27 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="cuda", choices=TARGETS, help="target overlay")
     parser.add_argument("--no-keep-io-types", dest="keep_io_types", action="store_false",
                         help="fold low precision into the model's inputs and outputs")
+    parser.add_argument("--opset", default="auto", type=_opset_arg, metavar="N|auto|keep",
+                        help="default-domain opset to convert at: auto (default) upgrades to the lowest opset "
+                             "at which the compute ops accept the dtype (bf16: up to 22), keep never upgrades")
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report to this file")
     parser.add_argument("--json", action="store_true", help="print the JSON report on stdout")
 
 
+def _opset_arg(text: str) -> int | str:
+    """``--opset``: an integer opset, "auto" or "keep"."""
+    if text in ("auto", "keep"):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an opset number, 'auto' or 'keep', got {text!r}") from None
+
+
 def options_from_args(args: argparse.Namespace) -> ConversionOptions:
-    """ConversionOptions built from parsed arguments."""
+    """ConversionOptions built from parsed arguments (``--opset`` defaults to auto when absent)."""
     return ConversionOptions(dtype=args.dtype, policy=args.policy, target=args.target,
-                             keep_io_types=args.keep_io_types)
+                             keep_io_types=args.keep_io_types, target_opset=getattr(args, "opset", "auto"))
 
 
 def run_convert(args: argparse.Namespace) -> int:
@@ -57,7 +70,11 @@ def run_convert(args: argparse.Namespace) -> int:
     else:
         print(f"converted {src} -> {dst}: {data['nodes_low']}/{data['nodes_total']} nodes {args.dtype}, "
               f"compute {data['compute_low']}/{data['compute_nodes']}, casts +{data['casts_inserted']}"
-              f"/-{data['casts_removed']}, {len(data['kept_fp32'])} kept fp32, {data['seconds']:.3f}s")
+              f"/-{data['casts_removed']}, {len(data['kept_fp32'])} kept fp32, opset {data['opset_in']}"
+              + (f"->{data['opset_out']}" if data['opset_out'] != data['opset_in'] else "")
+              + f", {data['seconds']:.3f}s")
+        for note in data["notes"]:
+            print(f"note: {note}")
     return 0
 
 

@@ -1,6 +1,7 @@
 """The mixed-precision pass: options, the pass class, and ``convert_model``.
 
-``AmpPass.call(model)`` composes private steps: prepare (shape inference, function inlining) ->
+``convert_model`` prepares the model (check, function inlining, opset upgrade per ``target_opset``,
+shape inference; ``amp_pass.prepare``), then ``AmpPass.call(model)`` composes private steps:
 paint (policy + schema + range safety, to a fixpoint across subgraphs) -> insert casts -> clean up
 casts -> report.  Guarantees: the input proto is never mutated; graph I/O dtypes are unchanged when
 ``keep_io_types``; every low-precision position is schema-valid at the model's opset; the pass is
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import onnx
@@ -20,9 +22,11 @@ from amp_pass.casts import CastInserter
 from amp_pass.cleanup import cleanup_casts
 from amp_pass.errors import OptionsError
 from amp_pass.paint import Painter
-from amp_pass.policy import TARGETS, compute_op_types, load_policy
-from amp_pass.prepare import prepare
+from amp_pass.opset import AUTO, KEEP, model_opset, required_opset
+from amp_pass.policy import ALLOW, TARGETS, compute_op_types, load_policy
+from amp_pass.prepare import prepare_model
 from amp_pass.report import ConversionReport, build_report
+from amp_pass.schema import TYPE_STR
 from amp_pass.walk import iter_nodes
 
 DTYPES: dict[str, ir.DataType] = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
@@ -35,6 +39,10 @@ class ConversionOptions:
     ``dtype``: "fp16" or "bf16"; ``policy``: a named policy or a TOML/YAML file; ``target``: "cuda" or
     "cpu" overlay; ``keep_io_types``: keep the model's fp32 inputs/outputs (casts at the boundary);
     ``check_input``: run the ONNX checker on the input first (a failure is an InvalidModelError);
+    ``target_opset``: the default-domain opset to convert at -- an int, ``None`` / "keep" (the model's),
+    or "auto" (default): the lowest opset, at most 22, at which the model's ALLOW ops accept the low
+    dtype (bf16 Conv/LSTM need 22, MatMul/Gemm 13; fp16 is accepted at every opset, so "auto" keeps
+    fp16 models at their opset); a failed upgrade keeps the model's opset with a note in the report;
     ``calibration``: measured value ranges (``amp_pass.calibration.CalibrationRanges``) whose overflowing
     or underflowing nodes stay fp32; ``force_fp32``: node keys (``amp_pass.calibration.node_key``) kept
     fp32 and propagated like DENY (an unknown key is an OptionsError).
@@ -47,14 +55,38 @@ class ConversionOptions:
     check_input: bool = True
     calibration: Any = None
     force_fp32: frozenset[str] = field(default_factory=frozenset)
+    target_opset: int | str | None = AUTO
 
     def validate(self) -> ir.DataType:
-        """The low dtype; raises OptionsError for a bad dtype or target."""
+        """The low dtype; raises OptionsError for a bad dtype, target or target_opset."""
         if self.dtype not in DTYPES:
             raise OptionsError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
         if self.target not in TARGETS:
             raise OptionsError(f"unknown target {self.target!r}; choose one of {', '.join(TARGETS)}")
+        t = self.target_opset
+        if not (t is None or t in (AUTO, KEEP) or type(t) is int and 1 <= t <= onnx.defs.onnx_opset_version()):
+            raise OptionsError(f"bad target_opset {t!r}: an opset between 1 and {onnx.defs.onnx_opset_version()}, "
+                               "'auto' or 'keep'")
         return DTYPES[self.dtype]
+
+    def opset_planner(self) -> Callable[[onnx.ModelProto], int | None] | None:
+        """What ``prepare_model`` calls on the (weight-less) model to pick its opset; None keeps it."""
+        t = self.target_opset
+        if t is None or t == KEEP:
+            return None
+        if isinstance(t, int):
+            return lambda _model: t
+        low_str = TYPE_STR[self.validate()]
+
+        def auto(model: onnx.ModelProto) -> int | None:
+            opset = model_opset(model)
+            if opset is None:
+                return None
+            policy = load_policy(self.policy, self.target, opset)
+            need = required_opset(model, low_str, lambda op, name: policy.classify(op, "", name)[0] == ALLOW)
+            return need if need > opset else None
+
+        return auto
 
 
 @dataclass
@@ -89,6 +121,7 @@ class AmpPass:
             InlinePass()(model)
             RemoveUnusedFunctionsPass()(model)
         opset = default_opset(model)
+        report.opset_in = report.opset_out = opset
         policy = load_policy(o.policy, o.target, opset)
         graph = model.graph
         original_casts = {n for n in iter_nodes(graph) if n.op_type == "Cast"}
@@ -118,9 +151,12 @@ def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = No
     options = options or ConversionOptions()
     start = time.perf_counter()
     amp = AmpPass(options)
-    ir_model, inlined = prepare(model, options.check_input)
-    report = amp.call(ir_model)
-    report.functions_inlined += inlined
-    out = ir.serde.serialize_model(ir_model)
+    prepared = prepare_model(model, options.check_input, options.opset_planner())
+    report = amp.call(prepared.model)
+    report.functions_inlined += prepared.inlined
+    if prepared.opset_in is not None:
+        report.opset_in = prepared.opset_in
+    report.notes.extend(prepared.notes)
+    out = ir.serde.serialize_model(prepared.model)
     report.seconds = time.perf_counter() - start
     return ConversionResult(model=out, report=report)

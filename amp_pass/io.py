@@ -107,6 +107,9 @@ def _convert_large(src: Path, dst: Path, options: ConversionOptions) -> Conversi
 
     ShapeInferencePass()(model)
     report = amp.call(model)
+    if options.opset_planner() is not None and (options.dtype != "fp16" or isinstance(options.target_opset, int)):
+        report.notes.append(f"opset upgrade is not applied to models over {LARGE_BYTES} bytes (streamed through "
+                            f"onnx-ir); converted at opset {report.opset_out}")
     tmp = _atomic_dst(dst)
     try:
         ir.save(model, str(tmp), external_data=f"{dst.name}.data")

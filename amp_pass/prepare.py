@@ -1,4 +1,5 @@
-"""Preparation: check the input, inline model-local functions, infer types, build the onnx-ir model.
+"""Preparation: check the input, inline model-local functions, optionally upgrade the opset (see
+``amp_pass.opset``), infer types, build the onnx-ir model.
 
 The checker and ONNX type inference both serialise the whole model into C++; for a model of hundreds
 of MB that costs more than the conversion.  They only need the graph, so they run on a *skeleton*: the
@@ -10,12 +11,16 @@ functions are inferred; bad input raises InvalidModelError naming the first prob
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 import onnx
 import onnx.inliner as onnx_inliner
 import onnx_ir as ir
 from onnx import helper
 
 from amp_pass.errors import InvalidModelError
+from amp_pass.opset import model_opset, upgrade
 
 
 def _first_line(exc: BaseException) -> str:
@@ -57,24 +62,75 @@ def _check_initializers(model: onnx.ModelProto) -> None:
             raise InvalidModelError(f"input model fails the ONNX checker: initializer {t.name} has no data type")
 
 
+@dataclass
+class Prepared:
+    """The result of ``prepare_model``: the typed onnx-ir model and what preparation did to it."""
+
+    model: ir.Model
+    inlined: int
+    opset_in: int | None
+    opset_out: int | None
+    notes: list[str] = field(default_factory=list)
+
+
 def prepare(model: onnx.ModelProto, check: bool = True) -> tuple[ir.Model, int]:
-    """An onnx-ir model with inferred types (functions inlined); returns it and how many were inlined."""
+    """An onnx-ir model with inferred types (functions inlined); returns it and how many were inlined.
+
+    The model keeps its opset (see ``prepare_model`` for an opset upgrade)."""
+    prepared = prepare_model(model, check)
+    return prepared.model, prepared.inlined
+
+
+def _infer(sk: onnx.ModelProto | bytes) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(sk)
+    except (onnx.shape_inference.InferenceError, ValueError) as exc:
+        raise InvalidModelError(f"input model fails ONNX type inference: {_first_line(exc)}") from None
+
+
+def prepare_model(model: onnx.ModelProto, check: bool = True,
+                  target_opset: Callable[[onnx.ModelProto], int | None] | None = None) -> Prepared:
+    """Check, inline, optionally upgrade the opset, infer types and build the onnx-ir model.
+
+    ``target_opset(skeleton)`` returns the default-domain opset to convert to (None: keep).  An
+    upgrade that fails (version converter error, invalid result, failed type inference) keeps the
+    original opset and adds a note; it never raises.  The skeleton is serialised once and the same
+    bytes feed the checker and type inference when nothing changes it in between.
+    """
     sk, moved = _skeleton(model)
+    data = sk.SerializeToString()
     if check:
         try:
-            onnx.checker.check_model(sk)
+            onnx.checker.check_model(data)
         except (onnx.checker.ValidationError, ValueError) as exc:
             raise InvalidModelError(f"input model fails the ONNX checker: {_first_line(exc)}") from None
         _check_initializers(model)
     inlined = len(sk.functions)
     if inlined:
         sk = onnx_inliner.inline_local_functions(sk)
+        data = sk.SerializeToString()
+    opset_in = model_opset(sk)
+    opset_out = opset_in
+    notes: list[str] = []
+    target = target_opset(sk) if target_opset is not None else None
+    inferred: onnx.ModelProto | None = None
+    if target is not None and target != opset_in:
+        upgraded, note = upgrade(sk, target)
+        if not note and not set(moved) <= {v.name for v in upgraded.graph.input}:
+            note = f"opset upgrade {opset_in} -> {target} renamed initializers, kept opset {opset_in}"
+        if note:
+            notes.append(note)
+        else:
+            try:
+                inferred = onnx.shape_inference.infer_shapes(upgraded)
+                opset_out = target
+            except (onnx.shape_inference.InferenceError, ValueError) as exc:
+                notes.append(f"opset upgrade {opset_in} -> {target}: type inference failed on the upgraded "
+                             f"model, kept opset {opset_in}: {_first_line(exc)}")
+    if inferred is None:
+        inferred = _infer(data)
     try:
-        sk = onnx.shape_inference.infer_shapes(sk)
-    except (onnx.shape_inference.InferenceError, ValueError) as exc:
-        raise InvalidModelError(f"input model fails ONNX type inference: {_first_line(exc)}") from None
-    try:
-        ir_model = ir.serde.deserialize_model(sk)
+        ir_model = ir.serde.deserialize_model(inferred)
     except Exception as exc:  # noqa: BLE001 - anything onnx-ir cannot read is bad input
         raise InvalidModelError(f"input model cannot be read into the IR: {_first_line(exc)}") from None
     graph = ir_model.graph
@@ -90,4 +146,4 @@ def prepare(model: onnx.ModelProto, check: bool = True) -> tuple[ir.Model, int]:
             value = by_name[t.name]
             value.const_value = ir.serde.deserialize_tensor(t)
             graph.register_initializer(value)
-    return ir_model, inlined
+    return Prepared(ir_model, inlined, opset_in, opset_out, notes)

@@ -42,6 +42,9 @@ class ConversionReport:
     kept_fp32: list[KeptNode] = field(default_factory=list)
     by_op_type: dict[str, dict[str, int]] = field(default_factory=dict)
     functions_inlined: int = 0
+    opset_in: int = 0
+    opset_out: int = 0
+    notes: list[str] = field(default_factory=list)
     iterations: int = 0
     seconds: float = 0.0
 

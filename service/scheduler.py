@@ -401,11 +401,39 @@ def start_nightly(settings: Settings, sweep: str = "full", day: date | None = No
     return started.run_id if started.created else None
 
 
-def enqueue(settings: Settings, revision: str, jobs: Iterable[Any]) -> int:
-    """Send one ``ampci.run_job`` message per job to the queue of its target; return how many."""
-    from workers.celery_app import RUN_JOB_TASK, make_app
+_CELERY_APPS: dict[tuple[int, Settings], Any] = {}
+_CELERY_APPS_LOCK = threading.Lock()
 
-    app = make_app(settings)
+
+def celery_app(settings: Settings) -> Any:
+    """The Celery app for ``settings``, built once per process and reused (thread-safe).
+
+    Building one costs tens of milliseconds and its producer pool is what makes repeated sends
+    cheap; settings are immutable, so one app per distinct ``Settings`` value is exact.  Keyed by
+    process id too: a forked child (prefork worker) builds its own instead of sharing the
+    parent's broker connections.
+    """
+    key = (os.getpid(), settings)
+    app = _CELERY_APPS.get(key)
+    if app is None:
+        from workers.celery_app import make_app
+
+        with _CELERY_APPS_LOCK:
+            app = _CELERY_APPS.get(key)
+            if app is None:
+                app = _CELERY_APPS[key] = make_app(settings)
+    return app
+
+
+def enqueue(settings: Settings, revision: str, jobs: Iterable[Any], app: Any = None) -> int:
+    """Send one ``ampci.run_job`` message per job to the queue of its target; return how many.
+
+    ``app`` is the Celery app to send with (default: :func:`celery_app` of ``settings``, cached
+    per process); all messages of one call share one producer (one broker connection).
+    """
+    from workers.celery_app import RUN_JOB_TASK
+
+    app = app if app is not None else celery_app(settings)
     n = 0
     with app.producer_or_acquire() as producer:
         for job in jobs:

@@ -8,7 +8,8 @@ provides it).
 
 Guarantees: the app refuses to be built without ``AMPCI_WEBHOOK_SECRET`` unless
 ``AMPCI_INSECURE_DEV`` is set; every error is a JSON body with a 4xx/5xx status (no HTML, no
-traceback); the commit-status poster runs on a background thread for the app's lifetime.
+traceback); the commit-status poster and the webhook intake (pending deliveries → runs, see
+:mod:`service.github.intake`) run on background threads for the app's lifetime.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatch
     """Build the app for ``settings``; the other arguments replace the defaults (tests, embedding).
 
     ``store`` defaults to ``Store.from_url(settings.effective_database_url)`` (schema assumed at
-    head: ``ampci serve`` upgrades it first); ``background=False`` keeps the status poster off.
+    head: ``ampci serve`` upgrades it first); ``background=False`` keeps the status poster and the
+    webhook intake off (pending deliveries then wait for ``ctx.webhook.intake.drain()``).
     """
     check_webhook_config(settings)
     if store is None:
@@ -59,6 +61,8 @@ def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatch
                      database_probe=database_check or database_probe(store),
                      broker_probe=broker_check or broker_probe(settings))
 
+    intake = ctx.webhook.intake
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if background and reporter.enabled:
@@ -67,9 +71,12 @@ def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatch
             except Exception:  # noqa: BLE001 - a down database must not stop the server starting
                 log.exception("could not recover unfinished webhook runs for status reporting")
             reporter.start()
+        if background:
+            intake.start()  # first picks up deliveries an earlier process left pending
         try:
             yield
         finally:
+            intake.stop()
             reporter.stop()
 
     app = FastAPI(title="ampci", version="0.1.0", lifespan=lifespan,

@@ -42,25 +42,15 @@ def sweep_planner() -> Planner:
 class CeleryDispatch:
     """Sends one ``ampci.run_job`` message per job to the queue named by its target.
 
-    The same messages as :func:`service.scheduler.enqueue`, but over one Celery app (and its
-    producer pool) built once per process instead of once per call: the webhook sends a run's
-    messages in a few milliseconds.
+    :func:`service.scheduler.enqueue` over the process's cached Celery app
+    (:func:`service.scheduler.celery_app`, built once, its producer pool reused): a run's
+    messages take a few milliseconds.
     """
 
-    def __init__(self) -> None:
-        self._app: Any = None
-        self._lock = threading.Lock()
-
     def __call__(self, settings: Settings, revision: str, jobs: Sequence[Any]) -> None:
-        from workers.celery_app import RUN_JOB_TASK, make_app
+        from service.scheduler import celery_app, enqueue
 
-        with self._lock:
-            if self._app is None:
-                self._app = make_app(settings)
-        app = self._app
-        with app.producer_or_acquire() as producer:
-            for job in jobs:
-                app.send_task(RUN_JOB_TASK, args=[job.id, revision], queue=job.target, producer=producer)
+        enqueue(settings, revision, jobs, app=celery_app(settings))
 
 
 def embedded_dispatch(settings: Settings, revision: str, jobs: Sequence[Any]) -> None:
@@ -77,8 +67,11 @@ class RunDispatcher:
     """Implements :class:`service.github.webhook.RunSubmitter` over a Store and the scheduler.
 
     Guarantees: the revisions and the run (with all its job rows) are committed before any job
-    is dispatched; a dedup key that already has a run dispatches nothing (unless ``redispatch``
-    and no job of it has started); jobs run elsewhere, never in the calling thread.
+    is dispatched; a dedup key that already has a run dispatches nothing unless ``redispatch``,
+    and then only the jobs that never started (queued, no attempt: a crash between creating a run
+    and dispatching it loses nothing; a job may at worst get a second message, which the workers'
+    attempt counting and idempotent result writes absorb); jobs run elsewhere, never in the
+    calling thread.
     """
 
     def __init__(self, settings: Settings, store: Any, planner: Planner | None = None,
@@ -90,26 +83,74 @@ class RunDispatcher:
 
     def submit(self, request: RunRequest, dedup_key: str, redispatch: bool = False) -> Submitted:
         """Store the request's revisions and run, then dispatch its jobs (see class docstring)."""
-        for rev in request.revisions:
-            self.store.upsert_revision(rev.sha, parents=rev.parents, branch=rev.branch, author=rev.author,
-                                       message=rev.message or None, committed_at=rev.committed_at)
-        github = {"repo": request.repo, "branch": request.branch, "event": request.trigger}
-        if request.pr_number is not None:
-            github["pr"] = request.pr_number
-            github["baseline_is_base_tip"] = True  # the merge base is resolved by the worker
-        return self.create(request.head_sha, request.trigger, request.baseline_sha, request.sweep,
-                           dedup_key, {"github": github}, redispatch)
+        (out,) = self.submit_many([(request, dedup_key)], redispatch=redispatch)
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    def submit_many(self, items: Sequence[tuple[RunRequest, str]],
+                    redispatch: bool = True) -> list[Submitted | BaseException]:
+        """:meth:`submit` for many requests, with their database work batched.
+
+        All revisions and runs are written in one transaction (a few multi-row statements); then
+        each run's jobs are dispatched.  The answer holds, per item and in order, its
+        :class:`Submitted` or the exception that stopped it (a planning error such as an unknown
+        sweep, or a dispatch failure: the run then exists and a later call with ``redispatch``
+        sends its jobs).  A database failure of the shared transaction raises for the whole batch.
+        """
+        from service.db.records import RevisionRow, RunSpec
+
+        out: list[Submitted | BaseException | None] = [None] * len(items)
+        specs: list[RunSpec] = []
+        spec_of: list[int] = []
+        revisions: list[RevisionRow] = []
+        for i, (request, dedup_key) in enumerate(items):
+            try:
+                planned = self.planner(request.sweep)
+            except Exception as exc:  # noqa: BLE001 - reported per item
+                out[i] = exc
+                continue
+            revisions.extend(RevisionRow(r.sha, tuple(r.parents), r.branch, r.author, r.message or None,
+                                         r.committed_at) for r in request.revisions)
+            github: dict[str, Any] = {"repo": request.repo, "branch": request.branch, "event": request.trigger}
+            if request.pr_number is not None:
+                github["pr"] = request.pr_number
+                github["baseline_is_base_tip"] = True  # the merge base is resolved by the worker
+            specs.append(RunSpec(request.head_sha, request.trigger, request.baseline_sha, request.sweep,
+                                 tuple(c.cell for c in planned), dedup_key,
+                                 {**_options_meta(planned, request.head_sha), "github": github}))
+            spec_of.append(i)
+        if specs:
+            with self.store.transaction() as conn:
+                self.store.upsert_revisions(revisions, conn=conn)
+                created = self.store.create_runs(specs, conn=conn)
+            for i, spec, new in zip(spec_of, specs, created, strict=True):
+                try:
+                    out[i] = self._dispatch(spec.revision_sha, new, redispatch)
+                except Exception as exc:  # noqa: BLE001 - the run exists; a retry redispatches
+                    out[i] = exc
+        return out  # type: ignore[return-value]
 
     def create(self, sha: str, trigger: str, baseline: str | None, sweep: str, dedup_key: str | None,
                extra_meta: dict[str, Any] | None = None, redispatch: bool = False) -> Submitted:
         """Create (or find by ``dedup_key``) a run of ``sweep`` at ``sha`` and dispatch its jobs."""
         planned = self.planner(sweep)
-        meta = {"options": {"|".join(c.cell): c.options() for c in planned}, "requested_revision": sha,
-                **(extra_meta or {})}
-        run_id, created = self.store.create_run_if_new(sha, trigger, baseline, sweep, [c.cell for c in planned],
-                                                       dedup_key, meta)
-        jobs = self.store.jobs(run_id)
-        if not created and not (redispatch and all(j.status == "queued" and j.attempts == 0 for j in jobs)):
-            return Submitted(run_id=run_id, created=False)
-        self.dispatch(self.settings, sha, jobs)
-        return Submitted(run_id=run_id, created=True)
+        meta = {**_options_meta(planned, sha), **(extra_meta or {})}
+        new = self.store.create_run_with_jobs(sha, trigger, baseline, sweep, [c.cell for c in planned],
+                                              dedup_key, meta)
+        return self._dispatch(sha, new, redispatch)
+
+    def _dispatch(self, sha: str, new: Any, redispatch: bool) -> Submitted:
+        if new.created:
+            jobs = list(new.jobs)
+        elif redispatch:
+            jobs = [j for j in new.jobs if j.status == "queued" and j.attempts == 0]
+        else:
+            return Submitted(run_id=new.run_id, created=False)
+        if jobs:
+            self.dispatch(self.settings, sha, jobs)
+        return Submitted(run_id=new.run_id, created=new.created, dispatched=len(jobs))
+
+
+def _options_meta(planned: Sequence[Any], sha: str) -> dict[str, Any]:
+    return {"options": {"|".join(c.cell): c.options() for c in planned}, "requested_revision": sha}

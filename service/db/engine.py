@@ -3,11 +3,14 @@
 Guarantees: an unreachable or unopenable database raises
 :class:`service.errors.DatabaseUnavailableError` whose message names the URL with its password
 redacted; SQLite engines enforce foreign keys, use WAL and wait (busy timeout) instead of failing
-when another process writes; PostgreSQL engines check connections before use.
+when another process writes; PostgreSQL engines check a pooled connection before use when it
+sat idle for more than ``IDLE_PING_SECONDS`` (a connection reused within that time, the hot path
+under load, costs no extra round trip), replacing a dead one transparently.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +24,7 @@ from service.errors import ConfigError, DatabaseUnavailableError
 from service.settings import redact_url
 
 SQLITE_BUSY_MS = 30_000
+IDLE_PING_SECONDS = 5.0  # a pooled PostgreSQL connection idle longer than this is checked before use
 
 
 def _sqlite_file(url: sa.URL) -> Path | None:
@@ -53,9 +57,36 @@ def make_engine(url: str) -> Engine:
             # Let SQLAlchemy emit BEGIN itself so transactions take locks predictably.
             event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
             return engine
-        return sa.create_engine(parsed, pool_pre_ping=True, pool_size=5, max_overflow=10)
+        engine = sa.create_engine(parsed, pool_size=5, max_overflow=10)
+        _ping_when_idle(engine, IDLE_PING_SECONDS)
+        return engine
     except (NoSuchModuleError, ImportError, ArgumentError) as exc:
         raise ConfigError(f"cannot use database URL {redact_url(url)}: {exc}") from None
+
+
+def _ping_when_idle(engine: Engine, idle: float) -> None:
+    """Pessimistic disconnect handling without a round trip per checkout: ping only connections
+    that sat in the pool longer than ``idle`` seconds; a failed ping makes the pool retry with a
+    fresh connection (SQLAlchemy's ``DisconnectionError`` protocol)."""
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_conn, record) -> None:  # type: ignore[no-untyped-def]
+        record.info["ampci_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_conn, record, _proxy) -> None:  # type: ignore[no-untyped-def]
+        since = record.info.get("ampci_idle_since")
+        if since is None or time.monotonic() - since <= idle:
+            return
+        try:
+            cur = dbapi_conn.cursor()
+            try:
+                cur.execute("SELECT 1")
+            finally:
+                cur.close()
+            dbapi_conn.rollback()
+        except Exception as exc:  # noqa: BLE001 - any failure means: use another connection
+            raise sa.exc.DisconnectionError(str(exc)) from exc
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]

@@ -231,3 +231,45 @@ class DeliveryInfo(_Record):
     reason: str | None
     run_id: int | None
     received_at: datetime
+
+
+@dataclass(frozen=True)
+class RevisionRow:
+    """One revision to upsert with :meth:`service.db.Store.upsert_revisions` (None: keep the stored value)."""
+
+    sha: str
+    parents: tuple[str, ...] = ()
+    branch: str | None = None
+    author: str | None = None
+    message: str | None = None
+    committed_at: datetime | None = None
+
+    def merged(self, later: RevisionRow) -> RevisionRow:
+        """This row updated by ``later`` (same sha): its non-None fields and non-empty parents win."""
+        return RevisionRow(self.sha, later.parents or self.parents,
+                           *(b if b is not None else a for a, b in (
+                               (self.branch, later.branch), (self.author, later.author),
+                               (self.message, later.message), (self.committed_at, later.committed_at))))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A run to create with :meth:`service.db.Store.create_runs` (the arguments of ``create_run``)."""
+
+    revision_sha: str
+    trigger: str
+    baseline_sha: str | None = None
+    sweep: str = "smoke"
+    cells: tuple[Cell, ...] = ()
+    dedup_key: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run as :meth:`service.db.Store.create_runs` left it: its id, whether this call created it
+    (False: its dedup key already had it) and its job rows (no further query needed to dispatch)."""
+
+    run_id: int
+    created: bool
+    jobs: tuple[JobInfo, ...]

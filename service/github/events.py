@@ -22,6 +22,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -158,6 +159,32 @@ class RunRequest:
     sweep: str = SMOKE_SWEEP
     pr_number: int | None = None
     revisions: list[RevisionInfo] = field(default_factory=list)
+
+
+    def to_payload(self) -> dict[str, Any]:
+        """The compact JSON form stored with a pending delivery (:meth:`from_payload` reads it back)."""
+        return {"v": 1, "repo": self.repo, "trigger": self.trigger, "head_sha": self.head_sha,
+                "baseline_sha": self.baseline_sha, "branch": self.branch, "sweep": self.sweep,
+                "pr_number": self.pr_number,
+                "revisions": [[r.sha, r.parents, r.branch, r.author, r.message,
+                               r.committed_at.isoformat() if r.committed_at else None] for r in self.revisions]}
+
+    @classmethod
+    def from_payload(cls, data: Any) -> RunRequest:
+        """The request :meth:`to_payload` stored; PayloadError for anything else (a corrupt row)."""
+        try:
+            if not isinstance(data, dict) or data.get("v") != 1:
+                raise ValueError("unknown payload version")
+            revisions = [RevisionInfo(sha=_check_sha(r[0]), parents=[_check_sha(p) for p in r[1]], branch=r[2],
+                                      author=r[3], message=r[4] or "",
+                                      committed_at=datetime.fromisoformat(r[5]) if r[5] else None)
+                         for r in data["revisions"]]
+            base = data["baseline_sha"]
+            return cls(repo=str(data["repo"]), trigger=str(data["trigger"]), head_sha=_check_sha(data["head_sha"]),
+                       baseline_sha=_check_sha(base) if base else None, branch=str(data["branch"]),
+                       sweep=str(data["sweep"]), pr_number=data["pr_number"], revisions=revisions)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise PayloadError(f"stored payload unreadable: {exc}"[:200]) from None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The webhook's decision procedure, independent of the web framework.
 
 :meth:`WebhookProcessor.handle` takes the raw headers and body of one delivery and returns the
-HTTP status and JSON body to answer with.  It verifies, deduplicates, parses, stores and enqueues;
-it never runs a job and never calls GitHub (the pending status goes through the reporter's outbox).
+HTTP status and JSON body to answer with.  It verifies, validates and records; it never creates a
+run, touches the broker, runs a job or calls GitHub on the request path.
 
 Order of checks (each one stops the procedure):
 
@@ -12,25 +12,26 @@ Order of checks (each one stops the procedure):
 4. malformed JSON / missing fields / bad sha     → 400, recorded ``rejected`` with the reason
 5. repository not on the allowlist               → 403, recorded ``rejected``
 6. ping → 200; ignored events/branches/actions   → 202, recorded ``accepted`` with the reason
-7. run request → revisions upserted, run created with dedup key ``github:<delivery>`` (atomic:
-   of concurrent copies exactly one creates it) and its jobs dispatched, delivery recorded
-   ``accepted`` with the run id, ``pending`` status queued → 202.  If dispatching fails the
-   delivery is recorded ``rejected`` with the reason and the error propagates (503 when the
-   database is down); GitHub's "redeliver" of it then dispatches the existing run.
+7. run request → the delivery is recorded ``pending`` with its validated, compact payload in one
+   database statement (deduplicated on the delivery id) → 202 ``queued``.  The intake
+   (:mod:`service.github.intake`) then creates the revisions and the run (dedup key
+   ``github:<delivery>``), dispatches its jobs, queues the ``pending`` commit status and marks
+   the delivery ``accepted`` with the run id (``GET /api/deliveries/<id>`` shows it).  A database
+   that is down is a 503 and nothing is recorded (GitHub shows the delivery as failed; redeliver).
 
-A delivery id already accepted is answered 200 ``duplicate`` and does nothing more.  The happy
-path costs no extra read for deduplication: the run's unique dedup key and the delivery table's
-primary key decide.  Known window: a process killed between creating a run and recording its
-delivery leaves a queued run whose redelivery is answered ``duplicate``.
+A delivery id already recorded ``pending`` or ``accepted`` is answered 200 ``duplicate`` (with
+its run id once known) and does nothing more; a ``rejected`` one is processed again (GitHub's
+"redeliver").  Each outcome is one atomic statement, so of concurrent copies exactly one is
+stored.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs
 
 from service.github.events import (
@@ -41,9 +42,12 @@ from service.github.events import (
     RunRequest,
     parse_event,
 )
-from service.github.reporter import StatusReporter
 from service.github.signature import verify_signature
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.github.intake import WebhookIntake
+    from service.github.reporter import StatusReporter
 
 log = logging.getLogger(__name__)
 
@@ -53,33 +57,36 @@ EVENT_RE = re.compile(r"^[a-z_]{1,50}$")
 
 @dataclass(frozen=True)
 class Submitted:
-    """What :class:`RunSubmitter` did: the run id, and False when the dedup key already existed."""
+    """What :class:`RunSubmitter` did: the run id, False when the dedup key already existed, and
+    how many job messages were sent."""
 
     run_id: int
     created: bool
+    dispatched: int = 0
 
 
 class RunSubmitter(Protocol):
-    """Stores the revisions and the run for a request, then dispatches its jobs (never runs them inline).
+    """Stores the revisions and the runs for requests, then dispatches their jobs (never runs them inline).
 
     Must be idempotent on ``dedup_key``: when a run with that key exists it is returned with
-    ``created=False`` and nothing is dispatched, unless ``redispatch`` is True and none of the
-    run's jobs has started yet (a retried delivery whose first dispatch failed).
+    ``created=False`` and nothing is dispatched, unless ``redispatch`` is True (then only the
+    jobs that never started are sent: a retried delivery whose first dispatch did not finish).
     """
 
     def submit(self, request: RunRequest, dedup_key: str, redispatch: bool = False) -> Submitted: ...
 
+    def submit_many(self, items: Sequence[tuple[RunRequest, str]],
+                    redispatch: bool = True) -> list[Submitted | BaseException]: ...
+
 
 class DeliveryLog(Protocol):
-    """The ``webhook_deliveries`` part of :class:`service.db.Store`."""
+    """The ``webhook_deliveries`` part of :class:`service.db.Store` (see :mod:`service.db.deliveries`)."""
+
+    def receive_delivery(self, delivery_id: str, event: str, status: str, *, reason: str | None = None,
+                         repository: str | None = None, payload: dict[str, Any] | None = None,
+                         run_id: int | None = None) -> Any: ...
 
     def get_delivery(self, delivery_id: str) -> Any: ...
-
-    def record_delivery(self, delivery_id: str, event: str, status: str, reason: str | None = None,
-                        run_id: int | None = None, repository: str | None = None) -> bool: ...
-
-    def update_delivery(self, delivery_id: str, *, status: str | None = None, reason: str | None = None,
-                        run_id: int | None = None) -> Any: ...
 
 
 @dataclass
@@ -98,16 +105,24 @@ class WebhookProcessor:
     """Handles GitHub deliveries (thread-safe; one per process).
 
     Refuses to exist without a webhook secret unless ``AMPCI_INSECURE_DEV`` is set
-    (``ConfigError`` from :func:`check_webhook_config`).
+    (``ConfigError`` from :func:`check_webhook_config`).  ``intake`` turns the pending deliveries
+    into runs (default: a :class:`~service.github.intake.WebhookIntake` over ``deliveries``,
+    ``submitter`` and ``reporter``; its background thread is started by the app's lifespan, or
+    call ``intake.drain()``).
     """
 
     def __init__(self, settings: Settings, deliveries: DeliveryLog, submitter: RunSubmitter,
-                 reporter: StatusReporter | None = None) -> None:
+                 reporter: StatusReporter | None = None, intake: WebhookIntake | None = None) -> None:
         check_webhook_config(settings)
         self.settings = settings
         self.deliveries = deliveries
         self.submitter = submitter
         self.reporter = reporter
+        if intake is None:
+            from service.github.intake import WebhookIntake
+
+            intake = WebhookIntake(deliveries, submitter, reporter)
+        self.intake = intake
 
     def handle(self, headers: Mapping[str, str], body: bytes | None, too_large: bool = False) -> Outcome:
         """Decide and act on one delivery; see the module docstring for the guarantees."""
@@ -140,24 +155,13 @@ class WebhookProcessor:
         return self._accept_run(delivery, event, decision)
 
     def _accept_run(self, delivery: str, event: str, request: RunRequest) -> Outcome:
-        # The run's dedup key makes creation atomic: of concurrent copies exactly one creates it.
-        try:
-            submitted = self.submitter.submit(request, dedup_key=f"github:{delivery}")
-            if not submitted.created:
-                seen = self.deliveries.get_delivery(delivery)
-                if seen is None or seen.status != "rejected":
-                    return self._duplicate(delivery, submitted.run_id)
-                # GitHub's "redeliver" of a delivery whose dispatch failed: dispatch it now.
-                submitted = self.submitter.submit(request, dedup_key=f"github:{delivery}", redispatch=True)
-        except Exception as exc:
-            reason = f"not dispatched: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-            self._record(delivery, event, "rejected", repository=request.repo, reason=reason)
-            raise
-        self._record(delivery, event, "accepted", repository=request.repo, run_id=submitted.run_id,
-                     reason=f"{request.trigger} {request.branch}"[:300])
-        if self.reporter is not None:
-            self.reporter.queued(submitted.run_id, request.repo, request.head_sha)
-        return Outcome(202, {"status": "queued", "run_id": submitted.run_id, "sha": request.head_sha,
+        got = self.deliveries.receive_delivery(delivery, event, "pending", repository=request.repo,
+                                               reason=f"{request.trigger} {request.branch}"[:300],
+                                               payload=request.to_payload())
+        if not got.stored:
+            return self._duplicate(delivery, got.existing.run_id if got.existing is not None else None)
+        self.intake.notify()
+        return Outcome(202, {"status": "queued", "delivery": delivery, "sha": request.head_sha,
                              "trigger": request.trigger, "baseline": request.baseline_sha})
 
     def _duplicate(self, delivery: str, run_id: int | None) -> Outcome:
@@ -168,7 +172,7 @@ class WebhookProcessor:
         return _err(code, error, reason)
 
     def _finish(self, delivery: str, event: str, outcome: Outcome, reason: str) -> Outcome:
-        """Record an accepted delivery that needs no run; a copy already accepted is a duplicate."""
+        """Record an accepted delivery that needs no run; a copy already recorded is a duplicate."""
         if not self._record(delivery, event, "accepted", reason=reason):
             return self._duplicate(delivery, None)
         return outcome
@@ -179,20 +183,12 @@ class WebhookProcessor:
         return verify_signature(self.settings.webhook_secret, body, headers.get("x-hub-signature-256"))
 
     def _record(self, delivery: str, event: str, status: str, *, repository: str | None = None,
-                reason: str | None = None, run_id: int | None = None) -> bool:
-        """Record a delivery's outcome; False when the id was already accepted (left as it is).
-
-        A redelivery of a rejected id updates that row; an accepted row is never overwritten, so
-        an unsigned oversized request cannot undo a real delivery.
-        """
-        if self.deliveries.record_delivery(delivery, event, status, reason=reason, run_id=run_id,
-                                           repository=repository):
-            return True
-        seen = self.deliveries.get_delivery(delivery)
-        if seen is not None and seen.status == "accepted" and (status != "accepted" or run_id is None):
-            return False
-        self.deliveries.update_delivery(delivery, status=status, reason=reason, run_id=run_id)
-        return True
+                reason: str | None = None) -> bool:
+        """Record a delivery's outcome in one statement; False when the id is already recorded
+        ``pending``/``accepted`` (left as it is).  A ``rejected`` row is replaced (a redelivery), so
+        an unsigned oversized request cannot undo a real delivery but a fixed one is processed."""
+        return bool(self.deliveries.receive_delivery(delivery, event, status, reason=reason,
+                                                     repository=repository).stored)
 
 
 def _json_body(headers: Mapping[str, str], body: bytes) -> bytes:

@@ -56,12 +56,15 @@ def test_real_model(convert, real_model_path, name: str, dtype: str) -> None:
     if "state" in feeds:
         feeds["state"] *= 0.5
     report = _accept(convert, model, dtype, feeds)
-    if dtype == "fp16":
-        assert report["low_precision_compute_fraction"] >= 0.9, report["kept_fp32"]
+    assert report["low_precision_compute_fraction"] >= 0.9, report["kept_fp32"]
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    assert report["opset_in"] == opset and report["notes"] == []
+    # bf16 Conv/LSTM need opset 22, so "auto" upgrades (If bodies included); fp16 keeps the opset
+    assert report["opset_out"] == (22 if dtype == "bf16" else opset)
 
 
-#: bf16 at opset 9 is forbidden by the schemas of every compute op, so the bf16 runs only prove that
-#: the pass respects that (and stays valid); three small topologies suffice for it.
+#: bf16 Conv needs opset 22: the light topologies (opset 9) are upgraded by target_opset="auto";
+#: three small topologies cover it.
 LIGHT_CASES = [(n, "fp16") for n in light_names()] + [
     (n, "bf16") for n in ("light_squeezenet", "light_shufflenet", "light_inception_v1") if n in light_names()]
 
@@ -72,9 +75,17 @@ def test_light_model(convert, name: str, dtype: str) -> None:
         pytest.skip(f"{name} has hundreds of MB of weights (minutes here); set AMPCI_SLOW_TESTS=1, "
                     "or see bench/bench_convert.py --light")
     model = light_model(name)
-    # bf16 at opset 9 is forbidden for every compute op by the schemas: nothing to measure numerically
-    report = _accept(convert, model, dtype, random_feeds(model), accuracy=dtype == "fp16")
-    if dtype == "fp16":
-        assert report["low_precision_compute_fraction"] >= 0.9, report["kept_fp32"]
-    else:
-        assert all("schema" in k["reason"] for k in report["kept_fp32"] if k["op_type"] in compute_op_types())
+    report = _accept(convert, model, dtype, random_feeds(model))
+    assert report["low_precision_compute_fraction"] >= 0.9, report["kept_fp32"]
+    assert report["opset_out"] == (22 if dtype == "bf16" else report["opset_in"])
+
+
+def test_bf16_keep_opset_respects_schemas(convert) -> None:
+    """With ``target_opset="keep"`` an opset-9 model keeps its opset and every compute op stays fp32
+    for the schema's reason (bf16 Conv arrives at opset 22)."""
+    model = light_model("light_squeezenet")
+    report = convert(model, "bf16", target_opset="keep").report.to_dict()
+    assert report["opset_in"] == report["opset_out"] == 9
+    kept = [k for k in report["kept_fp32"] if k["op_type"] in compute_op_types()]
+    assert kept and len(kept) == report["compute_nodes"]
+    assert all("schema" in k["reason"] for k in kept)

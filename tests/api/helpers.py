@@ -65,3 +65,18 @@ def webhook_headers(body: bytes, event: str, delivery: str | None = None, secret
     elif secret is not None:
         headers["X-Hub-Signature-256"] = sign(secret, body)
     return headers
+
+
+def drain(client: Any) -> int:
+    """Let the webhook intake process every pending delivery now (the test apps run without their
+    background threads); returns how many deliveries it settled."""
+    return int(client.app.state.ctx.webhook.intake.drain())
+
+
+def run_of(client: Any, resp: Any) -> int:
+    """The run a ``queued`` webhook answer leads to, once the intake has processed it."""
+    assert resp.status_code == 202 and resp.json()["status"] == "queued", resp.text
+    drain(client)
+    delivery = client.app.state.ctx.store.get_delivery(resp.json()["delivery"])
+    assert delivery is not None and delivery.status == "accepted" and delivery.run_id is not None, delivery
+    return int(delivery.run_id)

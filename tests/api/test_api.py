@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.api.helpers import API_TOKEN, encode, push_payload, sha, webhook_headers
+from tests.api.helpers import API_TOKEN, encode, push_payload, run_of, sha, webhook_headers
 from workers.result import AccuracyReport, JobResult, OutputMetrics
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
@@ -27,8 +27,7 @@ def _two_runs_with_a_regression(store: Any, client: Any) -> tuple[int, int]:
     for after, before in ((base, sha("api-root")), (head, base)):
         body = encode(push_payload(after, before=before))
         resp = client.post("/webhooks/github", content=body, headers=webhook_headers(body, "push"))
-        assert resp.status_code == 202, resp.text
-        run_id = resp.json()["run_id"]
+        run_id = run_of(client, resp)
         for job in store.jobs(run_id):
             failing = after == head and job.cell[0] == "mlp_small" and job.cell[1] == "bf16"
             store.write_result(run_id, _result(job.cell, "convert_error" if failing else "pass", 0.9999),

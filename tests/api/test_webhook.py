@@ -10,7 +10,17 @@ import redis
 
 from service.api.app import create_app
 from service.errors import ConfigError
-from tests.api.helpers import REPO, SECRET, encode, pr_payload, push_payload, sha, webhook_headers
+from tests.api.helpers import (
+    REPO,
+    SECRET,
+    drain,
+    encode,
+    pr_payload,
+    push_payload,
+    run_of,
+    sha,
+    webhook_headers,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -38,7 +48,11 @@ def test_push_to_tracked_branch_creates_one_smoke_run_with_revisions_and_jobs(ma
     assert resp.status_code == 202, resp.text
     body = resp.json()
     assert body["status"] == "queued" and body["sha"] == c3 and body["baseline"] == before
-    run = store.get_run(body["run_id"])
+    assert body["delivery"] == "d-push-1"
+    # answered before anything but the delivery was written: no run, no message yet
+    assert store.get_delivery("d-push-1").status == "pending" and _runs(store) == []
+    assert _queued(redis_url, queue) == 0
+    run = store.get_run(run_of(client, resp))
     assert (run.revision_sha, run.trigger, run.baseline_sha, run.status) == (c3, "push", before, "queued")
     assert run.meta["github"]["repo"] == REPO
     assert store.get_revision(c1).parents == (before,)
@@ -58,9 +72,14 @@ def test_redelivery_is_acknowledged_and_does_nothing_more(make_client, store, qu
     client = make_client()
     payload = push_payload(sha("dup"))
     first = post(client, payload, delivery="d-dup")
-    again = post(client, payload, delivery="d-dup")
+    again = post(client, payload, delivery="d-dup")  # still pending: no run id yet
     assert first.status_code == 202 and again.status_code == 200
-    assert again.json() == {"status": "duplicate", "delivery": "d-dup", "run_id": first.json()["run_id"]}
+    assert again.json() == {"status": "duplicate", "delivery": "d-dup", "run_id": None}
+    run_id = run_of(client, first)
+    late = post(client, payload, delivery="d-dup")
+    assert late.status_code == 200
+    assert late.json() == {"status": "duplicate", "delivery": "d-dup", "run_id": run_id}
+    assert drain(client) == 0
     assert len(_runs(store)) == 1
     assert _queued(redis_url, queue) == 4
 
@@ -71,7 +90,7 @@ def test_pull_request_runs_head_with_base_as_baseline(make_client, store):
     for i, action in enumerate(("opened", "synchronize", "reopened")):
         resp = post(client, pr_payload(head, base, action=action), event="pull_request", delivery=f"d-pr-{i}")
         assert resp.status_code == 202, resp.text
-        run = store.get_run(resp.json()["run_id"])
+        run = store.get_run(run_of(client, resp))
         assert (run.revision_sha, run.baseline_sha, run.trigger) == (head, base, "pull_request")
         assert run.meta["github"]["pr"] == 7
     closed = post(client, pr_payload(head, base, action="closed"), event="pull_request")
@@ -91,6 +110,7 @@ def test_ping_is_200_and_other_events_are_202_ignored(make_client, store, queue,
     deleted = post(client, push_payload("0" * 40, deleted=True))
     for resp in (untracked, tag, deleted):
         assert resp.status_code == 202 and resp.json()["status"] == "ignored", resp.text
+    assert drain(client) == 0
     assert _runs(store) == [] and _queued(redis_url, queue) == 0
 
 
@@ -133,6 +153,7 @@ def test_bad_payload_is_400_recorded_as_rejected_and_nothing_queued(make_client,
         assert resp.json()["error"] == "bad_request" and reason in resp.json()["message"], case
         recorded = store.get_delivery(delivery)
         assert recorded.status == "rejected" and reason in recorded.reason, case
+    assert drain(client) == 0
     assert _runs(store) == [] and _queued(redis_url, queue) == 0
 
 
@@ -169,6 +190,8 @@ def test_rejected_delivery_is_processed_again_when_redelivered(make_client, make
     opened = make_client()
     resp = post(opened, payload, delivery="d-retry")
     assert resp.status_code == 202
+    assert store.get_delivery("d-retry").status == "pending"
+    run_of(opened, resp)
     assert store.get_delivery("d-retry").status == "accepted" and len(_runs(store)) == 1
 
 
@@ -224,12 +247,14 @@ def test_default_planner_runs_the_real_smoke_sweep(make_settings, store):
     head = sha("real-smoke")
     body = encode(push_payload(head))
     out = processor.handle({k.lower(): v for k, v in webhook_headers(body, "push").items()}, body)
-    assert out.status_code == 202
+    assert out.status_code == 202 and sent == []
+    assert processor.intake.drain() == 1
+    run_id = store.get_delivery(out.body["delivery"]).run_id
     expected = sorted(c.cell for c in load_sweep(sweep="smoke").expand(zoo_catalog()))
-    jobs = store.jobs(out.body["run_id"])
+    jobs = store.jobs(run_id)
     assert sorted(j.cell for j in jobs) == expected and len(expected) >= 2
     assert sent == [(head, [j.id for j in jobs])]
-    run = store.get_run(out.body["run_id"])
+    run = store.get_run(run_id)
     assert run.sweep == "smoke" and set(run.meta["options"]) == {"|".join(c) for c in expected}
 
 
@@ -241,7 +266,7 @@ def test_form_encoded_deliveries_are_accepted(make_client, store):
     headers = {**webhook_headers(body, "push", delivery="d-form"), "Content-Type": "application/x-www-form-urlencoded"}
     resp = client.post("/webhooks/github", content=body, headers=headers)
     assert resp.status_code == 202, resp.text
-    assert store.get_run(resp.json()["run_id"]).revision_sha == sha("form")
+    assert store.get_run(run_of(client, resp)).revision_sha == sha("form")
     bad = b"payload=%7B&payload=2"
     headers = {**webhook_headers(bad, "push", delivery="d-form-bad"), "Content-Type": "application/x-www-form-urlencoded"}
     assert client.post("/webhooks/github", content=bad, headers=headers).status_code == 400

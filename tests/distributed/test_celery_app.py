@@ -23,9 +23,10 @@ def test_visibility_timeout_exceeds_the_hard_limit(timeout: float) -> None:
     assert transport_options(s)["visibility_timeout"] == visibility_timeout(s)
 
 
-def test_reliability_settings_and_queues(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AMPCI_EXTRA_QUEUES", "cuda-a100, cuda-h100")
-    app = make_app(Settings(broker_url="redis://127.0.0.1:6379/0", nightly_cron="30 3 * * 1-5"))
+def test_reliability_settings_and_queues() -> None:
+    settings = Settings.from_env({"AMPCI_EXTRA_QUEUES": "cuda-a100, cuda-h100", "AMPCI_NIGHTLY_CRON": "30 3 * * 1-5",
+                                  "AMPCI_BROKER_URL": "redis://127.0.0.1:6379/0"})
+    app = make_app(settings)
     c = app.conf
     assert c.task_acks_late and c.task_reject_on_worker_lost and c.worker_prefetch_multiplier == 1
     assert c.broker_transport_options["visibility_timeout"] > c.task_time_limit > c.task_soft_time_limit
@@ -34,6 +35,8 @@ def test_reliability_settings_and_queues(monkeypatch: pytest.MonkeyPatch) -> Non
     assert sched["task"] == "ampci.nightly_sweep" and sched["args"] == ("full",)
     assert sched["schedule"].hour == {3} and sched["schedule"].minute == {30}
     assert sched["schedule"].day_of_week == {1, 2, 3, 4, 5}
+    nightly_quick = make_app(Settings.from_env({"AMPCI_NIGHTLY_SWEEP": "smoke"}))
+    assert nightly_quick.conf.beat_schedule["nightly-full-sweep"]["args"] == ("smoke",)
     assert c.timezone == "UTC" and c.enable_utc
 
 

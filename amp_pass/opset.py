@@ -1,0 +1,122 @@
+"""Opset planning: upgrade a model to the opset at which its compute ops accept the low dtype.
+
+ONNX schemas admit bf16 late (MatMul/Gemm from 13, Conv/LSTM/GRU/RNN only from 22), so a bf16
+conversion of an opset-9..16 model would leave every compute op fp32 (correctly, per schema).
+``required_opset`` finds the lowest opset (at most ``MAX_OPSET``) at which every ALLOW op of the
+model accepts the low dtype; ``upgrade`` moves the model there with ``onnx.version_converter``.
+
+Guarantees: ``upgrade`` never raises for a model the converter cannot handle -- it returns the input
+unchanged with a note saying why (the conversion then runs at the original opset); an upgraded model
+passes the (non-full) ONNX checker and its ``ir_version`` is at least the one its opset needs; only
+the default ONNX domain changes version.  Subgraphs (If/Loop/Scan bodies) are converted with their
+graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import onnx
+import onnx.version_converter as version_converter
+from onnx import helper
+
+from amp_pass.schema import TYPE_STR, _schema
+
+#: The highest opset the planner upgrades to (bf16 Conv/LSTM/GRU/RNN arrive at 22).
+MAX_OPSET = 22
+AUTO, KEEP = "auto", "keep"
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def model_opset(model: onnx.ModelProto) -> int | None:
+    """The default-domain opset of ``model`` (None when it imports none)."""
+    for imp in model.opset_import:
+        if imp.domain in DEFAULT_DOMAINS:
+            return int(imp.version)
+    return None
+
+
+def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from _nodes(sub)
+
+
+def _accepts_low(op_type: str, opset: int, type_str: str) -> bool:
+    """Whether ``op_type``'s first output at ``opset`` may carry ``type_str``."""
+    found = _schema(op_type, "", opset)
+    if found is None or not found[1]:
+        return False
+    _, outs, cons, _ = found
+    return type_str in cons.get(outs[0].type_str, frozenset({outs[0].type_str}))
+
+
+def lowest_accepting_opset(op_type: str, start: int, type_str: str) -> int | None:
+    """The lowest opset in ``[start, MAX_OPSET]`` at which ``op_type`` accepts ``type_str`` (None: never)."""
+    for version in range(start, MAX_OPSET + 1):
+        if _accepts_low(op_type, version, type_str):
+            return version
+    return None
+
+
+def required_opset(model: onnx.ModelProto, low_type_str: str, is_allow: Callable[[str, str], bool]) -> int:
+    """The lowest opset (>= the model's, <= MAX_OPSET) at which every ALLOW op accepts the low dtype.
+
+    ``is_allow(op_type, node_name)`` says whether the policy classes a default-domain node ALLOW.
+    Ops that never accept the dtype up to MAX_OPSET do not raise the result (upgrading gains nothing).
+    """
+    current = model_opset(model)
+    if current is None:
+        return 0
+    need = current
+    seen: set[str] = set()
+    for node in _nodes(model.graph):
+        if node.domain not in DEFAULT_DOMAINS or not is_allow(node.op_type, node.name):
+            continue
+        if node.op_type in seen:
+            continue
+        seen.add(node.op_type)
+        version = lowest_accepting_opset(node.op_type, current, low_type_str)
+        if version is not None:
+            need = max(need, version)
+    return need
+
+
+def upgrade(model: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, str | None]:
+    """``model`` converted to default-domain opset ``target``, or ``model`` itself and the reason it was not.
+
+    The returned model passes ``onnx.checker.check_model`` (without full_check); type inference is
+    left to the caller, which must fall back to the original model if inference fails.
+    """
+    current = model_opset(model)
+    if current is None:
+        return model, f"opset upgrade to {target} skipped: the model imports no default ONNX domain"
+    if current == target:
+        return model, None
+    try:
+        out = version_converter.convert_version(model, target)
+    except Exception as exc:  # noqa: BLE001 - the converter raises several C++ error types
+        return model, f"opset upgrade {current} -> {target} failed, kept opset {current}: {_first_line(exc)}"
+    if model_opset(out) != target:
+        return model, f"opset upgrade {current} -> {target} did not take effect, kept opset {current}"
+    try:
+        needed_ir = helper.find_min_ir_version_for(list(out.opset_import), ignore_unknown=True)
+    except Exception:  # noqa: BLE001 - unknown domains: leave ir_version alone
+        needed_ir = out.ir_version
+    out.ir_version = max(out.ir_version, needed_ir)
+    try:
+        onnx.checker.check_model(out)
+    except (onnx.checker.ValidationError, ValueError) as exc:
+        return model, f"opset upgrade {current} -> {target} produced an invalid model, kept opset {current}: " \
+            f"{_first_line(exc)}"
+    return out, None
+

@@ -1,0 +1,231 @@
+"""The webhook intake: turns ``pending`` deliveries into runs, in batches, off the request path.
+
+The webhook handler (:mod:`service.github.webhook`) only verifies, validates and stores a
+run-requesting delivery as ``pending`` with its compact payload, then answers 202.  A
+:class:`WebhookIntake` — a background thread started with the app's lifespan — claims pending
+deliveries oldest first, creates their revisions, runs and job rows in one transaction
+(:meth:`service.api.dispatch.RunDispatcher.submit_many`), dispatches their jobs, queues the
+``pending`` commit status, and marks them ``accepted`` with the run id.
+
+Guarantees:
+
+* **nothing is lost**: a delivery stays ``pending`` until its run exists and its jobs were handed
+  to the broker; a crash, a database or broker outage just leaves it for the next attempt (this
+  process retries with backoff; on start-up the intake picks up what an earlier process left).
+* **exactly one run per delivery**: the run's dedup key ``github:<delivery>`` makes creation
+  atomic; a retry finds the run and sends only the jobs that never started.
+* **one worker per delivery**: on PostgreSQL a batch holds its deliveries ``FOR UPDATE SKIP
+  LOCKED`` until they are settled, so several API processes share the work without overlap; on
+  SQLite (the single-process embedded mode) one lock per process serialises batches.
+* a delivery that can never become a run (unreadable payload, unknown sweep) is marked
+  ``rejected`` with the reason; other failures are retried, never dropped.
+* **requests first**: while deliveries keep arriving (one less than ``idle_s`` ago) the intake
+  waits, but at most ``max_delay_s``, then takes a small batch (``busy_batch_size``), so a burst
+  is answered at full speed and still makes progress; when quiet it takes ``batch_size``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from service.errors import UserError
+from service.github.events import PayloadError, RunRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What one :meth:`WebhookIntake.process_batch` did: deliveries claimed, accepted, rejected and
+    left pending for a retry."""
+
+    claimed: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    retry: int = 0
+
+
+class WebhookIntake:
+    """Processes pending webhook deliveries (see the module docstring); thread-safe, one per app.
+
+    ``store`` is a :class:`service.db.Store`; ``submitter`` has ``submit_many`` like
+    :class:`service.api.dispatch.RunDispatcher`; ``reporter`` (optional) gets ``queued(run_id,
+    repo, sha)`` for every accepted delivery.
+    """
+
+    def __init__(self, store: Any, submitter: Any, reporter: Any = None, *, batch_size: int = 100,
+                 busy_batch_size: int = 8, idle_s: float = 0.05, max_delay_s: float = 2.0,
+                 poll_s: float = 2.0, retry_base_s: float = 1.0, retry_cap_s: float = 60.0) -> None:
+        self.store = store
+        self.submitter = submitter
+        self.reporter = reporter
+        self.batch_size = batch_size
+        self.busy_batch_size = busy_batch_size
+        self.idle_s = idle_s
+        self.max_delay_s = max_delay_s
+        self.poll_s = poll_s
+        self.retry_base_s = retry_base_s
+        self.retry_cap_s = retry_cap_s
+        self._batch_lock = threading.Lock()
+        self._work = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_notify = 0.0
+        self._retry: dict[str, tuple[float, float]] = {}  # delivery -> (not before, last delay)
+
+    # -- called by the webhook handler --------------------------------------------------------
+    def notify(self) -> None:
+        """A pending delivery was stored: wake the intake (cheap; never blocks)."""
+        self._last_notify = time.monotonic()
+        self._work.set()
+
+    # -- processing ---------------------------------------------------------------------------
+    def process_batch(self, limit: int | None = None) -> BatchOutcome:
+        """Claim up to ``limit`` pending deliveries and settle them; see the module docstring.
+
+        Raises only when the database fails for the batch as a whole (everything stays pending).
+        """
+        limit = limit or self.batch_size
+        with self._batch_lock:
+            now = time.monotonic()
+            skip = [d for d, (due, _) in self._retry.items() if due > now]
+            if self._holds_row_locks():
+                with self.store.transaction() as claim:
+                    pending = self.store.pending_deliveries(claim, limit, skip)
+                    settlements, outcome = self._work_on(pending)
+                    self.store.settle_deliveries(claim, settlements)
+                return outcome
+            with self.store.transaction() as conn:
+                pending = self.store.pending_deliveries(conn, limit, skip)
+            settlements, outcome = self._work_on(pending)
+            if settlements:
+                with self.store.transaction() as conn:
+                    self.store.settle_deliveries(conn, settlements)
+            return outcome
+
+    def drain(self, max_batches: int = 1000) -> int:
+        """Process batches until no pending delivery is left that is not backing off; return how
+        many were settled (accepted or rejected).  Safe while the background thread runs."""
+        settled = 0
+        for _ in range(max_batches):
+            out = self.process_batch()
+            settled += out.accepted + out.rejected
+            if out.claimed == 0 or out.accepted + out.rejected == 0:
+                break
+        return settled
+
+    def _holds_row_locks(self) -> bool:
+        return self.store.engine.dialect.name == "postgresql"
+
+    def _work_on(self, pending: list[Any]) -> tuple[list[Any], BatchOutcome]:
+        from service.db.deliveries import Settlement
+
+        settlements: list[Settlement] = []
+        items: list[tuple[str, RunRequest]] = []
+        for p in pending:
+            try:
+                items.append((p.delivery_id, RunRequest.from_payload(p.payload)))
+            except PayloadError as exc:
+                settlements.append(Settlement(p.delivery_id, "rejected", reason=str(exc)[:300]))
+        results = self._submit(items)
+        retry = 0
+        for (delivery, request), result in zip(items, results, strict=True):
+            if isinstance(result, UserError):
+                settlements.append(Settlement(delivery, "rejected",
+                                              reason=f"not dispatched: {result}".splitlines()[0][:300]))
+            elif isinstance(result, BaseException):
+                retry += 1
+                self._back_off(delivery, result)
+            else:
+                self._retry.pop(delivery, None)
+                settlements.append(Settlement(delivery, "accepted", run_id=result.run_id,
+                                              reason=f"{request.trigger} {request.branch}"[:300]))
+                if self.reporter is not None:
+                    self.reporter.queued(result.run_id, request.repo, request.head_sha)
+        accepted = sum(s.status == "accepted" for s in settlements)
+        return settlements, BatchOutcome(len(pending), accepted, len(settlements) - accepted, retry)
+
+    def _submit(self, items: list[tuple[str, RunRequest]]) -> list[Any]:
+        """``submit_many`` for the batch; when the shared transaction fails, each item on its own
+        (so one bad delivery cannot hold the others back)."""
+        if not items:
+            return []
+        pairs = [(request, f"github:{delivery}") for delivery, request in items]
+        try:
+            return list(self.submitter.submit_many(pairs, redispatch=True))
+        except Exception as exc:  # noqa: BLE001 - isolate below
+            if len(items) == 1:
+                return [exc]
+        out: list[Any] = []
+        for pair in pairs:
+            try:
+                out.extend(self.submitter.submit_many([pair], redispatch=True))
+            except Exception as exc:  # noqa: BLE001 - retried later (UserError: rejected)
+                out.append(exc)
+        return out
+
+    def _back_off(self, delivery: str, exc: BaseException) -> None:
+        _, last = self._retry.get(delivery, (0.0, 0.0))
+        delay = min(self.retry_cap_s, max(self.retry_base_s, last * 2))
+        self._retry[delivery] = (time.monotonic() + delay, delay)
+        log.warning("webhook delivery %s not processed yet (retry in %.0fs): %s: %s", delivery, delay,
+                    type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
+
+    # -- the background thread ----------------------------------------------------------------
+    def start(self) -> None:
+        """Start the background thread (idempotent); it first picks up deliveries left pending."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._work.set()
+        self._thread = threading.Thread(target=self._loop, name="ampci-webhook-intake", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the thread after its current batch; unprocessed deliveries stay pending."""
+        self._stop.set()
+        self._work.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    @property
+    def running(self) -> bool:
+        """True while the background thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self) -> None:
+        delay = 0.0
+        while not self._stop.is_set():
+            self._work.wait(self.poll_s)  # a timeout polls: another process may have left work
+            self._work.clear()
+            limit = self._yield_to_requests()
+            if self._stop.is_set():
+                break
+            try:
+                out = self.process_batch(limit)
+                delay = 0.0
+            except Exception:  # noqa: BLE001 - the intake must survive database hiccups
+                delay = min(self.retry_cap_s, max(self.retry_base_s, delay * 2))
+                log.exception("webhook intake batch failed; retrying in %.0fs", delay)
+                self._stop.wait(delay)
+                self._work.set()
+                continue
+            if out.claimed >= limit:
+                self._work.set()  # probably more
+
+    def _yield_to_requests(self) -> int:
+        """Wait while deliveries keep arriving, at most ``max_delay_s``; the batch size to take."""
+        started = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now - self._last_notify >= self.idle_s:
+                return self.batch_size
+            if now - started >= self.max_delay_s:
+                return self.busy_batch_size
+            self._stop.wait(self.idle_s)
+        return 0
