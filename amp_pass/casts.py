@@ -14,7 +14,7 @@ import onnx_ir as ir
 from amp_pass.paint import Painting
 from amp_pass.ranges import constant_array, to_low
 from amp_pass.schema import accepts
-from amp_pass.walk import NameGen, is_control_flow, iter_graphs, node_subgraphs
+from amp_pass.walk import NameGen, graph_list, is_control_flow, node_subgraphs
 
 SUFFIX = {ir.DataType.FLOAT16: "fp16", ir.DataType.BFLOAT16: "bf16", ir.DataType.FLOAT: "fp32"}
 
@@ -26,10 +26,12 @@ def _shape(value: ir.Value) -> ir.Shape | None:
 class CastInserter:
     """Rewrites the graph after painting; counts the casts it inserts."""
 
-    def __init__(self, graph: ir.Graph, painting: Painting, opset: int, keep_io_types: bool) -> None:
+    def __init__(self, graph: ir.Graph, painting: Painting, opset: int, keep_io_types: bool,
+                 graphs: list[ir.Graph] | None = None) -> None:
         self.graph, self.p, self.opset, self.keep_io = graph, painting, opset, keep_io_types
         self.low = painting.low
-        self.names = NameGen(graph)
+        self.graphs = graphs if graphs is not None else graph_list(graph)  # fixed: only nodes change
+        self.names = NameGen(graph, self.graphs)
         self.orig: dict[ir.Value, ir.DataType | None] = {}
         self.cache: dict[tuple[ir.Value, ir.DataType, ir.Graph], ir.Value] = {}
         self.casts_inserted = 0
@@ -41,7 +43,7 @@ class CastInserter:
 
     def wanted(self, node: ir.Node, index: int, value: ir.Value) -> ir.DataType | None:
         orig = self.orig.get(value, value.dtype)
-        if is_control_flow(node):
+        if node in self._control_flow:
             if node.op_type in ("Loop", "Scan"):
                 body = node_subgraphs(node)[0]
                 if index < len(body.inputs) and body.inputs[index] in self.p.low_values:
@@ -136,7 +138,8 @@ class CastInserter:
     # ------------------------------------------------------------------ driver
     def run(self) -> None:
         """Retarget sources, set dtypes, insert casts at every mismatch, fix graph outputs."""
-        graphs = list(iter_graphs(self.graph))
+        graphs = self.graphs
+        self._control_flow = {n for g in graphs for n in g if is_control_flow(n)}
         self._owner: dict[ir.Graph, tuple[ir.Node, int]] = {}
         for g in graphs:
             for node in g:
@@ -204,7 +207,7 @@ class CastInserter:
 
     def _fold_initializers_in_place(self) -> None:
         """An fp32 initializer whose every use now reads its low copy is replaced by that copy."""
-        for g in iter_graphs(self.graph):
+        for g in self.graphs:
             for name, init in list(g.initializers.items()):
                 if init.dtype is not ir.DataType.FLOAT or init.is_graph_input() or init.is_graph_output():
                     continue

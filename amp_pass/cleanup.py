@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from amp_pass.walk import iter_graphs
+from amp_pass.walk import graph_list
 
 _WIDTH = {ir.DataType.FLOAT16: 1, ir.DataType.BFLOAT16: 1, ir.DataType.FLOAT: 2, ir.DataType.DOUBLE: 3}
 
@@ -27,13 +27,15 @@ def _is_cast(node: ir.Node | None) -> bool:
         "to" in node.attributes
 
 
-def cleanup_casts(graph: ir.Graph) -> int:
-    """Simplify casts in ``graph`` and all subgraphs; return how many Cast nodes were removed."""
+def cleanup_casts(graph: ir.Graph, graphs: list[ir.Graph] | None = None) -> int:
+    """Simplify casts in ``graph`` and all subgraphs (``graphs``: ``graph_list(graph)`` when the caller
+    has it); return how many Cast nodes were removed."""
     removed = 0
     changed = True
+    graphs = graphs if graphs is not None else graph_list(graph)
     while changed:
         changed = False
-        for g in iter_graphs(graph):
+        for g in graphs:
             for node in list(g):
                 if not _is_cast(node) or node.graph is not g:
                     continue

@@ -17,7 +17,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 from onnx.external_data_helper import load_external_data_for_model
 
-from amp_pass.converter import AmpPass, ConversionOptions, convert_model
+from amp_pass.converter import AmpPass, ConversionOptions, convert_model, gc_paused
 from amp_pass.errors import InvalidModelError
 from amp_pass.report import ConversionReport
 
@@ -71,21 +71,23 @@ def convert_file(src: Path | str, dst: Path | str, options: ConversionOptions | 
     start = time.perf_counter()
     size = src.stat().st_size if src.is_file() else 0
     if size > LARGE_BYTES:
-        report = _convert_large(src, dst, options)
+        with gc_paused():
+            report = _convert_large(src, dst, options)
     else:
-        model, external = load_model(src)
-        result = convert_model(model, options)
-        tmp = _atomic_dst(dst)
-        try:
-            if external or size > LARGE_BYTES // 2 and _initializer_bytes(result.model) > LARGE_BYTES:
-                data_name = f"{dst.name}.data"
-                onnx.save(result.model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
-                          location=data_name, size_threshold=1024)
-            else:
-                onnx.save(result.model, str(tmp))
-            os.replace(tmp, dst)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with gc_paused():  # see converter.gc_paused: covers the load and the save too
+            model, external = load_model(src)
+            result = convert_model(model, options)
+            tmp = _atomic_dst(dst)
+            try:
+                if external or size > LARGE_BYTES // 2 and _initializer_bytes(result.model) > LARGE_BYTES:
+                    data_name = f"{dst.name}.data"
+                    onnx.save(result.model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+                              location=data_name, size_threshold=1024)
+                else:
+                    onnx.save(result.model, str(tmp))
+                os.replace(tmp, dst)
+            finally:
+                tmp.unlink(missing_ok=True)
         report = result.report
     report.seconds = time.perf_counter() - start
     return report
@@ -107,7 +109,7 @@ def _convert_large(src: Path, dst: Path, options: ConversionOptions) -> Conversi
 
     ShapeInferencePass()(model)
     report = amp.call(model)
-    if options.opset_planner() is not None and (options.dtype != "fp16" or isinstance(options.target_opset, int)):
+    if options.opset_planner() is not None:
         report.notes.append(f"opset upgrade is not applied to models over {LARGE_BYTES} bytes (streamed through "
                             f"onnx-ir); converted at opset {report.opset_out}")
     tmp = _atomic_dst(dst)

@@ -20,7 +20,7 @@ import onnx
 import onnx.version_converter as version_converter
 from onnx import helper
 
-from amp_pass.schema import TYPE_STR, _schema
+from amp_pass.schema import _schema
 
 #: The highest opset the planner upgrades to (bf16 Conv/LSTM/GRU/RNN arrive at 22).
 MAX_OPSET = 22

@@ -229,9 +229,13 @@ class Painter:
             for v in self.graph.inputs:
                 if v.dtype is ir.DataType.FLOAT and not v.is_initializer():
                     self.p.low_values.add(v)
+        active = self._nodes
         for it in range(1, max_iterations + 1):
+            # nodes that _paint_node would now return False for without doing anything are dropped
+            # (same visiting order for the rest, so the same fixpoint with fewer calls)
+            active = [n for n in active if n in self._subs or self._may_paint(n)]
             changed = False
-            for node in self._nodes:
+            for node in active:
                 if node in self._subs:
                     changed |= self._paint_control_flow(node)
                 else:
@@ -240,3 +244,9 @@ class Painter:
             if not changed:
                 break
         return self.p
+
+    def _may_paint(self, node: ir.Node) -> bool:
+        """False when ``_paint_node(node)`` returns False with no effect now and in every later round."""
+        if node in self.blocked or node in self.p.low_nodes or node not in self.p.slots:
+            return False
+        return node not in self.tainted or (node.op_type in SOURCES and node.domain in ("", "ai.onnx"))

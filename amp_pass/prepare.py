@@ -3,10 +3,11 @@
 
 The checker and ONNX type inference both serialise the whole model into C++; for a model of hundreds
 of MB that costs more than the conversion.  They only need the graph, so they run on a *skeleton*: the
-model without main-graph initializer data (each initializer becomes a typed graph input).  The inferred
-skeleton is then deserialised and the original initializers are attached back, lazily and without a
-copy.  Guarantees: the input proto is never modified; value types inside subgraphs and inlined
-functions are inferred; bad input raises InvalidModelError naming the first problem.
+model without main-graph initializer data (each initializer, and each main-graph Constant node holding
+a large tensor, becomes a typed graph input).  The inferred skeleton is then deserialised and the
+original initializers and Constant nodes are attached back, lazily and without a copy.  Guarantees: the
+input proto is never modified; value types inside subgraphs and inlined functions are inferred; bad
+input raises InvalidModelError naming the first problem.
 """
 
 from __future__ import annotations
@@ -27,17 +28,50 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def _skeleton(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
-    """The model without main-graph initializers, which become typed inputs; returns their names."""
+#: Main-graph Constant nodes holding at least this many bytes of tensor data are left out of the
+#: skeleton like initializers (exporters such as Paddle2ONNX store every weight in one).
+CONSTANT_BYTES = 1024
+
+
+@dataclass
+class _MovedConstant:
+    node: onnx.NodeProto
+    before: int | None  # index, among the skeleton's main-graph nodes, of the node it preceded
+
+
+def _movable(node: onnx.NodeProto) -> bool:
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        return False
+    if len(node.attribute) != 1 or node.attribute[0].name != "value":
+        return False
+    t = node.attribute[0].t
+    return node.attribute[0].type == onnx.AttributeProto.TENSOR and bool(node.output[0]) and \
+        t.data_type not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING) and \
+        t.data_location != onnx.TensorProto.EXTERNAL and len(t.raw_data) >= CONSTANT_BYTES
+
+
+def _skeleton(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str], list[_MovedConstant]]:
+    """The model without main-graph initializers and large Constant nodes, whose values become typed
+    inputs; returns the skeleton, the initializer names and the Constant nodes left out."""
     sk = onnx.ModelProto()
-    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
-        setattr(sk, field, getattr(model, field))
+    for name in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(sk, name, getattr(model, name))
     sk.opset_import.extend(model.opset_import)
     sk.metadata_props.extend(model.metadata_props)
     sk.functions.extend(model.functions)
     g, src = sk.graph, model.graph
     g.name, g.doc_string = src.name, src.doc_string
-    g.node.extend(src.node)
+    constants: list[_MovedConstant] = []
+    kept: list[onnx.NodeProto] = []
+    for node in src.node:
+        if _movable(node):
+            constants.append(_MovedConstant(node, len(kept)))
+        else:
+            kept.append(node)
+    g.node.extend(kept)
+    for c in constants:
+        if c.before == len(kept):
+            c.before = None
     g.input.extend(src.input)
     g.output.extend(src.output)
     g.value_info.extend(src.value_info)
@@ -49,7 +83,35 @@ def _skeleton(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
             continue
         g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         moved.append(t.name)
-    return sk, moved
+    for c in constants:
+        t = c.node.attribute[0].t
+        g.input.append(helper.make_tensor_value_info(c.node.output[0], t.data_type, list(t.dims)))
+    return sk, moved, constants
+
+
+def _restore_constants(graph: ir.Graph, constants: list[_MovedConstant], same_nodes: bool) -> None:
+    """Put the Constant nodes left out of the skeleton back in place of their stand-in graph inputs:
+    at their original position when the node list is the skeleton's, else (after function inlining or
+    an opset upgrade, which may add, drop or move nodes) at the top of the graph, which is always a
+    valid topological position for a node without inputs."""
+    if not constants:
+        return
+    by_name = {v.name: v for v in graph.inputs}
+    nodes = list(graph)
+    for c in constants:
+        stand_in = by_name[c.node.output[0]]
+        node = ir.serde.deserialize_node(c.node)
+        out = node.outputs[0]
+        out.type, out.shape = stand_in.type, stand_in.shape
+        graph.inputs.remove(stand_in)
+        stand_in.replace_all_uses_with(out, replace_graph_outputs=True)
+        anchor = nodes[c.before] if same_nodes and c.before is not None else None
+        if anchor is not None:
+            graph.insert_before(anchor, node)
+        elif same_nodes or not nodes:
+            graph.append(node)
+        else:
+            graph.insert_before(nodes[0], node)
 
 
 def _check_initializers(model: onnx.ModelProto) -> None:
@@ -97,7 +159,7 @@ def prepare_model(model: onnx.ModelProto, check: bool = True,
     original opset and adds a note; it never raises.  The skeleton is serialised once and the same
     bytes feed the checker and type inference when nothing changes it in between.
     """
-    sk, moved = _skeleton(model)
+    sk, moved, constants = _skeleton(model)
     data = sk.SerializeToString()
     if check:
         try:
@@ -116,7 +178,8 @@ def prepare_model(model: onnx.ModelProto, check: bool = True,
     inferred: onnx.ModelProto | None = None
     if target is not None and target != opset_in:
         upgraded, note = upgrade(sk, target)
-        if not note and not set(moved) <= {v.name for v in upgraded.graph.input}:
+        stand_ins = set(moved) | {c.node.output[0] for c in constants}
+        if not note and not stand_ins <= {v.name for v in upgraded.graph.input}:
             note = f"opset upgrade {opset_in} -> {target} renamed initializers, kept opset {opset_in}"
         if note:
             notes.append(note)
@@ -146,4 +209,5 @@ def prepare_model(model: onnx.ModelProto, check: bool = True,
             value = by_name[t.name]
             value.const_value = ir.serde.deserialize_tensor(t)
             graph.register_initializer(value)
+    _restore_constants(graph, constants, same_nodes=not inlined and opset_out == opset_in)
     return Prepared(ir_model, inlined, opset_in, opset_out, notes)

@@ -67,10 +67,11 @@ class ConversionReport:
 
 
 def build_report(report: ConversionReport, graph: ir.Graph, painting: Painting,
-                 compute_ops: frozenset[str]) -> None:
-    """Fill node counts, per-op counts, coverage and the fp32 reasons from ``painting``."""
+                 compute_ops: frozenset[str], graphs: list[ir.Graph] | None = None) -> None:
+    """Fill node counts, per-op counts, coverage and the fp32 reasons from ``painting``
+    (``graphs``: ``walk.graph_list(graph)`` when the caller has it)."""
     names: dict[ir.Graph, str] = {}
-    for g in iter_graphs(graph):
+    for g in graphs if graphs is not None else iter_graphs(graph):
         names[g] = g.name or "main"
         for node in g:
             if node not in painting.classes and not is_control_flow(node):

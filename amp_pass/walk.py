@@ -14,7 +14,7 @@ _GRAPH_HOLDERS = CONTROL_FLOW | {"SequenceMap"}
 def node_subgraphs(node: ir.Node) -> list[ir.Graph]:
     """The graphs held by ``node``'s attributes, in attribute order."""
     found: list[ir.Graph] = []
-    if not node.attributes or (node.domain in ("", "ai.onnx") and node.op_type not in _GRAPH_HOLDERS):
+    if (node.domain in ("", "ai.onnx") and node.op_type not in _GRAPH_HOLDERS) or not node.attributes:
         return found
     for attr in node.attributes.values():
         if attr.type is ir.AttributeType.GRAPH:
@@ -30,6 +30,12 @@ def iter_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
     for node in graph:
         for sub in node_subgraphs(node):
             yield from iter_graphs(sub)
+
+
+def graph_list(graph: ir.Graph) -> list[ir.Graph]:
+    """``list(iter_graphs(graph))``: the pass computes it once (the set of graphs never changes while
+    it runs: it only adds and removes Cast/Constant nodes) instead of walking the model per step."""
+    return list(iter_graphs(graph))
 
 
 def iter_nodes(graph: ir.Graph) -> Iterator[ir.Node]:
@@ -48,9 +54,9 @@ def is_control_flow(node: ir.Node) -> bool:
 class NameGen:
     """Fresh names unique across the whole model (all graphs, values and nodes)."""
 
-    def __init__(self, graph: ir.Graph) -> None:
+    def __init__(self, graph: ir.Graph, graphs: list[ir.Graph] | None = None) -> None:
         self._used: set[str] = set()
-        for g in iter_graphs(graph):
+        for g in graphs if graphs is not None else iter_graphs(graph):
             self._used.update(v.name for v in g.inputs if v.name)
             self._used.update(v.name for v in g.outputs if v.name)
             self._used.update(g.initializers)

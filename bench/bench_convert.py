@@ -1,16 +1,22 @@
 """Benchmark: ampci's pass vs onnxconverter-common's ``convert_float_to_float16`` on the real models.
 
-Prints one table: conversion seconds (load + convert + save, best of N), casts inserted, low-precision
+Prints one table: conversion seconds (load + convert + save, best of N repeats in each of 3 fresh
+subprocesses per converter, so that every converter runs with the same small heap), casts inserted, low-precision
 compute coverage, valid (full ONNX checker + onnxruntime CPU load), accuracy (worst cosine over float
 outputs under faithful emulation, see workers/emulation.py), plus the bare ``onnx.load``+``onnx.save``
-time and ampci's ratio to it (target <= 1.5x).
+time and ampci's ratio to it (target <= 1.5x), ampci's time without the input checker
+(``check_input=False``), and the opset it converted at.  ``--baseline DIR`` adds a row per model for
+the pass of another checkout (e.g. a copy of an older revision), timed in a subprocess in the same
+run, so before/after figures share the machine's load.
 
-    python bench/bench_convert.py [--repeat 3] [--light light_resnet50 ...] [--dtype fp16]
+    python bench/bench_convert.py [--repeat 5] [--light light_resnet50 ...] [--dtype fp16] [--baseline DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -76,7 +82,9 @@ def coverage(model: onnx.ModelProto) -> str:
 
 
 def validity(model: onnx.ModelProto) -> str:
-    """"yes" when the full checker passes and onnxruntime's CPU provider loads the model."""
+    """"yes" when the full checker passes and onnxruntime's CPU provider loads the model -- a model with
+    bf16 values through its faithful emulation (the CPU provider has no bf16 Conv/MatMul kernels), as
+    tests/amp_pass/models.assert_valid does."""
     import onnxruntime as ort
 
     try:
@@ -86,6 +94,12 @@ def validity(model: onnx.ModelProto) -> str:
     try:
         opts = ort.SessionOptions()
         opts.log_severity_level = 4
+        if onnx.TensorProto.BFLOAT16 in {t.data_type for g in _graphs(model.graph) for t in g.initializer} | {
+                v.type.tensor_type.elem_type for g in _graphs(model.graph) for v in g.value_info}:
+            from workers.emulation import emulate_model
+
+            model = emulate_model(model)
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001
         return f"no (ort: {str(exc).splitlines()[0][-40:]})"
@@ -118,34 +132,107 @@ def best_of(repeat: int, fn: Callable[[], None]) -> float:
     return min(times)
 
 
-def bench_one(name: str, src: Path, dtype: str, repeat: int, tmp: Path) -> list[list[str]]:
-    """Two table rows (ampci, onnxconverter-common) for one model."""
-    from onnxconverter_common.float16 import convert_float_to_float16
+_TIMER = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from amp_pass import ConversionOptions, convert_file
+src, dst, dtype, repeat = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+times = {}
+for check in (True, False):
+    options = ConversionOptions(dtype=dtype, check_input=check)
+    convert_file(src, dst, options)  # warm-up: imports, schema caches
+    times[str(check)] = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        convert_file(src, dst, options)
+        times[str(check)].append(time.perf_counter() - t)
+convert_file(src, dst, ConversionOptions(dtype=dtype))
+print(json.dumps({k: min(v) for k, v in times.items()}))
+"""
 
+
+def pass_seconds(root: Path, src: Path, dst: Path, dtype: str, repeat: int) -> tuple[float, float]:
+    """Best-of-``repeat`` ``convert_file`` seconds of the ``amp_pass`` package under ``root``, with and
+    without the input checker, each in a fresh subprocess (same heap size and imports for every
+    checkout; ``dst`` is left holding the default conversion)."""
+    proc = subprocess.run([sys.executable, "-c", _TIMER, str(root), str(src), str(dst), dtype, str(repeat)],
+                          cwd=root, capture_output=True, text=True, check=True)
+    times = json.loads(proc.stdout.strip().splitlines()[-1])
+    return times["True"], times["False"]
+
+
+_OCC = """
+import sys, time, warnings
+import onnx
+from onnxconverter_common.float16 import convert_float_to_float16
+warnings.filterwarnings("ignore")
+src, dst, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
+times = []
+for _ in range(repeat + 1):
+    t = time.perf_counter()
+    onnx.save(convert_float_to_float16(onnx.load(src), keep_io_types=True), dst)
+    times.append(time.perf_counter() - t)
+print(min(times[1:]))
+"""
+
+
+def occ_seconds(src: Path, dst: Path, repeat: int) -> float:
+    """Best-of-``repeat`` load + ``convert_float_to_float16`` + save seconds, in a fresh subprocess like
+    ``pass_seconds`` (raises CalledProcessError when the converter crashes)."""
+    proc = subprocess.run([sys.executable, "-c", _OCC, str(src), str(dst), str(repeat)],
+                          capture_output=True, text=True, check=True)
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
+def timed_passes(roots: list[Path], src: Path, tmp: Path, dtype: str, repeat: int, rounds: int = 3
+                 ) -> list[tuple[float, float]]:
+    """``pass_seconds`` of each checkout, interleaved over ``rounds`` rounds (the best of all kept),
+    so that before/after figures share the machine's load."""
+    best = [(float("inf"), float("inf"))] * len(roots)
+    for _ in range(rounds):
+        for i, root in enumerate(roots):
+            t = pass_seconds(root, src, tmp / f"{src.stem}_{i}.onnx", dtype, repeat)
+            best[i] = (min(best[i][0], t[0]), min(best[i][1], t[1]))
+    return best
+
+
+def bench_one(name: str, src: Path, dtype: str, repeat: int, tmp: Path,
+              baseline: Path | None = None) -> list[list[str]]:
+    """Table rows for one model: ampci, the baseline checkout's ampci (optional), onnxconverter-common."""
     fp32 = onnx.load(str(src))
     base_casts = count_casts(fp32)
-    bare = best_of(repeat, lambda: onnx.save(onnx.load(str(src)), str(tmp / "bare.onnx")))
+    bare = best_of(3 * repeat, lambda: onnx.save(onnx.load(str(src)), str(tmp / "bare.onnx")))
     amp_out = tmp / f"{name}_ampci.onnx"
-    options = ConversionOptions(dtype=dtype)
-    amp_t = best_of(repeat, lambda: convert_file(src, amp_out, options))
+    roots = [ROOT] + ([baseline] if baseline is not None else [])
+    timings = timed_passes(roots, src, tmp, dtype, repeat)
+    (amp_t, amp_nc) = timings[0]
+    report = convert_file(src, amp_out, ConversionOptions(dtype=dtype))
     amp = onnx.load(str(amp_out))
-    rows = [[name, "ampci", f"{amp_t:.3f}", f"{bare:.3f}", f"{amp_t / bare:.2f}x",
+    opset = f"{report.opset_in}->{report.opset_out}" if report.opset_out != report.opset_in else str(report.opset_in)
+    rows = [[name, "ampci", f"{amp_t:.3f}", f"{amp_nc:.3f}", f"{bare:.3f}", f"{amp_t / bare:.2f}x", opset,
              str(count_casts(amp) - base_casts), coverage(amp), validity(amp), accuracy(fp32, amp)]]
+    if baseline is not None:
+        base_t = timings[1][0]
+        old = onnx.load(str(tmp / f"{src.stem}_1.onnx"))
+        old_opset = str(next(o.version for o in old.opset_import if o.domain in ("", "ai.onnx")))
+        rows.append([name, f"ampci baseline ({baseline.name})", f"{base_t:.3f}", "-", f"{bare:.3f}",
+                     f"{base_t / bare:.2f}x", old_opset, str(count_casts(old) - base_casts), coverage(old),
+                     validity(old), accuracy(fp32, old)])
     occ_out = tmp / f"{name}_occ.onnx"
     if dtype != "fp16":
-        rows.append([name, "onnxconverter-common", "-", f"{bare:.3f}", "-", "-", "-", "no bf16 support", "-"])
+        rows.append([name, "onnxconverter-common", "-", "-", f"{bare:.3f}", "-", "-", "-", "-", "no bf16 support",
+                     "-"])
         return rows
 
-    def occ() -> None:
-        onnx.save(convert_float_to_float16(onnx.load(str(src)), keep_io_types=True), str(occ_out))
-
     try:
-        occ_t = best_of(repeat, occ)
+        occ_t = min(occ_seconds(src, occ_out, repeat) for _ in range(3))
         conv = onnx.load(str(occ_out))
-        rows.append([name, "onnxconverter-common", f"{occ_t:.3f}", f"{bare:.3f}", f"{occ_t / bare:.2f}x",
-                     str(count_casts(conv) - base_casts), coverage(conv), validity(conv), accuracy(fp32, conv)])
+        rows.append([name, "onnxconverter-common", f"{occ_t:.3f}", "-", f"{bare:.3f}", f"{occ_t / bare:.2f}x",
+                     str(fp32.opset_import[0].version), str(count_casts(conv) - base_casts), coverage(conv),
+                     validity(conv), accuracy(fp32, conv)])
     except Exception as exc:  # noqa: BLE001 - a converter crash is a result
-        rows.append([name, "onnxconverter-common", "-", f"{bare:.3f}", "-", "-", "-",
+        rows.append([name, "onnxconverter-common", "-", "-", f"{bare:.3f}", "-", "-", "-", "-",
                      f"no (crash: {type(exc).__name__})", "-"])
     return rows
 
@@ -153,12 +240,14 @@ def bench_one(name: str, src: Path, dtype: str, repeat: int, tmp: Path) -> list[
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
     parser.add_argument("--light", nargs="*", default=[], help="also bench these light_* topologies")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="a checkout (holding amp_pass/) whose pass is timed alongside, e.g. an older copy")
     args = parser.parse_args(argv)
-    header = ["model", "converter", "convert s", "load+save s", "ratio", "casts", "compute low",
-              "valid", "cosine (emulated)"]
+    header = ["model", "converter", "convert s", "no-check s", "load+save s", "ratio", "opset", "casts",
+              "compute low", "valid", "cosine (emulated)"]
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -168,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             onnx.save(light_model(name), str(path))
             models[name] = path
         for name, src in models.items():
-            rows += bench_one(name, src, args.dtype, args.repeat, tmp)
+            rows += bench_one(name, src, args.dtype, args.repeat, tmp, args.baseline)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"  # noqa: E731
     print(line(header))

@@ -54,9 +54,17 @@ def _send(obj):
     sys.__stdout__.flush()
 
 
+def _drop_editable_finders():
+    """Remove setuptools' editable-install finders: they would fill modules missing from the pass
+    root's ``amp_pass`` with this checkout's, so a revision would not be converted by itself alone."""
+    sys.meta_path[:] = [f for f in sys.meta_path
+                        if not (getattr(f, "__module__", "") or "").startswith("__editable__")]
+
+
 def main():
     root = sys.argv[1]
     sys.path[0] = root  # replaces this script's directory: nothing of workers/ is importable here
+    _drop_editable_finders()
     try:
         import amp_pass  # noqa: F401 - the point: import once, fork many times
         try:

@@ -43,9 +43,9 @@ from amp_pass.calibration import (
     graph_scopes,
     low_node_keys,
 )
-from amp_pass.converter import DTYPES, default_opset
+from amp_pass.converter import DTYPES, default_opset, gc_paused
 from amp_pass.policy import load_policy
-from amp_pass.prepare import prepare
+from amp_pass.prepare import prepare_model
 from workers.calibrate import Calibration, collect_ranges
 from workers.emulation import EmulatedSession
 from workers.metrics import output_metrics
@@ -181,8 +181,10 @@ class Evaluator:
     def __init__(self, model: onnx.ModelProto, feeds_list: Sequence[Mapping[str, np.ndarray]],
                  options: ConversionOptions, tolerance: Tolerance, reference: Sequence[Mapping[str, np.ndarray]]
                  ) -> None:
-        ir_model, _ = prepare(model, options.check_input)
-        self.prepared = ir.serde.serialize_model(ir_model)  # inlined + typed once; reused by every step
+        # checked, inlined, opset-planned and typed once, exactly as convert_model would; reused by every step
+        prepared = prepare_model(model, options.check_input, options.opset_planner())
+        self.prepared = ir.serde.serialize_model(prepared.model)
+        self.prep_info = prepared
         self.options = dataclasses.replace(options, check_input=False)
         self.feeds_list, self.tolerance, self.reference = feeds_list, tolerance, reference
         self.float_outputs = [o.name for o in model.graph.output if o.type.tensor_type.elem_type
@@ -193,9 +195,15 @@ class Evaluator:
     def convert(self, forced: frozenset[str]) -> ConversionResult:
         """The conversion with ``forced`` node keys kept fp32 (the prepared model is not prepared again)."""
         start = time.perf_counter()
-        work = ir.serde.deserialize_model(self.prepared)
-        report = AmpPass(dataclasses.replace(self.options, force_fp32=forced)).call(work)
-        model = ir.serde.serialize_model(work)
+        with gc_paused():
+            work = ir.serde.deserialize_model(self.prepared)
+            report = AmpPass(dataclasses.replace(self.options, force_fp32=forced)).call(work)
+            model = ir.serde.serialize_model(work)
+        info = self.prep_info  # what convert_model records about preparation
+        report.functions_inlined += info.inlined
+        if info.opset_in is not None:
+            report.opset_in = info.opset_in
+        report.notes.extend(info.notes)
         report.seconds = time.perf_counter() - start
         return ConversionResult(model=model, report=report)
 

@@ -23,6 +23,15 @@ from typing import Any
 
 #: The repository that holds this checkout's ``amp_pass`` (the default pass root).
 DEFAULT_PASS_ROOT = Path(__file__).resolve().parents[1]
+
+#: Cold-path entry: ``python -m amp_pass`` after removing setuptools' editable-install finders, which
+#: would otherwise fill modules missing from the pass root's ``amp_pass`` with this checkout's.
+_ISOLATED_MAIN = (
+    "import runpy, sys\n"
+    "sys.meta_path[:] = [f for f in sys.meta_path\n"
+    "                    if not (getattr(f, '__module__', '') or '').startswith('__editable__')]\n"
+    "runpy.run_module('amp_pass', run_name='__main__', alter_sys=True)\n"
+)
 _TAIL = 2000
 
 
@@ -51,11 +60,13 @@ def _last_line(text: str) -> str:
 
 def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy: str, target: str,
                           pass_root: Path | None, timeout_s: float, memory_bytes: int,
-                          warm: bool = True) -> ConvertOutcome:
+                          warm: bool = True, inputs: Path | None = None) -> ConvertOutcome:
     """Convert ``src`` to ``dst`` with the pass under ``pass_root``; never raises for pass failures.
 
     ``warm``: fork the conversion from a zygote that has the pass imported already (see
     :mod:`workers.zygotes`), falling back to a fresh ``python -m amp_pass`` when none can start.
+    Policy ``auto`` runs ``python -m workers.autoconvert`` instead (the search measures models, on
+    ``inputs``, an .npz), always cold, with this checkout's workers and ``pass_root``'s amp_pass.
     """
     root = Path(pass_root) if pass_root else DEFAULT_PASS_ROOT
     if not (root / "amp_pass").is_dir():
@@ -67,6 +78,12 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
         env.setdefault(var, "1")
     argv = ["convert", str(src), "-o", str(dst), "--dtype", dtype, "--policy", policy, "--target", target,
             "--report", str(report)]
+    cmd, cwd = [sys.executable, "-c", _ISOLATED_MAIN, *argv], root
+    if policy == "auto":
+        from workers.autoconvert import command
+
+        cmd, cwd, warm = command(src, dst, report, dtype, target, root, inputs), DEFAULT_PASS_ROOT, False
+        env["PYTHONPATH"] = os.pathsep.join([str(DEFAULT_PASS_ROOT), env["PYTHONPATH"]])
     if warm:
         from workers.zygotes import ZygoteUnavailable, zygote_for
 
@@ -83,7 +100,7 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
                             memory_bytes)
     start = time.perf_counter()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "amp_pass", *argv], cwd=root, env=env,
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True, preexec_fn=_limit_memory(memory_bytes))
     except OSError as exc:

@@ -201,8 +201,13 @@ class _Job:
     def _convert(self, src: Path, tmp: Path) -> onnx.ModelProto:
         s = self.spec
         dst, report = tmp / "converted.onnx", tmp / "report.json"
+        inputs = None
+        if s.policy == "auto":  # the accuracy search measures on this job's own inputs
+            inputs = tmp / "inputs.npz"
+            np.savez(inputs, **self.feeds)
         outcome = convert_in_subprocess(src, dst, report, s.dtype, s.policy, s.target, s.pass_root,
-                                        self.settings.convert_timeout, self.settings.convert_memory)
+                                        self.settings.convert_timeout, self.settings.convert_memory,
+                                        inputs=inputs)
         self.clock.timings["convert_subprocess_s"] = outcome.wall_s
         if outcome.status != "ok":
             raise JobFailed(outcome.status, outcome.message)

@@ -14,6 +14,7 @@ traceback); the commit-status poster and the webhook intake (pending deliveries 
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,6 +32,8 @@ from service.github.webhook import WebhookProcessor, check_webhook_config
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
+
+_FROZEN = False  # gc.freeze() done in this process (once is enough)
 
 ERROR_SCHEMA = {"type": "object", "required": ["error", "message"],
                 "properties": {"error": {"type": "string"}, "message": {"type": "string"},
@@ -73,6 +76,13 @@ def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatch
             reporter.start()
         if background:
             intake.start()  # first picks up deliveries an earlier process left pending
+            # What start-up allocated (modules, compiled statements, the app) lives as long as the
+            # process: keep it out of the collector's full passes, which otherwise pause requests.
+            global _FROZEN
+            if not _FROZEN:
+                _FROZEN = True
+                gc.collect()
+                gc.freeze()
         try:
             yield
         finally:

@@ -25,6 +25,7 @@ class AppContext:
     webhook: WebhookProcessor
     database_probe: Probe
     broker_probe: Probe
+    recorder: Any = None  # the webhook's DeliveryRecorder (group commit), made on first use
 
 
 def database_probe(store: Any) -> Probe:

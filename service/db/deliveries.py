@@ -15,7 +15,9 @@ State rules (every writer follows them, so an old signed delivery cannot undo a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from service.db import models as m
+from service.db.engine import connect
 from service.db.records import DeliveryInfo, utc
 from service.errors import NotFoundError, UserError
 
@@ -40,6 +43,25 @@ class Received:
 
     stored: bool
     existing: DeliveryInfo | None = None
+
+
+@dataclass(frozen=True)
+class DeliveryWrite:
+    """One delivery to record with :meth:`DeliveriesMixin.receive_deliveries`."""
+
+    delivery_id: str
+    event: str
+    status: str
+    reason: str | None = None
+    repository: str | None = None
+    payload: dict[str, Any] | None = None
+    run_id: int | None = None
+
+    def values(self, received_at: Any) -> dict[str, Any]:
+        """The row's column values."""
+        return {"delivery_id": self.delivery_id, "event": self.event, "status": self.status,
+                "reason": self.reason, "run_id": self.run_id, "repository": self.repository,
+                "payload": self.payload, "received_at": received_at}
 
 
 @dataclass(frozen=True)
@@ -73,12 +95,40 @@ def delivery_info(r: Any) -> DeliveryInfo:
                         reason=r.reason, run_id=r.run_id, received_at=utc(r.received_at))  # type: ignore[arg-type]
 
 
+_COLS = ("delivery_id", "event", "status", "reason", "run_id", "repository", "payload", "received_at")
+
+
+def _dialect_insert(dialect: str) -> Any:
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(t_del)
+
+
+@functools.cache
+def _insert_new(dialect: str) -> Any:
+    """``INSERT … ON CONFLICT (delivery_id) DO NOTHING RETURNING delivery_id`` with bind parameters,
+    built once per dialect (the hot path pays no statement construction)."""
+    return (_dialect_insert(dialect).values({c: sa.bindparam(c, type_=t_del.c[c].type) for c in _COLS})
+            .on_conflict_do_nothing(index_elements=[t_del.c.delivery_id]).returning(t_del.c.delivery_id))
+
+
+@contextmanager
+def _autocommit(engine: Any) -> Iterator[Connection]:
+    conn = connect(engine)
+    try:
+        yield conn.execution_options(isolation_level="AUTOCOMMIT")
+    finally:
+        conn.close()
+
+
 _INFO_COLS = (t_del.c.delivery_id, t_del.c.event, t_del.c.repository, t_del.c.status, t_del.c.reason,
               t_del.c.run_id, t_del.c.received_at)
 
 
 class DeliveriesMixin:
-    """Delivery methods; requires ``self._tx()`` and ``self.clock`` from Store."""
+    """Delivery methods; requires ``self._tx()``, ``self.clock`` and ``self.engine`` from Store."""
 
     def _tx(self):  # type: ignore[no-untyped-def]  # pragma: no cover - provided by Store
         raise NotImplementedError
@@ -88,25 +138,52 @@ class DeliveriesMixin:
                          run_id: int | None = None) -> Received:
         """Record a delivery as it arrives; see :class:`Received`.
 
-        The common case (a new id) is one ``INSERT … ON CONFLICT DO NOTHING`` statement.  An id
-        already recorded costs one read more; only a ``rejected`` row is then replaced (guarded
-        update, so of two racing redeliveries exactly one gets ``stored``).  Never waits for the
-        intake's row locks.
+        The common case (a new id) is one ``INSERT … ON CONFLICT DO NOTHING`` statement (autocommit
+        on PostgreSQL: one round trip).  An id already recorded costs one read more; only a
+        ``rejected`` row is then replaced (guarded update, so of two racing redeliveries exactly
+        one gets ``stored``).  Never waits for the intake's row locks.
         """
-        _check_status(status)
-        from service.db.store import dialect_insert
+        write = DeliveryWrite(delivery_id, event, status, reason, repository, payload, run_id)
+        return self.receive_deliveries([write])[0]
 
-        values = {"delivery_id": delivery_id, "event": event, "status": status, "reason": reason,
-                  "run_id": run_id, "repository": repository, "payload": payload,
-                  "received_at": self.clock()}
+    def receive_deliveries(self, writes: Sequence[DeliveryWrite]) -> list[Received]:
+        """:meth:`receive_delivery` for many deliveries at once (the webhook's group commit): new ids
+        take one multi-row ``INSERT … ON CONFLICT DO NOTHING RETURNING`` statement together; the
+        answers are in the order of ``writes`` (a later write of an id repeated within ``writes``
+        sees the earlier one as existing)."""
+        for w in writes:
+            _check_status(w.status)
+        now = self.clock()
+        first: dict[str, int] = {}
+        for i, w in enumerate(writes):
+            first.setdefault(w.delivery_id, i)
+        rows = [writes[i].values(now) for i in first.values()]
+        inserted: set[str] = set()
+        with self._single_statement() as conn:
+            stmt = _insert_new(conn.dialect.name)
+            if len(rows) == 1:
+                got = conn.execute(stmt, rows[0]).scalar()
+                inserted.update([got] if got is not None else [])
+            else:  # SQLAlchemy's "insertmanyvalues": one multi-row statement per batch, compiled once
+                inserted.update(conn.execute(stmt, rows).scalars())
+        out: list[Received] = []
+        for i, w in enumerate(writes):
+            if first[w.delivery_id] == i and w.delivery_id in inserted:
+                out.append(Received(True))
+            else:
+                out.append(self._receive_existing(w.values(now)))
+        return out
+
+    def _receive_existing(self, values: dict[str, Any]) -> Received:
+        delivery_id = values["delivery_id"]
         with self._tx() as conn:
-            ins = dialect_insert(conn, t_del).values(**values)
-            got = conn.execute(ins.on_conflict_do_nothing(index_elements=[t_del.c.delivery_id])
-                               .returning(t_del.c.delivery_id)).scalar()
-            if got is not None:
-                return Received(True)
             row = conn.execute(sa.select(*_INFO_COLS).where(t_del.c.delivery_id == delivery_id)).first()
-            if row is not None and row.status == "rejected":
+            if row is None:  # not there after all (deleted meanwhile): insert it
+                stmt = _insert_new(conn.dialect.name)
+                if conn.execute(stmt, values).scalar() is not None:
+                    return Received(True)
+                row = conn.execute(sa.select(*_INFO_COLS).where(t_del.c.delivery_id == delivery_id)).first()
+            elif row.status == "rejected":
                 done = conn.execute(t_del.update().where(t_del.c.delivery_id == delivery_id,
                                                          t_del.c.status == "rejected")
                                     .values(**values).returning(t_del.c.delivery_id)).scalar()
@@ -114,6 +191,13 @@ class DeliveriesMixin:
                     return Received(True)
                 row = conn.execute(sa.select(*_INFO_COLS).where(t_del.c.delivery_id == delivery_id)).first()
         return Received(False, delivery_info(row) if row is not None else None)
+
+    def _single_statement(self) -> AbstractContextManager[Connection]:
+        """A connection for one atomic statement: autocommit on PostgreSQL (one round trip instead
+        of BEGIN, statement, COMMIT); a normal transaction elsewhere."""
+        if self.engine.dialect.name == "postgresql":  # type: ignore[attr-defined]
+            return _autocommit(self.engine)  # type: ignore[attr-defined]
+        return self._tx()
 
     def pending_deliveries(self, conn: Connection, limit: int, skip: Sequence[str] = ()) -> list[PendingDelivery]:
         """Up to ``limit`` pending deliveries, oldest first, read on ``conn`` (the caller's transaction).
@@ -159,7 +243,7 @@ class DeliveriesMixin:
         Atomic: of two concurrent calls with one id exactly one gets True.
         """
         _check_status(status)
-        from service.db.store import dialect_insert
+        from service.db.runs import dialect_insert
 
         with self._tx() as conn:
             ins = dialect_insert(conn, t_del).values(

@@ -4,7 +4,8 @@
 several processes at once: every method runs in its own short transaction, and every write that
 may race with another process (revision upsert, deduplicated run creation, result write, attempt
 counting, webhook delivery) is a single atomic statement (``INSERT … ON CONFLICT`` /
-``UPDATE … RETURNING``), on PostgreSQL and on SQLite alike.
+``UPDATE … RETURNING``), on PostgreSQL and on SQLite alike.  Revision and run writes (single and
+batch) live in :mod:`service.db.runs`, webhook deliveries in :mod:`service.db.deliveries`.
 
 Errors: an unreachable database raises ``DatabaseUnavailableError`` (URL redacted, exit 3); an
 unknown revision, run, job, model or regression id raises ``NotFoundError`` (exit 2); other bad
@@ -14,8 +15,7 @@ arguments raise ``UserError`` (exit 2).  The schema must be at head (``ampci db 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -31,14 +31,11 @@ from service.db.queries import QueriesMixin, job_info, run_info
 from service.db.records import (
     Cell,
     JobInfo,
-    NewRun,
-    RevisionInfo,
-    RevisionRow,
     RunInfo,
-    RunSpec,
     RunSummary,
     utc,
 )
+from service.db.runs import TRIGGERS, RunWritesMixin, check_cell, check_sha, dialect_insert
 from service.errors import NotFoundError, UserError
 from workers.result import JobResult
 
@@ -47,37 +44,16 @@ if TYPE_CHECKING:
     from service.regressions.thresholds import Thresholds
     from service.settings import Settings
 
-TRIGGERS = ("push", "pull_request", "nightly", "manual", "bisect")
 RUN_STATES = ("queued", "running", "complete", "partial", "failed", "cancelled")
 JOB_STATES = ("queued", "running", "done", "error", "crashed", "cancelled")
 JOB_TERMINAL = frozenset({"done", "error", "crashed", "cancelled"})
-_SHA = re.compile(r"^[0-9a-f]{7,64}$")
 
 t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__
 t_res, t_reg, t_zoo = m.Result.__table__, m.Regression.__table__, m.ZooModel.__table__
 
 
-def dialect_insert(conn: Connection, table: sa.Table) -> Any:
-    """An INSERT supporting ``on_conflict_do_*`` for the connection's dialect."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    elif conn.dialect.name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:  # pragma: no cover - only PostgreSQL and SQLite are supported
-        raise UserError(f"unsupported database dialect {conn.dialect.name!r}; use PostgreSQL or SQLite")
-    return insert(table)
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def check_sha(sha: str) -> str:
-    """A full-enough lower-case hex sha (7–64 digits) or UserError."""
-    s = (sha or "").strip().lower()
-    if not _SHA.match(s):
-        raise UserError(f"not a git sha: {sha!r} (expected 7-64 hex digits)")
-    return s
 
 
 def thresholds_from_settings(settings: Settings) -> Thresholds | None:
@@ -89,7 +65,7 @@ def thresholds_from_settings(settings: Settings) -> Thresholds | None:
     return _Thresholds.load(settings.thresholds_file)
 
 
-class Store(QueriesMixin, DeliveriesMixin):
+class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
     """Results store over one SQLAlchemy engine.  See the module docstring for guarantees."""
 
     def __init__(self, engine: Engine, clock: Callable[[], datetime] = _now,
@@ -132,168 +108,6 @@ class Store(QueriesMixin, DeliveriesMixin):
         methods taking ``conn=`` (e.g. :meth:`upsert_revisions` and :meth:`create_runs` together)."""
         return transaction(self.engine)
 
-    # -- revisions ------------------------------------------------------------------------------
-    def upsert_revision(self, sha: str, parents: Sequence[str] = (), branch: str | None = None,
-                        author: str | None = None, message: str | None = None,
-                        committed_at: datetime | None = None) -> RevisionInfo:
-        """Insert or update a revision.  Fields given as None keep their stored value; non-empty
-        ``parents`` replace the stored parent links (position 0 = first parent)."""
-        sha = check_sha(sha)
-        self.upsert_revisions([RevisionRow(sha, tuple(parents), branch, author, message, committed_at)])
-        return self.get_revision(sha)
-
-    def upsert_revisions(self, rows: Iterable[RevisionRow], conn: Connection | None = None) -> int:
-        """Insert or update many revisions in one transaction (``conn``'s, or a new one).
-
-        The same rules as :meth:`upsert_revision` for each row; several rows for one sha are merged
-        first (later non-None fields and non-empty parents win), so the revisions table takes one
-        ``INSERT … ON CONFLICT DO UPDATE`` statement whatever the number of rows, and parent links
-        at most two more (stale positions deleted, the given ones upserted).  Returns the number of
-        distinct shas.
-        """
-        merged: dict[str, RevisionRow] = {}
-        for r in rows:
-            row = RevisionRow(check_sha(r.sha), tuple(check_sha(p) for p in r.parents), r.branch, r.author,
-                              r.message, r.committed_at)
-            prev = merged.get(row.sha)
-            merged[row.sha] = row if prev is None else prev.merged(row)
-        if not merged:
-            return 0
-        if conn is None:
-            with self._tx() as own:
-                return self._upsert_revisions(own, list(merged.values()))
-        return self._upsert_revisions(conn, list(merged.values()))
-
-    def _upsert_revisions(self, conn: Connection, rows: list[RevisionRow]) -> int:
-        now = self.clock()
-        for chunk in _chunks(rows, _ROWS_PER_STATEMENT):
-            ins = dialect_insert(conn, t_rev).values(
-                [{"sha": r.sha, "parents": list(r.parents), "branch": r.branch, "author": r.author,
-                  "message": r.message, "committed_at": r.committed_at, "created_at": now} for r in chunk])
-            ex = ins.excluded
-            update: dict[str, Any] = {c: sa.func.coalesce(getattr(ex, c), getattr(t_rev.c, c))
-                                      for c in ("branch", "author", "message", "committed_at")}
-            # an empty parent list keeps the stored links (as in upsert_revision)
-            update["parents"] = sa.case((sa.func.json_array_length(ex.parents) > 0, ex.parents),
-                                        else_=t_rev.c.parents)
-            conn.execute(ins.on_conflict_do_update(index_elements=[t_rev.c.sha], set_=update))
-        with_parents = [r for r in rows if r.parents]
-        for chunk in _chunks(with_parents, _ROWS_PER_STATEMENT):
-            conn.execute(t_par.delete().where(sa.or_(*(
-                sa.and_(t_par.c.child_sha == r.sha, t_par.c.position >= len(r.parents)) for r in chunk))))
-            pins = dialect_insert(conn, t_par).values(
-                [{"child_sha": r.sha, "position": i, "parent_sha": p} for r in chunk for i, p in enumerate(r.parents)])
-            conn.execute(pins.on_conflict_do_update(index_elements=[t_par.c.child_sha, t_par.c.position],
-                                                    set_={"parent_sha": pins.excluded.parent_sha}))
-        return len(rows)
-
-    def _ensure_revision(self, conn: Connection, sha: str) -> None:
-        ins = dialect_insert(conn, t_rev).values(sha=sha, parents=[], created_at=self.clock())
-        conn.execute(ins.on_conflict_do_nothing(index_elements=[t_rev.c.sha]))
-
-    # -- runs and jobs --------------------------------------------------------------------------
-    def create_run(self, revision_sha: str, trigger: str, baseline_sha: str | None = None,
-                   sweep: str = "smoke", cells: Iterable[Cell] = (), dedup_key: str | None = None,
-                   meta: dict[str, Any] | None = None) -> int:
-        """Create a run with one ``queued`` job per distinct cell; return its id.
-
-        A revision not yet known is inserted bare (sha only).  When ``dedup_key`` is given and a
-        run with that key exists, **the existing run's id is returned** and nothing is created
-        (use :meth:`create_run_if_new` to learn which happened).  Safe under concurrent callers.
-        """
-        return self.create_run_if_new(revision_sha, trigger, baseline_sha, sweep, cells, dedup_key, meta)[0]
-
-    def create_run_if_new(self, revision_sha: str, trigger: str, baseline_sha: str | None = None,
-                          sweep: str = "smoke", cells: Iterable[Cell] = (), dedup_key: str | None = None,
-                          meta: dict[str, Any] | None = None) -> tuple[int, bool]:
-        """Like :meth:`create_run`; returns ``(run_id, created)`` (created False: dedup hit)."""
-        new = self.create_run_with_jobs(revision_sha, trigger, baseline_sha, sweep, cells, dedup_key, meta)
-        return new.run_id, new.created
-
-    def create_run_with_jobs(self, revision_sha: str, trigger: str, baseline_sha: str | None = None,
-                             sweep: str = "smoke", cells: Iterable[Cell] = (), dedup_key: str | None = None,
-                             meta: dict[str, Any] | None = None) -> NewRun:
-        """Like :meth:`create_run_if_new`, also returning the run's job rows (read in the same transaction)."""
-        spec = RunSpec(revision_sha, trigger, baseline_sha, sweep, tuple(cells), dedup_key, meta or {})
-        return self.create_runs([spec])[0]
-
-    def create_runs(self, specs: Sequence[RunSpec], conn: Connection | None = None) -> list[NewRun]:
-        """Create many runs with their ``queued`` jobs in one transaction (``conn``'s, or a new one).
-
-        Each spec behaves as :meth:`create_run_with_jobs` (a dedup key that already has a run, in
-        the database or earlier in ``specs``, returns that run with ``created`` False), in the
-        order given.  Runs with dedup keys take one multi-row ``INSERT … ON CONFLICT DO NOTHING``
-        and their jobs one more, whatever their number.  Bad arguments raise UserError before
-        anything is written.  Safe under concurrent callers.
-        """
-        checked = [self._check_spec(s) for s in specs]
-        if not checked:
-            return []
-        if conn is None:
-            with self._tx() as own:
-                return self._create_runs(own, checked)
-        return self._create_runs(conn, checked)
-
-    def _check_spec(self, s: RunSpec) -> RunSpec:
-        if s.trigger not in TRIGGERS:
-            raise UserError(f"unknown trigger {s.trigger!r}; expected one of {', '.join(TRIGGERS)}")
-        return RunSpec(check_sha(s.revision_sha), s.trigger, check_sha(s.baseline_sha) if s.baseline_sha else None,
-                       s.sweep, tuple(dict.fromkeys(_check_cell(c) for c in s.cells)), s.dedup_key, s.meta or {})
-
-    def _create_runs(self, conn: Connection, specs: list[RunSpec]) -> list[NewRun]:
-        now = self.clock()
-        shas = list(dict.fromkeys(s.revision_sha for s in specs))
-        for chunk in _chunks(shas, _ROWS_PER_STATEMENT):
-            ins = dialect_insert(conn, t_rev).values([{"sha": sha, "parents": [], "created_at": now} for sha in chunk])
-            conn.execute(ins.on_conflict_do_nothing(index_elements=[t_rev.c.sha]))
-
-        def row(s: RunSpec) -> dict[str, Any]:
-            return {"revision_sha": s.revision_sha, "baseline_sha": s.baseline_sha, "trigger": s.trigger,
-                    "status": "queued", "sweep": s.sweep, "dedup_key": s.dedup_key, "meta": s.meta,
-                    "created_at": now}
-
-        ids: dict[int, int] = {}        # spec index -> run id
-        created: set[int] = set()       # spec indexes whose run this call created
-        first_by_key: dict[str, int] = {}
-        keyed = []
-        for i, s in enumerate(specs):
-            if s.dedup_key is None:
-                ids[i] = int(conn.execute(t_run.insert().values(**row(s)).returning(t_run.c.id)).scalar_one())
-                created.add(i)
-            elif s.dedup_key not in first_by_key:
-                first_by_key[s.dedup_key] = i
-                keyed.append(i)
-        for chunk in _chunks(keyed, _ROWS_PER_STATEMENT):
-            ins = dialect_insert(conn, t_run).values([row(specs[i]) for i in chunk])
-            got = dict(conn.execute(ins.on_conflict_do_nothing(index_elements=[t_run.c.dedup_key])
-                                    .returning(t_run.c.dedup_key, t_run.c.id)).all())
-            for i in chunk:
-                if specs[i].dedup_key in got:
-                    ids[i] = int(got[specs[i].dedup_key])
-                    created.add(i)
-        missing = [specs[i].dedup_key for i in keyed if i not in ids]
-        for chunk in _chunks(missing, _ROWS_PER_STATEMENT):
-            found = dict(conn.execute(sa.select(t_run.c.dedup_key, t_run.c.id)
-                                      .where(t_run.c.dedup_key.in_(chunk))).all())
-            for key in chunk:
-                ids[first_by_key[key]] = int(found[key])  # type: ignore[index]
-        for i, s in enumerate(specs):
-            if i not in ids:  # a repeated key within specs
-                ids[i] = ids[first_by_key[s.dedup_key]]  # type: ignore[index]
-        jobs: dict[int, list[JobInfo]] = {}
-        job_rows = [{"run_id": ids[i], "model": c[0], "dtype": c[1], "policy": c[2], "target": c[3],
-                     "status": "queued", "attempts": 0, "queued_at": now}
-                    for i in sorted(created) for c in specs[i].cells]
-        for chunk in _chunks(job_rows, _ROWS_PER_STATEMENT):
-            for r in conn.execute(t_job.insert().values(chunk).returning(*t_job.c)):
-                jobs.setdefault(r.run_id, []).append(job_info(r))
-        existing = sorted({ids[i] for i in range(len(specs)) if i not in created})
-        for chunk in _chunks(existing, _ROWS_PER_STATEMENT):
-            for r in conn.execute(sa.select(t_job).where(t_job.c.run_id.in_(chunk)).order_by(t_job.c.id)):
-                jobs.setdefault(r.run_id, []).append(job_info(r))
-        return [NewRun(ids[i], i in created, tuple(sorted(jobs.get(ids[i], []), key=lambda j: j.id)))
-                for i in range(len(specs))]
-
     def add_jobs(self, run_id: int, cells: Iterable[Cell]) -> list[JobInfo]:
         """Add ``queued`` jobs for cells the run does not have yet; returns all the run's jobs."""
         now = self.clock()
@@ -301,7 +115,7 @@ class Store(QueriesMixin, DeliveriesMixin):
             self._run_row(conn, run_id)
             rows = [{"run_id": run_id, "model": c[0], "dtype": c[1], "policy": c[2], "target": c[3],
                      "status": "queued", "attempts": 0, "queued_at": now}
-                    for c in dict.fromkeys(_check_cell(c) for c in cells)]
+                    for c in dict.fromkeys(check_cell(c) for c in cells)]
             if rows:
                 ins = dialect_insert(conn, t_job)
                 conn.execute(ins.on_conflict_do_nothing(
@@ -470,20 +284,6 @@ class Store(QueriesMixin, DeliveriesMixin):
         if row is None:
             raise NotFoundError(f"no run with id {run_id}")
         return row
-
-
-_ROWS_PER_STATEMENT = 100  # rows per multi-row INSERT (keeps SQLite under its bound-parameter limit)
-
-
-def _chunks(items: list[Any], n: int) -> Iterator[list[Any]]:
-    for i in range(0, len(items), n):
-        yield items[i:i + n]
-
-
-def _check_cell(cell: Sequence[str]) -> Cell:
-    if len(cell) != 4 or not all(isinstance(x, str) and x.strip() for x in cell):
-        raise UserError(f"a cell is (model, dtype, policy, target) of non-empty strings, got {cell!r}")
-    return (cell[0], cell[1], cell[2], cell[3])
 
 
 __all__ = ["Store", "TRIGGERS", "RUN_STATES", "JOB_STATES", "DELIVERY_STATES", "run_info", "check_sha"]

@@ -57,8 +57,8 @@ class WebhookIntake:
     repo, sha)`` for every accepted delivery.
     """
 
-    def __init__(self, store: Any, submitter: Any, reporter: Any = None, *, batch_size: int = 100,
-                 busy_batch_size: int = 8, idle_s: float = 0.05, max_delay_s: float = 2.0,
+    def __init__(self, store: Any, submitter: Any, reporter: Any = None, *, batch_size: int = 50,
+                 busy_batch_size: int = 4, idle_s: float = 0.25, max_delay_s: float = 2.0,
                  poll_s: float = 2.0, retry_base_s: float = 1.0, retry_cap_s: float = 60.0) -> None:
         self.store = store
         self.submitter = submitter
@@ -92,6 +92,8 @@ class WebhookIntake:
         limit = limit or self.batch_size
         with self._batch_lock:
             now = time.monotonic()
+            if len(self._retry) > 1000:  # forget backoffs long due (settled elsewhere, or retried anyway)
+                self._retry = {d: v for d, v in self._retry.items() if v[0] > now - 3600}
             skip = [d for d, (due, _) in self._retry.items() if due > now]
             if self._holds_row_locks():
                 with self.store.transaction() as claim:
@@ -176,10 +178,16 @@ class WebhookIntake:
                     type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
 
     # -- the background thread ----------------------------------------------------------------
-    def start(self) -> None:
-        """Start the background thread (idempotent); it first picks up deliveries left pending."""
+    def start(self, warm_up: bool = True) -> None:
+        """Start the background thread (idempotent); it first picks up deliveries left pending.
+
+        ``warm_up`` first lets the submitter do its one-time work (``submitter.warm_up()``, when it
+        has one: imports, broker connection) so the first batch does not stall requests.
+        """
         if self._thread is not None:
             return
+        if warm_up and hasattr(self.submitter, "warm_up"):
+            self.submitter.warm_up()
         self._stop.clear()
         self._work.set()
         self._thread = threading.Thread(target=self._loop, name="ampci-webhook-intake", daemon=True)

@@ -82,9 +82,7 @@ class RunSubmitter(Protocol):
 class DeliveryLog(Protocol):
     """The ``webhook_deliveries`` part of :class:`service.db.Store` (see :mod:`service.db.deliveries`)."""
 
-    def receive_delivery(self, delivery_id: str, event: str, status: str, *, reason: str | None = None,
-                         repository: str | None = None, payload: dict[str, Any] | None = None,
-                         run_id: int | None = None) -> Any: ...
+    def receive_deliveries(self, writes: Sequence[Any]) -> list[Any]: ...
 
     def get_delivery(self, delivery_id: str) -> Any: ...
 
@@ -99,6 +97,24 @@ class Outcome:
 
 def _err(code: int, error: str, message: str, **extra: Any) -> Outcome:
     return Outcome(code, {"error": error, "message": message[:500], **extra})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :meth:`WebhookProcessor.plan` decided: the answer, the row to record (None: record
+    nothing), whether an id already recorded makes it a ``duplicate`` answer, and whether a
+    stored row wakes the intake."""
+
+    outcome: Outcome
+    write: Any = None
+    duplicate_if_known: bool = False
+    wakes_intake: bool = False
+
+
+def _write(delivery: str, event: str, status: str, reason: str) -> Any:
+    from service.db.deliveries import DeliveryWrite
+
+    return DeliveryWrite(delivery, event, status, reason=reason[:500])
 
 
 class WebhookProcessor:
@@ -126,69 +142,85 @@ class WebhookProcessor:
 
     def handle(self, headers: Mapping[str, str], body: bytes | None, too_large: bool = False) -> Outcome:
         """Decide and act on one delivery; see the module docstring for the guarantees."""
+        plan = self.plan(headers, body, too_large)
+        if plan.write is None:
+            return plan.outcome
+        return self._conclude(plan, self.deliveries.receive_deliveries([plan.write])[0])
+
+    async def handle_async(self, headers: Mapping[str, str], body: bytes | None, too_large: bool = False,
+                           recorder: Any = None) -> Outcome:
+        """:meth:`handle` for an event loop: the decision runs inline (in a worker thread for bodies
+        over 64 KiB), the one write goes through ``recorder`` (a
+        :class:`~service.github.recorder.DeliveryRecorder`: group commit with concurrent requests)."""
+        if body is not None and len(body) > 65536:
+            from starlette.concurrency import run_in_threadpool
+
+            plan = await run_in_threadpool(self.plan, headers, body, too_large)
+        else:
+            plan = self.plan(headers, body, too_large)
+        if plan.write is None:
+            return plan.outcome
+        if recorder is None:
+            from starlette.concurrency import run_in_threadpool
+
+            got = (await run_in_threadpool(self.deliveries.receive_deliveries, [plan.write]))[0]
+        else:
+            got = await recorder.receive(plan.write)
+        return self._conclude(plan, got)
+
+    def plan(self, headers: Mapping[str, str], body: bytes | None, too_large: bool = False) -> Plan:
+        """The decision for one delivery without touching the database: the row to record (if
+        any) and the answer (see the module docstring for the order of checks)."""
         delivery = (headers.get("x-github-delivery") or "").strip()
         event = (headers.get("x-github-event") or "").strip()
         usable_id = bool(DELIVERY_RE.match(delivery))
         if too_large or body is None:
             reason = f"body larger than {self.settings.max_body_bytes} bytes"
-            if usable_id:
-                self._record(delivery, event[:50] or "unknown", "rejected", reason=reason)
-            return _err(400, "too_large", reason)
+            write = _write(delivery, event[:50] or "unknown", "rejected", reason) if usable_id else None
+            return Plan(_err(400, "too_large", reason), write)
         if not self._signature_ok(headers, body):
-            return _err(401, "unauthorized", "missing or invalid X-Hub-Signature-256")
+            return Plan(_err(401, "unauthorized", "missing or invalid X-Hub-Signature-256"))
         if not usable_id:
-            return _err(400, "bad_request", "missing or malformed X-GitHub-Delivery header")
+            return Plan(_err(400, "bad_request", "missing or malformed X-GitHub-Delivery header"))
         if not EVENT_RE.match(event):
-            self._record(delivery, "unknown", "rejected", reason="missing or malformed X-GitHub-Event header")
-            return _err(400, "bad_request", "missing or malformed X-GitHub-Event header")
+            reason = "missing or malformed X-GitHub-Event header"
+            return Plan(_err(400, "bad_request", reason), _write(delivery, "unknown", "rejected", reason))
         try:
             decision = parse_event(event, _json_body(headers, body), self.settings)
         except RepositoryNotAllowedError as exc:
-            return self._reject(delivery, event, 403, "forbidden", str(exc))
+            return Plan(_err(403, "forbidden", str(exc)), _write(delivery, event, "rejected", str(exc)))
         except PayloadError as exc:
-            return self._reject(delivery, event, 400, "bad_request", str(exc))
+            return Plan(_err(400, "bad_request", str(exc)), _write(delivery, event, "rejected", str(exc)))
         if isinstance(decision, Ping):
-            return self._finish(delivery, event, Outcome(200, {"status": "pong", "zen": decision.zen}), "ping")
+            return Plan(Outcome(200, {"status": "pong", "zen": decision.zen}),
+                        _write(delivery, event, "accepted", "ping"), duplicate_if_known=True)
         if isinstance(decision, Ignored):
-            return self._finish(delivery, event, Outcome(202, {"status": "ignored", "reason": decision.reason}),
-                                f"ignored: {decision.reason}")
-        return self._accept_run(delivery, event, decision)
+            return Plan(Outcome(202, {"status": "ignored", "reason": decision.reason}),
+                        _write(delivery, event, "accepted", f"ignored: {decision.reason}"), duplicate_if_known=True)
+        request = decision
+        from service.db.deliveries import DeliveryWrite
 
-    def _accept_run(self, delivery: str, event: str, request: RunRequest) -> Outcome:
-        got = self.deliveries.receive_delivery(delivery, event, "pending", repository=request.repo,
-                                               reason=f"{request.trigger} {request.branch}"[:300],
-                                               payload=request.to_payload())
-        if not got.stored:
-            return self._duplicate(delivery, got.existing.run_id if got.existing is not None else None)
-        self.intake.notify()
-        return Outcome(202, {"status": "queued", "delivery": delivery, "sha": request.head_sha,
-                             "trigger": request.trigger, "baseline": request.baseline_sha})
+        write = DeliveryWrite(delivery, event, "pending", reason=f"{request.trigger} {request.branch}"[:300],
+                              repository=request.repo, payload=request.to_payload())
+        return Plan(Outcome(202, {"status": "queued", "delivery": delivery, "sha": request.head_sha,
+                                  "trigger": request.trigger, "baseline": request.baseline_sha}),
+                    write, duplicate_if_known=True, wakes_intake=True)
 
-    def _duplicate(self, delivery: str, run_id: int | None) -> Outcome:
-        return Outcome(200, {"status": "duplicate", "delivery": delivery, "run_id": run_id})
-
-    def _reject(self, delivery: str, event: str, code: int, error: str, reason: str) -> Outcome:
-        self._record(delivery, event, "rejected", reason=reason)
-        return _err(code, error, reason)
-
-    def _finish(self, delivery: str, event: str, outcome: Outcome, reason: str) -> Outcome:
-        """Record an accepted delivery that needs no run; a copy already recorded is a duplicate."""
-        if not self._record(delivery, event, "accepted", reason=reason):
-            return self._duplicate(delivery, None)
-        return outcome
+    def _conclude(self, plan: Plan, got: Any) -> Outcome:
+        """The answer once ``plan.write`` was recorded (``got``: a Received).  A rejection is
+        answered as decided even when the id was already recorded (the row stays as it was)."""
+        if not got.stored and plan.duplicate_if_known:
+            existing = got.existing
+            return Outcome(200, {"status": "duplicate", "delivery": plan.write.delivery_id,
+                                 "run_id": existing.run_id if existing is not None else None})
+        if plan.wakes_intake:
+            self.intake.notify()
+        return plan.outcome
 
     def _signature_ok(self, headers: Mapping[str, str], body: bytes) -> bool:
         if not self.settings.webhook_secret:
             return self.settings.insecure_dev
         return verify_signature(self.settings.webhook_secret, body, headers.get("x-hub-signature-256"))
-
-    def _record(self, delivery: str, event: str, status: str, *, repository: str | None = None,
-                reason: str | None = None) -> bool:
-        """Record a delivery's outcome in one statement; False when the id is already recorded
-        ``pending``/``accepted`` (left as it is).  A ``rejected`` row is replaced (a redelivery), so
-        an unsigned oversized request cannot undo a real delivery but a fixed one is processed."""
-        return bool(self.deliveries.receive_delivery(delivery, event, status, reason=reason,
-                                                     repository=repository).stored)
 
 
 def _json_body(headers: Mapping[str, str], body: bytes) -> bytes:

@@ -167,3 +167,60 @@ def shared_input(opset: int = 17) -> onnx.ModelProto:
         "main", [h.make_tensor_value_info("X", F, [2, 4])], [h.make_tensor_value_info("Y", F, [2, 4])],
         [_w("W", (4, 4), 10)])
     return model(g, opset)
+
+
+def conv_loop_if(opset: int = 11) -> onnx.ModelProto:
+    """Conv, then a Loop whose body holds an If: its then branch runs MatMul with a captured weight
+    and Unsqueeze/Squeeze with ``axes`` attributes (inputs from opset 13), its else branch MatMul."""
+    then_g = h.make_graph(
+        [h.make_node("MatMul", ["h_in", "W1"], ["t_mm"], name="then_mm"),
+         h.make_node("Unsqueeze", ["t_mm"], ["t_u"], axes=[0], name="then_unsq"),
+         h.make_node("Squeeze", ["t_u"], ["t_out"], axes=[0], name="then_sq")],
+        "then_b", [], [h.make_tensor_value_info("t_out", F, [2, 4])])
+    else_g = h.make_graph([h.make_node("MatMul", ["h_in", "W2"], ["e_out"], name="else_mm")], "else_b", [],
+                          [h.make_tensor_value_info("e_out", F, [2, 4])])
+    body = h.make_graph(
+        [h.make_node("Less", ["i", "two"], ["lt"], name="body_less"),
+         h.make_node("If", ["lt"], ["br"], then_branch=then_g, else_branch=else_g, name="body_if"),
+         h.make_node("Relu", ["br"], ["h_out"], name="body_relu"),
+         h.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
+        "loop_body",
+        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
+         h.make_tensor_value_info("h_in", F, [2, 4])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("h_out", F, [2, 4])])
+    g = h.make_graph(
+        [h.make_node("Conv", ["X", "K"], ["c"], name="conv"),
+         h.make_node("Reshape", ["c", "shape"], ["x0"], name="reshape"),
+         h.make_node("Loop", ["M", "", "x0"], ["Y"], body=body, name="loop")],
+        "main", [h.make_tensor_value_info("X", F, [1, 2, 2, 2])], [h.make_tensor_value_info("Y", F, [2, 4])],
+        [_w("K", (2, 2, 1, 1), 11), _w("W1", (4, 4), 12), _w("W2", (4, 4), 13),
+         nh.from_array(np.array([2, 4], np.int64), "shape"), nh.from_array(np.array(4, np.int64), "M"),
+         nh.from_array(np.array(2, np.int64), "two")])
+    return model(g, opset)
+
+
+def large_constants(opset: int = 12) -> onnx.ModelProto:
+    """Weights stored in main-graph Constant nodes (as Paddle2ONNX exports do), one of them captured by
+    a Loop body and one also a graph output."""
+    rng = np.random.default_rng(14)
+    w = nh.from_array((rng.standard_normal((16, 16)) * 0.3).astype(np.float32), "w_t")
+    b = nh.from_array((rng.standard_normal((16,)) * 0.1).astype(np.float32), "b_t")
+    body = h.make_graph(
+        [h.make_node("MatMul", ["h_in", "W"], ["mm"], name="body_mm"),
+         h.make_node("Tanh", ["mm"], ["h_out"], name="body_tanh"),
+         h.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
+        "loop_body",
+        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
+         h.make_tensor_value_info("h_in", F, [2, 16])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("h_out", F, [2, 16])])
+    g = h.make_graph(
+        [h.make_node("Relu", ["X"], ["x_relu"], name="relu"),
+         h.make_node("Constant", [], ["W"], value=w, name="const_w"),
+         h.make_node("MatMul", ["x_relu", "W"], ["mm0"], name="mm0"),
+         h.make_node("Constant", [], ["B"], value=b, name="const_b"),
+         h.make_node("Add", ["mm0", "B"], ["x0"], name="add_b"),
+         h.make_node("Loop", ["M", "", "x0"], ["Y"], body=body, name="loop")],
+        "main", [h.make_tensor_value_info("X", F, [2, 16])],
+        [h.make_tensor_value_info("Y", F, [2, 16]), h.make_tensor_value_info("W", F, [16, 16])],
+        [nh.from_array(np.array(3, np.int64), "M")])
+    return model(g, opset)

@@ -72,13 +72,14 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, good: Path, ca
 def test_subprocess_convert_writes_model_and_report(tmp_path: Path, good: Path) -> None:
     out, report = tmp_path / "m16.onnx", tmp_path / "r.json"
     proc = _amp(good, "-o", out, "--dtype", "bf16", "--policy", "conservative", "--target", "cpu",
-                "--report", report)
+                "--opset", "keep", "--report", report)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(report.read_text())
     for key in ("dtype", "policy", "target", "nodes_total", "nodes_low", "casts_inserted", "casts_removed",
                 "compute_nodes", "compute_low", "low_precision_compute_fraction", "kept_fp32", "by_op_type",
-                "seconds"):
+                "seconds", "opset_in", "opset_out", "notes"):
         assert key in data
+    assert data["opset_in"] == data["opset_out"] and data["notes"] == []  # --opset keep
     assert (data["dtype"], data["policy"], data["target"]) == ("bf16", "conservative", "cpu")
     onnx.checker.check_model(onnx.load(str(out)), full_check=True)
 

@@ -90,7 +90,10 @@ def test_real_models_auto_never_worse_than_default(name: str, dtype: str, tolera
 
     entry = load_zoo().get(name)
     model = onnx.load(str(real_model_path(name)))
-    found = auto_search(model, [make_feeds(entry, entry.seed)], ConversionOptions(dtype=dtype, policy="auto"),
+    # bf16 at the model's opset: the "auto" upgrade to opset 22 gives Conv(22) nodes that onnxruntime 1.31's
+    # CPU provider has no kernel for, so no bf16 conversion of a conv model could be measured at all
+    options = ConversionOptions(dtype=dtype, policy="auto", target_opset="keep" if dtype == "bf16" else "auto")
+    found = auto_search(model, [make_feeds(entry, entry.seed)], options,
                         Tolerance.parse(tolerance) if tolerance else None, max_steps=6)
     assert found.final.error_key() <= found.default.error_key()
     assert found.met or not found.default.met

@@ -54,6 +54,8 @@ def test_db_cli(sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest
     assert main(["db", "upgrade"]) == 0
     assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0002 (head)"
     assert main(["db", "downgrade"]) == 0
+    assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0001 (behind head 0002)"
+    assert main(["db", "downgrade"]) == 0
     assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema (none) (empty)"
 
 
@@ -87,3 +89,28 @@ def test_concurrent_upgrades_are_serialised(pg_url: str) -> None:
         p.join(60)
     assert [p.exitcode for p in procs] == [0, 0]
     assert migrate.current(pg_url) == "0002" and drift(pg_url) == []
+
+
+def test_0002_keeps_deliveries_and_a_downgrade_loses_no_pending_one(db_url: str) -> None:
+    """0001 → 0002 keeps recorded deliveries; going back turns pending ones into rejected ones
+    (so GitHub's redeliver processes them again) instead of dropping their payload silently."""
+    from service.db import Store
+
+    migrate.upgrade(db_url, "0001")
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO webhook_deliveries (delivery_id, event, status, received_at) "
+                                 "VALUES ('old', 'push', 'accepted', CURRENT_TIMESTAMP)"))
+        assert migrate.upgrade(db_url) == "0002" and drift(db_url) == []
+        store = Store(engine)
+        assert store.get_delivery("old").status == "accepted"
+        assert store.receive_delivery("new", "push", "pending", payload={"v": 1}).stored
+        assert store.count_pending_deliveries() == 1
+        engine.dispose()
+        assert migrate.downgrade(db_url, "0001") == "0001"
+        with engine.connect() as conn:
+            rows = dict(conn.execute(sa.text("SELECT delivery_id, status FROM webhook_deliveries")).all())
+        assert rows == {"old": "accepted", "new": "rejected"}
+    finally:
+        engine.dispose()

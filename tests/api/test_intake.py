@@ -1,0 +1,111 @@
+"""The webhook intake: pending deliveries become runs off the request path, survive restarts and
+failures, and never become two runs (real PostgreSQL store, real Redis job queue)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from service.api.dispatch import RunDispatcher
+from service.github.intake import WebhookIntake
+from tests.api.conftest import test_planner
+from tests.api.helpers import drain, encode, push_payload, sha, webhook_headers
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis]
+
+
+def _post(client: Any, delivery: str, head: str) -> Any:
+    body = encode(push_payload(head))
+    return client.post("/webhooks/github", content=body, headers=webhook_headers(body, "push", delivery=delivery))
+
+
+def _queued(redis_url: str, queue: str) -> int:
+    return int(redis.Redis.from_url(redis_url).llen(queue))
+
+
+def test_deliveries_stored_while_the_intake_is_stopped_are_processed_after_start(
+        make_client, store, queue, redis_url):
+    stopped = make_client()  # background=False: nothing processes what it stores (a crashed server)
+    ids = [f"d-restart-{i}" for i in range(3)]
+    for i, d in enumerate(ids):
+        assert _post(stopped, d, sha(f"restart-{i}")).status_code == 202
+    assert [store.get_delivery(d).status for d in ids] == ["pending"] * 3
+    assert store.list_runs() == [] and _queued(redis_url, queue) == 0
+
+    restarted = make_client(background=True)  # the lifespan starts the intake, which picks them up
+    deadline = time.monotonic() + 30
+    while store.count_pending_deliveries() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert restarted.app.state.ctx.webhook.intake.running
+    got = [store.get_delivery(d) for d in ids]
+    assert [g.status for g in got] == ["accepted"] * 3 and all(g.run_id for g in got)
+    runs = store.list_runs()
+    assert sorted(r.dedup_key for r in runs) == sorted(f"github:{d}" for d in ids)
+    assert _queued(redis_url, queue) == 3 * 4
+    again = _post(restarted, ids[0], sha("restart-0"))  # GitHub's redelivery afterwards
+    assert again.status_code == 200 and again.json()["run_id"] == got[0].run_id
+
+
+def test_a_dispatch_failure_leaves_the_delivery_pending_and_a_retry_sends_the_jobs(
+        make_client, make_settings, store, queue, redis_url):
+    settings = make_settings()
+    real = RunDispatcher(settings, store, planner=test_planner(queue))
+    calls = {"n": 0}
+
+    def flaky(s: Any, rev: str, jobs: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionError("broker down")
+        real.dispatch(s, rev, jobs)
+
+    client = make_client(settings, dispatcher=RunDispatcher(settings, store, planner=test_planner(queue),
+                                                            dispatch=flaky))
+    assert _post(client, "d-flaky", sha("flaky")).status_code == 202
+    assert drain(client) == 0
+    assert store.get_delivery("d-flaky").status == "pending"  # nothing lost, nothing half-accepted
+    (run,) = store.list_runs()  # the run exists once ...
+    assert _queued(redis_url, queue) == 0  # ... but none of its jobs was sent
+    intake = client.app.state.ctx.webhook.intake
+    intake._retry.clear()  # the backoff has passed
+    assert drain(client) == 1
+    got = store.get_delivery("d-flaky")
+    assert (got.status, got.run_id) == ("accepted", run.id)
+    assert [r.id for r in store.list_runs()] == [run.id] and _queued(redis_url, queue) == 4
+
+
+def test_an_unknown_sweep_is_rejected_with_the_reason(make_client, make_settings, store):
+    from service.scheduler import SweepConfigError
+
+    def planner(sweep: str) -> Any:
+        raise SweepConfigError(f"unknown sweep {sweep!r}")
+
+    settings = make_settings()
+    client = make_client(settings, dispatcher=RunDispatcher(settings, store, planner=planner))
+    assert _post(client, "d-nosweep", sha("nosweep")).status_code == 202
+    assert drain(client) == 1
+    got = store.get_delivery("d-nosweep")
+    assert got.status == "rejected" and "unknown sweep 'smoke'" in got.reason and store.list_runs() == []
+
+
+def test_two_intakes_never_make_two_runs_of_one_delivery(make_client, make_settings, store, queue, redis_url):
+    settings = make_settings()
+    client = make_client(settings)
+    ids = [f"d-race-{i}" for i in range(24)]
+    for i, d in enumerate(ids):
+        assert _post(client, d, sha(f"race-{i}")).status_code == 202
+    intakes = [WebhookIntake(store, RunDispatcher(settings, store, planner=test_planner(queue)), batch_size=5)
+               for _ in range(3)]
+    counts: list[int] = []
+    threads = [threading.Thread(target=lambda i=i: counts.append(i.drain())) for i in intakes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sum(counts) == len(ids)  # each delivery settled by exactly one intake (row locks)
+    assert sorted(r.dedup_key for r in store.list_runs(limit=100)) == sorted(f"github:{d}" for d in ids)
+    assert _queued(redis_url, queue) == len(ids) * 4  # and its jobs sent once
+    assert {store.get_delivery(d).status for d in ids} == {"accepted"}
