@@ -9,7 +9,8 @@ time and ampci's ratio to it (target <= 1.5x), ampci's time without the input ch
 the pass of another checkout (e.g. a copy of an older revision), timed in a subprocess in the same
 run, so before/after figures share the machine's load.
 
-    python bench/bench_convert.py [--repeat 5] [--light light_resnet50 ...] [--dtype fp16] [--baseline DIR]
+    python bench/bench_convert.py [--repeat 5] [--rounds 3] [--light light_resnet50 ...] [--dtype fp16]
+                                  [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -198,14 +199,14 @@ def timed_passes(roots: list[Path], src: Path, tmp: Path, dtype: str, repeat: in
 
 
 def bench_one(name: str, src: Path, dtype: str, repeat: int, tmp: Path,
-              baseline: Path | None = None) -> list[list[str]]:
+              baseline: Path | None = None, rounds: int = 3) -> list[list[str]]:
     """Table rows for one model: ampci, the baseline checkout's ampci (optional), onnxconverter-common."""
     fp32 = onnx.load(str(src))
     base_casts = count_casts(fp32)
     bare = best_of(3 * repeat, lambda: onnx.save(onnx.load(str(src)), str(tmp / "bare.onnx")))
     amp_out = tmp / f"{name}_ampci.onnx"
     roots = [ROOT] + ([baseline] if baseline is not None else [])
-    timings = timed_passes(roots, src, tmp, dtype, repeat)
+    timings = timed_passes(roots, src, tmp, dtype, repeat, rounds)
     (amp_t, amp_nc) = timings[0]
     report = convert_file(src, amp_out, ConversionOptions(dtype=dtype))
     amp = onnx.load(str(amp_out))
@@ -226,7 +227,7 @@ def bench_one(name: str, src: Path, dtype: str, repeat: int, tmp: Path,
         return rows
 
     try:
-        occ_t = min(occ_seconds(src, occ_out, repeat) for _ in range(3))
+        occ_t = min(occ_seconds(src, occ_out, repeat) for _ in range(rounds))
         conv = onnx.load(str(occ_out))
         rows.append([name, "onnxconverter-common", f"{occ_t:.3f}", "-", f"{bare:.3f}", f"{occ_t / bare:.2f}x",
                      str(fp32.opset_import[0].version), str(count_casts(conv) - base_casts), coverage(conv),
@@ -243,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
     parser.add_argument("--light", nargs="*", default=[], help="also bench these light_* topologies")
+    parser.add_argument("--rounds", type=int, default=3, help="fresh subprocesses per converter (best kept)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a checkout (holding amp_pass/) whose pass is timed alongside, e.g. an older copy")
     args = parser.parse_args(argv)
@@ -257,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             onnx.save(light_model(name), str(path))
             models[name] = path
         for name, src in models.items():
-            rows += bench_one(name, src, args.dtype, args.repeat, tmp, args.baseline)
+            rows += bench_one(name, src, args.dtype, args.repeat, tmp, args.baseline, args.rounds)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"  # noqa: E731
     print(line(header))

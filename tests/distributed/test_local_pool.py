@@ -86,7 +86,9 @@ def test_cancel_stops_the_subprocesses_and_cancels_what_is_left(tmp_path: Path) 
     pool = scheduler.LocalPool(settings, store, workers=1)
     pool.submit(store.jobs(run_id))
     deadline = time.monotonic() + 60
-    while not any(j.status == "running" for j in store.jobs(run_id)):
+    # "running" is stored before the slot spawns its subprocess: wait for both
+    while not (any(j.status == "running" for j in store.jobs(run_id)) and pool._slots
+               and pool._slots[0].proc is not None):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     child = pool._slots[0].proc

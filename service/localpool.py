@@ -1,0 +1,184 @@
+"""The embedded local pool: runs a run's jobs in spawned worker subprocesses of this process.
+
+Used when no broker is configured.  The parent is the only database writer; job code (and so
+onnxruntime) is imported only in the subprocesses.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from service.settings import Settings
+
+
+def _slot_main(conn: Any) -> None:
+    """Body of one local worker subprocess: run requested cells one at a time until told to stop."""
+    from workers.tasks import run_cell  # the only place the service side reaches job code
+
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        cell, revision, settings, options = request
+        conn.send(run_cell(tuple(cell), revision, settings, options).to_json())
+
+
+class _SlotDied(Exception):
+    pass
+
+
+class _Slot:
+    """One worker subprocess (spawned, so the parent's threads and sockets are not inherited)."""
+
+    def __init__(self) -> None:
+        self.proc: Any = None
+        self.conn: Any = None
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        proc = ctx.Process(target=_slot_main, args=(child,), daemon=True, name="ampci-local-worker")
+        proc.start()
+        self.proc = proc  # only once it has a pid
+        child.close()
+
+    def run(self, request: tuple[Any, ...], timeout: float) -> str | None:
+        """Result JSON, or None on timeout (the subprocess is killed); _SlotDied if it died."""
+        if self.proc is None or not self.proc.is_alive():
+            self._start()
+        try:
+            self.conn.send(request)
+            if self.conn.poll(timeout):
+                return str(self.conn.recv())
+        except (EOFError, OSError, BrokenPipeError):
+            self.stop(kill=True)
+            raise _SlotDied() from None
+        self.stop(kill=True)
+        return None
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        try:
+            if not kill:
+                self.conn.send(None)
+                self.proc.join(5)
+        except (OSError, BrokenPipeError):
+            pass
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
+        self.proc = self.conn = None
+
+
+class LocalPool:
+    """Runs jobs in ``workers`` local subprocesses (default: CPU count), recording like a Celery worker.
+
+    Guarantees: the same attempt counting as distributed mode (a job whose subprocess dies is
+    retried; past ``max_attempts`` it ends ``crashed``, without touching other jobs); a job running
+    past ``job_timeout`` gets a ``timeout`` result; this process writes every result (one writer,
+    so SQLite is fine) and finishes the run after its last job.
+    """
+
+    def __init__(self, settings: Settings, store: Any, workers: int | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._slots: list[_Slot] = []
+        self._cancelled = threading.Event()
+        self.errors: list[BaseException] = []
+
+    def submit(self, jobs: Iterable[Any]) -> None:
+        """Queue jobs and start up to ``workers`` subprocesses for them."""
+        jobs = list(jobs)
+        for job in jobs:
+            self._queue.put(job)
+        while len(self._threads) < min(self.workers, max(1, len(jobs))):
+            slot = _Slot()
+            t = threading.Thread(target=self._loop, args=(slot, len(self._threads)), daemon=True)
+            self._slots.append(slot)
+            self._threads.append(t)
+            t.start()
+
+    def _loop(self, slot: _Slot, index: int) -> None:
+        name = f"local-{os.getpid()}-{index}"
+        while not self._cancelled.is_set():
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                self._run_one(slot, job, name)
+            except BaseException as exc:  # noqa: BLE001 - keep the pool alive, report at the end
+                self.errors.append(exc)
+                self.store.mark_job(job.id, "error", f"{type(exc).__name__}: {exc}")
+
+    def _run_one(self, slot: _Slot, job: Any, worker: str) -> None:
+        from service.scheduler import cell_options, finish_if_complete, record_crashed, record_result
+        from workers.result import JobResult
+
+        run = self.store.get_run(job.run_id)
+        while True:
+            attempts = self.store.start_attempt(job.id, worker)
+            if attempts > self.settings.max_attempts:
+                record_crashed(self.store, run, job, attempts)
+                break
+            request = (job.cell, run.revision_sha, self.settings, cell_options(run, job.cell))
+            try:
+                text = slot.run(request, timeout=self.settings.job_timeout)
+            except _SlotDied:
+                if self._cancelled.is_set():
+                    self.store.mark_job(job.id, "cancelled", "sweep interrupted")
+                    break
+                continue
+            if text is None:
+                result = JobResult(model=job.model, dtype=job.dtype, policy=job.policy, target=job.target,
+                                   status="timeout", revision=run.revision_sha,
+                                   message=f"job exceeded {self.settings.job_timeout:.0f}s; worker killed")
+            else:
+                result = JobResult.from_json(text)
+            record_result(self.store, run, job, result)
+            break
+        finish_if_complete(self.store, run.id)
+
+    def close(self) -> None:
+        """Wait for the queued jobs' threads and stop every subprocess."""
+        for t in self._threads:
+            t.join()
+        for slot in self._slots:
+            slot.stop()
+
+    def cancel(self) -> None:
+        """Stop now (e.g. Ctrl-C): kill the subprocesses, mark unfinished jobs ``cancelled``, finish the run."""
+        from service.scheduler import finish_if_complete
+
+        self._cancelled.set()
+        run_ids = set()
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            run_ids.add(job.run_id)
+            self.store.mark_job(job.id, "cancelled", "sweep interrupted")
+        for slot in list(self._slots):  # the running threads see EOF and mark their jobs cancelled
+            proc = slot.proc
+            if proc is not None and proc.is_alive():
+                proc.kill()
+        for t in self._threads:
+            t.join(30)
+        for slot in self._slots:
+            slot.stop(kill=True)
+        for run_id in run_ids:
+            finish_if_complete(self.store, run_id)
