@@ -17,11 +17,15 @@ inside it, the first bad commit is found (listing skipped commits that might als
 otherwise the midpoint (or ``parallel`` evenly spaced points) of the untested commits inside it
 are created as ``bisect`` runs of the one cell, with dedup keys ``bisect:<sha>:<cell>`` so that
 repeated steps never duplicate work, and handed to ``enqueue(run_id)`` when given (the scheduler
-owns dispatch).  Call :func:`bisect_step` again when those runs finish.
+owns dispatch).  Call :func:`bisect_step` again when those runs finish — or let
+:func:`continue_bisection` do it: the scheduler calls it whenever a run finishes, so a bisection
+advances by itself until the first bad commit is found (and, with ``AMPCI_AUTO_BISECT``, starts by
+itself when a ``push``/``nightly`` run finds a regression).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -32,6 +36,8 @@ from service.regressions.rules import PASS_FAULT_STATUSES, CellSample, comparabl
 from service.regressions.thresholds import Thresholds
 
 Enqueue = Callable[[int], object]
+AUTO_START_TRIGGERS = ("push", "nightly")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -140,11 +146,55 @@ def bisect_step(store: Store, regression_id: int, enqueue: Enqueue | None = None
     for i in pick(inside, parallel):
         run_id, created = store.create_run_if_new(
             path[i], "bisect", baseline_sha=reg.baseline_sha, sweep="bisect", cells=[reg.cell],
-            dedup_key=dedup_key(path[i], reg.cell), meta={"regression_id": regression_id})
+            dedup_key=dedup_key(path[i], reg.cell), meta={"regression_id": regression_id, "parallel": parallel})
         queued.append(run_id)
         if created and enqueue is not None:
             enqueue(run_id)
     return BisectState(status="queued", queued_runs=tuple(queued), **common)  # type: ignore[arg-type]
+
+
+def continue_bisection(store: Store, run_id: int, enqueue: Enqueue | None, auto_start: bool = False,
+                       thresholds: Thresholds | None = None) -> list[BisectState]:
+    """After run ``run_id`` finished: advance the bisections it belongs to by one step each.
+
+    - a ``bisect`` run advances the bisection of the regression named in its meta (while that
+      regression is open or acknowledged), with the ``parallel`` it was created with;
+    - with ``auto_start``, a ``push``/``nightly`` run starts the bisection of each of its open
+      regressions (one that has no untested commits between baseline and revision is found at once
+      and queues nothing).
+
+    New runs are handed to ``enqueue`` (None: they stay queued).  Idempotent and safe when several
+    processes call it at once: bisect runs are deduplicated by key and only the caller that created
+    a run enqueues it.  Never raises: a bisection that cannot go on is logged and left as it is.
+    """
+    th = thresholds if thresholds is not None else store.thresholds
+    try:
+        run = store.get_run(run_id)
+        if run.trigger == "bisect":
+            reg_id = run.meta.get("regression_id")
+            if not isinstance(reg_id, int):
+                return []
+            steps = [(reg_id, int(run.meta.get("parallel") or 1))]
+        elif auto_start and run.trigger in AUTO_START_TRIGGERS:
+            steps = [(r.id, 1) for r in store.regressions(run_id=run_id, category="regression", state="open")
+                     if r.baseline_sha is not None and r.baseline_result_id is not None]
+        else:
+            return []
+    except Exception:  # noqa: BLE001 - finishing the run must not fail because of bisection
+        log.exception("bisection after run %s: could not read the run", run_id)
+        return []
+    states = []
+    for reg_id, parallel in steps:
+        try:
+            if store.get_regression(reg_id).state not in ("open", "acknowledged"):
+                continue  # resolved or a false positive: nothing left to bisect
+            state = bisect_step(store, reg_id, enqueue=enqueue, parallel=parallel, thresholds=th)
+        except Exception as exc:  # noqa: BLE001 - e.g. the baseline is not a recorded first-parent ancestor
+            log.warning("bisection of regression %s after run %s stopped: %s", reg_id, run_id, exc)
+            continue
+        log.info("after run %s: %s", run_id, state.describe())
+        states.append(state)
+    return states
 
 
 def _samples(store: Store, reg: RegressionInfo, path: list[str]) -> dict[int, object]:

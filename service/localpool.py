@@ -150,7 +150,7 @@ class LocalPool:
                 result = JobResult.from_json(text)
             record_result(self.store, run, job, result)
             break
-        finish_if_complete(self.store, run.id)
+        finish_if_complete(self.store, run.id, self.settings, dispatch=lambda rid: self.submit(self.store.jobs(rid)))
 
     def close(self) -> None:
         """Wait for the queued jobs' threads and stop every subprocess."""

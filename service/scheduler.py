@@ -114,14 +114,40 @@ def record_crashed(store: Any, run: Any, job: Any, attempts: int) -> str:
     return "crashed"
 
 
-def finish_if_complete(store: Any, run_id: int) -> bool:
-    """If no job of the run is pending: finish the run and detect its regressions (both idempotent)."""
+def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None,
+                       dispatch: Callable[[int], object] | None = None) -> bool:
+    """If no job of the run is pending: finish the run and detect its regressions (both idempotent).
+
+    With ``settings`` (the worker paths: Celery tasks and the embedded pool) bisection continues
+    too (:func:`service.bisect.continue_bisection`): a finished ``bisect`` run advances its
+    bisection one step and the next midpoint run is dispatched with ``dispatch`` (default:
+    :func:`dispatcher` of ``settings``), until the first bad commit is found; with
+    ``settings.auto_bisect`` a ``push``/``nightly`` run's regressions start bisections.  Safe when
+    several workers finish runs at once (bisect runs are deduplicated; only their creator
+    dispatches them).
+    """
     counts = store.run_summary(run_id).job_status
     if any(counts.get(s) for s in PENDING_JOB_STATUSES):
         return False
     store.finish_run(run_id)
     store.detect_regressions(run_id)
+    if settings is not None:
+        from service.bisect import continue_bisection
+
+        send = dispatch if dispatch is not None else dispatcher(settings, store)
+        continue_bisection(store, run_id, send, auto_start=settings.auto_bisect)
     return True
+
+
+def dispatcher(settings: Settings, store: Any, pool: Any = None) -> Callable[[int], object] | None:
+    """How a run created after the fact (a bisect step) gets its jobs dispatched, the way sweeps are:
+    onto ``pool`` (the embedded :class:`LocalPool` that is running), or to Celery when a broker is
+    configured; None in embedded mode without a pool (the run stays ``queued``)."""
+    if pool is not None:
+        return lambda run_id: pool.submit(store.jobs(run_id))
+    if settings.embedded:
+        return None
+    return lambda run_id: enqueue(settings, store.get_run(run_id).revision_sha, store.jobs(run_id))
 
 
 def _describe_revision(settings: Settings, revision: str) -> tuple[str, str | None, dict[str, Any]]:

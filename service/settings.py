@@ -120,6 +120,7 @@ class Settings:
     nightly_sweep: str = "full"      # sweep name the nightly beat runs
     extra_queues: str = ""           # comma-separated extra target queues (e.g. GPU types)
     thresholds_file: str = ""        # JSON/YAML overriding regression thresholds (empty: built-in)
+    auto_bisect: bool = False        # push/nightly regressions start a bisection by themselves
     log_level: str = "INFO"
 
     @classmethod

@@ -12,8 +12,13 @@ imports nothing from ``workers``.  Protocol, one JSON object per line:
 The child runs in its own session (the worker kills its process group on timeout) with
 ``RLIMIT_AS`` set, stdout/stderr redirected to the given files, and executes ``amp_pass`` as
 ``python -m amp_pass ARGV`` would, so the pass sees the same contract as a fresh subprocess.
+The next child is forked as soon as the previous one ended (it waits for its request on a pipe),
+and a child reports its exit code on a pipe before its address space is torn down, so neither the
+fork nor the exit is on a job's critical path.  A child killed by a signal writes no code: the
+zygote then reports the signal from ``waitpid``.
 """
 
+import gc
 import json
 import os
 import resource
@@ -22,8 +27,7 @@ import sys
 import traceback
 
 
-def _child(req):
-    os.setsid()
+def _child(req, done_fd):
     limit = int(req["memory"])
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     for fd, path in ((1, req["stdout"]), (2, req["stderr"])):
@@ -46,7 +50,58 @@ def _child(req):
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
-            os._exit(code)
+            try:  # the exit code before the (slow) address-space teardown of os._exit
+                os.write(done_fd, f"{code & 0xFF}\n".encode())
+            finally:
+                os._exit(code)
+
+
+def _read_all(fd):
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _prefork():
+    """Fork the next child now, off the critical path: it starts its own session and waits for
+    its request (one JSON object; EOF without one means the zygote is gone: exit quietly)."""
+    req_r, req_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(req_w)
+        os.close(done_r)
+        os.setsid()
+        data = _read_all(req_r)
+        os.close(req_r)
+        if not data.strip():
+            os._exit(0)
+        _child(json.loads(data), done_w)
+    os.close(req_r)
+    os.close(done_w)
+    return pid, req_w, done_r
+
+
+def _dispatch(child, req):
+    """Hand ``req`` to the pre-forked ``child``; report its pid, then its exit code or signal."""
+    pid, req_w, done_r = child
+    os.write(req_w, json.dumps(req).encode())
+    os.close(req_w)
+    _send({"pid": pid})
+    said = _read_all(done_r).decode(errors="replace").strip()  # EOF: the child ended (or was killed)
+    os.close(done_r)
+    if said.isdigit():
+        _send({"pid": pid, "code": int(said)})
+        os.waitpid(pid, 0)
+        return
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        _send({"pid": pid, "signal": os.WTERMSIG(status)})
+    else:
+        _send({"pid": pid, "code": os.WEXITSTATUS(status)})
 
 
 def _send(obj):
@@ -74,20 +129,15 @@ def main():
     except BaseException as exc:  # noqa: BLE001
         _send({"ready": False, "error": f"{type(exc).__name__}: {exc}"})
         return 1
+    gc.collect()
+    gc.freeze()  # children inherit the imported pass without the collector touching (copying) its pages
+    child = _prefork()
     _send({"ready": True})
     for line in sys.stdin:
         if not line.strip():
             continue
-        req = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            _child(req)
-        _send({"pid": pid})
-        _, status = os.waitpid(pid, 0)
-        if os.WIFSIGNALED(status):
-            _send({"pid": pid, "signal": os.WTERMSIG(status)})
-        else:
-            _send({"pid": pid, "code": os.WEXITSTATUS(status)})
+        _dispatch(child, json.loads(line))
+        child = _prefork()
     return 0
 
 

@@ -44,6 +44,32 @@ def step_error(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> 
     return worst
 
 
+def step_errors(ref_steps: list[Mapping[str, np.ndarray]], got_steps: list[Mapping[str, np.ndarray]],
+                ) -> list[float]:
+    """``[step_error(r, g) for r, g in zip(ref_steps, got_steps)]``, computed over all steps at once."""
+    if len(ref_steps) != len(got_steps):
+        raise ValueError(f"{len(ref_steps)} reference steps but {len(got_steps)} converted steps")
+    if not ref_steps:
+        return []
+    worst = np.zeros(len(ref_steps), np.float64)
+    for name in ref_steps[0]:
+        try:
+            r64 = np.stack([np.asarray(r[name], np.float64) for r in ref_steps])
+            g64 = np.stack([np.asarray(g[name], np.float64) for g in got_steps])
+        except ValueError:  # shapes vary over steps: one step at a time
+            return [step_error(r, g) for r, g in zip(ref_steps, got_steps, strict=True)]
+        r64, g64 = r64.reshape(len(ref_steps), -1), g64.reshape(len(ref_steps), -1)
+        if r64.shape != g64.shape:  # broadcasting differs per step: keep the per-step definition
+            return [step_error(r, g) for r, g in zip(ref_steps, got_steps, strict=True)]
+        fin_r, fin_g = np.isfinite(r64), np.isfinite(g64)
+        both = fin_r & fin_g
+        diff = np.abs(np.where(both, r64, 0.0) - np.where(both, g64, 0.0))
+        if diff.shape[1]:
+            worst = np.maximum(worst, diff.max(axis=1))
+        worst[(fin_r & ~fin_g).any(axis=1)] = math.inf
+    return [float(x) for x in worst]
+
+
 def judge_errors(errors: list[float], cap: float) -> ConvergenceStats:
     """Statistics and the diverged verdict for an error curve (see module doc)."""
     e = np.asarray(errors, np.float64)
@@ -98,7 +124,7 @@ def stateful_convergence(ref_steps: list[dict[str, np.ndarray]], conv: Runner, e
     """Roll the converted model forward as many steps as ``ref_steps`` (the fp32 rollout) and judge."""
     assert entry.stateful is not None
     got = rollout(conv, entry, seed, len(ref_steps))
-    return judge_errors([step_error(r, g) for r, g in zip(ref_steps, got, strict=True)], entry.stateful.cap)
+    return judge_errors(step_errors(ref_steps, got), entry.stateful.cap)
 
 
 def loop_feeds(entry: ZooEntry, seed: int, steps: int) -> dict[str, np.ndarray]:

@@ -26,7 +26,9 @@ graph optimizations disabled, so no round trip is ever folded away.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -338,14 +340,60 @@ class EmulatedSession:
         from workers.sessions import make_session
 
         self.low_inputs = low_precision_inputs(model)
-        self.model = emulate_model(model)
-        self.session = make_session(self.model, "cpu", optimize=False, intra_op_threads=intra_op_threads)
+        self._model: ModelProto | None = emulate_model(model)
+        self._emulated: bytes | None = None
+        self.session = make_session(self._model, "cpu", optimize=False, intra_op_threads=intra_op_threads)
+
+    @classmethod
+    def from_emulated(cls, emulated: bytes, low_inputs: Mapping[str, int],
+                      intra_op_threads: int = 0) -> EmulatedSession:
+        """A session over an already emulated, serialised model (see :func:`emulated_bytes`)."""
+        from workers.sessions import make_session
+
+        self = cls.__new__(cls)
+        self.low_inputs = dict(low_inputs)
+        self._model, self._emulated = None, emulated
+        self.session = make_session(emulated, "cpu", optimize=False, intra_op_threads=intra_op_threads)
+        return self
+
+    @property
+    def model(self) -> ModelProto:
+        """The emulated model (parsed on first use for sessions made :meth:`from_emulated`)."""
+        if self._model is None:
+            assert self._emulated is not None
+            self._model = onnx.load_from_string(self._emulated)
+        return self._model
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once; return every graph output by name."""
         from workers.sessions import run_session
 
         return run_session(self.session, _feed_arrays(feeds, self.low_inputs))
+
+
+#: Emulated models by sha256 of the converted model's bytes (the rewrite is a pure function of them).
+_EMULATED: OrderedDict[str, tuple[dict[str, int], bytes]] = OrderedDict()
+_EMULATED_MAX, _EMULATED_MAX_BYTES = 4, 256 << 20
+
+
+def emulated_bytes(converted: bytes, digest: str | None = None) -> tuple[dict[str, int], bytes]:
+    """``(low_precision_inputs, serialised emulate_model)`` of a serialised mixed-precision model.
+
+    Computed once per process for the same bytes (``digest``: their sha256, when already known);
+    a few recent models are kept.  Raises :class:`EmulationError` like :func:`emulate_model`.
+    """
+    key = digest or hashlib.sha256(converted).hexdigest()
+    hit = _EMULATED.get(key)
+    if hit is not None:
+        _EMULATED.move_to_end(key)
+        return dict(hit[0]), hit[1]
+    model = onnx.load_from_string(converted)
+    low, data = low_precision_inputs(model), emulate_model(model).SerializeToString()
+    if len(data) <= _EMULATED_MAX_BYTES:
+        _EMULATED[key] = (low, data)
+        while len(_EMULATED) > _EMULATED_MAX or sum(len(v[1]) for v in _EMULATED.values()) > _EMULATED_MAX_BYTES:
+            _EMULATED.popitem(last=False)
+    return dict(low), data
 
 
 def run_emulated(model: ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

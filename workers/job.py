@@ -9,6 +9,7 @@ takes a worker down.
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 import traceback
 from dataclasses import dataclass
@@ -72,8 +73,9 @@ def run_job(spec: JobSpec, settings: Settings) -> JobResult:
     result = JobResult(model=spec.model, dtype=spec.dtype, policy=spec.policy, target=spec.target, status="pass",
                        revision=spec.revision)
     pass_root = Path(spec.pass_root) if spec.pass_root else DEFAULT_PASS_ROOT
+    job = _Job(spec, settings, result, clock)
     try:
-        _Job(spec, settings, result, clock).run()
+        job.run()
     except JobFailed as failed:
         result.status, result.message = failed.status, failed.message
     except Exception as exc:  # noqa: BLE001 - a worker bug must still end as a result
@@ -81,6 +83,7 @@ def run_job(spec: JobSpec, settings: Settings) -> JobResult:
         result.status = "crash"
         result.message = (f"internal worker error: {type(exc).__name__}: {exc} "
                           f"(at {Path(where.filename).name}:{where.lineno})")
+    job.close()
     with clock.phase("fingerprint"):
         provider = result.latency.provider if result.latency and result.latency.provider else CPU
         result.environment = fingerprint(provider, pass_root, spec.revision)
@@ -95,6 +98,14 @@ class _Job:
         self.spec, self.settings, self.result, self.clock = spec, settings, result, clock
         self.cache = refcache.ReferenceCache(Path(settings.cache_dir) / "reference")
         self._fp32: SessionRunner | None = None
+        self.emulated: EmulatedRunner | None = None
+        self._held: list[Runner] = []  # other sessions of this job, released by close()
+
+    def close(self) -> None:
+        """Release the job's onnxruntime sessions now (their teardown counts as model execution)."""
+        with self.clock.executing():
+            self._fp32 = self.emulated = None
+            self._held.clear()
 
     def run(self) -> None:
         self._validate_spec()
@@ -144,11 +155,7 @@ class _Job:
         try:
             self.model_bytes = path.read_bytes()
             model = onnx.load_from_string(self.model_bytes)
-            marker = Path(self.settings.cache_dir) / "checked" / f"{self.result.model_sha256}-onnx{onnx.__version__}"
-            if not marker.exists():  # a file with this sha256 passed the checker once: it passes again
-                onnx.checker.check_model(model)
-                marker.parent.mkdir(parents=True, exist_ok=True)
-                marker.touch()
+            self._check_once(model, str(self.result.model_sha256), full=False)
         except Exception as exc:  # noqa: BLE001 - protobuf/checker raise several types
             raise JobFailed("bad_model", f"{path.name} is not a valid ONNX model: {_line(exc)}") from None
         try:
@@ -214,24 +221,35 @@ class _Job:
         self.clock.add_exec(float(outcome.report.get("seconds", 0.0) or 0.0))
         self.result.graph = graph_facts(outcome.report)
         try:
-            converted = onnx.load(str(dst))
+            self.converted_bytes = dst.read_bytes()
+            converted = onnx.load_from_string(self.converted_bytes)
         except Exception as exc:  # noqa: BLE001
             raise JobFailed("convert_error", f"the pass wrote an unreadable model: {_line(exc)}") from None
+        self.converted_sha = hashlib.sha256(self.converted_bytes).hexdigest()
         try:  # emulation widens every type to fp32, so it must not be what finds type errors
-            onnx.checker.check_model(converted, full_check=True)
+            self._check_once(converted, self.converted_sha, full=True)
         except Exception as exc:  # noqa: BLE001
             raise JobFailed("convert_error", f"the pass wrote an invalid model: {_line(exc)}") from None
         have = {o.name for o in converted.graph.output}
         missing = [o.name for o in self.model.graph.output if o.name not in have]
         if missing:
             raise JobFailed("convert_error", f"converted model lost outputs: {', '.join(missing)}")
-        self.converted_bytes = dst.read_bytes()
         return converted
+
+    def _check_once(self, model: onnx.ModelProto, sha256: str, full: bool) -> None:
+        """``onnx.checker.check_model``, skipped when a file with this sha256 passed it before (same onnx)."""
+        marker = (Path(self.settings.cache_dir) / "checked"
+                  / f"{sha256}-onnx{onnx.__version__}{'-full' if full else ''}")
+        if marker.exists():
+            return
+        onnx.checker.check_model(model, full_check=full)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
 
     def _accuracy(self, converted: onnx.ModelProto, ref: dict[str, np.ndarray],
                   baseline: dict[str, np.ndarray]) -> None:
         try:
-            self.emulated = EmulatedRunner(converted, self.clock)
+            self.emulated = EmulatedRunner(self.converted_bytes, self.clock, digest=self.converted_sha)
             got = self.emulated(self.feeds)
         except (EmulationError, SessionError) as exc:
             raise JobFailed("convert_error", f"converted model does not run under emulation: {exc}") from None
@@ -242,7 +260,9 @@ class _Job:
     def _cuda_accuracy(self, ref: dict[str, np.ndarray]) -> AccuracyReport:
         try:
             conv = SessionRunner(self.converted_bytes, "cuda", self.clock)
+            self._held.append(conv)
             fp32 = SessionRunner(self.model_bytes, "cuda", self.clock)
+            self._held.append(fp32)
             got, base = conv(self.feeds), fp32(self.feeds)
         except SessionError as exc:
             return AccuracyReport(mode="cuda", provider="CUDAExecutionProvider", passed=False,
@@ -286,7 +306,9 @@ class _Job:
             return
         try:
             conv = SessionRunner(self.converted_bytes, target, self.clock)
+            self._held.append(conv)
             fp32 = self.fp32() if target == "cpu" else SessionRunner(self.model_bytes, target, self.clock)
+            self._held.append(fp32)
             self.result.latency = measure_latency(conv, fp32, self.feeds, self.settings.latency_runs,
                                                   self.settings.latency_warmup)
         except SessionError as exc:

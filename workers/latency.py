@@ -7,6 +7,7 @@ sampled by a background thread while the models run.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -17,12 +18,22 @@ import psutil
 from workers.result import LatencyStats
 from workers.runners import SessionRunner
 
+_PROC: psutil.Process | None = None
+
+
+def _this_process() -> psutil.Process:
+    """psutil's handle on this process, made once per process (a fork gets its own)."""
+    global _PROC
+    if _PROC is None or _PROC.pid != os.getpid():
+        _PROC = psutil.Process()
+    return _PROC
+
 
 class _RssSampler:
     """Samples this process's RSS every ``interval`` seconds; ``peak_mb`` after ``stop``."""
 
     def __init__(self, interval: float = 0.005) -> None:
-        self._proc = psutil.Process()
+        self._proc = _this_process()
         self._interval = interval
         self._stop = threading.Event()
         self.peak = self._proc.memory_info().rss

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -36,16 +37,29 @@ class ReferenceCache:
         return self.root / key[:2] / f"{key}.npz"
 
     def get(self, key: str) -> dict[str, np.ndarray] | None:
-        """The cached arrays, or None (also when the file is unreadable: it is then deleted)."""
+        """The cached arrays, or None (also when the file is unreadable: it is then deleted).
+
+        A file read before by this process is answered from memory while it is unchanged (same
+        inode, size and mtime); callers get their own copies of the arrays.
+        """
         path = self._path(key)
-        if not path.exists():
+        try:
+            st = path.stat()
+        except FileNotFoundError:
             return None
+        stamp = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+        hit = _MEMO.get(stamp)
+        if hit is not None:
+            _MEMO.move_to_end(stamp)
+            return {k: v.copy() for k, v in hit.items()}
         try:
             with np.load(path, allow_pickle=False) as data:
-                return {k: data[k] for k in data.files}
+                arrays = {k: data[k] for k in data.files}
         except (OSError, ValueError, EOFError):
             path.unlink(missing_ok=True)
             return None
+        _remember(stamp, arrays)
+        return {k: v.copy() for k, v in arrays.items()}
 
     def put(self, key: str, arrays: Mapping[str, np.ndarray]) -> None:
         """Store arrays under ``key`` atomically."""
@@ -68,6 +82,20 @@ class ReferenceCache:
         arrays = {k: np.asarray(v) for k, v in compute().items()}
         self.put(key, arrays)
         return arrays, False
+
+
+#: Recently read cache files (bounded by count and bytes), keyed by path and file identity.
+_MEMO: OrderedDict[tuple[str, int, int, int], dict[str, np.ndarray]] = OrderedDict()
+_MEMO_MAX, _MEMO_MAX_BYTES = 16, 64 << 20
+
+
+def _remember(stamp: tuple[str, int, int, int], arrays: dict[str, np.ndarray]) -> None:
+    size = sum(a.nbytes for a in arrays.values())
+    if size > _MEMO_MAX_BYTES // 4:
+        return
+    _MEMO[stamp] = arrays
+    while len(_MEMO) > _MEMO_MAX or sum(a.nbytes for v in _MEMO.values() for a in v.values()) > _MEMO_MAX_BYTES:
+        _MEMO.popitem(last=False)
 
 
 def split(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:

@@ -89,7 +89,7 @@ def execute_job(job_id: int, settings: Settings, worker: str | None = None,
         options = scheduler.cell_options(run, job.cell)
         result = run_cell(job.cell, run.revision_sha, settings, options)
         status = scheduler.record_result(store, run, job, result)
-    scheduler.finish_if_complete(store, run.id)
+    scheduler.finish_if_complete(store, run.id, settings)
     return status
 
 
@@ -132,7 +132,7 @@ def record_failure(job_id: int, settings: Settings, exc: BaseException) -> None:
             scheduler.record_result(store, run, job, result)
         else:
             store.mark_job(job_id, "error", f"{type(exc).__name__}: {exc}"[:2000])
-        scheduler.finish_if_complete(store, run.id)
+        scheduler.finish_if_complete(store, run.id, settings)
     except Exception:  # noqa: BLE001 - the database may be what failed; the message is already settled
         log.exception("could not record the failure of job %s", job_id)
     finally:

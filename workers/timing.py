@@ -1,8 +1,8 @@
 """Wall-clock bookkeeping of one job: phases, and how much of it was model execution.
 
-Model execution is time spent inside onnxruntime (session creation and runs) plus the pass's own
-conversion time as it reports it; everything else (subprocess start, cache fetch, loading,
-emulation rewrite, metrics, bookkeeping) is overhead.
+Model execution is time spent inside onnxruntime (session creation, runs and release) plus the
+pass's own conversion time as it reports it; everything else (subprocess start, cache fetch,
+loading, checker, emulation rewrite, metrics, bookkeeping) is overhead.
 """
 
 from __future__ import annotations

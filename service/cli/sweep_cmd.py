@@ -79,10 +79,36 @@ def run(args: argparse.Namespace) -> int:
     results = store.results(run_id=started.run_id)
     regressions = store.regressions(run_id=started.run_id, category="regression")
     regressions = [r for r in regressions if r.state in ("open", "acknowledged")]
+    comparison = compared_cells(store, started.run_id, len(results), started.baseline, len(regressions))
     payload = {"run": run_info.to_dict(), "summary": store.run_summary(started.run_id).to_dict(),
-               "results": [r.to_dict() for r in results], "regressions": [r.to_dict() for r in regressions]}
-    _emit(args, payload, (run_info, results, regressions, started))
+               "results": [r.to_dict() for r in results], "regressions": [r.to_dict() for r in regressions],
+               "comparison": comparison}
+    _emit(args, payload, (run_info, results, regressions, started, comparison))
     return 1 if regressions else 0
+
+
+def compared_cells(store: Any, run_id: int, cells: int, baseline: str | None, regressions: int) -> dict[str, Any]:
+    """How many of the run's ``cells`` (with results) had a baseline result to compare with, and the one
+    line saying so: a first run of its cells compares nothing, which is not "no regressions"."""
+    from service.regressions.detect import baseline_revisions
+
+    found = baseline_revisions(store, run_id)
+    n = len(found)
+    base = (baseline or "none")[:12]
+    missing = cells - n
+    if regressions:
+        message = f"{regressions} regression(s) against baseline {base} ({n} of {cells} cells compared)"
+    elif cells == 0:
+        message = "no results: nothing compared"
+    elif n == 0:
+        message = (f"no baseline results yet: first run of these cells ({cells} cells; baseline {base} has no "
+                   "results for them)" if baseline else f"no baseline results yet: first run of these cells "
+                   f"({cells} cells; no baseline revision)")
+    else:
+        message = f"no regressions ({n} cells compared against baseline {base}"
+        message += f"; {missing} without a baseline result)" if missing else ")"
+    return {"baseline": baseline, "cells": cells, "compared": n, "without_baseline": missing,
+            "baseline_revisions": sorted(set(found.values())), "message": message}
 
 
 def _wait_with_progress(store: Any, run_id: int, total: int, timeout: float | None) -> Any:
@@ -120,7 +146,7 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], table: tuple[Any, .
     from rich.console import Console
     from rich.table import Table
 
-    run_info, results, regressions, started = table
+    run_info, results, regressions, started, comparison = table
     console = Console(width=None if sys.stdout.isatty() else 160)
     t = Table(title=f"run {run_info.id} · {run_info.sweep} · {started.revision[:12]} · {run_info.status}")
     for col in ("model", "dtype", "policy", "target", "status", "cosine", "max_abs", "p50 ms", "speedup",
@@ -135,9 +161,8 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], table: tuple[Any, .
                                                else 100 * r.low_precision_fraction, ".0f"),
                   (r.message or "")[:80])
     console.print(t)
-    base = (started.baseline or "none")[:12]
     if regressions:
-        rt = Table(title=f"{len(regressions)} regression(s) against baseline {base}")
+        rt = Table(title=comparison["message"])
         for col in ("model", "dtype", "policy", "target", "kind", "severity", "metric", "baseline", "value",
                     "detail"):
             rt.add_column(col, overflow="fold")
@@ -146,7 +171,7 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], table: tuple[Any, .
                        _num(g.baseline_value, ".4g"), _num(g.value, ".4g"), g.detail)
         console.print(rt)
     else:
-        console.print(f"no regressions against baseline {base}")
+        console.print(comparison["message"])
 
 
 def _num(value: float | None, fmt: str) -> str:

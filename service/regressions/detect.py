@@ -17,6 +17,10 @@ removed); cells that flipped pass/not-pass ``flaky_flips`` times within ``flaky_
 or match the allowlist, report ``flaky`` instead of ``regression``; a ``push``/``nightly``/
 ``manual`` run resolves earlier open or acknowledged regressions of a cell when its result is
 comparable with that regression's baseline result and no longer regresses against it.
+
+``bisect`` runs store no findings: bisection classifies their *results* (:mod:`service.bisect`),
+and a midpoint of a known regression is not a new regression to triage, so nothing of theirs shows
+in ``ampci regressions --open``, the CI gate or the dashboard's regression lists.
 """
 
 from __future__ import annotations
@@ -176,12 +180,13 @@ def detect_run(store: Store, run_id: int, thresholds: Thresholds | None = None) 
 
 
 def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], th: Thresholds) -> None:
+    if run.trigger == "bisect":
+        _store_findings(conn, run.id, [])  # drops open findings stored by older versions
+        return
     branch = conn.execute(sa.select(t_rev.c.branch).where(t_rev.c.sha == run.revision_sha)).scalar()
     nightly = run.trigger == "nightly"
-    start, include_self = (run.baseline_sha, True) if run.baseline_sha else (run.revision_sha, nightly)
     cells = sorted(current)
-    base = nearest_results(conn, start, include_self, run.id, cells, th.ancestor_depth,
-                           run.id if nightly else None)
+    base = _baselines(conn, run, cells, th)
     lineage = _history(conn, run, branch, LINEAGE_TRIGGERS, th.flaky_window - 1)
     nightly_hist = (_history(conn, run, branch, ("nightly",), th.nightly_window + th.nightly_consecutive)
                     if nightly else {})
@@ -217,6 +222,26 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
     _store_findings(conn, run.id, rows)
     if run.trigger in LINEAGE_TRIGGERS:
         _resolve(conn, run, current, th, now)
+
+
+def _baselines(conn: Connection, run: Any, cells: Sequence[Cell], th: Thresholds) -> dict[Cell, Any]:
+    """The baseline result of each of ``cells`` (see the module docstring); cells without one are absent."""
+    nightly = run.trigger == "nightly"
+    start, include_self = (run.baseline_sha, True) if run.baseline_sha else (run.revision_sha, nightly)
+    return nearest_results(conn, start, include_self, run.id, list(cells), th.ancestor_depth,
+                           run.id if nightly else None)
+
+
+def baseline_revisions(store: Store, run_id: int, thresholds: Thresholds | None = None) -> dict[Cell, str]:
+    """For each cell of run ``run_id`` that has a result, the revision of the baseline result detection
+    compares it with; cells with no baseline result (a first run of the cell) are absent."""
+    th = thresholds or store.thresholds or Thresholds()
+    with store._tx() as conn:
+        run = store._run_row(conn, run_id)
+        cells = sorted({_cell(r) for r in conn.execute(sa.select(*CELL).where(t_res.c.run_id == run_id))})
+        if not cells:
+            return {}
+        return {c: r.revision_sha for c, r in _baselines(conn, run, cells, th).items()}
 
 
 def _open_kinds(conn: Connection, run_id: int) -> set[tuple[Cell, str]]:

@@ -31,6 +31,9 @@ def test_embedded_smoke_sweep_from_the_cli(tmp_path: Path) -> None:
     out = json.loads(proc.stdout)
     planned = scheduler.load_sweep(sweep="smoke").expand(scheduler.zoo_catalog())
     assert out["run"]["status"] == "complete" and out["summary"]["cells"] == len(planned)
+    # a fresh database: nothing to compare with, and the output says so instead of "no regressions"
+    assert out["comparison"]["compared"] == 0 and out["comparison"]["cells"] == len(planned)
+    assert out["comparison"]["message"].startswith("no baseline results yet: first run")
     db = tmp_path / "data" / "ampci.sqlite3"  # created and migrated on first use
     with sqlite3.connect(db) as c:
         rows = c.execute("select model, dtype, status from results where run_id = ?", (out["run"]["id"],)).fetchall()

@@ -106,3 +106,23 @@ def test_unknown_regression(sqlite_url: str) -> None:
     store = migrated_store(sqlite_url)
     with pytest.raises(NotFoundError):
         bisect_step(store, 1)
+
+
+def test_bisect_runs_store_no_open_regressions(db_url: str, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    store = migrated_store(db_url)
+    shas, bad_run, reg_id = setup_regression(store, 9)
+    (run_id,) = bisect_step(store, reg_id).queued_runs
+    mid = store.get_run(run_id)
+    store.write_result(run_id, make_result(status="fail_accuracy", max_abs=0.4))  # the midpoint is bad too
+    store.finish_run(run_id)
+    assert store.detect_regressions(run_id) == [] and store.detect_regressions(run_id) == []
+    assert [r.id for r in store.regressions(state="open")] == [reg_id]
+    # ... yet the bisection still uses its result
+    assert bisect_step(store, reg_id).verdicts[mid.revision_sha] == "bad"
+    monkeypatch.setenv("AMPCI_DATABASE_URL", db_url)
+    assert main(["regressions", "--open", "--json"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [reg_id]
+    assert main(["regressions", "--revision", mid.revision_sha]) == 0  # the CI gate ignores bisect runs
+    assert main(["regressions", "--revision", shas[-1]]) == 1
+    store.dispose()

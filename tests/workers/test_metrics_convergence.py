@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from workers.convergence import judge_errors, step_error
+from workers.convergence import judge_errors, step_error, step_errors
 from workers.metrics import Tolerance, compare_outputs, judge, output_metrics, top1_agreement
 
 
@@ -81,3 +81,19 @@ def test_step_error_is_worst_over_outputs() -> None:
     ref = {"a": np.zeros(3), "b": np.ones(2)}
     assert step_error(ref, {"a": np.array([0.0, 0.1, 0.0]), "b": np.array([1.0, 1.3])}) == 0.30000000000000004
     assert math.isinf(step_error(ref, {"a": np.array([0.0, np.nan, 0.0]), "b": np.ones(2)}))
+
+
+def test_step_errors_over_all_steps_equal_the_per_step_definition() -> None:
+    rng = np.random.default_rng(0)
+    ref = [{"a": rng.normal(size=(2, 3)), "b": rng.normal(size=4).astype(np.float32), "e": np.zeros(0)}
+           for _ in range(12)]
+    got = [{k: (v + rng.normal(scale=1e-3, size=v.shape)).astype(v.dtype) for k, v in r.items()} for r in ref]
+    got[3]["a"][0, 1] = np.nan          # converted non-finite where fp32 is finite: inf
+    ref[5]["b"][2] = np.inf             # fp32 itself non-finite there: that position is skipped
+    got[5]["b"][2] = np.inf
+    ref[7]["a"][1, 1] = np.nan          # both NaN: skipped
+    got[7]["a"][1, 1] = np.nan
+    expected = [step_error(r, g) for r, g in zip(ref, got, strict=True)]
+    assert step_errors(ref, got) == expected
+    assert math.isinf(expected[3]) and all(math.isfinite(e) for i, e in enumerate(expected) if i != 3)
+    assert step_errors([], []) == []

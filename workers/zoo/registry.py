@@ -32,6 +32,24 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+#: sha256 of files already hashed by this process, keyed by what changes when a file is rewritten.
+_VERIFIED: dict[tuple[str, int, int, int, int], str] = {}
+
+
+def verified_sha256(path: Path) -> str:
+    """``sha256_file(path)``, hashed once per process while the file's inode, size, mtime and ctime
+    stay the same (any rewrite, truncation or replacement changes one of them and rehashes)."""
+    st = os.stat(path)
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    got = _VERIFIED.get(key)
+    if got is None:
+        got = sha256_file(path)
+        if len(_VERIFIED) > 256:
+            _VERIFIED.clear()
+        _VERIFIED[key] = got
+    return got
+
+
 def fetch_wheel_member(package: str, member: str, sha256: str, cache_dir: Path,
                        timeout: float = 300.0) -> Path:
     """Return a cached path of ``member`` from the wheel of ``package`` (``name==version``).
@@ -41,7 +59,7 @@ def fetch_wheel_member(package: str, member: str, sha256: str, cache_dir: Path,
     """
     dest = cache_dir / "files" / sha256[:2] / sha256 / Path(member).name
     if dest.exists():
-        if sha256_file(dest) == sha256:
+        if verified_sha256(dest) == sha256:
             return dest
         dest.unlink()
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from workers.zoo.registry import FetchError, sha256_file
+from workers.zoo.registry import FetchError, verified_sha256
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 OPSET = 17
@@ -187,7 +187,7 @@ def synthetic_model_path(name: str, seed: int, cache_dir: Path) -> tuple[Path, s
     data = generate(name, seed).SerializeToString(deterministic=True)
     sha = hashlib.sha256(data).hexdigest()
     dest = cache_dir / "synthetic" / sha[:2] / sha / f"{name}.onnx"
-    if dest.exists() and sha256_file(dest) == sha:
+    if dest.exists() and verified_sha256(dest) == sha:
         return dest, sha
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".part")
