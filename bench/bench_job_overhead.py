@@ -1,9 +1,9 @@
 """How much of one job is spent outside model execution (target: under 10% for the real models).
 
 Runs ``run_job`` on each model (default: the zoo's ``real`` tag) and prints, per model, the job's
-total time, the time inside model execution (onnxruntime session creation and runs, plus the pass's
-own conversion time as it reports it), and the rest: conversion-subprocess start, cache fetch,
-loading, metrics and bookkeeping.  The first job per model warms the caches (model fetch, fp32
+total time, the time inside model execution (onnxruntime session creation, runs and release, plus the
+pass's own conversion time as it reports it), and the rest: conversion-subprocess start, cache fetch,
+loading, checker, emulation rewrite, metrics and bookkeeping (see workers/timing.py).  The first job per model warms the caches (model fetch, fp32
 reference) and is reported separately as ``cold``; the table's ``warm`` rows are what a worker
 running a sweep sees.
 

@@ -125,7 +125,13 @@ class LocalPool:
                 self.store.mark_job(job.id, "error", f"{type(exc).__name__}: {exc}")
 
     def _run_one(self, slot: _Slot, job: Any, worker: str) -> None:
-        from service.scheduler import cell_options, finish_if_complete, record_crashed, record_result
+        from service.scheduler import (
+            cell_options,
+            dispatcher,
+            finish_if_complete,
+            record_crashed,
+            record_result,
+        )
         from workers.result import JobResult
 
         run = self.store.get_run(job.run_id)
@@ -150,7 +156,8 @@ class LocalPool:
                 result = JobResult.from_json(text)
             record_result(self.store, run, job, result)
             break
-        finish_if_complete(self.store, run.id, self.settings, dispatch=lambda rid: self.submit(self.store.jobs(rid)))
+        # a finished bisect run queues its next midpoint run on this pool (see finish_if_complete)
+        finish_if_complete(self.store, run.id, self.settings, dispatcher(self.settings, self.store, self))
 
     def close(self) -> None:
         """Wait for the queued jobs' threads and stop every subprocess."""

@@ -337,23 +337,25 @@ class EmulatedSession:
     """
 
     def __init__(self, model: ModelProto, intra_op_threads: int = 0) -> None:
-        from workers.sessions import make_session
+        from workers.sessions import make_session, output_names
 
         self.low_inputs = low_precision_inputs(model)
         self._model: ModelProto | None = emulate_model(model)
         self._emulated: bytes | None = None
         self.session = make_session(self._model, "cpu", optimize=False, intra_op_threads=intra_op_threads)
+        self._outputs = output_names(self.session)
 
     @classmethod
     def from_emulated(cls, emulated: bytes, low_inputs: Mapping[str, int],
                       intra_op_threads: int = 0) -> EmulatedSession:
         """A session over an already emulated, serialised model (see :func:`emulated_bytes`)."""
-        from workers.sessions import make_session
+        from workers.sessions import make_session, output_names
 
         self = cls.__new__(cls)
         self.low_inputs = dict(low_inputs)
         self._model, self._emulated = None, emulated
         self.session = make_session(emulated, "cpu", optimize=False, intra_op_threads=intra_op_threads)
+        self._outputs = output_names(self.session)
         return self
 
     @property
@@ -368,7 +370,7 @@ class EmulatedSession:
         """Run once; return every graph output by name."""
         from workers.sessions import run_session
 
-        return run_session(self.session, _feed_arrays(feeds, self.low_inputs))
+        return run_session(self.session, _feed_arrays(feeds, self.low_inputs), self._outputs)
 
 
 #: Emulated models by sha256 of the converted model's bytes (the rewrite is a pure function of them).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import shutil
 import subprocess
@@ -43,6 +44,8 @@ def gpu_name() -> str | None:
 
 def pass_revision(pass_root: Path) -> str:
     """``git rev-parse HEAD`` of the pass root (``+dirty`` if amp_pass has local changes), or ``unknown``."""
+    if not _may_be_in_git(pass_root):
+        return "unknown"
     try:
         head = subprocess.run(["git", "-C", str(pass_root), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10)
@@ -53,6 +56,15 @@ def pass_revision(pass_root: Path) -> str:
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
+
+
+def _may_be_in_git(path: Path) -> bool:
+    """False only when git cannot find a repository for ``path`` (no ``.git`` in it or any parent and
+    no GIT_DIR / GIT_WORK_TREE override), so no subprocess is started for a plain directory."""
+    if "GIT_DIR" in os.environ or "GIT_WORK_TREE" in os.environ:
+        return True
+    here = Path(path).resolve()
+    return any((d / ".git").exists() for d in (here, *here.parents))
 
 
 def fingerprint(provider: str, pass_root: Path, revision: str | None) -> dict[str, str]:

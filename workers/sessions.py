@@ -136,14 +136,22 @@ def _create(data: bytes, so: ort.SessionOptions, providers: list[str]) -> ort.In
         raise SessionError(_one_line(exc)) from None
 
 
-def run_session(sess: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run all outputs; return them by name; onnxruntime failures become :class:`SessionError`."""
-    names = [o.name for o in sess.get_outputs()]
+def run_session(sess: ort.InferenceSession, feeds: dict[str, np.ndarray],
+                names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Run all outputs (``names``: the session's output names, when the caller has them already);
+    return them by name; onnxruntime failures become :class:`SessionError`."""
+    if names is None:
+        names = output_names(sess)
     try:
         values = sess.run(names, feeds)
     except Exception as exc:  # noqa: BLE001
         raise SessionError(_one_line(exc)) from None
     return dict(zip(names, values, strict=True))
+
+
+def output_names(sess: ort.InferenceSession) -> list[str]:
+    """The session's output names, in order."""
+    return [o.name for o in sess.get_outputs()]
 
 
 def _one_line(exc: BaseException) -> str:

@@ -5,8 +5,11 @@
 Each call advances every bisection by one step (``asv find`` style): it classifies the commits
 between baseline and regressed revision from stored results, and creates ``bisect`` runs for the
 midpoint(s) still untested (deduplicated, so calling it again is safe).  With ``--dispatch`` and a
-broker configured the new runs' jobs are sent to the workers; otherwise the scheduler (or
-``ampci sweep``) dispatches them.  Run it again after those runs finish.
+broker configured the new runs' jobs are sent to the workers.  From then on the bisection goes on by
+itself: each ``bisect`` run that finishes on a worker advances it one step and dispatches the next
+midpoint (``service.scheduler.finish_if_complete``), until the first bad commit is found.  Calling
+this again shows where it stands (and re-queues nothing that exists).  With ``AMPCI_AUTO_BISECT``
+set, push/nightly regressions start their bisection without this command.
 """
 
 from __future__ import annotations
@@ -52,8 +55,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--dispatch needs AMPCI_BROKER_URL; without it start the runs with the scheduler")
         from service import scheduler
 
-        def enqueue(run_id: int) -> None:
-            scheduler.enqueue(settings, store.get_run(run_id).revision_sha, store.jobs(run_id))
+        enqueue = scheduler.dispatcher(settings, store)
 
     states = [bisect_step(store, r.id, enqueue=enqueue, parallel=args.parallel) for r in regs]
     lines = [s.describe() for s in states] or [f"run {args.run_id} has no open regressions to bisect"]

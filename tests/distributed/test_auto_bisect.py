@@ -55,9 +55,10 @@ class Harness:
     """Settings, store, a fake broker queue and the stand-in job, for one test."""
 
     def __init__(self, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, auto_bisect: bool,
-                 first_bad: int = 7, unbuildable: frozenset[int] = frozenset()) -> None:
+                 first_bad: int = 7, unbuildable: frozenset[int] = frozenset(),
+                 broker_url: str = "redis://127.0.0.1:1/0") -> None:  # never contacted
         self.shas = make_repo(tmp_path, first_bad, set(unbuildable))
-        self.settings = Settings(database_url=db_url, broker_url="redis://127.0.0.1:1/0",  # never contacted
+        self.settings = Settings(database_url=db_url, broker_url=broker_url,
                                  cache_dir=tmp_path / "cache", data_dir=tmp_path / "data",
                                  pass_repo=str(tmp_path / "passrepo"), auto_bisect=auto_bisect)
         self.store = scheduler.open_store(self.settings)
@@ -84,6 +85,7 @@ class Harness:
 
         monkeypatch.setattr(scheduler, "enqueue", fake_enqueue)
         monkeypatch.setattr(tasks, "run_cell", fake_run_cell)
+        self.fake_run_cell = fake_run_cell
 
     def push(self, i: int) -> int:
         """A push run of commit ``i``, run by a worker; returns its id."""
@@ -146,6 +148,37 @@ def test_manual_first_step_then_continues_and_auto_start_is_off_by_default(sqlit
     assert last["status"] == "found" and last["first_bad"] == h.shas[6]
     assert main(["regressions", "--open", "--json"]) == 0
     assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == [bad_run]
+    h.store.dispose()
+
+
+def test_embedded_pool_runs_the_whole_bisection(sqlite_url: str, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """No broker: the LocalPool that ran the push run also runs every midpoint it leads to."""
+    from service import localpool
+
+    h = Harness(sqlite_url, tmp_path, monkeypatch, auto_bisect=True, first_bad=3, broker_url="")
+    assert h.settings.embedded
+
+    def slot_run(self: Any, request: tuple[Any, ...], timeout: float) -> str:  # the job, in-process
+        cell, revision, settings, options = request
+        return h.fake_run_cell(tuple(cell), revision, settings, options).to_json()
+
+    monkeypatch.setattr(localpool._Slot, "run", slot_run)
+    for i in (0, N_COMMITS - 1):  # one pool per sweep, as `ampci sweep` does
+        pool = localpool.LocalPool(h.settings, h.store, workers=2)
+        try:
+            run_id = h.store.create_run(h.shas[i], "push", cells=[CELL])
+            pool.submit(h.store.jobs(run_id))
+            scheduler.wait_for_run(h.store, run_id, poll=0.05, timeout=60)
+        finally:
+            pool.close()  # returns once the pool has nothing left: for the second, the bisection is over
+        assert not pool.errors
+    assert not h.queue  # nothing went to "Celery"
+    (reg,) = h.store.regressions(state="open", category="regression")
+    state = bisect_step(h.store, reg.id)
+    assert state.status == "found" and state.first_bad == h.shas[3]
+    runs = h.store.list_runs(trigger="bisect")
+    assert 1 <= len(runs) <= 4 and all(r.status == "complete" for r in runs)
     h.store.dispose()
 
 
