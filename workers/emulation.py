@@ -337,25 +337,23 @@ class EmulatedSession:
     """
 
     def __init__(self, model: ModelProto, intra_op_threads: int = 0) -> None:
-        from workers.sessions import make_session, output_names
+        from workers.sessions import make_session
 
         self.low_inputs = low_precision_inputs(model)
         self._model: ModelProto | None = emulate_model(model)
         self._emulated: bytes | None = None
         self.session = make_session(self._model, "cpu", optimize=False, intra_op_threads=intra_op_threads)
-        self._outputs = output_names(self.session)
 
     @classmethod
     def from_emulated(cls, emulated: bytes, low_inputs: Mapping[str, int],
                       intra_op_threads: int = 0) -> EmulatedSession:
         """A session over an already emulated, serialised model (see :func:`emulated_bytes`)."""
-        from workers.sessions import make_session, output_names
+        from workers.sessions import make_session
 
         self = cls.__new__(cls)
         self.low_inputs = dict(low_inputs)
         self._model, self._emulated = None, emulated
         self.session = make_session(emulated, "cpu", optimize=False, intra_op_threads=intra_op_threads)
-        self._outputs = output_names(self.session)
         return self
 
     @property
@@ -368,9 +366,12 @@ class EmulatedSession:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once; return every graph output by name."""
-        from workers.sessions import run_session
+        from workers.sessions import output_names, run_session
 
-        return run_session(self.session, _feed_arrays(feeds, self.low_inputs), self._outputs)
+        cached = getattr(self, "_outputs", None)
+        if cached is None or cached[0] is not self.session:  # ``session`` may be replaced by callers
+            cached = self._outputs = (self.session, output_names(self.session))
+        return run_session(self.session, _feed_arrays(feeds, self.low_inputs), cached[1])
 
 
 #: Emulated models by sha256 of the converted model's bytes (the rewrite is a pure function of them).
