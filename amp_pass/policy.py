@@ -112,6 +112,9 @@ def load_policy(policy: str, target: str, opset: int) -> Policy:
         raise PolicyError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     user: dict[str, Any] = {}
     base = policy
+    if policy == "auto":
+        raise PolicyError("policy 'auto' measures the model (onnxruntime), which the pure pass does not do: "
+                          "run it with `ampci convert --policy auto` or `python -m workers.autoconvert`")
     if policy not in NAMED_POLICIES:
         path = Path(policy)
         if not (path.suffix.lower() in (".toml", ".yaml", ".yml") or path.exists()):

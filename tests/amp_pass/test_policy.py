@@ -98,3 +98,8 @@ def test_unknown_policy_name_and_target() -> None:
         load_policy("fastest", "cuda", 17)
     with pytest.raises(PolicyError, match="unknown target"):
         load_policy("default", "tpu", 17)
+
+
+def test_auto_policy_points_to_the_measuring_entry_points() -> None:
+    with pytest.raises(PolicyError, match="ampci convert --policy auto"):
+        load_policy("auto", "cuda", 17)
