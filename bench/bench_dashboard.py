@@ -19,7 +19,6 @@ import os
 import random
 import sys
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ import sqlalchemy as sa  # noqa: E402
 from bench_queries import cells, seed, sha, synthetic, timed  # noqa: E402
 
 from service.db import Store  # noqa: E402
+from service.db.admin import create_database, drop_database  # noqa: E402
 from service.db.migrate import upgrade  # noqa: E402
 
 TARGET_MS = 300.0
@@ -72,11 +72,7 @@ def main() -> int:
     from service.dashboard import dashboard_router, plots
     from service.settings import Settings
 
-    name = f"ampci_bench_dash_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(args.admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = args.admin_url.rsplit("/", 1)[0] + "/" + name
+    url = create_database(args.admin_url, "ampci_bench_dash")
     rows: list[tuple[str, int, float, float, float]] = []
     try:
         upgrade(url)
@@ -120,9 +116,7 @@ def main() -> int:
                 rows.append((label, len(out), p50, p90, cpu))  # type: ignore[arg-type]
         store.dispose()
     finally:
-        with admin.connect() as c:
-            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        drop_database(args.admin_url, url)
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\n(load average {load:.1f} on {os.cpu_count()} CPUs; server and client share this process)")

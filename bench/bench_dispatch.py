@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -68,20 +67,11 @@ def _kill_tree(pid: int) -> None:
 
 
 def _fresh_pg() -> tuple[str, Any]:
-    import sqlalchemy as sa
+    from service.db.admin import create_database, drop_database
 
     admin_url = os.environ.get("AMPCI_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-    name = f"ampci_bench_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-
-    def drop() -> None:
-        with admin.connect() as c:
-            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-    return admin_url.rsplit("/", 1)[0] + "/" + name, drop
+    url = create_database(admin_url, "ampci_bench")
+    return url, lambda: drop_database(admin_url, url)
 
 
 def main(argv: list[str] | None = None) -> int:

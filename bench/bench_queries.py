@@ -28,6 +28,7 @@ import sqlalchemy as sa  # noqa: E402
 
 from service.db import Store  # noqa: E402
 from service.db import models as m  # noqa: E402
+from service.db.admin import create_database, drop_database  # noqa: E402
 from service.db.extract import result_columns  # noqa: E402
 from service.db.migrate import upgrade  # noqa: E402
 from workers.result import (  # noqa: E402
@@ -138,11 +139,7 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the database (its URL is printed)")
     args = ap.parse_args()
 
-    name = f"ampci_bench_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(args.admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = args.admin_url.rsplit("/", 1)[0] + "/" + name
+    url = create_database(args.admin_url, "ampci_bench")
     try:
         upgrade(url)
         t = time.perf_counter()
@@ -181,9 +178,7 @@ def main() -> int:
         if args.keep:
             print(f"kept {url}")
         else:
-            with admin.connect() as c:
-                c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+            drop_database(args.admin_url, url)
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\n(load average {load:.1f} on {os.cpu_count()} CPUs; client CPU = this process only)")

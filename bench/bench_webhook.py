@@ -402,23 +402,15 @@ def _pending(engine: Any) -> int:
 
 
 def _fresh_database() -> str:
-    import sqlalchemy as sa
+    from service.db.admin import create_database
 
-    name = f"ampci_bench_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    return create_database(ADMIN_URL, "ampci_bench")
 
 
 def _drop_database(url: str) -> None:
-    import sqlalchemy as sa
+    from service.db.admin import drop_database
 
-    admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)'))
-    admin.dispose()
+    drop_database(ADMIN_URL, url)
 
 
 def _drop_redis_keys(broker_url: str, queue: str) -> None:

@@ -76,22 +76,13 @@ def fresh_pg_database() -> Iterator[str]:
 
     Fails (does not skip) when PostgreSQL is unreachable: CI must provide it.
     """
-    import sqlalchemy as sa
+    from service.db.admin import temporary_database
 
     err = _pg_available()
     if err:
         pytest.fail(f"PostgreSQL at {ADMIN_URL} is not reachable: {err}")
-    name = f"ampci_t_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    try:
+    with temporary_database(ADMIN_URL, "ampci_t") as url:
         yield url
-    finally:
-        with admin.connect() as c:
-            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 @pytest.fixture
