@@ -254,12 +254,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def command(src: Path, dst: Path, report: Path, dtype: str, target: str, pass_root: Path,
-            inputs: Path | None) -> list[str]:
+            inputs: Path | None, tolerance: str | None = None) -> list[str]:
     """The subprocess command line the job runs for policy ``auto`` (cwd: this checkout)."""
     cmd = [sys.executable, "-m", "workers.autoconvert", str(src), "-o", str(dst), "--dtype", dtype,
            "--policy", "auto", "--target", target, "--report", str(report), "--pass-root", str(pass_root)]
     if inputs is not None:
         cmd += ["--calibration-data", str(inputs)]
+    if tolerance is not None:
+        cmd += ["--tolerance", tolerance]
     return cmd
 
 

@@ -68,35 +68,50 @@ class Tolerance:
     """What "accurate enough" means: every float output, on every input set, must satisfy all bounds.
 
     ``cosine``/``snr_db`` are lower bounds, ``max_abs``/``max_rel`` upper bounds (None: unchecked);
-    a NaN/Inf the fp32 model does not produce always fails.  Cosine is skipped for 1-element outputs.
+    ``output_max_abs`` bounds the max abs error of named outputs (``max_abs[NAME]=x``; a job passes its
+    own acceptance rule this way: k x fp32 rerun noise + atol + rtol x max|ref| per judged output); a
+    NaN/Inf the fp32 model does not produce always fails.  Cosine is skipped for 1-element outputs.
     """
 
     cosine: float | None = 0.9995
     snr_db: float | None = None
     max_abs: float | None = None
     max_rel: float | None = None
+    output_max_abs: tuple[tuple[str, float], ...] = ()
 
     @classmethod
     def parse(cls, text: str) -> Tolerance:
         """``"cosine=0.9995,max_abs=1e-2"`` -> Tolerance; ToleranceError naming the bad part."""
         values: dict[str, float | None] = {"cosine": None}
+        named: dict[str, float] = {}
         for part in (p.strip() for p in text.split(",") if p.strip()):
             key, sep, raw = part.partition("=")
             key = key.strip()
-            if not sep or key not in ("cosine", "snr_db", "max_abs", "max_rel"):
-                raise ToleranceError(f"bad tolerance {part!r}: use cosine=, snr_db=, max_abs= or max_rel=")
+            output = key[len("max_abs["):-1] if key.startswith("max_abs[") and key.endswith("]") else None
+            if not sep or (output is None and key not in ("cosine", "snr_db", "max_abs", "max_rel")) or output == "":
+                raise ToleranceError(f"bad tolerance {part!r}: use cosine=, snr_db=, max_abs=, max_rel= "
+                                     "or max_abs[OUTPUT]=")
             try:
-                values[key] = float(raw)
+                value = float(raw)
             except ValueError:
                 raise ToleranceError(f"bad tolerance {part!r}: {raw!r} is not a number") from None
-        if all(v is None for v in values.values()):
+            if output is not None:
+                named[output] = value
+            else:
+                values[key] = value
+        if all(v is None for v in values.values()) and not named:
             raise ToleranceError(f"empty tolerance {text!r}")
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values, output_max_abs=tuple(sorted(named.items())))  # type: ignore[arg-type]
 
-    def meets(self, metrics: Sequence[tuple[OutputMetrics, int]]) -> bool:
-        """Whether every (metrics, element count) pair is within the bounds."""
-        for m, size in metrics:
+    def meets(self, metrics: Sequence[tuple[OutputMetrics, int]], names: Sequence[str] = ()) -> bool:
+        """Whether every (metrics, element count) pair is within the bounds; ``names`` (parallel to
+        ``metrics``) says which output each pair measures, for ``output_max_abs``."""
+        bounds = dict(self.output_max_abs)
+        for i, (m, size) in enumerate(metrics):
             if not math.isfinite(m.max_abs):
+                return False
+            bound = bounds.get(names[i]) if i < len(names) else None
+            if bound is not None and not m.max_abs <= bound:
                 return False
             if self.cosine is not None and size > 1 and not m.cosine >= self.cosine:
                 return False
@@ -109,7 +124,8 @@ class Tolerance:
         return True
 
     def __str__(self) -> str:
-        return ",".join(f"{k}={v:g}" for k, v in dataclasses.asdict(self).items() if v is not None)
+        plain = [f"{k}={v:g}" for k, v in dataclasses.asdict(self).items() if v is not None and k != "output_max_abs"]
+        return ",".join(plain + [f"max_abs[{n}]={v:g}" for n, v in self.output_max_abs])
 
 
 @dataclass
@@ -229,7 +245,8 @@ class Evaluator:
             if i == 0 and expose:
                 exposed = {n: got[n] for n in expose if n in got}
             per.extend((output_metrics(ref[n], got[n]), int(np.size(ref[n]))) for n in self.float_outputs)
-        ev = Evaluation(forced, self.tolerance.meets(per), min((m.cosine for m, s in per if s > 1), default=1.0),
+        names = self.float_outputs * len(self.feeds_list)
+        ev = Evaluation(forced, self.tolerance.meets(per, names), min((m.cosine for m, s in per if s > 1), default=1.0),
                         max((m.max_abs for m, _ in per), default=0.0), min((m.snr_db for m, _ in per), default=math.inf),
                         result.report.compute_low, result.report.compute_nodes, time.perf_counter() - start)
         self.cache[forced] = ev

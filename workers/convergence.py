@@ -2,8 +2,13 @@
 
 Stateful models (state outputs fed back as inputs) are rolled forward T steps in fp32 and in the
 converted precision from the same inputs, each feeding back its own state; Loop models expose one
-row per iteration in a scan output and are run once with trip count T.  The error at step t is the
-largest absolute difference over all outputs at that step.
+row per iteration in a scan output and are run once with trip count T.
+
+The error at step t is the largest over outputs of ``max|fp32 - converted| / max(1, max|fp32|)`` at
+that step: relative to the output's magnitude, absolute for outputs within [-1, 1].  A state that
+itself grows (silero VAD's LSTM cell state counts up to 64 over 64 steps of noise) with a constant
+relative error is then a flat curve, not a "growing" one; an error that grows faster than the state
+(a lost leak, an accumulating bias) still rises.
 
 :func:`judge_errors` calls a curve *diverged* when an error is non-finite, when one exceeds the
 cap, or when the last half of the curve grows steadily: a least-squares line over the last half
@@ -30,7 +35,8 @@ Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
 
 def step_error(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> float:
-    """Largest absolute difference over all outputs (inf when ``got`` is non-finite where ``ref`` is not)."""
+    """Largest ``max|ref - got| / max(1, max|ref|)`` over all outputs, over positions where both are
+    finite (inf when ``got`` is non-finite where ``ref`` is not)."""
     worst = 0.0
     for name, r in ref.items():
         r64 = np.asarray(r, np.float64)
@@ -40,7 +46,8 @@ def step_error(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> 
             return math.inf
         both = np.isfinite(r64) & np.isfinite(g64)
         if both.any():
-            worst = max(worst, float(np.abs(r64 - g64)[both].max()))
+            scale = max(1.0, float(np.abs(r64[both]).max()))
+            worst = max(worst, float(np.abs(r64[both] - g64[both]).max()) / scale)
     return worst
 
 
@@ -63,9 +70,10 @@ def step_errors(ref_steps: list[Mapping[str, np.ndarray]], got_steps: list[Mappi
             return [step_error(r, g) for r, g in zip(ref_steps, got_steps, strict=True)]
         fin_r, fin_g = np.isfinite(r64), np.isfinite(g64)
         both = fin_r & fin_g
-        diff = np.abs(np.where(both, r64, 0.0) - np.where(both, g64, 0.0))
+        r0 = np.where(both, r64, 0.0)
+        diff = np.abs(r0 - np.where(both, g64, 0.0))
         if diff.shape[1]:
-            worst = np.maximum(worst, diff.max(axis=1))
+            worst = np.maximum(worst, diff.max(axis=1) / np.maximum(1.0, np.abs(r0).max(axis=1)))
         worst[(fin_r & ~fin_g).any(axis=1)] = math.inf
     return [float(x) for x in worst]
 

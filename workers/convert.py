@@ -60,13 +60,15 @@ def _last_line(text: str) -> str:
 
 def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy: str, target: str,
                           pass_root: Path | None, timeout_s: float, memory_bytes: int,
-                          warm: bool = True, inputs: Path | None = None) -> ConvertOutcome:
+                          warm: bool = True, inputs: Path | None = None,
+                          tolerance: str | None = None) -> ConvertOutcome:
     """Convert ``src`` to ``dst`` with the pass under ``pass_root``; never raises for pass failures.
 
     ``warm``: fork the conversion from a zygote that has the pass imported already (see
     :mod:`workers.zygotes`), falling back to a fresh ``python -m amp_pass`` when none can start.
     Policy ``auto`` runs ``python -m workers.autoconvert`` instead (the search measures models, on
-    ``inputs``, an .npz), always cold, with this checkout's workers and ``pass_root``'s amp_pass.
+    ``inputs``, an .npz, to ``tolerance``, a ``workers.autosearch.Tolerance`` string; None: the
+    search's default), always cold, with this checkout's workers and ``pass_root``'s amp_pass.
     """
     root = Path(pass_root) if pass_root else DEFAULT_PASS_ROOT
     if not (root / "amp_pass").is_dir():
@@ -82,7 +84,7 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
     if policy == "auto":
         from workers.autoconvert import command
 
-        cmd, cwd, warm = command(src, dst, report, dtype, target, root, inputs), DEFAULT_PASS_ROOT, False
+        cmd, cwd, warm = command(src, dst, report, dtype, target, root, inputs, tolerance), DEFAULT_PASS_ROOT, False
         env["PYTHONPATH"] = os.pathsep.join([str(DEFAULT_PASS_ROOT), env["PYTHONPATH"]])
     if warm:
         from workers.zygotes import ZygoteUnavailable, zygote_for

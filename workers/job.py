@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -119,7 +120,7 @@ class _Job:
             ref, baseline = self._reference()
         with tempfile.TemporaryDirectory(prefix="ampci-job-") as tmp:
             with self.clock.phase("convert"):
-                converted = self._convert(path, Path(tmp))
+                converted = self._convert(path, Path(tmp), ref, baseline)
             with self.clock.phase("accuracy"):
                 self._accuracy(converted, ref, baseline)
             with self.clock.phase("convergence"):
@@ -205,16 +206,18 @@ class _Job:
         self.clock.timings["reference_cached"] = float(hit)
         return refcache.split(arrays, "ref"), refcache.split(arrays, "baseline")
 
-    def _convert(self, src: Path, tmp: Path) -> onnx.ModelProto:
+    def _convert(self, src: Path, tmp: Path, ref: dict[str, np.ndarray],
+                 baseline: dict[str, np.ndarray]) -> onnx.ModelProto:
         s = self.spec
         dst, report = tmp / "converted.onnx", tmp / "report.json"
-        inputs = None
-        if s.policy == "auto":  # the accuracy search measures on this job's own inputs
+        inputs = tolerance = None
+        if s.policy == "auto":  # the accuracy search measures on this job's own inputs, by this job's rule
             inputs = tmp / "inputs.npz"
             np.savez(inputs, **self.feeds)
+            tolerance = search_tolerance(self.entry, s.dtype, self.settings.accuracy_k, ref, baseline)
         outcome = convert_in_subprocess(src, dst, report, s.dtype, s.policy, s.target, s.pass_root,
                                         self.settings.convert_timeout, self.settings.convert_memory,
-                                        inputs=inputs)
+                                        inputs=inputs, tolerance=tolerance)
         self.clock.timings["convert_subprocess_s"] = outcome.wall_s
         if outcome.status != "ok":
             raise JobFailed(outcome.status, outcome.message)
@@ -273,9 +276,11 @@ class _Job:
                 baseline: dict[str, np.ndarray]) -> AccuracyReport:
         e = self.entry
         per, worst = compare_outputs(ref, got, baseline, e.task, e.task_outputs)
-        passed, reason = judge(per, ref, e.tolerance_for(self.spec.dtype), self.settings.accuracy_k)
+        not_judged = state_outputs_not_judged(e, per)
+        judged = {k: v for k, v in per.items() if k not in not_judged}
+        passed, reason = judge(judged, ref, e.tolerance_for(self.spec.dtype), self.settings.accuracy_k)
         return AccuracyReport(mode=mode, provider=provider, per_output=per, worst=worst, passed=passed,
-                              reason=reason)
+                              reason=reason, not_judged=not_judged)
 
     def _convergence(self, converted: onnx.ModelProto) -> None:
         e = self.entry
@@ -326,6 +331,48 @@ class _Job:
             r.status = "pass"
         if r.latency is not None and r.latency.error:
             r.message = f"{r.message}; latency: {r.latency.error}" if r.message else f"latency: {r.latency.error}"
+
+
+def search_tolerance(entry: ZooEntry, dtype: str, k: float, ref: Mapping[str, np.ndarray],
+                     baseline: Mapping[str, np.ndarray]) -> str:
+    """The job's acceptance rule as a ``policy auto`` tolerance string (``workers.autosearch.Tolerance``).
+
+    Per judged float output (see :func:`state_outputs_not_judged`): ``max_abs[NAME]`` = k x fp32 rerun
+    noise + atol + rtol x max|ref|, exactly the bound :func:`workers.metrics.judge` applies on the same
+    inputs, and the entry's minimum cosine.  (A task metric such as top-1 is not part of the search; the
+    job still judges it afterwards.)
+    """
+    tol = entry.tolerance_for(dtype)
+    skip = state_outputs_not_judged(entry, ref)
+    parts = [f"cosine={tol.min_cosine!r}"]
+    for name, r in ref.items():
+        if name in skip or np.asarray(r).dtype.kind != "f" or any(c in name for c in ",=]"):
+            continue
+        r64 = np.asarray(r, np.float64)
+        both = np.isfinite(r64)
+        scale = float(np.abs(r64[both]).max()) if both.any() else 0.0
+        b64 = np.asarray(baseline.get(name, r), np.float64)
+        fin = both & np.isfinite(b64)
+        noise = float(np.abs(r64 - b64)[fin].max()) if fin.any() else 0.0
+        parts.append(f"max_abs[{name}]={k * noise + tol.atol + tol.rtol * scale!r}")
+    return ",".join(parts)
+
+
+def state_outputs_not_judged(entry: ZooEntry, outputs: Mapping[str, object]) -> dict[str, str]:
+    """The state outputs of a stateful entry that the accuracy verdict leaves to the convergence check.
+
+    Empty unless the entry is stateful with ``judge_state`` false and at least one output is not a
+    state output (a model whose only outputs are state is judged on them).  A recurrent state is
+    internal: bf16 moves single LSTM cell elements by up to ~0.1 at one step while the task output
+    stays within 3e-4 (silero VAD), so its health is judged by whether its error stays bounded,
+    relative to its own magnitude, over the whole rollout.
+    """
+    if entry.stateful is None or entry.stateful.judge_state:
+        return {}
+    state = set(entry.stateful.state.values()) & set(outputs)
+    if not state or not set(outputs) - state:
+        return {}
+    return {name: "state output: judged by the convergence check" for name in sorted(state)}
 
 
 def graph_facts(report: dict[str, Any]) -> GraphFacts:

@@ -56,6 +56,9 @@ class AccuracyReport:
     worst: OutputMetrics = field(default_factory=OutputMetrics)
     passed: bool = True
     reason: str = ""
+    # outputs measured (in per_output and worst) but not held to the tolerance, with why
+    # (a stateful model's state outputs are judged by the convergence check)
+    not_judged: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -77,7 +80,10 @@ class LatencyStats:
 
 @dataclass
 class ConvergenceStats:
-    """Error per step of a stateful (or Loop) model rolled forward in fp32 and converted precision."""
+    """Error per step of a stateful (or Loop) model rolled forward in fp32 and converted precision.
+
+    A step error is relative to the output's magnitude at that step, ``max|diff| / max(1, max|fp32|)``
+    (see ``workers.convergence``)."""
 
     steps: int = 0
     step_errors: list[float] = field(default_factory=list)
@@ -158,7 +164,7 @@ class JobResult:
                 mode=x["mode"], provider=x["provider"],
                 per_output={k: OutputMetrics(**v) for k, v in x.get("per_output", {}).items()},
                 worst=OutputMetrics(**x.get("worst", {})), passed=x.get("passed", True),
-                reason=x.get("reason", ""))
+                reason=x.get("reason", ""), not_judged=dict(x.get("not_judged", {})))
 
         return cls(
             model=d["model"], dtype=d["dtype"], policy=d["policy"], target=d["target"],

@@ -152,3 +152,45 @@ def test_pass_revision_without_hooks_is_a_clean_convert_error(hot: Path, tmp_pat
                                 120.0, 8 * 1024**3)
     assert out.status == "convert_error" and "has no policy-auto hooks" in out.message, out.message
     assert "amp_pass.calibration" in out.message and not (tmp_path / "o.onnx").exists()
+
+
+def test_job_policy_auto_searches_to_the_jobs_own_acceptance_rule(tmp_path: Path) -> None:
+    """No overflow here: the default fp16 painting meets the search's default cosine, but not this zoo
+    entry's strict max-abs tolerance.  The job hands its own rule to the search, so ``auto`` keeps
+    enough nodes fp32 to pass the job, where a cosine-only search would have stopped at the default."""
+    from workers.autosearch import Tolerance
+    from workers.job import search_tolerance
+    from workers.metrics import Tolerance as JobTolerance
+    from workers.metrics import compare_outputs, judge
+    from workers.zoo.manifest import load_zoo
+
+    model = overflow_chain(layers=6, hot=99, width=64)  # no hot layer: plain MatMul+Tanh layers
+    path = tmp_path / "plain.onnx"
+    onnx.save(model, str(path))
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    zoo = tmp_path / "zoo.toml"
+    zoo.write_text(f'[models.plain]\nsource = {{ path = "{path.name}" }}\nsha256 = "{sha}"\n'
+                   'inputs.x = { shape = [4, 64] }\ntolerance = { fp16 = { atol = 1e-5, rtol = 1e-4 } }\n')
+    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", latency_runs=2,
+                        latency_warmup=1, convert_timeout=300.0)
+    default = run_job(JobSpec(model="plain", dtype="fp16", policy="default", zoo_path=zoo), settings)
+    assert default.status == "fail_accuracy", default.message
+    assert default.accuracy is not None and default.accuracy.worst.cosine > 0.9995  # the search default is met
+    auto = run_job(JobSpec(model="plain", dtype="fp16", policy="auto", zoo_path=zoo), settings)
+    assert auto.status == "pass", auto.message
+    assert auto.graph is not None and 0 < auto.graph.compute_nodes - auto.graph.compute_low
+
+    # the tolerance string bounds each output exactly where the job's judge does
+    entry = load_zoo(zoo).get("plain")
+    rng = np.random.default_rng(0)
+    ref = {"y": rng.normal(size=(4, 64)).astype(np.float32)}
+    base = {"y": ref["y"] + np.float32(1e-6)}
+    text = search_tolerance(entry, "fp16", 3.0, ref, base)
+    tol = Tolerance.parse(text)
+    assert [n for n, _ in tol.output_max_abs] == ["y"] and str(Tolerance.parse(str(tol))) == str(tol)
+    bound = dict(tol.output_max_abs)["y"]
+    for delta, ok in ((0.999 * bound, True), (1.001 * bound, False)):
+        got = {"y": (ref["y"].astype(np.float64) + np.where(np.arange(256).reshape(4, 64) == 7, delta, 0))}
+        per, _ = compare_outputs(ref, got, base)
+        job_ok, _ = judge(per, ref, JobTolerance(**{**vars(entry.tolerance_for("fp16")), "min_cosine": 0.0}), 3.0)
+        assert job_ok is ok and tol.meets([(per["y"], 256)], ["y"]) is ok

@@ -100,7 +100,7 @@ def test_model_built_to_diverge_in_fp16_is_diverged(tmp_path: Path, zoo: Path, s
     assert r.status == "diverged", r.message
     assert r.convergence is not None and r.convergence.diverged and "grows steadily" in r.convergence.reason
     errors = r.convergence.step_errors
-    assert errors[-1] > 10 * errors[len(errors) // 4]
+    assert errors[-1] > 2.5 * errors[len(errors) // 4]  # absolute drift ~t^2 on a state of size ~t: relative ~t
 
 
 def test_inaccurate_conversion_is_fail_accuracy(tmp_path: Path, zoo: Path, settings: Settings) -> None:
@@ -194,3 +194,58 @@ def test_real_stateful_model_with_if_subgraphs(tmp_path: Path, settings: Setting
     assert r.convergence is not None and r.convergence.steps == 24 and not r.convergence.diverged
     assert r.accuracy is not None and set(r.accuracy.per_output) == {"output", "stateN"}
     assert r.graph is not None and r.graph.nodes_total > 0
+
+
+@pytest.mark.realmodel
+@pytest.mark.slow
+def test_real_stateful_model_in_bf16_judges_its_state_by_convergence(tmp_path: Path, settings: Settings) -> None:
+    """silero VAD in bf16 (Conv/LSTM at opset 22): the speech probability is accurate and the LSTM state
+    stays bounded relative to its own magnitude over 64 steps, so the job passes; held to the one-step
+    tolerance (``judge_state = true``) the state's single-element error fails it, and says where."""
+    import dataclasses
+
+    from workers.zoo.manifest import load_zoo
+
+    real = dataclasses.replace(settings, cache_dir=test_cache_dir(), latency_runs=1)
+    r = run_job(JobSpec(model="silero_vad", dtype="bf16"), real)
+    if r.status == "bad_model" and "cannot fetch" in r.message:
+        pytest.skip(r.message)
+    assert r.status == "pass", r.message
+    assert r.graph is not None and r.graph.compute_low > 0  # bf16 compute really ran
+    assert r.accuracy is not None and r.accuracy.not_judged == {"stateN": "state output: judged by the convergence check"}
+    assert r.accuracy.per_output["output"].max_abs < 2e-3  # the task output
+    assert r.accuracy.per_output["stateN"].max_abs > r.accuracy.per_output["output"].max_abs  # still measured
+    assert r.convergence is not None and r.convergence.steps == 64 and not r.convergence.diverged
+    assert r.convergence.max_error < 0.5
+
+    entry = load_zoo().get("silero_vad")
+    src = entry.source
+    zoo = write_manifest(tmp_path / "zoo.toml", f"""
+        [models.silero_vad]
+        source = {{ package = "{src.ref}", member = "{src.member}" }}
+        sha256 = "{entry.sha256}"
+        inputs.input = {{ shape = [1, 512], dist = "normal", std = 0.1 }}
+        inputs.state = {{ shape = [2, 1, 128], dist = "zeros" }}
+        inputs.sr = {{ shape = [], dtype = "int64", dist = "constant", value = 16000 }}
+        stateful = {{ state = {{ state = "stateN" }}, steps = 8, judge_state = true }}
+        tolerance = {{ bf16 = {{ atol = 8e-3, rtol = 8e-2, min_cosine = 0.99 }} }}
+        """)
+    strict = run_job(JobSpec(model="silero_vad", dtype="bf16", zoo_path=zoo), real)
+    assert strict.status == "fail_accuracy" and "stateN: max abs error" in strict.message, strict.message
+    assert strict.accuracy is not None and strict.accuracy.not_judged == {}
+
+
+def test_state_outputs_left_to_convergence_only_when_other_outputs_exist(tmp_path: Path) -> None:
+    from workers.job import state_outputs_not_judged
+    from workers.zoo.manifest import load_zoo
+
+    base = 'source = { synthetic = "stateful_rnn" }\ninputs.x = { shape = [1, 8] }\ninputs.h = { shape = [1, 32] }\n'
+    zoo = load_zoo(write_manifest(tmp_path / "zoo.toml", (
+        f"[models.a]\n{base}stateful = {{ state = {{ h = 'h_new' }} }}\n"
+        f"[models.b]\n{base}stateful = {{ state = {{ h = 'h_new' }}, judge_state = true }}\n"
+        f"[models.c]\n{base}")))
+    both = {"y": 0, "h_new": 0}
+    assert state_outputs_not_judged(zoo.get("a"), both) == {"h_new": "state output: judged by the convergence check"}
+    assert state_outputs_not_judged(zoo.get("a"), {"h_new": 0}) == {}  # only state: judged on it
+    assert state_outputs_not_judged(zoo.get("b"), both) == {}
+    assert state_outputs_not_judged(zoo.get("c"), both) == {}

@@ -97,3 +97,26 @@ def test_step_errors_over_all_steps_equal_the_per_step_definition() -> None:
     assert step_errors(ref, got) == expected
     assert math.isinf(expected[3]) and all(math.isfinite(e) for i, e in enumerate(expected) if i != 3)
     assert step_errors([], []) == []
+
+
+
+def test_step_errors_are_relative_to_a_growing_output() -> None:
+    # an output whose fp32 value counts up to 64 with a constant 1% error, next to one within [-1, 1]
+    t = np.arange(1, 65, dtype=np.float64)
+    ref = [{"count": np.array([v, 0.5]), "prob": np.array([0.5])} for v in t]
+    got = [{"count": np.array([v * 1.01, 0.5]), "prob": np.array([0.5 + 1e-3])} for v in t]
+    errors = step_errors(ref, got)
+    assert errors == [step_error(r, g) for r, g in zip(ref, got, strict=True)]
+    assert np.allclose(errors, 0.01)  # 1% of the count at every step (the 1e-3 of prob is smaller)
+    stats = judge_errors(errors, cap=0.5)
+    assert not stats.diverged, stats.reason  # in absolute terms the error grows 64x and passes the cap
+
+
+def test_relative_errors_still_catch_unbounded_growth_and_nonfinite() -> None:
+    t = np.arange(1, 65, dtype=np.float64)
+    ref = [{"s": np.array([10.0 * v])} for v in t]
+    got = [{"s": np.array([10.0 * v + 0.01 * v * v])} for v in t]  # drifts faster than the state grows
+    stats = judge_errors(step_errors(ref, got), cap=1.0)
+    assert stats.diverged and "grows steadily" in stats.reason
+    got[40] = {"s": np.array([np.inf])}
+    assert "non-finite error from step 40" in judge_errors(step_errors(ref, got), 1.0).reason

@@ -64,6 +64,10 @@ class Stateful:
     state: dict[str, str]
     steps: int | None = None  # None: settings.convergence_steps
     cap: float = 1.0          # a step error above this (or non-finite) means diverged
+    # False (default): the state outputs are judged by the convergence check (bounded error over the
+    # rollout, relative to their own scale), and the accuracy verdict by the other (task) outputs;
+    # True: the state outputs are also held to the accuracy tolerance after one step.
+    judge_state: bool = False
 
 
 @dataclass(frozen=True)
@@ -204,12 +208,13 @@ def _parse_entry(name: str, d: dict[str, Any], defaults: dict[str, Any], base_di
     stateful = loop = None
     if "stateful" in d:
         sd = _get(d, "stateful", dict, w)
-        _check_keys(sd, {"state", "steps", "cap"}, f"{w}.stateful")
+        _check_keys(sd, {"state", "steps", "cap", "judge_state"}, f"{w}.stateful")
         state = _get(sd, "state", dict, f"{w}.stateful")
         if not state or not all(isinstance(v, str) for v in state.values()):
             raise ZooError(f"{w}.stateful: 'state' must map input names to output names")
         stateful = Stateful(state=dict(state), steps=_get(sd, "steps", int, w, None),
-                            cap=_get(sd, "cap", float, w, 1.0))
+                            cap=_get(sd, "cap", float, w, 1.0),
+                            judge_state=_get(sd, "judge_state", bool, w, False))
     if "loop" in d:
         ld = _get(d, "loop", dict, w)
         _check_keys(ld, {"trip_input", "output", "steps", "cap"}, f"{w}.loop")

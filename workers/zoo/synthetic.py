@@ -151,7 +151,8 @@ def leaky_integrator(seed: int) -> onnx.ModelProto:
     """A state model built to diverge in fp16: ``s_new = s * 0.9999 + x * gain``.
 
     In fp32 the leak keeps the state bounded; 0.9999 rounds to exactly 1.0 in fp16/bf16, so the
-    converted state drifts away from fp32 without bound (error grows ~ t^2)."""
+    converted state drifts away from fp32 without bound (absolute error grows ~ t^2 while the state
+    grows ~ t, so the relative step error of ``workers.convergence`` grows ~ t)."""
     rng = np.random.default_rng(seed)
     n = helper.make_node
     dim = 8
