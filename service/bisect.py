@@ -112,11 +112,11 @@ def bisect_step(store: Store, regression_id: int, enqueue: Enqueue | None = None
     if reg.baseline_sha is None or reg.baseline_result_id is None or reg.result_id is None:
         raise UserError(f"regression {regression_id} has no baseline revision/result to bisect against")
     path = store.first_parent_path(reg.revision_sha, reg.baseline_sha)
-    rows = _samples(store, reg, path)
+    rows = cell_samples(store, reg, path)
     base, regressed = rows.get(reg.baseline_result_id), rows.get(reg.result_id)
     if base is None or regressed is None:
         raise UserError(f"regression {regression_id}: its baseline or regressed result is gone")
-    newest = _newest_by_revision(rows.values(), reg)
+    newest = newest_by_revision(rows.values(), reg)
     verdict: dict[int, str] = {0: "good", len(path) - 1: "bad"}
     pending: list[int] = []
     for i in range(1, len(path) - 1):
@@ -197,7 +197,7 @@ def continue_bisection(store: Store, run_id: int, enqueue: Enqueue | None, auto_
     return states
 
 
-def _samples(store: Store, reg: RegressionInfo, path: list[str]) -> dict[int, object]:
+def cell_samples(store: Store, reg: RegressionInfo, path: list[str]) -> dict[int, object]:
     """Result rows (SAMPLE_COLS) of the regression's cell at the path's revisions, plus its two results."""
     import sqlalchemy as sa
 
@@ -211,7 +211,8 @@ def _samples(store: Store, reg: RegressionInfo, path: list[str]) -> dict[int, ob
         return {r.id: r for r in conn.execute(q)}
 
 
-def _newest_by_revision(rows: object, reg: RegressionInfo) -> dict[str, object]:
+def newest_by_revision(rows: object, reg: RegressionInfo) -> dict[str, object]:
+    """The newest row (highest id) per revision sha among ``rows`` (rows of :func:`cell_samples`)."""
     out: dict[str, object] = {}
     for r in sorted(rows, key=lambda r: r.id):  # type: ignore[attr-defined, arg-type]
         out[r.revision_sha] = r  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.bisect import _newest_by_revision, _samples, classify, dedup_key
+from service.bisect import cell_samples, classify, dedup_key, newest_by_revision
 from service.dashboard.queries import bisect_runs
 from service.db.records import RegressionInfo
 from service.db.store import Store
@@ -59,11 +59,11 @@ def bisect_view(store: Store, reg: RegressionInfo, thresholds: Thresholds | None
                           [CommitVerdict(path[0], "good"), CommitVerdict(path[-1], "bad", reg.run_id)],
                           path[0], path[-1])
     th = thresholds or Thresholds()
-    rows = _samples(store, reg, path)
+    rows = cell_samples(store, reg, path)
     base, regressed = rows.get(reg.baseline_result_id), rows.get(reg.result_id)
     if base is None or regressed is None:
         return BisectView("not_bisectable", "its baseline or regressed result is gone")
-    newest = _newest_by_revision(rows.values(), reg)
+    newest = newest_by_revision(rows.values(), reg)
     runs = bisect_runs(store, [dedup_key(sha, reg.cell) for sha in path[1:-1]])
     commits = [CommitVerdict(path[0], "good", getattr(newest.get(path[0]), "run_id", None))]
     for sha in path[1:-1]:
