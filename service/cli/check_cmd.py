@@ -42,12 +42,15 @@ def format_result(r: Any) -> str:
                      f"{_fmt(w.max_abs)} (fp32 rerun {_fmt(w.baseline_max_abs)}), max_rel {_fmt(w.max_rel)}, "
                      f"cosine {_fmt(w.cosine, '.6f')}, SNR {_fmt(w.snr_db, '.1f')} dB, nan {w.nan_count}, "
                      f"inf {w.inf_count}{task}")
+        not_judged = getattr(acc, "not_judged", {}) or {}
         for name, m in acc.per_output.items():
+            why = f" (not judged: {not_judged[name]})" if name in not_judged else ""
             lines.append(f"    {name}: max_abs {_fmt(m.max_abs)}, mean_abs {_fmt(m.mean_abs)}, "
-                         f"cosine {_fmt(m.cosine, '.6f')}")
+                         f"cosine {_fmt(m.cosine, '.6f')}{why}")
     if r.convergence is not None:
         c = r.convergence
-        lines.append(f"  convergence: {c.steps} steps, final {_fmt(c.final_error)}, max {_fmt(c.max_error)}, "
+        lines.append(f"  convergence: {c.steps} steps, relative step error final {_fmt(c.final_error)}, "
+                     f"max {_fmt(c.max_error)}, "
                      f"{'DIVERGED: ' + c.reason if c.diverged else 'bounded'}")
     if r.latency is not None:
         lat = r.latency
