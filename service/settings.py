@@ -48,6 +48,13 @@ def parse_duration(name: str, raw: str) -> float:
     return seconds
 
 
+def parse_interval(name: str, raw: str) -> float:
+    """Parse a period like :func:`parse_duration` (``300``, ``5m``), where ``0``/``off`` means disabled (0.0)."""
+    if raw.strip().lower() in {"0", "off", "false", "no", "never"}:
+        return 0.0
+    return parse_duration(name, raw)
+
+
 def parse_size(name: str, raw: str) -> int:
     """Parse ``512``, ``64k``, ``4MiB``, ``2G`` into bytes (> 0)."""
     m = _SIZE.match(raw)
@@ -121,6 +128,8 @@ class Settings:
     extra_queues: str = ""           # comma-separated extra target queues (e.g. GPU types)
     thresholds_file: str = ""        # JSON/YAML overriding regression thresholds (empty: built-in)
     auto_bisect: bool = False        # push/nightly regressions start a bisection by themselves
+    reconcile_every: float = 300.0   # seconds between beat runs re-sending lost job messages (0: off)
+    reconcile_grace: float = 300.0   # a queued job younger than this is never re-sent
     log_level: str = "INFO"
 
     @classmethod
@@ -140,8 +149,10 @@ class Settings:
                 kwargs[f.name] = parse_size(var, raw)
             elif kind == "int":
                 kwargs[f.name] = parse_int(var, raw, minimum=1)
-            elif kind == "float" and f.name.endswith("timeout"):
+            elif kind == "float" and f.name.endswith(("timeout", "_grace")):
                 kwargs[f.name] = parse_duration(var, raw)
+            elif kind == "float" and f.name.endswith("_every"):
+                kwargs[f.name] = parse_interval(var, raw)
             elif kind == "float":
                 try:
                     kwargs[f.name] = float(raw)

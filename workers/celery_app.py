@@ -13,10 +13,14 @@ Reliability guarantees (see DESIGN.md):
   timeout strictly longer than it, so a running job is never handed to a second worker while the
   first is still allowed to run it;
 * attempts are counted in the database by the task (poison jobs end ``crashed``), and results
-  are written idempotently on (run, cell) by the store.
+  are written idempotently on (run, cell) by the store;
+* beat re-sends jobs whose message the broker lost (``ampci.reconcile`` on the control queue every
+  ``AMPCI_RECONCILE_EVERY`` seconds, :mod:`service.reconcile`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from celery import Celery
 from celery.schedules import crontab
@@ -30,6 +34,7 @@ DEFAULT_QUEUES: tuple[str, ...] = ("cuda", "cpu")
 CONTROL_QUEUE = "control"
 RUN_JOB_TASK = "ampci.run_job"
 NIGHTLY_TASK = "ampci.nightly_sweep"
+RECONCILE_TASK = "ampci.reconcile"
 
 
 def visibility_timeout(settings: Settings) -> float:
@@ -76,6 +81,26 @@ def nightly_schedule(cron: str) -> crontab:
         raise ConfigError(f"AMPCI_NIGHTLY_CRON: {exc}") from None
 
 
+def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Beat entries: the nightly sweep (UTC crontab) and, unless ``AMPCI_RECONCILE_EVERY`` is 0, the
+    periodic re-sending of lost job messages (:mod:`service.reconcile`) every that many seconds;
+    a reconcile message not started within one period expires, so they never pile up."""
+    schedule: dict[str, dict[str, Any]] = {
+        "nightly-full-sweep": {
+            "task": NIGHTLY_TASK,
+            "schedule": nightly_schedule(settings.nightly_cron),
+            "args": (settings.nightly_sweep,),
+        },
+    }
+    every = settings.reconcile_every
+    if every < 0:
+        raise ConfigError(f"AMPCI_RECONCILE_EVERY: must be >= 0 seconds, got {every}")
+    if every > 0:
+        schedule["reconcile-lost-jobs"] = {"task": RECONCILE_TASK, "schedule": every,
+                                           "options": {"expires": max(1.0, every)}}
+    return schedule
+
+
 def make_app(settings: Settings) -> Celery:
     """A configured Celery app for ``settings`` (needs ``AMPCI_BROKER_URL`` to be usable)."""
     broker = settings.broker_url or "redis://127.0.0.1:6379/0"
@@ -98,7 +123,7 @@ def make_app(settings: Settings) -> Celery:
         accept_content=["json"],
         task_queues=queues,
         task_default_queue="cpu",
-        task_routes={NIGHTLY_TASK: {"queue": CONTROL_QUEUE}},
+        task_routes={NIGHTLY_TASK: {"queue": CONTROL_QUEUE}, RECONCILE_TASK: {"queue": CONTROL_QUEUE}},
         task_track_started=False,
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,      # survive a Redis restart
@@ -106,13 +131,7 @@ def make_app(settings: Settings) -> Celery:
         worker_hijack_root_logger=False,
         timezone="UTC",
         enable_utc=True,
-        beat_schedule={
-            "nightly-full-sweep": {
-                "task": NIGHTLY_TASK,
-                "schedule": nightly_schedule(settings.nightly_cron),
-                "args": (settings.nightly_sweep,),
-            },
-        },
+        beat_schedule=beat_schedule(settings),
     )
     app.conf.ampci_settings = settings
     return app

@@ -25,7 +25,7 @@ from celery import Task
 
 from service.errors import DatabaseUnavailableError
 from service.settings import Settings
-from workers.celery_app import NIGHTLY_TASK, RUN_JOB_TASK, app, app_settings
+from workers.celery_app import NIGHTLY_TASK, RECONCILE_TASK, RUN_JOB_TASK, app, app_settings
 from workers.result import JobResult
 from workers.revisions import RevisionCache, RevisionError
 
@@ -164,3 +164,21 @@ def nightly_sweep_task(sweep: str) -> int | None:
     from service import scheduler
 
     return scheduler.start_nightly(app_settings(app), sweep)
+
+
+@app.task(name=RECONCILE_TASK, ignore_result=True)
+def reconcile_task() -> list[int]:
+    """Celery adapter of :func:`service.reconcile.resend_lost_jobs` (grace ``AMPCI_RECONCILE_GRACE``),
+    run by beat on the control queue; returns the ids re-sent.  A broker that cannot be inspected
+    is logged as one line and nothing is sent; the next period tries again."""
+    from service import reconcile
+
+    settings = app_settings(app)
+    try:
+        report = reconcile.reconcile(settings, _process_store(settings), app=app)
+    except reconcile.BrokerInspectionError as exc:
+        log.error("reconcile: %s", exc)
+        return []
+    log.info("reconcile: %s", report.skipped or f"{len(report.inspection.candidates)} queued job(s) past "
+             f"the grace period, {len(report.resent)} re-sent {list(report.resent)}")
+    return list(report.resent)

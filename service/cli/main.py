@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "service.cli.bisect_cmd",
     "service.cli.zoo_cmd",
     "service.cli.check_cmd",
+    "service.cli.reconcile_cmd",
 )
 
 

@@ -1,0 +1,71 @@
+"""``ampci reconcile``: re-send jobs whose Celery message the broker lost.
+
+    ampci reconcile [--grace SECONDS] [--dry-run] [--json]
+
+Finds jobs that are ``queued``, were never delivered (``attempts`` 0), belong to an unfinished run,
+were queued more than ``--grace`` seconds ago (default ``AMPCI_RECONCILE_GRACE``) and whose message
+is in no queue list of the Redis broker nor in its ``unacked`` hash, and sends each of them the
+message it was first sent (``--dry-run``: only lists them).  Beat does the same every
+``AMPCI_RECONCILE_EVERY`` seconds.  Without ``AMPCI_BROKER_URL`` there is nothing to do; a broker
+that cannot be inspected is a one-line error (exit 3; 2 for a broker that is not Redis) and
+nothing is sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from service.errors import UserError
+
+
+def register(subparsers: Any) -> None:
+    """Add ``ampci reconcile``."""
+    p = subparsers.add_parser("reconcile", help="re-send queued jobs whose broker message was lost",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--grace", type=float, default=None, metavar="SECONDS",
+                   help="leave jobs queued less than this long alone (default AMPCI_RECONCILE_GRACE)")
+    p.add_argument("--dry-run", action="store_true", help="list the lost jobs, send nothing")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 whether or not jobs were lost (they are re-sent); 2 bad input or a non-Redis broker;
+    3 the broker or database is unavailable (nothing sent)."""
+    from service import reconcile, scheduler
+    from service.cli.query_cmd import emit
+    from service.settings import Settings
+
+    if args.grace is not None and not args.grace >= 0:
+        raise UserError(f"--grace must be >= 0 seconds, got {args.grace}")
+    settings = Settings.from_env()
+    if settings.embedded:
+        report = reconcile.reconcile(settings, None, grace_s=args.grace, dry_run=args.dry_run)
+    else:
+        store = scheduler.open_store(settings)
+        try:
+            report = reconcile.reconcile(settings, store, grace_s=args.grace, dry_run=args.dry_run)
+        finally:
+            store.dispose()
+    emit(args, report.to_dict(), *describe(report))
+    return 0
+
+
+def describe(report: Any) -> list[str]:
+    """The human-readable lines for a :class:`service.reconcile.ReconcileReport`."""
+    if report.skipped:
+        return [report.skipped]
+    i = report.inspection
+    lines = [f"{len(i.candidates)} queued job(s) never delivered and older than {report.grace_s:g}s; "
+             f"{len(i.lost)} not in the broker ({i.messages} message(s) in {len(i.queues)} queue(s) and unacked)"]
+    verb = "would re-send" if report.dry_run else "re-sent"
+    for item in i.lost:
+        j = item.job
+        lines.append(f"{verb} job {j.id} (run {j.run_id}, {j.model}/{j.dtype}/{j.policy}) to queue {j.target} "
+                     f"at {item.revision[:12]}")
+    if not i.lost:
+        lines.append("nothing to re-send")
+    elif report.dry_run:
+        lines.append("dry run: nothing sent")
+    return lines
