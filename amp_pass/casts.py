@@ -139,19 +139,19 @@ class CastInserter:
     def run(self) -> None:
         """Retarget sources, set dtypes, insert casts at every mismatch, fix graph outputs."""
         graphs = self.graphs
-        self._control_flow = {n for g in graphs for n in g if is_control_flow(n)}
+        self._control_flow: set[ir.Node] = set()
         self._owner: dict[ir.Graph, tuple[ir.Node, int]] = {}
         for g in graphs:
             for node in g:
-                for pos, sub in enumerate(node_subgraphs(node)):
-                    self._owner[sub] = (node, pos)
-                for v in node.outputs:
-                    self.orig[v] = v.dtype
-                for v in node.inputs:
-                    if v is not None:
-                        self.orig[v] = v.dtype
-            for v in list(g.inputs) + list(g.outputs) + list(g.initializers.values()):
-                self.orig[v] = v.dtype
+                subs = node_subgraphs(node)
+                if subs:
+                    for pos, sub in enumerate(subs):
+                        self._owner[sub] = (node, pos)
+                    if is_control_flow(node):
+                        self._control_flow.add(node)
+        # only painted values change dtype (below): every other value keeps its dtype, so ``orig`` of a
+        # value not recorded here is its current dtype
+        self.orig = {v: v.dtype for v in self.p.low_values}
         for node in list(self.p.low_nodes):
             if node.op_type in ("Cast", "Constant", "ConstantOfShape") and node.domain in ("", "ai.onnx"):
                 self._retarget(node)

@@ -3,9 +3,11 @@
 ``convert_model`` prepares the model (check, function inlining, opset upgrade per ``target_opset``,
 shape inference; ``amp_pass.prepare``), then ``AmpPass.call(model)`` composes private steps:
 paint (policy + schema + range safety, to a fixpoint across subgraphs) -> insert casts -> clean up
-casts -> report.  Guarantees: the input proto is never mutated; graph I/O dtypes are unchanged when
-``keep_io_types``; every low-precision position is schema-valid at the model's opset; the pass is
-idempotent (converting its own output changes nothing).
+casts -> report.  The IR is read from, and the result written back into copies of, the prepared
+protobuf by ``amp_pass.protoio`` (parts the pass did not change are the original protos); models it
+does not mirror go through ``onnx_ir.serde``.  Guarantees: the input proto is never mutated; graph
+I/O dtypes are unchanged when ``keep_io_types``; every low-precision position is schema-valid at the
+model's opset; the pass is idempotent (converting its own output changes nothing).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from amp_pass.opset import AUTO, KEEP, model_opset, required_opset
 from amp_pass.paint import Painter
 from amp_pass.policy import ALLOW, TARGETS, compute_op_types, load_policy
 from amp_pass.prepare import prepare_model
+from amp_pass.protowrite import write_model
 from amp_pass.report import ConversionReport, build_report
 from amp_pass.schema import TYPE_STR
 from amp_pass.walk import graph_list
@@ -177,12 +180,16 @@ def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = No
     start = time.perf_counter()
     amp = AmpPass(options)
     with gc_paused():
-        prepared = prepare_model(model, options.check_input, options.opset_planner())
+        prepared = prepare_model(model, options.check_input, options.opset_planner(), lean=True,
+                                 shapes=options.calibration is not None)
         report = amp.call(prepared.model)
         report.functions_inlined += prepared.inlined
         if prepared.opset_in is not None:
             report.opset_in = prepared.opset_in
         report.notes.extend(prepared.notes)
-        out = ir.serde.serialize_model(prepared.model)
+        if prepared.origins is not None:
+            out = write_model(prepared.model, prepared.origins)
+        else:
+            out = ir.serde.serialize_model(prepared.model)
     report.seconds = time.perf_counter() - start
     return ConversionResult(model=out, report=report)

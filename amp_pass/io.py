@@ -83,8 +83,8 @@ def convert_file(src: Path | str, dst: Path | str, options: ConversionOptions | 
                     data_name = f"{dst.name}.data"
                     onnx.save(result.model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
                               location=data_name, size_threshold=1024)
-                else:
-                    onnx.save(result.model, str(tmp))
+                else:  # onnx.save would first walk every tensor looking for external data there is none of
+                    tmp.write_bytes(result.model.SerializeToString())
                 os.replace(tmp, dst)
             finally:
                 tmp.unlink(missing_ok=True)

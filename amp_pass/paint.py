@@ -17,12 +17,15 @@ import numpy as np
 import onnx_ir as ir
 
 from amp_pass import policy as pol
-from amp_pass.ranges import check_and_convert, constant_array
+from amp_pass.errors import InvalidModelError
+from amp_pass.ranges import check_and_convert, constant_array, convert_clean
 from amp_pass.schema import Slots, accepts, low_slots
 from amp_pass.walk import is_control_flow, iter_nodes, node_subgraphs
 
 LOW, CONST, DENYCAT, NEUTRAL = "low", "const", "deny", "neutral"
 SOURCES = frozenset({"Constant", "ConstantOfShape", "Cast"})
+#: Constants up to this many elements are range-checked together, before painting (see _prefetch_ranges).
+SMALL_CONSTANT = 4096
 
 
 @dataclass
@@ -62,6 +65,7 @@ class Painter:
         self.tainted: set[ir.Node] = set()
         self.blocked: set[ir.Node] = set()
         self._range_cache: dict[ir.Value, str | None] = {}
+        self._static: dict[ir.Value, tuple[str | None, ir.Node | None]] = {}
         self._nodes = list(iter_nodes(graph))  # structure is fixed while painting
         self._subs = {n: node_subgraphs(n) for n in self._nodes if is_control_flow(n)}
 
@@ -76,8 +80,34 @@ class Painter:
                 self.p.converted[value] = converted
         return self._range_cache[value]
 
+    def _prefetch_ranges(self) -> None:
+        """Range-check the small constant inputs of all nodes at once (``ranges.convert_clean``); the
+        rest (large tensors, and any small one that is not clean) are checked one by one when needed.
+        Same results as checking each on demand; an unreadable tensor is left to that on-demand check."""
+        small: dict[ir.Value, np.ndarray] = {}
+        for node in self._nodes:
+            if node in self._subs:
+                continue
+            for v in node.inputs:
+                if v is None or v in small or v.dtype is not ir.DataType.FLOAT or not _is_constant(v):
+                    continue
+                tensor = v.const_value
+                if tensor is not None and tensor.size > SMALL_CONSTANT:
+                    continue  # not read here (reading a tensor proto's data copies it)
+                try:
+                    arr = constant_array(v)
+                except InvalidModelError:
+                    continue
+                if arr is not None and arr.dtype == np.float32 and 0 < arr.size <= SMALL_CONSTANT:
+                    small[v] = arr
+        for v, converted in zip(small, convert_clean(list(small.values()), self.low), strict=True):
+            if converted is not None:
+                self._range_cache[v] = None
+                self.p.converted[v] = converted
+
     def _classify(self) -> None:
         p = self.p
+        self._prefetch_ranges()
         for node in self._nodes:
             if node in self._subs:
                 continue
@@ -117,12 +147,15 @@ class Painter:
     # ------------------------------------------------------------------ dynamic painting
     def category(self, value: ir.Value) -> str:
         """LOW, CONST, DENY or NEUTRAL: what the producer of ``value`` contributes to painting."""
-        if self.p.is_low_value(value):
+        if value in self.p.low_values:
             return LOW
-        if _is_constant(value):
-            return CONST
-        node = value.producer()
-        if node is not None and node in self.tainted:
+        static = self._static.get(value)
+        if static is None:  # what does not change while painting: dtypes, constness, producers
+            static = self._static[value] = (LOW if value.dtype is self.low else CONST if _is_constant(value)
+                                            else None, value.producer())
+        if static[0] is not None:
+            return static[0]
+        if static[1] is not None and static[1] in self.tainted:
             return DENYCAT
         return NEUTRAL
 

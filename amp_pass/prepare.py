@@ -22,6 +22,7 @@ from onnx import helper
 
 from amp_pass.errors import InvalidModelError
 from amp_pass.opset import model_opset, upgrade
+from amp_pass.protoio import Origins, read_model, supported
 
 
 def _first_line(exc: BaseException) -> str:
@@ -60,7 +61,10 @@ def _skeleton(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str], list[
     sk.metadata_props.extend(model.metadata_props)
     sk.functions.extend(model.functions)
     g, src = sk.graph, model.graph
-    g.name, g.doc_string = src.name, src.doc_string
+    if src.name:  # (proto2 fields: assigning "" would make an empty field present)
+        g.name = src.name
+    if src.doc_string:
+        g.doc_string = src.doc_string
     constants: list[_MovedConstant] = []
     kept: list[onnx.NodeProto] = []
     for node in src.node:
@@ -89,7 +93,8 @@ def _skeleton(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str], list[
     return sk, moved, constants
 
 
-def _restore_constants(graph: ir.Graph, constants: list[_MovedConstant], same_nodes: bool) -> None:
+def _restore_constants(graph: ir.Graph, constants: list[_MovedConstant], same_nodes: bool,
+                       origins: Origins | None = None) -> None:
     """Put the Constant nodes left out of the skeleton back in place of their stand-in graph inputs:
     at their original position when the node list is the skeleton's, else (after function inlining or
     an opset upgrade, which may add, drop or move nodes) at the top of the graph, which is always a
@@ -105,6 +110,10 @@ def _restore_constants(graph: ir.Graph, constants: list[_MovedConstant], same_no
         out.type, out.shape = stand_in.type, stand_in.shape
         graph.inputs.remove(stand_in)
         stand_in.replace_all_uses_with(out, replace_graph_outputs=True)
+        if origins is not None:  # written back as the original node, with the stand-in's inferred type
+            origins.adopt(node, c.node)
+            if stand_in in origins.infos:
+                origins.infos[out] = origins.infos[stand_in]
         anchor = nodes[c.before] if same_nodes and c.before is not None else None
         if anchor is not None:
             graph.insert_before(anchor, node)
@@ -133,6 +142,7 @@ class Prepared:
     opset_in: int | None
     opset_out: int | None
     notes: list[str] = field(default_factory=list)
+    origins: Origins | None = None  # set when read by amp_pass.protoio (write back with protowrite.write_model)
 
 
 def prepare(model: onnx.ModelProto, check: bool = True) -> tuple[ir.Model, int]:
@@ -151,13 +161,18 @@ def _infer(sk: onnx.ModelProto | bytes) -> onnx.ModelProto:
 
 
 def prepare_model(model: onnx.ModelProto, check: bool = True,
-                  target_opset: Callable[[onnx.ModelProto], int | None] | None = None) -> Prepared:
+                  target_opset: Callable[[onnx.ModelProto], int | None] | None = None,
+                  lean: bool = False, shapes: bool = True) -> Prepared:
     """Check, inline, optionally upgrade the opset, infer types and build the onnx-ir model.
 
     ``target_opset(skeleton)`` returns the default-domain opset to convert to (None: keep).  An
     upgrade that fails (version converter error, invalid result, failed type inference) keeps the
     original opset and adds a note; it never raises.  The skeleton is serialised once and the same
     bytes feed the checker and type inference when nothing changes it in between.
+
+    ``lean``: build the IR with ``amp_pass.protoio.read_model`` when it supports the model (then
+    ``Prepared.origins`` is set and the result should be written with ``protowrite.write_model``);
+    ``shapes``: whether that IR carries value shapes (``onnx_ir.serde``'s always does).
     """
     sk, moved, constants = _skeleton(model)
     data = sk.SerializeToString()
@@ -192,6 +207,18 @@ def prepare_model(model: onnx.ModelProto, check: bool = True,
                              f"model, kept opset {opset_in}: {_first_line(exc)}")
     if inferred is None:
         inferred = _infer(data)
+    same_nodes = not inlined and opset_out == opset_in
+    if lean and supported(inferred):
+        inputs = {v.name for v in inferred.graph.input}
+        tensors = {t.name: t for t in model.graph.initializer if t.name in inputs}
+        extra = {name: tensors[name] for name in moved}
+        extra.update((name, t) for name, t in tensors.items() if name not in extra)
+        try:
+            ir_model, origins = read_model(inferred, extra, frozenset(moved), shapes)
+        except Exception as exc:  # noqa: BLE001 - anything onnx-ir cannot read is bad input
+            raise InvalidModelError(f"input model cannot be read into the IR: {_first_line(exc)}") from None
+        _restore_constants(ir_model.graph, constants, same_nodes, origins)
+        return Prepared(ir_model, inlined, opset_in, opset_out, notes, origins)
     try:
         ir_model = ir.serde.deserialize_model(inferred)
     except Exception as exc:  # noqa: BLE001 - anything onnx-ir cannot read is bad input
@@ -209,5 +236,5 @@ def prepare_model(model: onnx.ModelProto, check: bool = True,
             value = by_name[t.name]
             value.const_value = ir.serde.deserialize_tensor(t)
             graph.register_initializer(value)
-    _restore_constants(graph, constants, same_nodes=not inlined and opset_out == opset_in)
+    _restore_constants(graph, constants, same_nodes)
     return Prepared(ir_model, inlined, opset_in, opset_out, notes)

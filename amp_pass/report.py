@@ -74,11 +74,11 @@ def build_report(report: ConversionReport, graph: ir.Graph, painting: Painting,
     for g in graphs if graphs is not None else iter_graphs(graph):
         names[g] = g.name or "main"
         for node in g:
-            if node not in painting.classes and not is_control_flow(node):
-                continue  # inserted by the pass (casts, folded constants): counted as casts
+            if node not in painting.classes:
+                if is_control_flow(node):
+                    report.nodes_total += 1
+                continue  # else inserted by the pass (casts, folded constants): counted as casts
             report.nodes_total += 1
-            if is_control_flow(node):
-                continue
             already_low = any(v.dtype is painting.low for v in node.outputs) and node.op_type != "Cast"
             is_float = node in painting.float_nodes or already_low
             low = node in painting.low_nodes or (already_low and node not in painting.float_nodes)

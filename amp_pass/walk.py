@@ -55,16 +55,17 @@ class NameGen:
     """Fresh names unique across the whole model (all graphs, values and nodes)."""
 
     def __init__(self, graph: ir.Graph, graphs: list[ir.Graph] | None = None) -> None:
-        self._used: set[str] = set()
+        used: set[str | None] = set()
         for g in graphs if graphs is not None else iter_graphs(graph):
-            self._used.update(v.name for v in g.inputs if v.name)
-            self._used.update(v.name for v in g.outputs if v.name)
-            self._used.update(g.initializers)
+            used.update([v.name for v in g.inputs])
+            used.update([v.name for v in g.outputs])
+            used.update(g.initializers)
             for node in g:
-                if node.name:
-                    self._used.add(node.name)
-                self._used.update(v.name for v in node.outputs if v.name)
-                self._used.update(v.name for v in node.inputs if v is not None and v.name)
+                used.add(node.name)
+                used.update([v.name for v in node.outputs])
+                used.update([v.name for v in node.inputs if v is not None])
+        used.discard(None)  # (and "" may be in the set: fresh() never returns it anyway)
+        self._used: set[str] = used  # type: ignore[assignment]
 
     def fresh(self, base: str) -> str:
         """``base`` if unused, else ``base_1``, ``base_2``... (the returned name is then taken)."""
