@@ -16,6 +16,7 @@ import onnx_ir as ir
 from onnx import AttributeProto
 
 from amp_pass.protoio import Origins
+from amp_pass.walk import node_subgraphs
 
 _GRAPH, _GRAPHS = AttributeProto.GRAPH, AttributeProto.GRAPHS
 
@@ -47,7 +48,7 @@ class _Writer:
         attrs = _attr_values(node)
         if len(attrs) != len(rec.attrs) or not all(map(operator.is_, attrs, rec.attrs)):
             return False
-        return not rec.has_graph or all(self.graph_clean(sub) for sub in _subgraphs(node))
+        return not rec.has_graph or all(self.graph_clean(sub) for sub in node_subgraphs(node))
 
     def graph_clean(self, g: ir.Graph) -> bool:
         """Whether ``g``'s proto as read still describes it (nodes, values, types, nested graphs)."""
@@ -213,16 +214,6 @@ _NODE_FIELDS_WRITTEN = frozenset({"op_type", "domain", "name", "overload", "doc_
 def _attr_values(node: ir.Node) -> tuple[ir.Attr, ...]:
     attrs = node.attributes
     return tuple(getattr(attrs, "data", attrs).values())  # onnx-ir's Attributes is a UserDict: skip its wrappers
-
-
-def _subgraphs(node: ir.Node) -> list[ir.Graph]:
-    found: list[ir.Graph] = []
-    for a in node.attributes.values():
-        if a.type is ir.AttributeType.GRAPH:
-            found.append(a.value)
-        elif a.type is ir.AttributeType.GRAPHS:
-            found.extend(a.value)
-    return found
 
 
 def write_model(model: ir.Model, origins: Origins) -> onnx.ModelProto:

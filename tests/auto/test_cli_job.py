@@ -109,13 +109,19 @@ def _sample(r: JobResult) -> CellSample:
                       casts_inserted=r.graph.casts_inserted)
 
 
-def test_job_policy_auto_and_coverage_regression(hot: Path, tmp_path: Path) -> None:
-    sha = hashlib.sha256(hot.read_bytes()).hexdigest()
+def _zoo_entry(model: Path, name: str, tmp_path: Path, body: str) -> tuple[Path, Settings]:
+    """A manifest in ``tmp_path`` with entry ``name`` for the file ``model`` (``body``: its inputs etc.),
+    and job settings with a private cache."""
+    sha = hashlib.sha256(model.read_bytes()).hexdigest()
     zoo = tmp_path / "zoo.toml"
-    zoo.write_text(f'[models.hot]\nsource = {{ path = "{hot.name}" }}\nsha256 = "{sha}"\n'
-                   'inputs.x = { shape = [4, 128] }\n')
+    zoo.write_text(f'[models.{name}]\nsource = {{ path = "{model.name}" }}\nsha256 = "{sha}"\n{body}')
     settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", latency_runs=2,
                         latency_warmup=1, convert_timeout=300.0)
+    return zoo, settings
+
+
+def test_job_policy_auto_and_coverage_regression(hot: Path, tmp_path: Path) -> None:
+    zoo, settings = _zoo_entry(hot, "hot", tmp_path, 'inputs.x = { shape = [4, 128] }\n')
     default = run_job(JobSpec(model="hot", dtype="fp16", policy="default", zoo_path=zoo), settings)
     auto = run_job(JobSpec(model="hot", dtype="fp16", policy="auto", zoo_path=zoo), settings)
     assert default.status == "fail_accuracy", default.message
@@ -167,12 +173,8 @@ def test_job_policy_auto_searches_to_the_jobs_own_acceptance_rule(tmp_path: Path
     model = overflow_chain(layers=6, hot=99, width=64)  # no hot layer: plain MatMul+Tanh layers
     path = tmp_path / "plain.onnx"
     onnx.save(model, str(path))
-    sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    zoo = tmp_path / "zoo.toml"
-    zoo.write_text(f'[models.plain]\nsource = {{ path = "{path.name}" }}\nsha256 = "{sha}"\n'
-                   'inputs.x = { shape = [4, 64] }\ntolerance = { fp16 = { atol = 1e-5, rtol = 1e-4 } }\n')
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", latency_runs=2,
-                        latency_warmup=1, convert_timeout=300.0)
+    zoo, settings = _zoo_entry(path, "plain", tmp_path, 'inputs.x = { shape = [4, 64] }\n'
+                               'tolerance = { fp16 = { atol = 1e-5, rtol = 1e-4 } }\n')
     default = run_job(JobSpec(model="plain", dtype="fp16", policy="default", zoo_path=zoo), settings)
     assert default.status == "fail_accuracy", default.message
     assert default.accuracy is not None and default.accuracy.worst.cosine > 0.9995  # the search default is met
