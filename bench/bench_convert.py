@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from amp_pass import ConversionOptions, convert_file  # noqa: E402
 from amp_pass.policy import compute_op_types  # noqa: E402
-from tests.amp_pass.models import cosine, light_model, random_feeds, run_fp32  # noqa: E402
+from tests.amp_pass.models import cosine, light_model, proto_graphs, random_feeds, run_fp32  # noqa: E402
 
 DIMS = {"x": [1, 3, 48, 320], "input": [1, 512], "state": [2, 1, 128]}
 INTS = {"sr": 16000}
@@ -53,19 +53,11 @@ def real_models() -> dict[str, Path]:
     return found
 
 
-def _graphs(g: onnx.GraphProto):
-    yield g
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
-            for sub in a.graphs:
-                yield from _graphs(sub)
 
 
 def count_casts(model: onnx.ModelProto) -> int:
     """Cast nodes in every graph of ``model``."""
-    return sum(1 for g in _graphs(model.graph) for n in g.node if n.op_type == "Cast")
+    return sum(1 for g in proto_graphs(model.graph) for n in g.node if n.op_type == "Cast")
 
 
 def coverage(model: onnx.ModelProto) -> str:
@@ -73,7 +65,7 @@ def coverage(model: onnx.ModelProto) -> str:
     inferred = onnx.shape_inference.infer_shapes(model)
     compute = compute_op_types()
     low = total = 0
-    for g in _graphs(inferred.graph):
+    for g in proto_graphs(inferred.graph):
         types = {v.name: v.type.tensor_type.elem_type for v in list(g.value_info) + list(g.output)}
         for n in g.node:
             if n.op_type in compute:
@@ -95,8 +87,8 @@ def validity(model: onnx.ModelProto) -> str:
     try:
         opts = ort.SessionOptions()
         opts.log_severity_level = 4
-        if onnx.TensorProto.BFLOAT16 in {t.data_type for g in _graphs(model.graph) for t in g.initializer} | {
-                v.type.tensor_type.elem_type for g in _graphs(model.graph) for v in g.value_info}:
+        if onnx.TensorProto.BFLOAT16 in {t.data_type for g in proto_graphs(model.graph) for t in g.initializer} | {
+                v.type.tensor_type.elem_type for g in proto_graphs(model.graph) for v in g.value_info}:
             from workers.emulation import emulate_model
 
             model = emulate_model(model)

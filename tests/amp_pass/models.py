@@ -7,6 +7,7 @@ gemm weights, positive variances and near-one scales for normalisations), so num
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,17 @@ LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 #: (and as "zero-init the last gamma" training recipes start from).
 SCALE_LOW, SCALE_HIGH = 0.1, 0.3
 FLOAT_OUT = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+def proto_graphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``g`` then every If/Loop/Scan body nested in it, depth first (protobuf, no IR)."""
+    yield g
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from proto_graphs(a.g)
+            for sub in a.graphs:
+                yield from proto_graphs(sub)
 
 
 def light_names() -> list[str]:

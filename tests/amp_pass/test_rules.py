@@ -8,20 +8,12 @@ import pytest
 from onnx import TensorProto as T
 
 from tests.amp_pass import graphs as G
-from tests.amp_pass.models import emulated_cosines, random_feeds
+from tests.amp_pass.models import emulated_cosines, proto_graphs, random_feeds
 
 LOW = {"fp16": T.FLOAT16, "bf16": T.BFLOAT16}
 COS = {"fp16": 0.999, "bf16": 0.99}
 
 
-def _all_graphs(g: onnx.GraphProto):
-    yield g
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _all_graphs(a.g)
-            for sub in a.graphs:
-                yield from _all_graphs(sub)
 
 
 def _types(g: onnx.GraphProto) -> dict[str, int]:
@@ -31,7 +23,7 @@ def _types(g: onnx.GraphProto) -> dict[str, int]:
 
 
 def _nodes(m: onnx.ModelProto) -> list[tuple[onnx.GraphProto, onnx.NodeProto]]:
-    return [(g, n) for g in _all_graphs(m.graph) for n in g.node]
+    return [(g, n) for g in proto_graphs(m.graph) for n in g.node]
 
 
 def _node(m: onnx.ModelProto, name: str) -> tuple[onnx.GraphProto, onnx.NodeProto]:
@@ -43,7 +35,7 @@ def _node(m: onnx.ModelProto, name: str) -> tuple[onnx.GraphProto, onnx.NodeProt
 def _input_type(m: onnx.ModelProto, node_name: str, index: int) -> int:
     """Element type of a node input, looking through casts' producers in every enclosing graph."""
     types: dict[str, int] = {}
-    for g in _all_graphs(m.graph):
+    for g in proto_graphs(m.graph):
         types.update(_types(g))
         for n in g.node:
             if n.op_type == "Cast":
