@@ -28,25 +28,24 @@ def range_problem(array: np.ndarray, low: ir.DataType, what: str) -> str | None:
     if array.size == 0 or array.dtype != np.float32:
         return None
     info = _INFO[low]
-    mags = np.abs(array)
-    peak = float(np.max(mags))
+    peak = max(float(array.max()), -float(array.min()))
     if not np.isfinite(peak):  # inf/nan stay inf/nan in any dtype: judge the finite part
-        mags = mags[np.isfinite(mags)]
-        if mags.size == 0:
+        finite = array[np.isfinite(array)]
+        if finite.size == 0:
             return None
-        peak = float(np.max(mags))
+        return range_problem(finite, low, what)
     if peak > float(info.max):
         return f"range: {what} max |x|={peak:.3g} exceeds {LOW_NAMES[low]} max {float(info.max):.5g}"
     tiny = float(info.smallest_subnormal) / 2
-    if float(np.min(mags)) > tiny:
-        return None
-    small = mags[mags <= tiny]
+    small = array[(array <= tiny) & (array >= -tiny)]
     if np.any(small):
         lost = float(np.linalg.norm(small.astype(np.float64)))
-        total = float(np.linalg.norm(mags))
+        total = float(np.linalg.norm(array))
+        if total < 1e-18:  # the float32 sum of squares underflowed (values of ~1e-20 and below)
+            total = float(np.linalg.norm(array.astype(np.float64)))
         if lost > UNDERFLOW_NORM_FRACTION * total:
             flushed = int(np.count_nonzero(small))
-            return (f"underflow: {what} has {flushed}/{mags.size} non-zero values that flush to zero "
+            return (f"underflow: {what} has {flushed}/{array.size} non-zero values that flush to zero "
                     f"in {LOW_NAMES[low]} ({lost / total:.1%} of its norm)")
     return None
 
@@ -54,7 +53,8 @@ def range_problem(array: np.ndarray, low: ir.DataType, what: str) -> str | None:
 def check_and_convert(array: np.ndarray, low: ir.DataType, what: str) -> tuple[str | None, np.ndarray | None]:
     """``(problem, converted)``: the range problem of ``array`` (as ``range_problem``) and, when there is
     none, ``array`` rounded to ``low``.  Fast path: two reductions, the conversion and two non-zero
-    counts (the second on the 16-bit pattern); the detailed analysis runs only when something overflows, is not finite or flushes to 0.
+    counts (the second on the 16-bit pattern); the detailed analysis runs only when something
+    overflows, is not finite or flushes to 0.
     """
     if array.size == 0 or array.dtype != np.float32:
         return None, None
