@@ -124,13 +124,24 @@ def _restore_constants(graph: ir.Graph, constants: list[_MovedConstant], same_no
 
 
 def _check_initializers(model: onnx.ModelProto) -> None:
-    """What the checker would verify on initializers, minus data sizes (reading them is a copy;
-    a tensor whose data does not match its dims is reported when the pass reads it)."""
+    """What the checker verifies on main-graph initializers and the skeleton (where they are graph
+    inputs) cannot: names present and unique, a data type, and -- up to IR version 3 -- each one also
+    a graph input.  Data sizes are not read (a copy); a tensor whose data does not match its dims is
+    reported when the pass reads it."""
+    seen: set[str] = set()
+    inputs = {v.name for v in model.graph.input} if model.ir_version <= 3 else None
     for t in model.graph.initializer:
         if not t.name:
             raise InvalidModelError("input model fails the ONNX checker: an initializer has no name")
+        if t.name in seen:
+            raise InvalidModelError(f"input model fails the ONNX checker: initializer name {t.name} is not unique")
+        seen.add(t.name)
         if t.data_type == onnx.TensorProto.UNDEFINED:
             raise InvalidModelError(f"input model fails the ONNX checker: initializer {t.name} has no data type")
+        if inputs is not None and t.name not in inputs:
+            raise InvalidModelError(f"input model fails the ONNX checker: {t.name} in initializer but not in "
+                                    f"graph input (required up to IR version 3; this model is IR version "
+                                    f"{model.ir_version})")
 
 
 @dataclass
@@ -177,11 +188,11 @@ def prepare_model(model: onnx.ModelProto, check: bool = True,
     sk, moved, constants = _skeleton(model)
     data = sk.SerializeToString()
     if check:
+        _check_initializers(model)
         try:
             onnx.checker.check_model(data)
         except (onnx.checker.ValidationError, ValueError) as exc:
             raise InvalidModelError(f"input model fails the ONNX checker: {_first_line(exc)}") from None
-        _check_initializers(model)
     inlined = len(sk.functions)
     if inlined:
         sk = onnx_inliner.inline_local_functions(sk)

@@ -124,6 +124,17 @@ def out_of_range_constants() -> onnx.ModelProto:
     return model(g, 9)
 
 
+def ir3_model() -> onnx.ModelProto:
+    """IR version 3 / opset 7: the weight is an initializer and (as IR 3 requires) a graph input."""
+    g = h.make_graph(
+        [h.make_node("MatMul", ["X", "W"], ["m"], name="mm"), h.make_node("Relu", ["m"], ["Y"], name="relu")],
+        "main", [h.make_tensor_value_info("X", F, [2, 3]), h.make_tensor_value_info("W", F, [3, 2])],
+        [h.make_tensor_value_info("Y", F, [2, 2])], [_w("W", (3, 2), 5)])
+    m = model(g, 7)
+    m.ir_version = 3
+    return m
+
+
 def existing_casts() -> onnx.ModelProto:
     """A Shape -> Cast(to=float) divisor inside a low region, and a no-op Cast(to=float) of a float."""
     g = h.make_graph(

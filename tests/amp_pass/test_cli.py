@@ -42,6 +42,14 @@ def _bad_inputs(tmp_path: Path, good: Path) -> dict[str, tuple[list[str | Path],
     m = G.shared_input()
     m.graph.node[0].input[0] = "undefined_value"
     onnx.save(m, str(broken))
+    ir3 = tmp_path / "ir3.onnx"  # up to IR version 3 every initializer must also be a graph input
+    m3 = G.ir3_model()
+    del m3.graph.input[1:]
+    onnx.save(m3, str(ir3))
+    dup = tmp_path / "dup.onnx"
+    m = G.shared_input()
+    m.graph.initializer.append(m.graph.initializer[0])
+    onnx.save(m, str(dup))
     bad_policy = tmp_path / "bad.toml"
     bad_policy.write_text("[ops]\nallow = [1, 2\n")
     return {
@@ -49,14 +57,16 @@ def _bad_inputs(tmp_path: Path, good: Path) -> dict[str, tuple[list[str | Path],
         "non-onnx": ([text], "is not a readable ONNX model"),
         "empty": ([empty], "is not an ONNX model"),
         "checker": ([broken], "checker"),
+        "ir3 initializer": ([ir3], "in initializer but not in graph input"),
+        "duplicate initializer": ([dup], "is not unique"),
         "missing": ([tmp_path / "nope.onnx"], "does not exist"),
         "unknown policy": ([good, "--policy", "fastest"], "unknown policy"),
         "bad policy file": ([good, "--policy", bad_policy], "malformed policy file"),
     }
 
 
-@pytest.mark.parametrize("case", ["corrupt", "non-onnx", "empty", "checker", "missing", "unknown policy",
-                                  "bad policy file"])
+@pytest.mark.parametrize("case", ["corrupt", "non-onnx", "empty", "checker", "ir3 initializer",
+                                  "duplicate initializer", "missing", "unknown policy", "bad policy file"])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, good: Path, case: str) -> None:
     args, needle = _bad_inputs(tmp_path, good)[case]
     out, report = tmp_path / "out" / "model.onnx", tmp_path / "out" / "report.json"

@@ -203,3 +203,15 @@ def test_captured_value_is_cast_inside_the_subgraph_scope(convert) -> None:
     from workers.emulation import run_emulated
 
     assert cosine(run_fp32(m, feeds)["Y"], run_emulated(r.model, feeds)["Y"]) >= 0.999
+
+
+def test_ir3_model_weight_stays_an_input(convert) -> None:
+    """IR 3: an initializer is also a graph input (a caller may feed it), so it is cast at run time,
+    never folded into a new initializer (which IR 3 would require to be an input too)."""
+    m = G.ir3_model()
+    r = convert(m, "fp16")
+    out = r.model
+    assert out.ir_version == 3
+    assert [t.name for t in out.graph.initializer] == ["W"] and out.graph.initializer[0].data_type == T.FLOAT
+    assert _input_type(out, "mm", 1) == T.FLOAT16
+    _accurate(m, out, "fp16")
