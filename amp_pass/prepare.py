@@ -144,6 +144,36 @@ def _check_initializers(model: onnx.ModelProto) -> None:
                                     f"{model.ir_version})")
 
 
+def _names_read(node: onnx.NodeProto) -> list[str]:
+    """Names ``node`` reads: its inputs and, inside its subgraphs, every node input and graph output
+    (outer-scope values are read by name)."""
+    names = list(node.input)
+    for a in node.attribute:
+        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                  a.graphs if a.type == onnx.AttributeProto.GRAPHS else []):
+            names.extend(o.name for o in g.output)
+            for n in g.node:
+                names.extend(_names_read(n))
+    return names
+
+
+def _check_constant_order(model: onnx.ModelProto, constants: list[_MovedConstant]) -> None:
+    """The skeleton turns the large Constant nodes it leaves out into graph inputs, defined before
+    every node; check here what the checker would have: no node reads one before its Constant node."""
+    if not constants:
+        return
+    pending = {c.node.output[0] for c in constants}
+    for node in model.graph.node:
+        if _movable(node):
+            pending.discard(node.output[0])
+            continue
+        for name in _names_read(node):
+            if name in pending:
+                raise InvalidModelError("input model fails the ONNX checker: Nodes in a graph must be topologically "
+                                        f"sorted, however input '{name}' of node {node.name or node.op_type!r} is "
+                                        "not output of any previous nodes")
+
+
 @dataclass
 class Prepared:
     """The result of ``prepare_model``: the typed onnx-ir model and what preparation did to it."""
@@ -189,6 +219,7 @@ def prepare_model(model: onnx.ModelProto, check: bool = True,
     data = sk.SerializeToString()
     if check:
         _check_initializers(model)
+        _check_constant_order(model, constants)
         try:
             onnx.checker.check_model(data)
         except (onnx.checker.ValidationError, ValueError) as exc:

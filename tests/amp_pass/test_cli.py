@@ -50,6 +50,14 @@ def _bad_inputs(tmp_path: Path, good: Path) -> dict[str, tuple[list[str | Path],
     m = G.shared_input()
     m.graph.initializer.append(m.graph.initializer[0])
     onnx.save(m, str(dup))
+    unsorted = tmp_path / "unsorted.onnx"  # a large Constant after its reader: left out of the skeleton
+    m = G.large_constants()
+    nodes = list(m.graph.node)
+    big = next(i for i, n in enumerate(nodes) if n.op_type == "Constant" and len(n.attribute[0].t.raw_data) >= 1024)
+    nodes.append(nodes.pop(big))
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    onnx.save(m, str(unsorted))
     bad_policy = tmp_path / "bad.toml"
     bad_policy.write_text("[ops]\nallow = [1, 2\n")
     return {
@@ -59,6 +67,7 @@ def _bad_inputs(tmp_path: Path, good: Path) -> dict[str, tuple[list[str | Path],
         "checker": ([broken], "checker"),
         "ir3 initializer": ([ir3], "in initializer but not in graph input"),
         "duplicate initializer": ([dup], "is not unique"),
+        "unsorted constant": ([unsorted], "topologically sorted"),
         "missing": ([tmp_path / "nope.onnx"], "does not exist"),
         "unknown policy": ([good, "--policy", "fastest"], "unknown policy"),
         "bad policy file": ([good, "--policy", bad_policy], "malformed policy file"),
@@ -66,7 +75,7 @@ def _bad_inputs(tmp_path: Path, good: Path) -> dict[str, tuple[list[str | Path],
 
 
 @pytest.mark.parametrize("case", ["corrupt", "non-onnx", "empty", "checker", "ir3 initializer",
-                                  "duplicate initializer", "missing", "unknown policy", "bad policy file"])
+                                  "duplicate initializer", "unsorted constant", "missing", "unknown policy", "bad policy file"])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, good: Path, case: str) -> None:
     args, needle = _bad_inputs(tmp_path, good)[case]
     out, report = tmp_path / "out" / "model.onnx", tmp_path / "out" / "report.json"
