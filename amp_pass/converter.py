@@ -43,7 +43,8 @@ class ConversionOptions:
 
     ``dtype``: "fp16" or "bf16"; ``policy``: a named policy or a TOML/YAML file; ``target``: "cuda" or
     "cpu" overlay; ``keep_io_types``: keep the model's fp32 inputs/outputs (casts at the boundary);
-    ``check_input``: run the ONNX checker on the input first (a failure is an InvalidModelError);
+    ``check_input``: run the ONNX checker's full check on the input first (checker rules, and type
+    inference with type checks in strict mode; a failure is an InvalidModelError);
     ``target_opset``: the default-domain opset to convert at -- an int, ``None`` / "keep" (the model's),
     or "auto" (default): the lowest opset, at most 22, at which the model's ALLOW ops accept the low
     dtype (bf16 Conv/LSTM need 22, MatMul/Gemm 13; fp16 is accepted at every opset, so "auto" keeps

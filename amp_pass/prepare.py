@@ -5,8 +5,10 @@ The checker and ONNX type inference both serialise the whole model into C++; for
 of MB that costs more than the conversion.  They only need the graph, so they run on a *skeleton*: the
 model without main-graph initializer data (each initializer, and each main-graph Constant node holding
 a large tensor, becomes a typed graph input).  The inferred skeleton is then deserialised and the
-original initializers and Constant nodes are attached back, lazily and without a copy.  Guarantees: the
-input proto is never modified; value types inside subgraphs and inlined functions are inferred; bad
+original initializers and Constant nodes are attached back, lazily and without a copy; what the checker
+would have verified on the parts left out (initializer names, IR<=3 inputs, Constant order) is checked
+directly, and type inference runs in strict mode with type checks, as the checker's full check does.
+Guarantees: the input proto is never modified; value types inside subgraphs and inlined functions are inferred; bad
 input raises InvalidModelError naming the first problem.
 """
 
@@ -194,9 +196,10 @@ def prepare(model: onnx.ModelProto, check: bool = True) -> tuple[ir.Model, int]:
     return prepared.model, prepared.inlined
 
 
-def _infer(sk: onnx.ModelProto | bytes) -> onnx.ModelProto:
+def _infer(sk: onnx.ModelProto | bytes, strict: bool = False) -> onnx.ModelProto:
+    """Type inference; ``strict`` is the checker's full check (type checks, an inference error raises)."""
     try:
-        return onnx.shape_inference.infer_shapes(sk)
+        return onnx.shape_inference.infer_shapes(sk, check_type=strict, strict_mode=strict)
     except (onnx.shape_inference.InferenceError, ValueError) as exc:
         raise InvalidModelError(f"input model fails ONNX type inference: {_first_line(exc)}") from None
 
@@ -242,13 +245,13 @@ def prepare_model(model: onnx.ModelProto, check: bool = True,
             notes.append(note)
         else:
             try:
-                inferred = onnx.shape_inference.infer_shapes(upgraded)
+                inferred = onnx.shape_inference.infer_shapes(upgraded, check_type=check, strict_mode=check)
                 opset_out = target
             except (onnx.shape_inference.InferenceError, ValueError) as exc:
                 notes.append(f"opset upgrade {opset_in} -> {target}: type inference failed on the upgraded "
                              f"model, kept opset {opset_in}: {_first_line(exc)}")
     if inferred is None:
-        inferred = _infer(data)
+        inferred = _infer(data, strict=check)
     same_nodes = not inlined and opset_out == opset_in
     if lean and supported(inferred):
         inputs = {v.name for v in inferred.graph.input}

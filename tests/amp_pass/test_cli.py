@@ -58,6 +58,10 @@ def _bad_inputs(tmp_path: Path, good: Path) -> dict[str, tuple[list[str | Path],
     del m.graph.node[:]
     m.graph.node.extend(nodes)
     onnx.save(m, str(unsorted))
+    mistyped = tmp_path / "mistyped.onnx"  # passes the basic checker, fails its full check (type inference)
+    m = G.shared_input()
+    m.graph.output[0].type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
+    onnx.save(m, str(mistyped))
     bad_policy = tmp_path / "bad.toml"
     bad_policy.write_text("[ops]\nallow = [1, 2\n")
     return {
@@ -68,6 +72,7 @@ def _bad_inputs(tmp_path: Path, good: Path) -> dict[str, tuple[list[str | Path],
         "ir3 initializer": ([ir3], "in initializer but not in graph input"),
         "duplicate initializer": ([dup], "is not unique"),
         "unsorted constant": ([unsorted], "topologically sorted"),
+        "type error": ([mistyped], "fails ONNX type inference"),
         "missing": ([tmp_path / "nope.onnx"], "does not exist"),
         "unknown policy": ([good, "--policy", "fastest"], "unknown policy"),
         "bad policy file": ([good, "--policy", bad_policy], "malformed policy file"),
@@ -75,7 +80,7 @@ def _bad_inputs(tmp_path: Path, good: Path) -> dict[str, tuple[list[str | Path],
 
 
 @pytest.mark.parametrize("case", ["corrupt", "non-onnx", "empty", "checker", "ir3 initializer",
-                                  "duplicate initializer", "unsorted constant", "missing", "unknown policy", "bad policy file"])
+                                  "duplicate initializer", "unsorted constant", "type error", "missing", "unknown policy", "bad policy file"])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, good: Path, case: str) -> None:
     args, needle = _bad_inputs(tmp_path, good)[case]
     out, report = tmp_path / "out" / "model.onnx", tmp_path / "out" / "report.json"
