@@ -242,14 +242,14 @@ class Painter:
             for k, out in enumerate(node.outputs):
                 if 1 + k >= len(body.outputs) or self.category(body.outputs[1 + k]) != LOW:
                     continue
-                mark([out] + ([body.inputs[2 + k]] if k < n_carried else []))
+                mark([out] + ([body.inputs[2 + k]] if k < n_carried and 2 + k < len(body.inputs) else []))
         elif node.op_type == "Scan":
             body = bodies[0]
             n_state = len(node.inputs) - int(node.attributes["num_scan_inputs"].value)
             for k, out in enumerate(node.outputs):
-                if self.category(body.outputs[k]) == LOW:
-                    mark([out] + ([body.inputs[k]] if k < n_state else []))
-            for j in range(n_state, len(node.inputs)):
+                if k < len(body.outputs) and self.category(body.outputs[k]) == LOW:
+                    mark([out] + ([body.inputs[k]] if k < n_state and k < len(body.inputs) else []))
+            for j in range(n_state, min(len(node.inputs), len(body.inputs))):
                 v = node.inputs[j]
                 if v is not None and self.category(v) == LOW:
                     mark([body.inputs[j]])

@@ -14,7 +14,7 @@ input raises InvalidModelError naming the first problem.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import onnx
@@ -125,11 +125,56 @@ def _restore_constants(graph: ir.Graph, constants: list[_MovedConstant], same_no
             graph.insert_before(nodes[0], node)
 
 
+#: Bits per element in ``raw_data`` for each tensor data type the checker sizes (others are checked on a copy).
+_RAW_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32, 13: 64, 14: 64, 15: 128,
+             16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4, 23: 4, 24: 8, 25: 2, 26: 2}
+
+
+def _varint_len(n: int) -> int:
+    return 10 if n < 0 else max(1, (n.bit_length() + 6) // 7)
+
+
+def _raw_data_len(t: onnx.TensorProto) -> int:
+    """An upper bound of ``len(t.raw_data)`` (exact for tensors holding only name, dims, data type and
+    raw data), from serialised sizes: reading ``raw_data`` would copy it."""
+    rest = t.ByteSize()
+    if t.name:
+        n = len(t.name.encode())
+        rest -= 1 + _varint_len(n) + n
+    rest -= sum(1 + _varint_len(d) for d in t.dims)
+    if t.HasField("data_type"):
+        rest -= 1 + _varint_len(t.data_type)
+    for vl in range(1, 11):  # rest = tag (1 byte) + varint(length) + length
+        length = rest - 1 - vl
+        if length >= 0 and _varint_len(length) == vl:
+            return length
+    return max(rest, 0)
+
+
+def _check_tensor_data(t: onnx.TensorProto, what: str) -> None:
+    """The checker's data-size rules for ``t`` (held out of the skeleton), without copying large raw data."""
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        return  # read (and sized) when the pass loads it
+    bits = _RAW_BITS.get(t.data_type)
+    if t.HasField("raw_data") and bits is not None:
+        nelem = 1
+        for d in t.dims:
+            nelem *= d
+        need = (nelem * bits + 7) // 8
+        if need > 0 and (size := _raw_data_len(t)) < need:
+            raise InvalidModelError(f"input model fails the ONNX checker: {what} {t.name}: raw_data size ({size} "
+                                    f"bytes) is too small for the declared shape and type ({need} bytes required)")
+        return
+    try:  # typed data fields (or a type sized differently): the checker's own rules, on a copy
+        onnx.checker.check_tensor(t)
+    except (onnx.checker.ValidationError, ValueError) as exc:
+        raise InvalidModelError(f"input model fails the ONNX checker: {_first_line(exc)}") from None
+
+
 def _check_initializers(model: onnx.ModelProto) -> None:
     """What the checker verifies on main-graph initializers and the skeleton (where they are graph
-    inputs) cannot: names present and unique, a data type, and -- up to IR version 3 -- each one also
-    a graph input.  Data sizes are not read (a copy); a tensor whose data does not match its dims is
-    reported when the pass reads it."""
+    inputs) cannot: names present and unique, a data type, enough data for the dims (sized without
+    copying raw data), and -- up to IR version 3 -- each one also a graph input."""
     seen: set[str] = set()
     inputs = {v.name for v in model.graph.input} if model.ir_version <= 3 else None
     for t in model.graph.initializer:
@@ -140,6 +185,7 @@ def _check_initializers(model: onnx.ModelProto) -> None:
         seen.add(t.name)
         if t.data_type == onnx.TensorProto.UNDEFINED:
             raise InvalidModelError(f"input model fails the ONNX checker: initializer {t.name} has no data type")
+        _check_tensor_data(t, "initializer")
         if inputs is not None and t.name not in inputs:
             raise InvalidModelError(f"input model fails the ONNX checker: {t.name} in initializer but not in "
                                     f"graph input (required up to IR version 3; this model is IR version "
@@ -161,9 +207,12 @@ def _names_read(node: onnx.NodeProto) -> list[str]:
 
 def _check_constant_order(model: onnx.ModelProto, constants: list[_MovedConstant]) -> None:
     """The skeleton turns the large Constant nodes it leaves out into graph inputs, defined before
-    every node; check here what the checker would have: no node reads one before its Constant node."""
+    every node; check here what the checker would have: their data sizes, and that no node reads one
+    before its Constant node."""
     if not constants:
         return
+    for c in constants:
+        _check_tensor_data(c.node.attribute[0].t, f"Constant node {c.node.name or c.node.output[0]!r} value")
     pending = {c.node.output[0] for c in constants}
     for node in model.graph.node:
         if _movable(node):
@@ -174,6 +223,41 @@ def _check_constant_order(model: onnx.ModelProto, constants: list[_MovedConstant
                 raise InvalidModelError("input model fails the ONNX checker: Nodes in a graph must be topologically "
                                         f"sorted, however input '{name}' of node {node.name or node.op_type!r} is "
                                         "not output of any previous nodes")
+
+
+def _op_versions_agree(nodes: Iterable[onnx.NodeProto], a: int, b: int) -> bool:
+    """Whether every default-domain op in ``nodes`` (and their subgraphs) has the same schema at opsets
+    ``a`` and ``b`` (so they mean the same at either)."""
+    for n in nodes:
+        if n.domain in ("", "ai.onnx"):
+            try:
+                if onnx.defs.get_schema(n.op_type, a).since_version != onnx.defs.get_schema(n.op_type, b).since_version:
+                    return False
+            except onnx.defs.SchemaError:
+                return False
+        for attr in n.attribute:
+            for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                if not _op_versions_agree(g.node, a, b):
+                    return False
+    return True
+
+
+def _inline(sk: onnx.ModelProto) -> onnx.ModelProto:
+    """``sk`` with its model-local functions inlined (``sk`` itself may be modified).
+
+    onnx's inliner refuses a function importing another version of the default opset than the model.
+    When every op of the function has the same schema at both versions, the function's import is set to
+    the model's (nothing changes meaning); otherwise the version converter is tried on the function."""
+    model_version = model_opset(sk)
+    for f in sk.functions:
+        for imp in f.opset_import:
+            if imp.domain in ("", "ai.onnx") and model_version is not None and imp.version != model_version and \
+                    _op_versions_agree(f.node, imp.version, model_version):
+                imp.version = model_version
+    try:
+        return onnx_inliner.inline_local_functions(sk, convert_version=True)
+    except Exception as exc:  # noqa: BLE001 - the inliner and the version converter raise several types
+        raise InvalidModelError(f"cannot inline the model's local functions: {_first_line(exc)}") from None
 
 
 @dataclass
@@ -229,7 +313,7 @@ def prepare_model(model: onnx.ModelProto, check: bool = True,
             raise InvalidModelError(f"input model fails the ONNX checker: {_first_line(exc)}") from None
     inlined = len(sk.functions)
     if inlined:
-        sk = onnx_inliner.inline_local_functions(sk)
+        sk = _inline(sk)
         data = sk.SerializeToString()
     opset_in = model_opset(sk)
     opset_out = opset_in

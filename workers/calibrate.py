@@ -55,7 +55,7 @@ def prepare_for_calibration(model: onnx.ModelProto) -> onnx.ModelProto:
     work = onnx.ModelProto()
     work.CopyFrom(model)
     if len(work.functions):
-        work = onnx.inliner.inline_local_functions(work)
+        work = onnx.inliner.inline_local_functions(work, convert_version=True)
     try:
         return onnx.shape_inference.infer_shapes(work, check_type=False, strict_mode=False, data_prop=False)
     except Exception as exc:  # noqa: BLE001 - onnx raises several types

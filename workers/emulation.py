@@ -65,7 +65,7 @@ def emulate_model(model: ModelProto) -> ModelProto:
     work = ModelProto()
     work.CopyFrom(model)
     if len(work.functions):
-        work = onnx.inliner.inline_local_functions(work)
+        work = onnx.inliner.inline_local_functions(work, convert_version=True)
     try:
         work = onnx.shape_inference.infer_shapes(work, check_type=False, strict_mode=False, data_prop=False)
     except Exception as exc:  # noqa: BLE001 - inference is a best effort; missing types are caught below
