@@ -11,6 +11,9 @@ Such a job stays ``queued`` forever and its run never finishes.
 :func:`resend_lost_jobs` finds those jobs and sends each one the message
 :func:`service.scheduler.enqueue` sent originally.  A job is **lost** when all of these hold:
 
+* its run was dispatched through the broker (``runs.dispatch`` is ``broker``: a run created by an
+  embedded process, whose local pool runs its jobs, is not this reconciler's to re-send even when
+  that process shares the database);
 * it is ``queued`` with ``attempts == 0`` (never delivered) and its run is not finished;
 * it was queued more than ``grace_s`` seconds ago (a job whose message is being sent right now is
   not touched);
@@ -20,12 +23,17 @@ Such a job stays ``queued`` forever and its run never finishes.
   A message moving between list and hash, or being taken by a worker meanwhile, is seen in one
   of them (or its job is no longer queued-without-attempts in the database).
 
-Guarantees: a job whose message is in the broker is never re-sent; the broker is read before
-anything is sent, so a broker that cannot be inspected (not Redis, unreachable, a message that
-cannot be decoded) raises :class:`BrokerInspectionError` (one line) and nothing is sent; embedded
-mode (no broker) does nothing; reconcilers sharing a broker are serialised by a Redis lock with a
-time-to-live, and if two ever overlap the worst outcome is a duplicate message, which
-``workers.tasks.execute_job`` tolerates (final jobs are skipped, result writes are idempotent).
+Jobs that would be candidates but belong to a ``local`` run are reported separately
+(:attr:`Inspection.local`, "local, not re-sent"): the embedded process that owns them runs them;
+if it died they stay ``queued``, never sent to Celery workers behind its back.
+
+Guarantees: a job whose message is in the broker is never re-sent, nor is a job of a ``local``
+run; the broker is read before anything is sent, so a broker that cannot be inspected (not Redis,
+unreachable, a message that cannot be decoded) raises :class:`BrokerInspectionError` (one line)
+and nothing is sent; embedded mode (no broker) does nothing; reconcilers sharing a broker are
+serialised by a Redis lock with a time-to-live, and if two ever overlap the worst outcome is a
+duplicate message, which ``workers.tasks.execute_job`` tolerates (final jobs are skipped, result
+writes are idempotent).
 """
 
 from __future__ import annotations
@@ -86,9 +94,10 @@ class Inspection:
     """One read-only look at the database and the broker (see :func:`lost_jobs`)."""
 
     lost: tuple[LostJob, ...] = ()
-    candidates: tuple[int, ...] = ()   # queued, never delivered, older than the grace, run unfinished
+    candidates: tuple[int, ...] = ()   # broker jobs queued, never delivered, older than the grace, run unfinished
     messages: int = 0                  # messages seen in the inspected lists and the unacked hash
     queues: tuple[str, ...] = ()       # queues whose lists were inspected
+    local: tuple[int, ...] = ()        # the same but of ``local`` runs (embedded processes): never re-sent
 
 
 @dataclass(frozen=True)
@@ -111,8 +120,9 @@ class ReconcileReport:
         """JSON-ready form (for ``ampci reconcile --json``)."""
         i = self.inspection
         return {"candidates": list(i.candidates), "lost": [x.to_dict() for x in i.lost],
-                "resent": list(self.resent), "broker_messages": i.messages, "queues": list(i.queues),
-                "dry_run": self.dry_run, "grace_s": self.grace_s, "skipped": self.skipped}
+                "resent": list(self.resent), "local_not_resent": list(i.local), "broker_messages": i.messages,
+                "queues": list(i.queues), "dry_run": self.dry_run, "grace_s": self.grace_s,
+                "skipped": self.skipped}
 
 
 # -- messages ---------------------------------------------------------------------------------------
@@ -247,15 +257,18 @@ def broker_job_ids(client: Any, keys: BrokerKeys, queues: Iterable[str]) -> tupl
 
 
 # -- database ---------------------------------------------------------------------------------------
-def candidate_jobs(store: Any, grace_s: float, now: datetime | None = None) -> list[LostJob]:
+def candidate_jobs(store: Any, grace_s: float, now: datetime | None = None,
+                   dispatch: str = "broker") -> list[LostJob]:
     """Jobs that *could* be lost: ``queued``, ``attempts == 0``, queued at least ``grace_s`` seconds
-    before ``now`` (default: the store's clock), in a run that is neither finished nor cancelled;
-    oldest first, each with its run's revision."""
+    before ``now`` (default: the store's clock), in a run that is neither finished nor cancelled
+    and whose jobs were dispatched by ``dispatch`` (default ``broker``: only those can be re-sent;
+    ``local``: an embedded process's, for the report); oldest first, each with its run's revision."""
     cutoff = (now or store.clock()) - timedelta(seconds=grace_s)
     q = (sa.select(*t_job.c, t_run.c.revision_sha.label("run_revision"))
          .join(t_run, t_run.c.id == t_job.c.run_id)
          .where(t_job.c.status == "queued", t_job.c.attempts == 0, t_job.c.queued_at <= cutoff,
-                t_run.c.status.in_(("queued", "running")), t_run.c.finished_at.is_(None))
+                t_run.c.status.in_(("queued", "running")), t_run.c.finished_at.is_(None),
+                t_run.c.dispatch == dispatch)
          .order_by(t_job.c.id))
     with store.transaction() as conn:
         rows = conn.execute(q).all()
@@ -272,7 +285,8 @@ def lost_jobs(settings: Settings, store: Any, app: Any = None, grace_s: float | 
     """The lost jobs and what was looked at to find them: see the module docstring.
 
     Reads only (the database and the broker); raises BrokerInspectionError if the broker cannot be
-    inspected.  Embedded mode (no broker) returns nothing.
+    inspected.  Only jobs of ``broker`` runs can be lost; those of ``local`` runs that would
+    otherwise qualify are listed in ``local``.  Embedded mode (no broker) returns nothing.
     """
     if settings.embedded:
         return Inspection()
@@ -287,9 +301,10 @@ def lost_jobs(settings: Settings, store: Any, app: Any = None, grace_s: float | 
     keys = BrokerKeys.from_options(app.conf.broker_transport_options or {})
     try:
         client.ping()
+        local = tuple(c.job.id for c in candidate_jobs(store, grace, dispatch="local"))
         first = candidate_jobs(store, grace)
         if not first:
-            return Inspection()
+            return Inspection(local=local)
         queues = list(dict.fromkeys([*_queues(app), *(c.job.target for c in first)]))
         seen_before, n = broker_job_ids(client, keys, queues)
         candidates = candidate_jobs(store, grace)
@@ -299,7 +314,7 @@ def lost_jobs(settings: Settings, store: Any, app: Any = None, grace_s: float | 
         raise _unreachable(settings, exc) from None
     seen = seen_before | seen_after
     lost = tuple(c for c in candidates if c.job.id not in seen)
-    return Inspection(lost, tuple(c.job.id for c in candidates), max(n, n_after), tuple(queues))
+    return Inspection(lost, tuple(c.job.id for c in candidates), max(n, n_after), tuple(queues), local)
 
 
 def reconcile(settings: Settings, store: Any, app: Any = None, grace_s: float | None = None,
@@ -334,6 +349,9 @@ def reconcile(settings: Settings, store: Any, app: Any = None, grace_s: float | 
         resent = _resend(settings, app, inspection.lost)
     finally:
         _release(lock)
+    if inspection.local:
+        log.info("%d queued job(s) of local (embedded-mode) runs past the grace period, not re-sent: %s",
+                 len(inspection.local), list(inspection.local))
     return ReconcileReport(inspection, tuple(resent), grace_s=grace)
 
 

@@ -9,6 +9,10 @@ creates the run and its job rows in the store, and dispatches the jobs:
   ``AMPCI_DATABASE_URL`` says otherwise;
 * **distributed**: one Celery message per job to the queue of its target.
 
+The run records which of the two it is (``runs.dispatch``: ``local`` or ``broker``), so a
+distributed ``ampci reconcile`` never re-sends the jobs of an embedded process that shares its
+database.
+
 This module never imports onnxruntime: job code runs only in worker (sub)processes.
 """
 
@@ -55,13 +59,22 @@ class StartedRun:
 _MIGRATE_LOCK = threading.Lock()
 
 
+def dispatch_mode(settings: Settings) -> str:
+    """How this process dispatches the jobs of the runs it creates (``runs.dispatch``): ``local``
+    (embedded: its own :class:`LocalPool`) or ``broker`` (Celery).  ``ampci reconcile`` re-sends
+    only ``broker`` jobs, so an embedded process sharing the database keeps its jobs."""
+    return "local" if settings.embedded else "broker"
+
+
 def open_store(settings: Settings) -> Any:
-    """The Store of ``settings`` with its schema at head (migrated on first use; thread-safe)."""
+    """The Store of ``settings`` with its schema at head (migrated on first use; thread-safe).
+    Runs created through it without an explicit dispatch (bisection steps) get :func:`dispatch_mode`."""
     from service.db import migrate
     from service.db.store import Store, thresholds_from_settings
 
     url = settings.effective_database_url
-    store = Store.from_url(url, thresholds=thresholds_from_settings(settings))
+    store = Store.from_url(url, thresholds=thresholds_from_settings(settings),
+                           run_dispatch=dispatch_mode(settings))
     with _MIGRATE_LOCK:  # Alembic's command API keeps module-global state
         if migrate.current(url) != migrate.head():
             store.upgrade()
@@ -179,10 +192,11 @@ def start_sweep(settings: Settings, config: SweepConfig, revision: str = "WORKTR
                 local_workers: int | None = None) -> StartedRun:
     """Create the run of ``config`` at ``revision`` and dispatch its jobs; return without waiting.
 
-    Guarantees: the run and all its job rows are committed before the first job is dispatched;
-    a ``dedup_key`` that already has a run dispatches nothing (``created`` False); embedded mode
-    (no broker) starts a :class:`LocalPool` in this process (call ``pool.close()`` when done),
-    distributed mode sends one Celery message per job to the queue named by its target.
+    Guarantees: the run and all its job rows are committed before the first job is dispatched,
+    the run recording how they are dispatched (:func:`dispatch_mode`); a ``dedup_key`` that
+    already has a run dispatches nothing (``created`` False); embedded mode (no broker) starts a
+    :class:`LocalPool` in this process (call ``pool.close()`` when done), distributed mode sends
+    one Celery message per job to the queue named by its target.
     """
     store = store if store is not None else open_store(settings)
     cells = config.expand(catalog if catalog is not None else zoo_catalog(config.zoo_path()))
@@ -192,7 +206,7 @@ def start_sweep(settings: Settings, config: SweepConfig, revision: str = "WORKTR
     base = baseline or parent
     meta = run_meta(cells, revision)
     run_id, created = store.create_run_if_new(sha, trigger, base, config.name, [c.cell for c in cells],
-                                              dedup_key, meta)
+                                              dedup_key, meta, dispatch=dispatch_mode(settings))
     if not created:
         return StartedRun(run_id, sha, base, len(cells), created=False)
     jobs = store.jobs(run_id)

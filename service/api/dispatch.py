@@ -69,7 +69,9 @@ class RunDispatcher:
     """Implements :class:`service.github.webhook.RunSubmitter` over a Store and the scheduler.
 
     Guarantees: the revisions and the run (with all its job rows) are committed before any job
-    is dispatched; a dedup key that already has a run dispatches nothing unless ``redispatch``,
+    is dispatched, each run recording how its jobs are dispatched (``mode``: ``local`` for the
+    embedded pool, ``broker`` for Celery; by default what ``dispatch`` does, else what the
+    settings imply); a dedup key that already has a run dispatches nothing unless ``redispatch``,
     and then only the jobs that never started (queued, no attempt: a crash between creating a run
     and dispatching it loses nothing; a job may at worst get a second message, which the workers'
     attempt counting and idempotent result writes absorb); jobs run elsewhere, never in the
@@ -77,11 +79,18 @@ class RunDispatcher:
     """
 
     def __init__(self, settings: Settings, store: Any, planner: Planner | None = None,
-                 dispatch: Dispatch | None = None) -> None:
+                 dispatch: Dispatch | None = None, mode: str | None = None) -> None:
+        from service.scheduler import dispatch_mode
+
         self.settings = settings
         self.store = store
         self.planner = planner or sweep_planner()
         self.dispatch = dispatch or (embedded_dispatch if settings.embedded else CeleryDispatch())
+        # recorded on every run this creates (runs.dispatch): reconcile re-sends only broker jobs
+        if mode is None:
+            mode = ("local" if self.dispatch is embedded_dispatch else
+                    "broker" if isinstance(self.dispatch, CeleryDispatch) else dispatch_mode(settings))
+        self.mode = mode
 
     def warm_up(self, sweeps: Sequence[str] = ("smoke",)) -> None:
         """Do the one-time work (imports, the Celery app and its broker connection, sweep plans)
@@ -155,7 +164,7 @@ class RunDispatcher:
                 github["baseline_is_base_tip"] = True  # the merge base is resolved by the worker
             specs.append(RunSpec(request.head_sha, request.trigger, request.baseline_sha, request.sweep,
                                  tuple(c.cell for c in planned), dedup_key,
-                                 {**_options_meta(planned, request.head_sha), "github": github}))
+                                 {**_options_meta(planned, request.head_sha), "github": github}, self.mode))
             spec_of.append(i)
         if specs:
             with self.store.transaction() as conn:
@@ -175,7 +184,7 @@ class RunDispatcher:
         planned = self.planner(sweep)
         meta = {**_options_meta(planned, sha), **(extra_meta or {})}
         new = self.store.create_run_with_jobs(sha, trigger, baseline, sweep, [c.cell for c in planned],
-                                              dedup_key, meta)
+                                              dedup_key, meta, dispatch=self.mode)
         return self._dispatch(sha, new, redispatch)
 
     def _dispatch(self, sha: str, new: Any, redispatch: bool) -> Submitted:

@@ -6,9 +6,11 @@ Finds jobs that are ``queued``, were never delivered (``attempts`` 0), belong to
 were queued more than ``--grace`` seconds ago (default ``AMPCI_RECONCILE_GRACE``) and whose message
 is in no queue list of the Redis broker nor in its ``unacked`` hash, and sends each of them the
 message it was first sent (``--dry-run``: only lists them).  Beat does the same every
-``AMPCI_RECONCILE_EVERY`` seconds.  Without ``AMPCI_BROKER_URL`` there is nothing to do; a broker
-that cannot be inspected is a one-line error (exit 3; 2 for a broker that is not Redis) and
-nothing is sent.
+``AMPCI_RECONCILE_EVERY`` seconds.  Only jobs of runs dispatched through the broker are
+considered: those of runs created by an embedded process (no broker, its own local pool;
+``runs.dispatch`` local) sharing the database are listed as "local, not re-sent" and left to that
+process.  Without ``AMPCI_BROKER_URL`` there is nothing to do; a broker that cannot be inspected
+is a one-line error (exit 3; 2 for a broker that is not Redis) and nothing is sent.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ def describe(report: Any) -> list[str]:
         j = item.job
         lines.append(f"{verb} job {j.id} (run {j.run_id}, {j.model}/{j.dtype}/{j.policy}) to queue {j.target} "
                      f"at {item.revision[:12]}")
+    if i.local:
+        lines.append(f"{len(i.local)} queued job(s) of embedded-mode runs older than {report.grace_s:g}s "
+                     f"(local, not re-sent): {', '.join(map(str, i.local))}")
     if not i.lost:
         lines.append("nothing to re-send")
     elif report.dry_run:

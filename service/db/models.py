@@ -10,6 +10,8 @@ without a migration):
 
 - ``runs.trigger``: push, pull_request, nightly, manual, bisect
 - ``runs.status``: queued, running, complete, partial, failed, cancelled
+- ``runs.dispatch``: broker (one Celery message per job), local (the embedded pool of the process
+  that created the run); set when the run is created, it tells ``ampci reconcile`` which jobs it owns
 - ``jobs.status``: queued, running, done, error, crashed, cancelled
 - ``regressions.category``: regression, improvement, flaky
 - ``regressions.kind``: conversion, accuracy, convergence, coverage, latency
@@ -79,7 +81,8 @@ class RevisionParent(Base):
 
 
 class Run(Base):
-    """All jobs of one sweep for one revision."""
+    """All jobs of one sweep for one revision.  ``dispatch`` says how its jobs were dispatched when
+    it was created: ``broker`` (also every run older than the column) or ``local``."""
 
     __tablename__ = "runs"
     __table_args__ = (Index("ix_runs_revision_created", "revision_sha", "created_at"),)
@@ -93,6 +96,8 @@ class Run(Base):
     meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(TS, index=True)
     finished_at: Mapped[datetime | None] = mapped_column(TS)
+    # a server default, so rows written by code older than the column (and existing rows) are broker
+    dispatch: Mapped[str] = mapped_column(String(16), default="broker", server_default="broker")
 
 
 class Job(Base):

@@ -263,6 +263,7 @@ class RunSpec:
     cells: tuple[Cell, ...] = ()
     dedup_key: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    dispatch: str | None = None  # "broker" | "local"; None: the Store's ``run_dispatch``
 
 
 @dataclass(frozen=True)

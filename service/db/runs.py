@@ -25,6 +25,7 @@ from service.db.records import Cell, JobInfo, NewRun, RevisionInfo, RevisionRow,
 from service.errors import UserError
 
 TRIGGERS = ("push", "pull_request", "nightly", "manual", "bisect")
+DISPATCH_MODES = ("broker", "local")  # runs.dispatch: Celery messages, or the creating process's local pool
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__
 
@@ -57,7 +58,15 @@ def check_cell(cell: Sequence[str]) -> Cell:
 
 class RunWritesMixin:
     """Revision and run writes; requires ``self._tx()`` and ``self.clock`` (Store) and ``get_revision``
-    (QueriesMixin, after this class in Store's bases)."""
+    (QueriesMixin, after this class in Store's bases).
+
+    ``run_dispatch`` is how runs created without an explicit ``dispatch`` are dispatched (recorded
+    in ``runs.dispatch``): ``broker`` unless the Store was opened for an embedded process (see
+    :func:`service.scheduler.open_store`), so runs a process creates on its own (bisection steps)
+    are recorded with its mode.
+    """
+
+    run_dispatch: str = "broker"
 
     def _tx(self):  # type: ignore[no-untyped-def]  # pragma: no cover - provided by Store
         raise NotImplementedError
@@ -113,27 +122,31 @@ class RunWritesMixin:
     # -- runs and jobs --------------------------------------------------------------------------
     def create_run(self, revision_sha: str, trigger: str, baseline_sha: str | None = None,
                    sweep: str = "smoke", cells: Iterable[Cell] = (), dedup_key: str | None = None,
-                   meta: dict[str, Any] | None = None) -> int:
+                   meta: dict[str, Any] | None = None, dispatch: str | None = None) -> int:
         """Create a run with one ``queued`` job per distinct cell; return its id.
 
         A revision not yet known is inserted bare (sha only).  When ``dedup_key`` is given and a
         run with that key exists, **the existing run's id is returned** and nothing is created
-        (use :meth:`create_run_if_new` to learn which happened).  Safe under concurrent callers.
+        (use :meth:`create_run_if_new` to learn which happened).  ``dispatch`` (``broker`` or
+        ``local``; default ``run_dispatch``) records how its jobs will be dispatched.  Safe under
+        concurrent callers.
         """
-        return self.create_run_if_new(revision_sha, trigger, baseline_sha, sweep, cells, dedup_key, meta)[0]
+        return self.create_run_if_new(revision_sha, trigger, baseline_sha, sweep, cells, dedup_key, meta,
+                                      dispatch)[0]
 
     def create_run_if_new(self, revision_sha: str, trigger: str, baseline_sha: str | None = None,
                           sweep: str = "smoke", cells: Iterable[Cell] = (), dedup_key: str | None = None,
-                          meta: dict[str, Any] | None = None) -> tuple[int, bool]:
+                          meta: dict[str, Any] | None = None, dispatch: str | None = None) -> tuple[int, bool]:
         """Like :meth:`create_run`; returns ``(run_id, created)`` (created False: dedup hit)."""
-        new = self.create_run_with_jobs(revision_sha, trigger, baseline_sha, sweep, cells, dedup_key, meta)
+        new = self.create_run_with_jobs(revision_sha, trigger, baseline_sha, sweep, cells, dedup_key, meta,
+                                        dispatch)
         return new.run_id, new.created
 
     def create_run_with_jobs(self, revision_sha: str, trigger: str, baseline_sha: str | None = None,
                              sweep: str = "smoke", cells: Iterable[Cell] = (), dedup_key: str | None = None,
-                             meta: dict[str, Any] | None = None) -> NewRun:
+                             meta: dict[str, Any] | None = None, dispatch: str | None = None) -> NewRun:
         """Like :meth:`create_run_if_new`, also returning the run's job rows (read in the same transaction)."""
-        spec = RunSpec(revision_sha, trigger, baseline_sha, sweep, tuple(cells), dedup_key, meta or {})
+        spec = RunSpec(revision_sha, trigger, baseline_sha, sweep, tuple(cells), dedup_key, meta or {}, dispatch)
         return self.create_runs([spec])[0]
 
     def create_runs(self, specs: Sequence[RunSpec], conn: Connection | None = None) -> list[NewRun]:
@@ -156,8 +169,12 @@ class RunWritesMixin:
     def _check_spec(self, s: RunSpec) -> RunSpec:
         if s.trigger not in TRIGGERS:
             raise UserError(f"unknown trigger {s.trigger!r}; expected one of {', '.join(TRIGGERS)}")
+        dispatch = s.dispatch if s.dispatch is not None else self.run_dispatch
+        if dispatch not in DISPATCH_MODES:
+            raise UserError(f"unknown dispatch {dispatch!r}; expected one of {', '.join(DISPATCH_MODES)}")
         return RunSpec(check_sha(s.revision_sha), s.trigger, check_sha(s.baseline_sha) if s.baseline_sha else None,
-                       s.sweep, tuple(dict.fromkeys(check_cell(c) for c in s.cells)), s.dedup_key, s.meta or {})
+                       s.sweep, tuple(dict.fromkeys(check_cell(c) for c in s.cells)), s.dedup_key, s.meta or {},
+                       dispatch)
 
     def _create_runs(self, conn: Connection, specs: list[RunSpec]) -> list[NewRun]:
         now = self.clock()
@@ -170,7 +187,7 @@ class RunWritesMixin:
         def row(s: RunSpec) -> dict[str, Any]:
             return {"revision_sha": s.revision_sha, "baseline_sha": s.baseline_sha, "trigger": s.trigger,
                     "status": "queued", "sweep": s.sweep, "dedup_key": s.dedup_key, "meta": s.meta,
-                    "created_at": now}
+                    "created_at": now, "dispatch": s.dispatch}
 
         ids: dict[int, int] = {}        # spec index -> run id
         created: set[int] = set()       # spec indexes whose run this call created

@@ -69,22 +69,24 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
     """Results store over one SQLAlchemy engine.  See the module docstring for guarantees."""
 
     def __init__(self, engine: Engine, clock: Callable[[], datetime] = _now,
-                 thresholds: Thresholds | None = None) -> None:
+                 thresholds: Thresholds | None = None, run_dispatch: str = "broker") -> None:
         self.engine = engine
         self.clock = clock
         self.thresholds = thresholds  # default rule knobs for detect_regressions (None: built-in)
+        self.run_dispatch = run_dispatch  # runs.dispatch of runs created without one (RunWritesMixin)
 
     @classmethod
     def from_url(cls, url: str, clock: Callable[[], datetime] = _now,
-                 thresholds: Thresholds | None = None) -> Store:
+                 thresholds: Thresholds | None = None, run_dispatch: str = "broker") -> Store:
         """A Store for ``url`` (no connection is made until the first call)."""
-        return cls(make_engine(url), clock=clock, thresholds=thresholds)
+        return cls(make_engine(url), clock=clock, thresholds=thresholds, run_dispatch=run_dispatch)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Store:
-        """The Store of ``settings.effective_database_url``; the embedded SQLite default is upgraded to head."""
+        """The Store of ``settings.effective_database_url``; the embedded SQLite default is upgraded to head.
+        Runs it creates without an explicit dispatch are ``local`` in embedded mode, else ``broker``."""
         url = settings.effective_database_url
-        store = cls.from_url(url)
+        store = cls.from_url(url, run_dispatch="local" if settings.embedded else "broker")
         store.thresholds = thresholds_from_settings(settings)
         if not settings.database_url:
             store.upgrade()

@@ -23,6 +23,7 @@ import redis
 import sqlalchemy as sa
 
 from service import reconcile as rc
+from service import scheduler
 from service.scheduler import SweepConfig, celery_app, open_store, start_sweep, wait_for_run
 from service.settings import Settings
 from tests.distributed.procs import ROOT, free_port, stop
@@ -233,3 +234,53 @@ def test_unreachable_broker_is_one_line_and_changes_nothing(cluster_settings, cl
         rc.resend_lost_jobs(Settings.from_env(down), store, grace_s=60)
     assert _job_rows(store, started.run_id) == rows
     assert _queued_ids(fresh_redis.url) == Counter([ids["noop_p"]])
+
+
+class DeadPool:
+    """Stands in for the LocalPool of an embedded ``ampci sweep`` that died before running its
+    jobs (or is still busy with others): takes the jobs, runs none."""
+
+    submitted: list[int] = []
+
+    def __init__(self, settings: Settings, store: Any, workers: int | None = None) -> None:
+        assert settings.embedded
+
+    def submit(self, jobs: Any) -> None:
+        DeadPool.submitted.extend(j.id for j in jobs)
+
+
+def test_embedded_mode_jobs_in_the_shared_database_are_never_resent(
+        cluster_settings, cluster_env, fresh_redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An embedded-mode sweep (no broker) pointed at the distributed deployment's database: its
+    queued jobs are in no broker queue either, yet reconcile neither counts them lost nor sends
+    them to Celery, while a broker job in the same state is re-sent."""
+    store, started = _start(cluster_settings, ["noop_d1", "noop_d2"])
+    broker_ids = {j.model: j.id for j in store.jobs(started.run_id)}
+    _lose(fresh_redis.url, broker_ids["noop_d2"])
+
+    laptop = Settings.from_env({**cluster_env, "AMPCI_BROKER_URL": ""})
+    monkeypatch.setattr(scheduler, "LocalPool", DeadPool)
+    DeadPool.submitted = []
+    local_store, local = _start(laptop, ["noop_l1", "noop_l2"])
+    local_ids = sorted(j.id for j in local_store.jobs(local.run_id))
+    local_store.dispose()
+    assert DeadPool.submitted == local_ids and local.pool is not None
+    for run_id in (started.run_id, local.run_id):
+        _age(cluster_env["AMPCI_DATABASE_URL"], run_id, 3600)
+    assert _queued_ids(fresh_redis.url) == Counter([broker_ids["noop_d1"]])
+
+    dry = _cli(cluster_env, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    out = json.loads(dry.stdout)
+    assert sorted(out["candidates"]) == sorted(broker_ids.values())
+    assert [x["job"]["id"] for x in out["lost"]] == [broker_ids["noop_d2"]]
+    assert out["local_not_resent"] == local_ids
+    text = _cli(cluster_env, "--dry-run")
+    assert f"(local, not re-sent): {', '.join(map(str, local_ids))}" in text.stdout
+
+    report = rc.reconcile(cluster_settings, store, grace_s=60)
+    assert report.resent == (broker_ids["noop_d2"],) and report.inspection.local == tuple(local_ids)
+    assert rc.resend_lost_jobs(cluster_settings, store, grace_s=60) == []
+    assert _queued_ids(fresh_redis.url) == Counter(broker_ids.values())   # no message for a local job
+    assert _unacked_ids(fresh_redis.url) == Counter()
+    assert _job_rows(store, local.run_id) == [(i, "queued", 0) for i in local_ids]

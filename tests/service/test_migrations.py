@@ -36,25 +36,27 @@ def tables(url: str) -> set[str]:
 
 def test_round_trip_without_drift(db_url: str) -> None:
     assert migrate.current(db_url) is None
-    assert migrate.upgrade(db_url) == migrate.head() == "0002"
+    assert migrate.upgrade(db_url) == migrate.head() == "0003"
     assert drift(db_url) == []
     assert tables(db_url) >= {"revisions", "revision_parents", "runs", "jobs", "results", "regressions",
                               "zoo_models", "webhook_deliveries"}
     assert migrate.downgrade(db_url, "base") is None
     assert tables(db_url) <= {"alembic_version"}
-    assert migrate.upgrade(db_url) == "0002"
+    assert migrate.upgrade(db_url) == "0003"
     assert drift(db_url) == []
-    assert migrate.upgrade(db_url) == "0002"  # idempotent
+    assert migrate.upgrade(db_url) == "0003"  # idempotent
 
 
 def test_db_cli(sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("AMPCI_DATABASE_URL", sqlite_url)
     assert main(["db", "current", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"head": "0002", "revision": None, "url": sqlite_url}
+    assert json.loads(capsys.readouterr().out) == {"head": "0003", "revision": None, "url": sqlite_url}
     assert main(["db", "upgrade"]) == 0
-    assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0002 (head)"
+    assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0003 (head)"
     assert main(["db", "downgrade"]) == 0
-    assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0001 (behind head 0002)"
+    assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0002 (behind head 0003)"
+    assert main(["db", "downgrade"]) == 0
+    assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0001 (behind head 0003)"
     assert main(["db", "downgrade"]) == 0
     assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema (none) (empty)"
 
@@ -88,7 +90,7 @@ def test_concurrent_upgrades_are_serialised(pg_url: str) -> None:
     for p in procs:
         p.join(60)
     assert [p.exitcode for p in procs] == [0, 0]
-    assert migrate.current(pg_url) == "0002" and drift(pg_url) == []
+    assert migrate.current(pg_url) == "0003" and drift(pg_url) == []
 
 
 def test_0002_keeps_deliveries_and_a_downgrade_loses_no_pending_one(db_url: str) -> None:
@@ -102,7 +104,8 @@ def test_0002_keeps_deliveries_and_a_downgrade_loses_no_pending_one(db_url: str)
         with engine.begin() as conn:
             conn.execute(sa.text("INSERT INTO webhook_deliveries (delivery_id, event, status, received_at) "
                                  "VALUES ('old', 'push', 'accepted', CURRENT_TIMESTAMP)"))
-        assert migrate.upgrade(db_url) == "0002" and drift(db_url) == []
+        assert migrate.upgrade(db_url, "0002") == "0002"
+        assert migrate.upgrade(db_url) == migrate.head() and drift(db_url) == []
         store = Store(engine)
         assert store.get_delivery("old").status == "accepted"
         assert store.receive_delivery("new", "push", "pending", payload={"v": 1}).stored
@@ -112,5 +115,68 @@ def test_0002_keeps_deliveries_and_a_downgrade_loses_no_pending_one(db_url: str)
         with engine.connect() as conn:
             rows = dict(conn.execute(sa.text("SELECT delivery_id, status FROM webhook_deliveries")).all())
         assert rows == {"old": "accepted", "new": "rejected"}
+    finally:
+        engine.dispose()
+
+
+
+def _dispatch_by_sweep(engine: sa.Engine) -> dict[str, str]:
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.text("SELECT sweep, dispatch FROM runs")).all())
+
+
+def _count(engine: sa.Engine, table: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one())
+
+
+OLD_RUN = ("INSERT INTO runs (revision_sha, trigger, status, sweep, meta, created_at) "
+           "VALUES (:s, 'push', 'queued', :sweep, '{}', CURRENT_TIMESTAMP)")
+
+
+def test_0003_records_run_dispatch_and_existing_runs_are_broker(db_url: str) -> None:
+    """0002 → 0003 adds ``runs.dispatch``: runs (and their queued jobs) that existed before are
+    ``broker``, so reconcile treats them as it always did; new runs record what they are given;
+    runs written by code that predates the column get ``broker`` from the server default; going
+    back to 0002 drops the column and keeps every run, job and result (on SQLite too, where a
+    table copy would cascade-delete them)."""
+    from service.db import Store
+    from service.errors import UserError
+    from tests.service.factories import make_result
+
+    rev, cell = "a" * 40, ("m", "fp16", "default", "cpu")
+    migrate.upgrade(db_url, "0002")
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO revisions (sha, parents, created_at) "
+                                 "VALUES (:s, '[]', CURRENT_TIMESTAMP)"), {"s": rev})
+            conn.execute(sa.text(OLD_RUN), {"s": rev, "sweep": "old"})
+            conn.execute(sa.text("INSERT INTO jobs (run_id, model, dtype, policy, target, status, attempts, "
+                                 "queued_at) SELECT id, 'm', 'fp16', 'default', 'cpu', 'queued', 0, "
+                                 "CURRENT_TIMESTAMP FROM runs"))
+        assert migrate.upgrade(db_url) == "0003" and drift(db_url) == []
+        assert _dispatch_by_sweep(engine) == {"old": "broker"} and _count(engine, "jobs") == 1
+
+        store = Store(engine)
+        local = store.create_run_with_jobs(rev, "manual", sweep="local", cells=[cell], dispatch="local")
+        store.create_run(rev, "manual", sweep="default", cells=[cell])
+        Store(engine, run_dispatch="local").create_run(rev, "bisect", sweep="embedded", cells=[cell])
+        store.write_result(local.run_id, make_result(cell), job_id=local.jobs[0].id)
+        with pytest.raises(UserError, match="unknown dispatch 'celery'"):
+            store.create_run(rev, "manual", cells=[cell], dispatch="celery")
+        with engine.begin() as conn:  # a process still running code from before 0003
+            conn.execute(sa.text(OLD_RUN), {"s": rev, "sweep": "legacy"})
+        assert _dispatch_by_sweep(engine) == {"old": "broker", "local": "local", "default": "broker",
+                                              "embedded": "local", "legacy": "broker"}
+        engine.dispose()
+
+        assert migrate.downgrade(db_url, "0002") == "0002"
+        with engine.connect() as conn:
+            assert "dispatch" not in {c["name"] for c in sa.inspect(conn).get_columns("runs")}
+        assert (_count(engine, "runs"), _count(engine, "jobs"), _count(engine, "results")) == (5, 4, 1)
+        engine.dispose()
+        assert migrate.upgrade(db_url) == "0003" and drift(db_url) == []
+        assert set(_dispatch_by_sweep(engine).values()) == {"broker"}  # what 0002 cannot hold is gone
     finally:
         engine.dispose()

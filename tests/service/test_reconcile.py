@@ -116,6 +116,65 @@ def test_candidate_jobs_filters_status_attempts_age_and_run(db_url: str) -> None
         store.dispose()
 
 
+def test_candidate_jobs_are_only_those_of_broker_runs(db_url: str) -> None:
+    """A run created by an embedded process (``dispatch`` local) shares the database but not the
+    broker: its never-started jobs are no candidates, however old; they are listed as local."""
+    upgrade(db_url)
+    store = Store.from_url(db_url, clock=Clock(T0))
+    try:
+        rev = sha(2)
+        broker = store.create_run_with_jobs(rev, "manual", None, "t", [("b", "fp16", "default", "cpu")])
+        local = store.create_run_with_jobs(rev, "manual", None, "t", [("l", "fp16", "default", "cpu")],
+                                           dispatch="local")
+        bisect = Store.from_url(db_url, clock=Clock(T0), run_dispatch="local").create_run_with_jobs(
+            rev, "bisect", None, "bisect", [("l", "bf16", "default", "cuda")])
+        later = T0 + timedelta(hours=2)
+        assert [c.job.id for c in rc.candidate_jobs(store, 60, now=later)] == [broker.jobs[0].id]
+        assert [c.job.id for c in rc.candidate_jobs(store, 60, now=later, dispatch="local")] == \
+            [local.jobs[0].id, bisect.jobs[0].id]
+        assert rc.candidate_jobs(store, 60, now=T0, dispatch="local") == []  # the grace applies too
+    finally:
+        store.dispose()
+
+
+def _run_dispatch(store: Store, run_id: int) -> str:
+    with store.transaction() as conn:
+        return str(conn.execute(rc.t_run.select().where(rc.t_run.c.id == run_id)).one().dispatch)
+
+
+def test_runs_record_how_the_creating_process_dispatches(pg_url: str) -> None:
+    """Every way a run is created records its creator's dispatch, local in embedded mode, else
+    broker: runs made through the scheduler's store (bisection steps) and by the webhook/API
+    dispatcher (whose mode follows what its dispatch function does).  ``start_sweep``: see
+    tests/distributed/test_reconcile.py."""
+    from service.api.dispatch import CeleryDispatch, RunDispatcher, embedded_dispatch
+    from service.scheduler import dispatch_mode, open_store
+    from service.sweeps import SweepConfig
+
+    embedded = Settings(database_url=pg_url)
+    distributed = Settings(database_url=pg_url, broker_url="redis://127.0.0.1:1/0")
+    assert (dispatch_mode(embedded), dispatch_mode(distributed)) == ("local", "broker")
+    plan = SweepConfig(name="t", models=("m",), dtypes=("fp16",), policies=("default",), targets=("cpu",),
+                       repeats=1).expand({"m": ["x"]})
+    stores = [open_store(embedded), open_store(distributed)]
+    try:
+        for settings, store in zip((embedded, distributed), stores, strict=True):
+            mode = dispatch_mode(settings)
+            assert store.run_dispatch == mode
+            run_id = store.create_run(sha(3), "bisect", None, "bisect", [(mode, "fp16", "default", "cpu")])
+            assert _run_dispatch(store, run_id) == mode
+            api = RunDispatcher(settings, store, planner=lambda _sweep: plan, dispatch=lambda *_: None)
+            made = api.create(sha(4), "manual", None, "t", dedup_key=f"api-{mode}")
+            assert (api.mode, _run_dispatch(store, made.run_id)) == (mode, mode)
+        assert RunDispatcher(distributed, stores[1]).mode == "broker"               # Celery by default
+        assert RunDispatcher(distributed, stores[1], dispatch=embedded_dispatch).mode == "local"
+        assert RunDispatcher(embedded, stores[0], dispatch=CeleryDispatch()).mode == "broker"
+        assert RunDispatcher(embedded, stores[0], dispatch=CeleryDispatch(), mode="local").mode == "local"
+    finally:
+        for store in stores:
+            store.dispose()
+
+
 def test_embedded_mode_has_nothing_to_reconcile(sqlite_url: str) -> None:
     settings = Settings(broker_url="", database_url=sqlite_url)
     report = rc.reconcile(settings, None)
