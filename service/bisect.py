@@ -8,8 +8,9 @@ commit on that path from the stored results of C (newest result per revision):
 - ``bad``: the same kind of regression against the baseline result (for a ``conversion``
   regression: the same failing status as at R);
 - ``skip``: the revision could not be judged — it failed to build/convert (for non-conversion
-  kinds), failed in another way, or a finished bisect run left no result.  Skipped revisions are
-  never blamed;
+  kinds), failed in another way, its convergence errors are in another unit than the baseline's
+  and neither diverged (unless the regression is the divergence itself, judged by the diverged
+  status alone), or a finished bisect run left no result.  Skipped revisions are never blamed;
 - ``pending``: a bisect run for it is queued/running; ``untested``: nothing yet.
 
 The interval is (last good before the first bad, first bad].  When no testable commit is left
@@ -85,9 +86,9 @@ def classify(kind: str, base: CellSample, regressed: CellSample, cand: CellSampl
         if cand.converted:
             return "good"
         return "bad" if cand.status == regressed.status and cand.status in PASS_FAULT_STATUSES else "skip"
-    if not cand.converted or not comparable(kind, base, cand, th):
+    if not cand.converted or not comparable(kind, base, cand, th, regressed):
         return "skip"
-    return "good" if returned_to_baseline(kind, base, cand, th, model, dtype) else "bad"
+    return "good" if returned_to_baseline(kind, base, cand, th, model, dtype, regressed) else "bad"
 
 
 def dedup_key(sha: str, cell: Cell) -> str:

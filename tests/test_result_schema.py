@@ -51,3 +51,22 @@ def test_newer_schema_rejected() -> None:
     d["schema_version"] = 99
     with pytest.raises(ValueError, match="newer"):
         JobResult.from_dict(d)
+
+
+def test_convergence_error_unit_round_trips_and_legacy_results_are_absolute() -> None:
+    r = _sample()
+    assert r.convergence is not None and r.convergence.error_unit == "relative"  # what the job computes now
+    d = r.to_dict()
+    assert d["convergence"]["error_unit"] == "relative"
+    assert JobResult.from_dict(d).convergence.error_unit == "relative"  # type: ignore[union-attr]
+    del d["convergence"]["error_unit"]  # as stored before the field existed (plain max|diff| errors)
+    legacy = JobResult.from_dict(d)
+    assert legacy.convergence is not None and legacy.convergence.error_unit == "absolute"
+    assert json.loads(legacy.to_json())["convergence"]["error_unit"] == "absolute"
+
+
+def test_unknown_convergence_error_unit_rejected() -> None:
+    d = _sample().to_dict()
+    d["convergence"]["error_unit"] = "percent"
+    with pytest.raises(ValueError, match="unknown convergence error unit"):
+        JobResult.from_dict(d)

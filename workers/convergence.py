@@ -5,7 +5,9 @@ converted precision from the same inputs, each feeding back its own state; Loop 
 row per iteration in a scan output and are run once with trip count T.
 
 The error at step t is the largest over outputs of ``max|fp32 - converted| / max(1, max|fp32|)`` at
-that step: relative to the output's magnitude, absolute for outputs within [-1, 1].  A state that
+that step: relative to the output's magnitude, absolute for outputs within [-1, 1].  The result says
+so (``ConvergenceStats.error_unit == "relative"``): results stored before this definition measured
+plain ``max|diff|`` (``absolute``), and the service never compares errors across units.  A state that
 itself grows (silero VAD's LSTM cell state counts up to 64 over 64 steps of noise) with a constant
 relative error is then a flat curve, not a "growing" one; an error that grows faster than the state
 (a lost leak, an accumulating bias) still rises.
@@ -23,13 +25,15 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from workers.result import ConvergenceStats
+from workers.result import CONVERGENCE_ERROR_UNIT, ConvergenceStats
 from workers.zoo.inputs import make_feeds
 from workers.zoo.manifest import ZooEntry
 
 GROWTH = 0.5
 MIN_CORR = 0.9
 FLOOR = 1e-6  # curves whose errors stay below this are numerically identical: never diverged by slope
+#: The unit of :func:`step_error` (``max|diff| / max(1, max|fp32|)``), recorded in every result.
+ERROR_UNIT = CONVERGENCE_ERROR_UNIT
 
 Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
@@ -79,9 +83,10 @@ def step_errors(ref_steps: list[Mapping[str, np.ndarray]], got_steps: list[Mappi
 
 
 def judge_errors(errors: list[float], cap: float) -> ConvergenceStats:
-    """Statistics and the diverged verdict for an error curve (see module doc)."""
+    """Statistics and the diverged verdict for an error curve of :func:`step_error` values (see module
+    doc); the stats carry their unit, :data:`ERROR_UNIT`."""
     e = np.asarray(errors, np.float64)
-    stats = ConvergenceStats(steps=len(errors), step_errors=[float(x) for x in errors])
+    stats = ConvergenceStats(steps=len(errors), step_errors=[float(x) for x in errors], error_unit=ERROR_UNIT)
     if not len(e):
         return stats
     finite = np.isfinite(e)

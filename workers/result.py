@@ -29,6 +29,12 @@ STATUSES: tuple[str, ...] = (
 GOOD_STATUSES = frozenset({"pass"})
 CONVERSION_OK_STATUSES = frozenset({"pass", "fail_accuracy", "diverged"})
 
+#: Unit of the step errors in a :class:`ConvergenceStats` this code produces: ``max|diff| / max(1, max|fp32|)``.
+CONVERGENCE_ERROR_UNIT = "relative"
+#: Unit of convergence results stored before ``error_unit`` existed: plain ``max|diff|``.
+LEGACY_CONVERGENCE_ERROR_UNIT = "absolute"
+CONVERGENCE_ERROR_UNITS = (LEGACY_CONVERGENCE_ERROR_UNIT, CONVERGENCE_ERROR_UNIT)
+
 
 @dataclass
 class OutputMetrics:
@@ -82,8 +88,11 @@ class LatencyStats:
 class ConvergenceStats:
     """Error per step of a stateful (or Loop) model rolled forward in fp32 and converted precision.
 
-    A step error is relative to the output's magnitude at that step, ``max|diff| / max(1, max|fp32|)``
-    (see ``workers.convergence``)."""
+    ``error_unit`` names what the errors measure: ``relative`` (what this code computes) is
+    ``max|diff| / max(1, max|fp32|)`` of the outputs at a step (see ``workers.convergence``);
+    ``absolute`` is plain ``max|diff|``, the unit of results written before the field existed
+    (:meth:`JobResult.from_dict` reads a convergence result without it as ``absolute``).  Errors in
+    different units are not comparable."""
 
     steps: int = 0
     step_errors: list[float] = field(default_factory=list)
@@ -92,6 +101,12 @@ class ConvergenceStats:
     slope: float = 0.0
     diverged: bool = False
     reason: str = ""
+    error_unit: str = CONVERGENCE_ERROR_UNIT
+
+    def __post_init__(self) -> None:
+        if self.error_unit not in CONVERGENCE_ERROR_UNITS:
+            raise ValueError(f"unknown convergence error unit {self.error_unit!r}; "
+                             f"expected one of {', '.join(CONVERGENCE_ERROR_UNITS)}")
 
 
 @dataclass
@@ -149,7 +164,8 @@ class JobResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobResult:
-        """Inverse of :meth:`to_dict`; unknown keys are ignored, missing optional parts are None."""
+        """Inverse of :meth:`to_dict`; unknown keys are ignored, missing optional parts are None (a
+        convergence part without ``error_unit`` predates it and is ``absolute``)."""
         d = dict(data)
         for key in ("accuracy", "accuracy_cuda", "latency", "convergence", "graph", "timings"):
             d[key] = _decode(d.get(key))
@@ -172,7 +188,8 @@ class JobResult:
             model_sha256=d.get("model_sha256"),
             accuracy=acc(d.get("accuracy")), accuracy_cuda=acc(d.get("accuracy_cuda")),
             latency=LatencyStats(**d["latency"]) if d.get("latency") else None,
-            convergence=ConvergenceStats(**d["convergence"]) if d.get("convergence") else None,
+            convergence=ConvergenceStats(**{"error_unit": LEGACY_CONVERGENCE_ERROR_UNIT, **d["convergence"]})
+            if d.get("convergence") else None,
             graph=GraphFacts(**d["graph"]) if d.get("graph") else None,
             environment=dict(d.get("environment", {})), timings=dict(d.get("timings", {})),
             schema_version=SCHEMA_VERSION,

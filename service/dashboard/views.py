@@ -253,7 +253,9 @@ def main_baseline(baselines: dict[Cell, Any]) -> tuple[str | None, int]:
 
 
 def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
-    """(name, baseline, offending, change) rows comparing two full JobResults (either may be None)."""
+    """(name, baseline, offending, change) rows comparing two full JobResults (either may be None).
+
+    Final step errors in different units (``convergence.error_unit``) get no change, only a note."""
     from service.db.extract import env_fingerprint
 
     def get(r: Any, path: str) -> Any:
@@ -261,6 +263,7 @@ def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
             r = getattr(r, part, None) if r is not None else None
         return r
 
+    units = (get(base, "convergence.error_unit"), get(new, "convergence.error_unit"))
     rows: list[tuple[str, str, str, str]] = []
     for name, path, digits, rel in (
             ("status", "status", 0, False), ("worst cosine", "accuracy.worst.cosine", 6, False),
@@ -272,8 +275,12 @@ def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
             ("speed-up", "latency.speedup", 3, True), ("casts inserted", "graph.casts_inserted", 0, False),
             ("low-precision fraction", "graph.low_precision_compute_fraction", 3, False),
             ("nodes kept fp32", "graph.kept_fp32", 0, False), ("final step error", "convergence.final_error", 4, False),
+            ("convergence error unit", "convergence.error_unit", 0, False),
             ("diverged", "convergence.diverged", 0, False)):
         b, n = get(base, path), get(new, path)
+        if path == "convergence.final_error" and b is not None and n is not None and units[0] != units[1]:
+            rows.append((name, fmt(b, digits), fmt(n, digits), f"not comparable ({units[0]} vs {units[1]})"))
+            continue
         if isinstance(b, list) or isinstance(n, list):
             b, n = (len(b) if isinstance(b, list) else None), (len(n) if isinstance(n, list) else None)
         if b is None and n is None:

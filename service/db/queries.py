@@ -25,7 +25,7 @@ from service.db.records import (
     utc,
 )
 from service.errors import NotFoundError, UserError
-from workers.result import JobResult
+from workers.result import LEGACY_CONVERGENCE_ERROR_UNIT, JobResult
 
 t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__
 t_res, t_reg = m.Result.__table__, m.Regression.__table__
@@ -220,10 +220,12 @@ class QueriesMixin:
             raise NotFoundError(f"unknown model {model!r} (no job or result has it)")
 
     def compare(self, rev_a: str, rev_b: str) -> list[CompareRow]:
-        """Cell-by-cell comparison of the newest results at two revisions, with ``b - a`` deltas."""
+        """Cell-by-cell comparison of the newest results at two revisions, with ``b - a`` deltas
+        (``final_error`` has none when the two convergence errors are in different units)."""
         a, b = self.resolve_revision(rev_a), self.resolve_revision(rev_b)
         ra = {r.cell: r for r in self.results(revision=a)}
         rb = {r.cell: r for r in self.results(revision=b)}
+        units = self._convergence_units([r.id for r in (*ra.values(), *rb.values()) if r.final_error is not None])
         out = []
         for cell in sorted(set(ra) | set(rb)):
             x, y = ra.get(cell), rb.get(cell)
@@ -231,10 +233,22 @@ class QueriesMixin:
             for metric in METRICS:
                 va = getattr(x, metric) if x else None
                 vb = getattr(y, metric) if y else None
+                if metric == "final_error" and x and y and units.get(x.id) != units.get(y.id):
+                    va = vb = None  # errors in different units: no delta
                 deltas[metric] = (vb - va) if va is not None and vb is not None else None
             out.append(CompareRow(model=cell[0], dtype=cell[1], policy=cell[2], target=cell[3], a=x, b=y,
                                   deltas=deltas))
         return out
+
+    def _convergence_units(self, result_ids: list[int]) -> dict[int, str]:
+        """The convergence error unit of each given result (``absolute`` when its stored result predates
+        ``ConvergenceStats.error_unit``)."""
+        if not result_ids:
+            return {}
+        unit = t_res.c.data[("convergence", "error_unit")].as_string()
+        with self._tx() as conn:
+            rows = conn.execute(sa.select(t_res.c.id, unit.label("unit")).where(t_res.c.id.in_(result_ids))).all()
+        return {r.id: r.unit or LEGACY_CONVERGENCE_ERROR_UNIT for r in rows}
 
     def history(self, model: str, dtype: str, policy: str | None = None, target: str | None = None,
                 metric: str = "cosine", limit: int = 200) -> list[HistoryPoint]:

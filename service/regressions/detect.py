@@ -16,7 +16,10 @@ values and keeps any state a human set; findings no longer produced and still ``
 removed); cells that flipped pass/not-pass ``flaky_flips`` times within ``flaky_window`` results,
 or match the allowlist, report ``flaky`` instead of ``regression``; a ``push``/``nightly``/
 ``manual`` run resolves earlier open or acknowledged regressions of a cell when its result is
-comparable with that regression's baseline result and no longer regresses against it.
+comparable with that regression's baseline result and no longer regresses against it.  Convergence
+errors in different units (a baseline stored before the job recorded ``relative`` errors) are never
+compared (see :mod:`service.regressions.rules`): such a baseline yields only diverged-status findings,
+and resolves a divergence regression by the diverged status alone, never a final-error one.
 
 ``bisect`` runs store no findings: bisection classifies their *results* (:mod:`service.bisect`),
 and a midpoint of a known regression is not a new regression to triage, so nothing of theirs shows
@@ -38,6 +41,7 @@ from service.db.records import Cell, RegressionInfo
 from service.regressions.rules import KINDS, CellSample, Finding, compare_cells, returned_to_baseline
 from service.regressions.stats import count_flips, shift_violations
 from service.regressions.thresholds import Thresholds
+from workers.result import LEGACY_CONVERGENCE_ERROR_UNIT
 
 if TYPE_CHECKING:
     from service.db.store import Store
@@ -49,18 +53,24 @@ CELL = (t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target)
 SAMPLE_COLS = (t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, *CELL, t_res.c.status, t_res.c.max_abs,
                t_res.c.cosine, t_res.c.final_error, t_res.c.diverged, t_res.c.low_precision_fraction,
                t_res.c.casts_inserted, t_res.c.env_fingerprint, t_res.c.latency_p50_ms,
-               t_res.c.data[("latency", "samples_ms")].label("samples"))
+               t_res.c.data[("latency", "samples_ms")].label("samples"),
+               t_res.c.data[("convergence", "error_unit")].as_string().label("error_unit"))
 LINEAGE_TRIGGERS = ("push", "nightly", "manual")
 
 
 def sample(row: Any) -> CellSample:
-    """A CellSample from a row selected with SAMPLE_COLS."""
+    """A CellSample from a row selected with SAMPLE_COLS.
+
+    The convergence error unit is the stored result's ``convergence.error_unit``; a result stored
+    before the job recorded one has ``absolute`` errors (as :meth:`workers.result.JobResult.from_dict`
+    reads it)."""
     samples = row.samples if isinstance(row.samples, list) else []
+    unit = row.error_unit if isinstance(row.error_unit, str) and row.error_unit else LEGACY_CONVERGENCE_ERROR_UNIT
     return CellSample(status=row.status, max_abs=row.max_abs, cosine=row.cosine, final_error=row.final_error,
                       diverged=row.diverged, low_precision_fraction=row.low_precision_fraction,
                       casts_inserted=row.casts_inserted,
                       latency_samples=tuple(float(x) for x in samples if isinstance(x, int | float)),
-                      env_fingerprint=row.env_fingerprint)
+                      env_fingerprint=row.env_fingerprint, error_unit=unit)
 
 
 def _cell(row: Any) -> Cell:
@@ -277,11 +287,12 @@ def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Threshold
         t_reg.c.baseline_result_id.is_not(None), _same_cell(t_reg, run.id))).all()
     if not open_regs:
         return
-    base_ids = {r.baseline_result_id for r in open_regs}
-    bases = {r.id: r for r in conn.execute(sa.select(*SAMPLE_COLS).where(t_res.c.id.in_(base_ids)))}
+    ids = {r.baseline_result_id for r in open_regs} | {r.result_id for r in open_regs if r.result_id is not None}
+    rows = {r.id: r for r in conn.execute(sa.select(*SAMPLE_COLS).where(t_res.c.id.in_(ids)))}
     for reg in open_regs:
-        b, cur = bases.get(reg.baseline_result_id), current[_cell(reg)]
-        if b is None or not returned_to_baseline(reg.kind, sample(b), sample(cur), th, reg.model, reg.dtype):
+        b, cur, bad = rows.get(reg.baseline_result_id), current[_cell(reg)], rows.get(reg.result_id)
+        if b is None or not returned_to_baseline(reg.kind, sample(b), sample(cur), th, reg.model, reg.dtype,
+                                                 sample(bad) if bad is not None else None):
             continue
         conn.execute(t_reg.update().where(t_reg.c.id == reg.id).values(
             state="resolved", state_by="ampci", state_at=now, resolved_by_result_id=cur.id,

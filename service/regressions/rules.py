@@ -4,7 +4,9 @@ Each rule looks at one kind (conversion, accuracy, convergence, coverage, latenc
 most one :class:`Finding` per direction (a regression or an improvement).  Rules never fire when a
 side lacks the data they need: a missing metric is "unknown", not "worse".  Statuses that are not
 the pass's fault (``bad_model``, ``bad_spec``, ``reference_error``, ``crashed``) never produce a
-conversion regression.
+conversion regression.  Convergence errors measured in different units (``CellSample.error_unit``:
+results stored before the job recorded a unit are ``absolute``, newer ones ``relative``) are never
+compared: only the unit-independent diverged status is.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 from service.regressions.stats import mann_whitney_p
 from service.regressions.thresholds import Thresholds
-from workers.result import CONVERSION_OK_STATUSES
+from workers.result import CONVERGENCE_ERROR_UNIT, CONVERSION_OK_STATUSES
 
 #: Statuses that blame the pass under test (conversion failed, hung or died).
 PASS_FAULT_STATUSES = frozenset({"convert_error", "timeout", "crash"})
@@ -36,11 +38,17 @@ class CellSample:
     casts_inserted: int | None = None
     latency_samples: tuple[float, ...] = ()
     env_fingerprint: str | None = None
+    error_unit: str = CONVERGENCE_ERROR_UNIT  # unit of final_error (workers.result.ConvergenceStats)
 
     @property
     def converted(self) -> bool:
         """The pass produced a valid model (accuracy, convergence and coverage are meaningful)."""
         return self.status in CONVERSION_OK_STATUSES
+
+
+def same_error_unit(base: CellSample, new: CellSample) -> bool:
+    """True when the two samples' convergence errors are in the same unit (so their values compare)."""
+    return base.error_unit == new.error_unit
 
 
 @dataclass(frozen=True)
@@ -114,20 +122,26 @@ def accuracy_rule(base: CellSample, new: CellSample, th: Thresholds, model: str,
 
 
 def convergence_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, dtype: str) -> list[Finding]:
-    """Not diverged → diverged, or the final-step error grew beyond the convergence ratio and floor."""
+    """Not diverged → diverged, or the final-step error grew beyond the convergence ratio and floor.
+
+    Final-step errors in different units are not compared: only a change of the diverged status is
+    reported then, without a baseline value (so no delta or ratio across units is stored)."""
     if base.diverged is None or new.diverged is None:
         return []
     thr = th.convergence
-    known = base.final_error is not None and new.final_error is not None
+    same = same_error_unit(base, new)
+    known = same and base.final_error is not None and new.final_error is not None
+    bv = base.final_error if same else None
+    units = "" if same else f" (final-step errors not comparable: {base.error_unit} at baseline, {new.error_unit} now)"
     if not base.diverged and new.diverged:
-        return [Finding("convergence", "regression", "major", "final_error", base.final_error, new.final_error,
-                        "stable at baseline, now diverges")]
+        return [Finding("convergence", "regression", "major", "final_error", bv, new.final_error,
+                        "stable at baseline, now diverges" + units)]
     if known and not new.diverged and thr.worse(base.final_error, new.final_error):  # type: ignore[arg-type]
         return [Finding("convergence", "regression", "minor", "final_error", base.final_error, new.final_error,
                         f"final-step error {_g(base.final_error)} -> {_g(new.final_error)}")]
     if base.diverged and not new.diverged:
-        return [Finding("convergence", "improvement", "info", "final_error", base.final_error, new.final_error,
-                        "diverged at baseline, now stable")]
+        return [Finding("convergence", "improvement", "info", "final_error", bv, new.final_error,
+                        "diverged at baseline, now stable" + units)]
     if known and not base.diverged and thr.better(base.final_error, new.final_error):  # type: ignore[arg-type]
         return [Finding("convergence", "improvement", "info", "final_error", base.final_error, new.final_error,
                         f"final-step error {_g(base.final_error)} -> {_g(new.final_error)}")]
@@ -200,14 +214,23 @@ def compare_cells(base: CellSample, new: CellSample, th: Thresholds, model: str,
     return out
 
 
-def comparable(kind: str, base: CellSample, new: CellSample, th: Thresholds) -> bool:
-    """True when the ``kind`` rule has the data it needs on both sides (so "no finding" means "same")."""
+def comparable(kind: str, base: CellSample, new: CellSample, th: Thresholds,
+               regressed: CellSample | None = None) -> bool:
+    """True when the ``kind`` rule has the data it needs on both sides (so "no finding" means "same").
+
+    Convergence across error units: only the diverged status compares, so the samples are comparable
+    when either side diverged, or when ``regressed`` (the result a regression was found at, when the
+    caller judges that regression) shows the regression was the divergence itself (stable at
+    ``base``, diverged at ``regressed``); two stable samples in different units are not comparable."""
     if kind == "conversion":
         return new.converted or new.status in PASS_FAULT_STATUSES
     if kind == "accuracy":
         return base.converted and new.converted and base.max_abs is not None and new.max_abs is not None
     if kind == "convergence":
-        return base.diverged is not None and new.diverged is not None
+        if base.diverged is None or new.diverged is None:
+            return False
+        divergence = regressed is not None and regressed.diverged is True and not base.diverged
+        return same_error_unit(base, new) or base.diverged or new.diverged or divergence
     if kind == "coverage":
         return base.converted and new.converted and (
             base.low_precision_fraction is not None and new.low_precision_fraction is not None
@@ -217,8 +240,9 @@ def comparable(kind: str, base: CellSample, new: CellSample, th: Thresholds) -> 
 
 
 def returned_to_baseline(kind: str, base: CellSample, new: CellSample, th: Thresholds, model: str,
-                         dtype: str) -> bool:
-    """True when ``new`` is comparable with ``base`` for ``kind`` and shows no regression of that kind."""
-    if not comparable(kind, base, new, th):
+                         dtype: str, regressed: CellSample | None = None) -> bool:
+    """True when ``new`` is comparable with ``base`` for ``kind`` and shows no regression of that kind
+    (``regressed``: see :func:`comparable`)."""
+    if not comparable(kind, base, new, th, regressed):
         return False
     return not any(f.category == "regression" for f in RULES[kind](base, new, th, model, dtype))

@@ -104,3 +104,17 @@ def test_fmt(value: float | None, text: str) -> None:
 def test_duration_and_pct() -> None:
     assert [views.duration(s) for s in (None, 5, 125, 3725)] == ["–", "5s", "2m 05s", "1h 02m"]
     assert views.pct(2.0, 3.0) == "+50.0%" and views.pct(0, 1) == "–" and views.pct(None, 1) == "–"
+
+
+def test_result_numbers_do_not_subtract_final_errors_across_units() -> None:
+    from workers.result import ConvergenceStats, JobResult
+
+    def jr(final_error: float, unit: str) -> JobResult:
+        return JobResult(model="m", dtype="fp16", policy="default", target="cpu", status="pass",
+                         convergence=ConvergenceStats(steps=4, final_error=final_error, error_unit=unit))
+
+    rows = {name: (b, n, change) for name, b, n, change in views.result_numbers(jr(0.5, "absolute"), jr(5e-3, "relative"))}
+    assert rows["final step error"] == ("0.5", "0.005", "not comparable (absolute vs relative)")
+    assert rows["convergence error unit"] == ("absolute", "relative", "changed")
+    same = {name: change for name, _, _, change in views.result_numbers(jr(0.5, "relative"), jr(5e-3, "relative"))}
+    assert same["final step error"] == "-0.495" and same["convergence error unit"] == ""

@@ -78,6 +78,7 @@ def test_pass_with_convergence_latency_graph_facts_and_cached_reference(tmp_path
     assert set(r.accuracy.per_output) == {"y", "h_new"}
     assert r.convergence is not None and r.convergence.steps == 40 and not r.convergence.diverged
     assert 0 < r.convergence.max_error < 0.05
+    assert r.to_dict()["convergence"]["error_unit"] == "relative"  # stored with the result: never compared across units
     assert r.latency is not None and len(r.latency.samples_ms) == 2 and len(r.latency.fp32_samples_ms) == 2
     assert r.latency.p50_ms > 0 and r.latency.speedup > 0 and r.latency.peak_rss_mb
     assert r.graph is not None and r.graph.kept_fp32[0]["reason"] == "test"
@@ -91,6 +92,7 @@ def test_loop_model_convergence_over_the_trip_count(tmp_path: Path, zoo: Path, s
     r = _job("loop", zoo, settings, fake_pass(tmp_path / "naive", "naive_fp16"))
     assert r.status == "pass", r.message
     assert r.convergence is not None and r.convergence.steps == 48 and len(r.convergence.step_errors) == 48
+    assert r.convergence.error_unit == "relative"
     assert not r.convergence.diverged and 0 < r.convergence.max_error < 0.05
     assert r.accuracy is not None and set(r.accuracy.per_output) == {"y", "trace"}
 

@@ -110,6 +110,7 @@ def test_step_errors_are_relative_to_a_growing_output() -> None:
     assert np.allclose(errors, 0.01)  # 1% of the count at every step (the 1e-3 of prob is smaller)
     stats = judge_errors(errors, cap=0.5)
     assert not stats.diverged, stats.reason  # in absolute terms the error grows 64x and passes the cap
+    assert stats.error_unit == "relative"  # recorded, so the service never compares it with absolute errors
 
 
 def test_relative_errors_still_catch_unbounded_growth_and_nonfinite() -> None:
