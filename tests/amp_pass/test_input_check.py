@@ -43,16 +43,24 @@ def test_raw_data_length_without_copy() -> None:
     assert _raw_data_len(t) == 16
 
 
+def _move_node(g: onnx.GraphProto, rng: random.Random) -> bool:
+    """Move a random node of ``g`` to a random place (False when ``g`` has fewer than two nodes)."""
+    nodes = list(g.node)
+    if len(nodes) < 2:
+        return False
+    n = nodes.pop(rng.randrange(len(nodes)))
+    nodes.insert(rng.randrange(len(nodes) + 1), n)
+    del g.node[:]
+    g.node.extend(nodes)
+    return True
+
+
 def _mutate(m: onnx.ModelProto, rng: random.Random) -> str | None:
     """One random corruption of ``m`` (in place); its name, or None when it did not apply."""
     g = m.graph
     nodes = list(g.node)
     k = rng.randrange(13)
-    if k == 0 and len(nodes) > 1:
-        n = nodes.pop(rng.randrange(len(nodes)))
-        nodes.insert(rng.randrange(len(nodes) + 1), n)
-        del g.node[:]
-        g.node.extend(nodes)
+    if k == 0 and _move_node(g, rng):
         return "move node"
     if k == 1 and (n := rng.choice(nodes)).input:
         n.input[rng.randrange(len(n.input))] = "undefined_value"
@@ -102,11 +110,7 @@ def _mutate_subgraph(m: onnx.ModelProto, rng: random.Random) -> str | None:
     g = rng.choice(graphs)
     nodes = list(g.node)
     k = rng.randrange(9)
-    if k == 0 and len(nodes) > 1:
-        n = nodes.pop(rng.randrange(len(nodes)))
-        nodes.insert(rng.randrange(len(nodes) + 1), n)
-        del g.node[:]
-        g.node.extend(nodes)
+    if k == 0 and _move_node(g, rng):
         return "subgraph: move node"
     if k == 1 and nodes and (n := rng.choice(nodes)).input:
         outer = [v.name for v in m.graph.input] + [o for x in m.graph.node for o in x.output]
