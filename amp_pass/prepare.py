@@ -40,6 +40,23 @@ CONSTANT_BYTES = 1024
 class _MovedConstant:
     node: onnx.NodeProto
     before: int | None  # index, among the skeleton's main-graph nodes, of the node it preceded
+    at: int  # index among the model's main-graph nodes
+
+
+#: Bits per element in ``raw_data`` for each tensor data type the checker sizes (others are checked on a copy).
+_RAW_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32, 13: 64, 14: 64, 15: 128,
+             16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4, 23: 4, 24: 8, 25: 2, 26: 2}
+
+
+def _raw_bytes_needed(t: onnx.TensorProto) -> int | None:
+    """The ``raw_data`` size ``t``'s dims and data type call for (None for types sized otherwise)."""
+    bits = _RAW_BITS.get(t.data_type)
+    if bits is None:
+        return None
+    nelem = 1
+    for d in t.dims:
+        nelem *= d
+    return (nelem * bits + 7) // 8
 
 
 def _movable(node: onnx.NodeProto) -> bool:
@@ -48,9 +65,11 @@ def _movable(node: onnx.NodeProto) -> bool:
     if len(node.attribute) != 1 or node.attribute[0].name != "value":
         return False
     t = node.attribute[0].t
-    return node.attribute[0].type == onnx.AttributeProto.TENSOR and bool(node.output[0]) and \
-        t.data_type not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING) and \
-        t.data_location != onnx.TensorProto.EXTERNAL and len(t.raw_data) >= CONSTANT_BYTES
+    if node.attribute[0].type != onnx.AttributeProto.TENSOR or not node.output[0] or \
+            t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data"):
+        return False
+    need = _raw_bytes_needed(t)  # (not len(t.raw_data): reading it copies the data)
+    return need is not None and need >= CONSTANT_BYTES
 
 
 def _skeleton(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str], list[_MovedConstant]]:
@@ -69,9 +88,9 @@ def _skeleton(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str], list[
         g.doc_string = src.doc_string
     constants: list[_MovedConstant] = []
     kept: list[onnx.NodeProto] = []
-    for node in src.node:
+    for at, node in enumerate(src.node):
         if _movable(node):
-            constants.append(_MovedConstant(node, len(kept)))
+            constants.append(_MovedConstant(node, len(kept), at))
         else:
             kept.append(node)
     g.node.extend(kept)
@@ -125,47 +144,25 @@ def _restore_constants(graph: ir.Graph, constants: list[_MovedConstant], same_no
             graph.insert_before(nodes[0], node)
 
 
-#: Bits per element in ``raw_data`` for each tensor data type the checker sizes (others are checked on a copy).
-_RAW_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32, 13: 64, 14: 64, 15: 128,
-             16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4, 23: 4, 24: 8, 25: 2, 26: 2}
-
-
-def _varint_len(n: int) -> int:
-    return 10 if n < 0 else max(1, (n.bit_length() + 6) // 7)
-
-
-def _raw_data_len(t: onnx.TensorProto) -> int:
-    """An upper bound of ``len(t.raw_data)`` (exact for tensors holding only name, dims, data type and
-    raw data), from serialised sizes: reading ``raw_data`` would copy it."""
-    rest = t.ByteSize()
-    if t.name:
-        n = len(t.name.encode())
-        rest -= 1 + _varint_len(n) + n
-    rest -= sum(1 + _varint_len(d) for d in t.dims)
-    if t.HasField("data_type"):
-        rest -= 1 + _varint_len(t.data_type)
-    for vl in range(1, 11):  # rest = tag (1 byte) + varint(length) + length
-        length = rest - 1 - vl
-        if length >= 0 and _varint_len(length) == vl:
-            return length
-    return max(rest, 0)
+#: Tensors held out of the skeleton are sized here up to this many bytes of data (reading ``raw_data``
+#: copies it); larger ones are sized when the pass reads them (``ranges.constant_array``).
+SIZE_CHECK_BYTES = 1 << 20
 
 
 def _check_tensor_data(t: onnx.TensorProto, what: str) -> None:
-    """The checker's data-size rules for ``t`` (held out of the skeleton), without copying large raw data."""
+    """The checker's data-size rules for ``t`` (held out of the skeleton), for tensors of up to
+    SIZE_CHECK_BYTES; typed-data fields (and types sized otherwise) through the checker itself."""
     if t.data_location == onnx.TensorProto.EXTERNAL:
         return  # read (and sized) when the pass loads it
-    bits = _RAW_BITS.get(t.data_type)
-    if t.HasField("raw_data") and bits is not None:
-        nelem = 1
-        for d in t.dims:
-            nelem *= d
-        need = (nelem * bits + 7) // 8
-        if need > 0 and (size := _raw_data_len(t)) < need:
+    need = _raw_bytes_needed(t)
+    if t.HasField("raw_data") and need is not None:
+        if 0 < need <= SIZE_CHECK_BYTES and (size := len(t.raw_data)) < need:
             raise InvalidModelError(f"input model fails the ONNX checker: {what} {t.name}: raw_data size ({size} "
                                     f"bytes) is too small for the declared shape and type ({need} bytes required)")
         return
-    try:  # typed data fields (or a type sized differently): the checker's own rules, on a copy
+    if need is not None and need > SIZE_CHECK_BYTES:
+        return
+    try:  # typed data fields (or a type sized otherwise): the checker's own rules, on a copy
         onnx.checker.check_tensor(t)
     except (onnx.checker.ValidationError, ValueError) as exc:
         raise InvalidModelError(f"input model fails the ONNX checker: {_first_line(exc)}") from None
@@ -173,8 +170,8 @@ def _check_tensor_data(t: onnx.TensorProto, what: str) -> None:
 
 def _check_initializers(model: onnx.ModelProto) -> None:
     """What the checker verifies on main-graph initializers and the skeleton (where they are graph
-    inputs) cannot: names present and unique, a data type, enough data for the dims (sized without
-    copying raw data), and -- up to IR version 3 -- each one also a graph input."""
+    inputs) cannot: names present and unique, a data type, enough data for the dims (see
+    ``_check_tensor_data``), and -- up to IR version 3 -- each one also a graph input."""
     seen: set[str] = set()
     inputs = {v.name for v in model.graph.input} if model.ir_version <= 3 else None
     for t in model.graph.initializer:
@@ -214,8 +211,9 @@ def _check_constant_order(model: onnx.ModelProto, constants: list[_MovedConstant
     for c in constants:
         _check_tensor_data(c.node.attribute[0].t, f"Constant node {c.node.name or c.node.output[0]!r} value")
     pending = {c.node.output[0] for c in constants}
-    for node in model.graph.node:
-        if _movable(node):
+    moved = {c.at for c in constants}
+    for at, node in enumerate(model.graph.node):
+        if at in moved:
             pending.discard(node.output[0])
             continue
         for name in _names_read(node):

@@ -20,7 +20,6 @@ from onnx import numpy_helper as nh
 
 from amp_pass import ConversionOptions, convert_model
 from amp_pass.errors import InvalidModelError
-from amp_pass.prepare import _raw_data_len
 from tests.amp_pass import graphs as G
 from tests.amp_pass.models import proto_graphs
 
@@ -28,19 +27,31 @@ BASES = ["loop_with_captured_weights", "if_inside_loop", "scan_model", "pinned_i
          "existing_casts", "with_function", "shared_input", "conv_loop_if", "large_constants", "ir3_model"]
 
 
-def test_raw_data_length_without_copy() -> None:
-    """_raw_data_len is exact for plain tensors and an upper bound with extra fields."""
-    rng = np.random.default_rng(0)
-    for shape in [(), (0,), (1,), (3, 5), (127,), (128,), (4096,), (70000,), (3, 300, 300)]:
-        for name in ["", "w", "poids_é" * 40]:
-            t = nh.from_array(rng.standard_normal(shape).astype(np.float32), name)
-            assert _raw_data_len(t) == len(t.raw_data)
-            t.raw_data = t.raw_data[: len(t.raw_data) // 2]
-            assert _raw_data_len(t) == len(t.raw_data)
-            t.doc_string = "extra field"
-            assert _raw_data_len(t) >= len(t.raw_data)
-    t = TensorProto(dims=[2**40, 3], raw_data=b"\0" * 16)  # no data_type field, a huge dim
-    assert _raw_data_len(t) == 16
+@pytest.mark.parametrize(("elements", "dtype"), [(6, np.int64), (300_000, np.float32)])
+def test_short_tensor_data_is_reported(elements: int, dtype: type) -> None:
+    """An initializer with less raw data than its dims call for: one line, naming it -- checked up
+    front (small, or not read by the pass) or when the pass reads it (over SIZE_CHECK_BYTES)."""
+    from onnx import helper as h
+
+    from amp_pass.prepare import SIZE_CHECK_BYTES
+
+    t = nh.from_array(np.ones(elements, dtype), "table")
+    t.raw_data = t.raw_data[:-8]
+    if dtype is np.int64:
+        nodes = [h.make_node("Gather", ["table", "I"], ["g"]), h.make_node("Cast", ["g"], ["c"], to=TensorProto.FLOAT),
+                 h.make_node("Mul", ["X", "c"], ["Y"])]
+        inputs = [h.make_tensor_value_info("X", TensorProto.FLOAT, [2]), h.make_tensor_value_info("I", TensorProto.INT64, [2])]
+    else:
+        assert elements * 4 > SIZE_CHECK_BYTES
+        nodes = [h.make_node("Reshape", ["table", "shape"], ["w"]), h.make_node("MatMul", ["X", "w"], ["Y"])]
+        inputs = [h.make_tensor_value_info("X", TensorProto.FLOAT, [2])]
+    inits = [t, nh.from_array(np.array([2, elements // 2], np.int64), "shape")]
+    g = h.make_graph(nodes, "main", inputs, [h.make_tensor_value_info("Y", TensorProto.FLOAT, [elements // 2 if dtype is np.float32 else 2])], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    assert not _accepts(m, full=False)
+    with pytest.raises(InvalidModelError, match="table") as err:
+        convert_model(m, ConversionOptions())
+    assert "\n" not in str(err.value)
 
 
 def _move_node(g: onnx.GraphProto, rng: random.Random) -> bool:
