@@ -98,8 +98,8 @@ def _convert_large(src: Path, dst: Path, options: ConversionOptions) -> Conversi
     amp = AmpPass(options)
     if options.check_input:
         try:
-            onnx.checker.check_model(str(src))
-        except (onnx.checker.ValidationError, ValueError) as exc:
+            onnx.checker.check_model(str(src), full_check=True)  # as prepare does: strict type inference too
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as exc:
             raise InvalidModelError(f"input model fails the ONNX checker: {str(exc).splitlines()[0]}") from None
     try:
         model = ir.load(str(src))

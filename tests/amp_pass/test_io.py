@@ -6,11 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from amp_pass import ConversionOptions, convert_file
+from amp_pass.errors import InvalidModelError
 from tests.amp_pass.models import assert_valid, cosine, run_fp32
 
 
@@ -64,3 +66,18 @@ def test_large_model_path_keeps_tensors_external(tmp_path: Path, monkeypatch) ->
     assert report.compute_low == 1
     assert (dst.parent / "m.onnx.data").is_file()
     assert_valid(onnx.load(str(dst)), "fp16")
+
+
+def test_large_model_path_rejects_what_the_full_checker_rejects(tmp_path: Path, monkeypatch) -> None:
+    """The streamed path checks its input as prepare does: a mistyped output is one line, nothing written."""
+    import amp_pass.io as amp_io
+
+    monkeypatch.setattr(amp_io, "LARGE_BYTES", 1)
+    src = _external_model(tmp_path)
+    m = onnx.load(str(src), load_external_data=False)
+    m.graph.output[0].type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
+    onnx.save(m, str(src))
+    dst = tmp_path / "big" / "m.onnx"
+    with pytest.raises(InvalidModelError, match="checker") as err:
+        convert_file(src, dst, ConversionOptions(dtype="fp16"))
+    assert "\n" not in str(err.value) and not dst.exists()
