@@ -139,14 +139,24 @@ def load_policy(policy: str, target: str, opset: int) -> Policy:
     if rule not in RULES:
         raise PolicyError(f"policy {policy}: unknown rule {rule!r}; choose one of {', '.join(RULES)}")
     ops = user.get("ops", {}) or {}
-    if not isinstance(ops, dict) or set(ops) - set(CLASSES):
+    if not isinstance(ops, dict) or set(ops) - set(CLASSES) or \
+            not all(isinstance(v, list) for v in ops.values() if v is not None):
         raise PolicyError(f"policy {policy}: 'ops' must map classes {CLASSES} to lists of op types")
+    ops = {cls: v for cls, v in ops.items() if v is not None}
+    listed: dict[str, str] = {}
+    for cls, names in ops.items():
+        for op in names:
+            if isinstance(op, str) and listed.setdefault(op, cls) != cls:
+                raise PolicyError(f"policy {policy}: {op} is listed in both '{listed[op]}' and '{cls}'")
     _apply_lists(classes, ops, f"user override {Path(policy).name}")
     for op in ops.get(ALLOW, []) + ops.get(INFER, []) + ops.get(CLEAR, []) + ops.get(DENY, []):
         cls = classes[op][0]
         classes[op] = (cls, f"user override: {op} in {cls.upper()} list")
     node_rules: list[NodeRule] = []
-    for entry in user.get("nodes", []) or []:
+    entries = user.get("nodes", []) or []
+    if not isinstance(entries, list):
+        raise PolicyError(f"policy {policy}: 'nodes' must be a list of {{match, class}} entries ([[nodes]] in TOML)")
+    for entry in entries:
         if not isinstance(entry, dict) or "match" not in entry or "class" not in entry:
             raise PolicyError(f"policy {policy}: each [[nodes]] entry needs 'match' (regex) and 'class'")
         if entry["class"] not in CLASSES:

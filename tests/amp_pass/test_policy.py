@@ -84,6 +84,10 @@ def test_user_overrides_by_op_type_and_node_name(tmp_path: Path, suffix: str) ->
     ("[[nodes]]\nmatch = 'x'\nclass = 'fast'\n", "unknown class"),
     ("rule = 'random'\n", "unknown rule"),
     ("colour = 'blue'\n", "unknown keys"),
+    ("[ops]\nallow = 'MatMul'\n", "'ops' must map"),  # a string, not a list (once a TypeError)
+    ("[ops]\nallow = ['Exp']\ndeny = ['Exp']\n", "listed in both 'allow' and 'deny'"),
+    ("[nodes]\nconv = 'deny'\n", "'nodes' must be a list"),
+    ("nodes = 'conv'\n", "'nodes' must be a list"),
 ])
 def test_bad_policy_files_are_user_errors(tmp_path: Path, content: str, needle: str) -> None:
     path = tmp_path / "p.toml"
