@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from amp_pass.converter import DTYPES, ConversionOptions
-from amp_pass.errors import OptionsError
+from amp_pass.errors import OptionsError, OutputError
 from amp_pass.io import convert_file
 from amp_pass.policy import TARGETS
 
@@ -52,19 +52,37 @@ def options_from_args(args: argparse.Namespace) -> ConversionOptions:
                              keep_io_types=args.keep_io_types, target_opset=getattr(args, "opset", "auto"))
 
 
+def _write_report(path: Path, data: dict[str, object], model: Path) -> None:
+    """Write the JSON report atomically; on failure remove ``model`` too (a run writes both or neither)."""
+    tmp: str | None = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        model.unlink(missing_ok=True)
+        raise OutputError(f"cannot write report {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
 def run_convert(args: argparse.Namespace) -> int:
     """Convert ``args.model`` to ``args.output``; raise AmpPassError subclasses for bad input."""
     src, dst = Path(args.model), Path(args.output)
     if src.resolve() == dst.resolve():
         raise OptionsError(f"output {dst} would overwrite the input model")
+    if args.report is not None:
+        try:
+            args.report.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"cannot write report {args.report}: {exc.strerror or exc}") from None
     report = convert_file(src, dst, options_from_args(args))
     data = report.to_dict()
     if args.report is not None:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=args.report.parent, prefix=f".{args.report.name}.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-        os.replace(tmp, args.report)
+        _write_report(args.report, data, dst)
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
     else:

@@ -29,3 +29,10 @@ class OptionsError(AmpPassError):
     """Bad conversion options (dtype, target, paths)."""
 
     exit_code = 2
+
+
+class OutputError(AmpPassError):
+    """The converted model (or its report) cannot be written: a directory that cannot be created, no
+    permission, a full disk.  Nothing is left at the destination."""
+
+    exit_code = 2

@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError
 from onnx.external_data_helper import load_external_data_for_model
 
 from amp_pass.converter import AmpPass, ConversionOptions, convert_model, gc_paused
-from amp_pass.errors import InvalidModelError
+from amp_pass.errors import InvalidModelError, OutputError
 from amp_pass.report import ConversionReport
 
 #: Above this size a model is handled through onnx-ir with lazy external tensors.
@@ -58,10 +58,18 @@ def load_model(src: Path) -> tuple[onnx.ModelProto, bool]:
 
 
 def _atomic_dst(dst: Path) -> Path:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    except OSError as exc:
+        raise OutputError(f"cannot write {dst}: {exc.strerror or exc}") from None
     os.close(fd)
     return Path(tmp)
+
+
+def _writable(dst: Path) -> None:
+    """Fail early (before converting) when ``dst`` cannot be written; leaves nothing behind."""
+    Path(_atomic_dst(dst)).unlink(missing_ok=True)
 
 
 def convert_file(src: Path | str, dst: Path | str, options: ConversionOptions | None = None) -> ConversionReport:
@@ -70,6 +78,8 @@ def convert_file(src: Path | str, dst: Path | str, options: ConversionOptions | 
     options = options or ConversionOptions()
     start = time.perf_counter()
     size = src.stat().st_size if src.is_file() else 0
+    if src.is_file():
+        _writable(dst)
     if size > LARGE_BYTES:
         with gc_paused():
             report = _convert_large(src, dst, options)
@@ -86,6 +96,8 @@ def convert_file(src: Path | str, dst: Path | str, options: ConversionOptions | 
                 else:  # onnx.save would first walk every tensor looking for external data there is none of
                     tmp.write_bytes(result.model.SerializeToString())
                 os.replace(tmp, dst)
+            except OSError as exc:
+                raise OutputError(f"cannot write {dst}: {exc.strerror or exc}") from None
             finally:
                 tmp.unlink(missing_ok=True)
         report = result.report
@@ -116,6 +128,8 @@ def _convert_large(src: Path, dst: Path, options: ConversionOptions) -> Conversi
     try:
         ir.save(model, str(tmp), external_data=f"{dst.name}.data")
         os.replace(tmp, dst)
+    except OSError as exc:
+        raise OutputError(f"cannot write {dst}: {exc.strerror or exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
     return report

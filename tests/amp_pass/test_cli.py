@@ -125,3 +125,22 @@ def test_ampci_convert_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ampci: error:")
     assert not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.parametrize("where", ["model", "report"])
+def test_unwritable_output_is_one_line_and_writes_nothing(tmp_path: Path, good: Path, where: str) -> None:
+    """An output under a regular file (a directory that cannot be made, even as root): one line, exit 2,
+    and neither the model nor the report is left behind."""
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("")
+    out, report = tmp_path / "out" / "model.onnx", tmp_path / "out" / "report.json"
+    if where == "model":
+        out = blocker / "model.onnx"
+    else:
+        report = blocker / "report.json"
+    proc = _amp(good, "-o", out, "--report", report)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot write" in lines[0] and "Traceback" not in proc.stderr
+    assert not out.exists() and not report.exists()
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["good.onnx", "not_a_dir"]
