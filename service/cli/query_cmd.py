@@ -20,6 +20,7 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
+from service.cli.argtypes import bounded_int
 from service.errors import ConfigError, UserError
 
 
@@ -85,7 +86,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--revision")
     p.add_argument("--trigger")
     p.add_argument("--status")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=50)
     p.set_defaults(func=cmd_runs)
 
     p = _common(subparsers.add_parser("run", help="one run: summary and jobs"))
@@ -96,7 +97,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--run", type=int, dest="run_id")
     for opt in ("revision", "model", "dtype", "policy", "target", "status"):
         p.add_argument(f"--{opt}")
-    p.add_argument("--limit", type=int, default=5000)
+    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=5000)
     p.set_defaults(func=cmd_results)
 
     p = _common(subparsers.add_parser("regressions", help="regressions, improvements and flaky cells"))
@@ -105,7 +106,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--revision", help="only this revision; exit 1 if it has open regressions")
     p.add_argument("--run", type=int, dest="run_id", help="only this run; exit 1 if it has open regressions")
     p.add_argument("--category", choices=["regression", "improvement", "flaky"])
-    p.add_argument("--limit", type=int, default=1000)
+    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=1000)
     p.set_defaults(func=cmd_regressions)
 
     p = _common(subparsers.add_parser("compare", help="cell-by-cell comparison of two revisions"))
@@ -119,7 +120,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--policy")
     p.add_argument("--target")
     p.add_argument("--metric", default="cosine")
-    p.add_argument("--limit", type=int, default=200)
+    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=200)
     p.set_defaults(func=cmd_history)
 
     p = _common(subparsers.add_parser("ack", help="acknowledge a regression (or mark it a false positive)"))

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+
+from service.cli.argtypes import bounded_int
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -29,26 +30,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bounded(low: int, high: int) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        try:
-            value = int(raw)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {raw!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
-        return value
-
-    return parse
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``serve`` command."""
     parser = subparsers.add_parser("serve", help="run the GitHub webhook and JSON API (uvicorn)")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=_bounded(0, 65535), default=8000, help="TCP port (default 8000)")
+    parser.add_argument("--port", type=bounded_int(0, 65535), default=8000, help="TCP port (default 8000)")
     parser.add_argument("--no-migrate", action="store_true",
                         help="do not upgrade the database schema to head before serving")
-    parser.add_argument("--workers", type=_bounded(1, 64), default=1, help="uvicorn worker processes (default 1)")
+    parser.add_argument("--workers", type=bounded_int(1, 64), default=1, help="uvicorn worker processes (default 1)")
     parser.add_argument("--access-log", action="store_true", help="log every request")
     parser.set_defaults(func=_run)

@@ -125,3 +125,15 @@ def test_plot_golden() -> None:
     text = plot(values, height=5, label="latency_p50_ms") + "\n" + plot([3.0] * 4, height=3) + "\n" + plot([]) + "\n"
     text += plot(list(range(200)), height=4, width=20) + "\n"
     check_golden("plot", text)
+
+
+@pytest.mark.parametrize("argv", [["runs", "--limit", "-5"], ["results", "--limit", "0"],
+                                  ["regressions", "--limit", "x"], ["serve", "--port", "99999"]])
+def test_out_of_range_arguments_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A non-positive --limit (once accepted: SQL LIMIT -5 meant no limit) or a bad port: argparse's
+    usage error, exit 2, no traceback."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"ampci {argv[0]}: error: argument {argv[1]}")
