@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--no-wait needs AMPCI_BROKER_URL: without a broker the jobs run in this process")
     if args.workers is not None and args.workers < 1:
         raise UserError("--workers must be >= 1")
+    if args.timeout is not None and not args.timeout > 0:  # (NaN included)
+        raise UserError("--timeout must be a positive number of seconds")
     config = scheduler.load_sweep(args.config, args.sweep)
     store = scheduler.open_store(settings)
     started = scheduler.start_sweep(settings, config, args.revision, trigger=args.trigger,

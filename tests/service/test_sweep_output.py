@@ -56,3 +56,21 @@ def test_regressions_title_counts_compared_cells(sqlite_url: str, capsys: pytest
     assert f"1 regression(s) against baseline {shas[0][:12]} (2 of 2 cells compared)" in out
     assert json.loads(_print(store, bad, shas[0], True, capsys))["comparison"]["compared"] == 2
     store.dispose()
+
+
+@pytest.mark.parametrize(("argv", "message"), [(["--timeout", "-1"], "--timeout must be a positive"),
+                                               (["--timeout", "nan"], "--timeout must be a positive"),
+                                               (["--workers", "0"], "--workers must be >= 1")])
+def test_bad_wait_options_are_refused_before_any_run(sqlite_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                     message: str) -> None:
+    """A negative --timeout once created a run and cancelled it at once; now nothing is created."""
+    from service.cli.main import main
+
+    store = migrated_store(sqlite_url)
+    monkeypatch.setenv("AMPCI_DATABASE_URL", sqlite_url)
+    monkeypatch.delenv("AMPCI_BROKER_URL", raising=False)
+    assert main(["sweep", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ampci: error: {message}") and err.count("\n") == 1
+    assert store.list_runs(limit=10) == []
