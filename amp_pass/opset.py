@@ -14,13 +14,14 @@ graph.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import onnx
 import onnx.version_converter as version_converter
 from onnx import helper
 
 from amp_pass.schema import _schema
+from amp_pass.walk import iter_proto_nodes
 
 #: The highest opset the planner upgrades to (bf16 Conv/LSTM/GRU/RNN arrive at 22).
 MAX_OPSET = 22
@@ -38,17 +39,6 @@ def model_opset(model: onnx.ModelProto) -> int | None:
         if imp.domain in DEFAULT_DOMAINS:
             return int(imp.version)
     return None
-
-
-def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _nodes(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _nodes(sub)
 
 
 def _accepts_low(op_type: str, opset: int, type_str: str) -> bool:
@@ -79,7 +69,7 @@ def required_opset(model: onnx.ModelProto, low_type_str: str, is_allow: Callable
         return 0
     need = current
     seen: set[str] = set()
-    for node in _nodes(model.graph):
+    for node in iter_proto_nodes(model.graph):
         if node.domain not in DEFAULT_DOMAINS or not is_allow(node.op_type, node.name):
             continue
         if node.op_type in seen:

@@ -14,7 +14,7 @@ input raises InvalidModelError naming the first problem.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import onnx
@@ -25,6 +25,7 @@ from onnx import helper
 from amp_pass.errors import InvalidModelError
 from amp_pass.opset import model_opset, upgrade
 from amp_pass.protoio import Origins, read_model, supported
+from amp_pass.walk import iter_proto_nodes, proto_subgraphs
 
 
 def _first_line(exc: BaseException) -> str:
@@ -193,12 +194,11 @@ def _names_read(node: onnx.NodeProto) -> list[str]:
     """Names ``node`` reads: its inputs and, inside its subgraphs, every node input and graph output
     (outer-scope values are read by name)."""
     names = list(node.input)
-    for a in node.attribute:
-        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                  a.graphs if a.type == onnx.AttributeProto.GRAPHS else []):
-            names.extend(o.name for o in g.output)
-            for n in g.node:
-                names.extend(_names_read(n))
+    for g in proto_subgraphs(node):
+        names.extend(o.name for o in g.output)
+        for n in iter_proto_nodes(g):
+            names.extend(n.input)
+            names.extend(o.name for sub in proto_subgraphs(n) for o in sub.output)
     return names
 
 
@@ -223,20 +223,16 @@ def _check_constant_order(model: onnx.ModelProto, constants: list[_MovedConstant
                                         "not output of any previous nodes")
 
 
-def _op_versions_agree(nodes: Iterable[onnx.NodeProto], a: int, b: int) -> bool:
-    """Whether every default-domain op in ``nodes`` (and their subgraphs) has the same schema at opsets
-    ``a`` and ``b`` (so they mean the same at either)."""
-    for n in nodes:
+def _op_versions_agree(function: onnx.FunctionProto, a: int, b: int) -> bool:
+    """Whether every default-domain op of ``function`` (subgraphs included) has the same schema at
+    opsets ``a`` and ``b`` (so it means the same at either)."""
+    for n in iter_proto_nodes(function):
         if n.domain in ("", "ai.onnx"):
             try:
                 if onnx.defs.get_schema(n.op_type, a).since_version != onnx.defs.get_schema(n.op_type, b).since_version:
                     return False
             except onnx.defs.SchemaError:
                 return False
-        for attr in n.attribute:
-            for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
-                if not _op_versions_agree(g.node, a, b):
-                    return False
     return True
 
 
@@ -250,7 +246,7 @@ def _inline(sk: onnx.ModelProto) -> onnx.ModelProto:
     for f in sk.functions:
         for imp in f.opset_import:
             if imp.domain in ("", "ai.onnx") and model_version is not None and imp.version != model_version and \
-                    _op_versions_agree(f.node, imp.version, model_version):
+                    _op_versions_agree(f, imp.version, model_version):
                 imp.version = model_version
     try:
         return onnx_inliner.inline_local_functions(sk, convert_version=True)

@@ -34,6 +34,8 @@ import onnx
 import onnx_ir as ir
 from onnx import AttributeProto
 
+from amp_pass.walk import proto_subgraphs
+
 _GRAPH, _GRAPHS = AttributeProto.GRAPH, AttributeProto.GRAPHS
 #: Attribute types read here as ``onnx_ir.serde.deserialize_attribute`` reads them (minus its error wrapper);
 #: strings that are not UTF-8, doc strings and references go through serde.
@@ -109,13 +111,7 @@ def supported(model: onnx.ModelProto) -> bool:
 def _graph_features(g: onnx.GraphProto) -> bool:
     if g.sparse_initializer or g.quantization_annotation:
         return True
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == _GRAPH and _graph_features(a.g):
-                return True
-            if a.type == _GRAPHS and any(_graph_features(s) for s in a.graphs):
-                return True
-    return False
+    return any(_graph_features(sub) for n in g.node for sub in proto_subgraphs(n))
 
 
 class _Reader:

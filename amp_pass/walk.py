@@ -1,9 +1,11 @@
-"""Explicit scope walking over nested graphs (If/Loop/Scan bodies), pre-order, each graph once."""
+"""Explicit scope walking over nested graphs (If/Loop/Scan bodies), pre-order, each graph once: on the
+onnx-ir model, and (``proto_*``) on protobuf nodes and graphs."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import onnx
 import onnx_ir as ir
 
 CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
@@ -22,6 +24,25 @@ def node_subgraphs(node: ir.Node) -> list[ir.Graph]:
         elif attr.type is ir.AttributeType.GRAPHS:
             found.extend(attr.value)
     return found
+
+
+def proto_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The graphs held by a protobuf node's attributes, in attribute order."""
+    found: list[onnx.GraphProto] = []
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            found.append(attr.g)
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            found.extend(attr.graphs)
+    return found
+
+
+def iter_proto_nodes(graph: onnx.GraphProto | onnx.FunctionProto) -> Iterator[onnx.NodeProto]:
+    """Every node of a protobuf graph (or function body) and of its nested subgraphs, outer node first."""
+    for node in graph.node:
+        yield node
+        for sub in proto_subgraphs(node):
+            yield from iter_proto_nodes(sub)
 
 
 def iter_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
