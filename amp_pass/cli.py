@@ -63,7 +63,7 @@ def _write_report(path: Path, data: dict[str, object], model: Path) -> None:
         tmp = None
     except OSError as exc:
         model.unlink(missing_ok=True)
-        raise OutputError(f"cannot write report {path}: {exc.strerror or exc}") from None
+        raise OutputError.cannot_write(f"report {path}", exc) from None
     finally:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
@@ -78,7 +78,7 @@ def run_convert(args: argparse.Namespace) -> int:
         try:
             args.report.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise OutputError(f"cannot write report {args.report}: {exc.strerror or exc}") from None
+            raise OutputError.cannot_write(f"report {args.report}", exc) from None
     report = convert_file(src, dst, options_from_args(args))
     data = report.to_dict()
     if args.report is not None:

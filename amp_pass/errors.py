@@ -36,3 +36,8 @@ class OutputError(AmpPassError):
     permission, a full disk.  Nothing is left at the destination."""
 
     exit_code = 2
+
+    @classmethod
+    def cannot_write(cls, what: object, exc: OSError) -> OutputError:
+        """``cannot write WHAT: <the OS's reason>``."""
+        return cls(f"cannot write {what}: {exc.strerror or exc}")

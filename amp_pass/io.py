@@ -62,7 +62,7 @@ def _atomic_dst(dst: Path) -> Path:
         dst.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
     except OSError as exc:
-        raise OutputError(f"cannot write {dst}: {exc.strerror or exc}") from None
+        raise OutputError.cannot_write(dst, exc) from None
     os.close(fd)
     return Path(tmp)
 
@@ -97,7 +97,7 @@ def convert_file(src: Path | str, dst: Path | str, options: ConversionOptions | 
                     tmp.write_bytes(result.model.SerializeToString())
                 os.replace(tmp, dst)
             except OSError as exc:
-                raise OutputError(f"cannot write {dst}: {exc.strerror or exc}") from None
+                raise OutputError.cannot_write(dst, exc) from None
             finally:
                 tmp.unlink(missing_ok=True)
         report = result.report
@@ -129,7 +129,7 @@ def _convert_large(src: Path, dst: Path, options: ConversionOptions) -> Conversi
         ir.save(model, str(tmp), external_data=f"{dst.name}.data")
         os.replace(tmp, dst)
     except OSError as exc:
-        raise OutputError(f"cannot write {dst}: {exc.strerror or exc}") from None
+        raise OutputError.cannot_write(dst, exc) from None
     finally:
         tmp.unlink(missing_ok=True)
     return report
