@@ -13,27 +13,27 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 
 
-def create_database(admin_url: str, prefix: str = "ampci_tmp") -> str:
-    """Create an empty database on the server of ``admin_url``; return its URL (same credentials)."""
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+def _execute_autocommit(admin_url: str, statement: str) -> None:
+    """Run one statement outside a transaction (CREATE/DROP DATABASE need that) on a throw-away engine."""
     admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as c:
-            c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+            c.execute(sa.text(statement))
     finally:
         admin.dispose()
+
+
+def create_database(admin_url: str, prefix: str = "ampci_tmp") -> str:
+    """Create an empty database on the server of ``admin_url``; return its URL (same credentials)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    _execute_autocommit(admin_url, f'CREATE DATABASE "{name}"')
     return admin_url.rsplit("/", 1)[0] + "/" + name
 
 
 def drop_database(admin_url: str, url: str) -> None:
     """Drop the database of ``url`` (made by :func:`create_database`), closing its connections first."""
     name = url.rsplit("/", 1)[1]
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as c:
-            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
+    _execute_autocommit(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextmanager
