@@ -42,6 +42,20 @@ def loop_with_captured_weights() -> onnx.ModelProto:
     return model(g)
 
 
+def _loop_body_with_if(then_g: onnx.GraphProto, else_g: onnx.GraphProto, op: str, name: str) -> onnx.GraphProto:
+    """A Loop body (i, cond_in, h_in) -> (cond_out, h_out): ``If(i < two)`` over the two branches, then
+    ``op`` (node ``name``) on its result; ``two`` is an outer-scope value."""
+    return h.make_graph(
+        [h.make_node("Less", ["i", "two"], ["lt"], name="body_less"),
+         h.make_node("If", ["lt"], ["br"], then_branch=then_g, else_branch=else_g, name="body_if"),
+         h.make_node(op, ["br"], ["h_out"], name=name),
+         h.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
+        "loop_body",
+        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
+         h.make_tensor_value_info("h_in", F, [2, 4])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("h_out", F, [2, 4])])
+
+
 def if_inside_loop(disagree: bool = False) -> onnx.ModelProto:
     """Loop body holding an If whose branches use outer weights; with ``disagree`` one branch is Exp."""
     then_g = h.make_graph([h.make_node("MatMul", ["h_in", "W1"], ["t_out"], name="then_mm")], "then_b", [],
@@ -49,15 +63,7 @@ def if_inside_loop(disagree: bool = False) -> onnx.ModelProto:
     else_node = h.make_node("Exp", ["h_in"], ["e_out"], name="else_exp") if disagree else \
         h.make_node("MatMul", ["h_in", "W2"], ["e_out"], name="else_mm")
     else_g = h.make_graph([else_node], "else_b", [], [h.make_tensor_value_info("e_out", F, [2, 4])])
-    body = h.make_graph(
-        [h.make_node("Less", ["i", "two"], ["lt"], name="body_less"),
-         h.make_node("If", ["lt"], ["br"], then_branch=then_g, else_branch=else_g, name="body_if"),
-         h.make_node("Tanh", ["br"], ["h_out"], name="body_tanh"),
-         h.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
-        "loop_body",
-        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
-         h.make_tensor_value_info("h_in", F, [2, 4])],
-        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("h_out", F, [2, 4])])
+    body = _loop_body_with_if(then_g, else_g, "Tanh", "body_tanh")
     g = h.make_graph(
         [h.make_node("Loop", ["M", "", "X"], ["Y"], body=body, name="loop")],
         "main", [h.make_tensor_value_info("X", F, [2, 4])], [h.make_tensor_value_info("Y", F, [2, 4])],
@@ -190,15 +196,7 @@ def conv_loop_if(opset: int = 11) -> onnx.ModelProto:
         "then_b", [], [h.make_tensor_value_info("t_out", F, [2, 4])])
     else_g = h.make_graph([h.make_node("MatMul", ["h_in", "W2"], ["e_out"], name="else_mm")], "else_b", [],
                           [h.make_tensor_value_info("e_out", F, [2, 4])])
-    body = h.make_graph(
-        [h.make_node("Less", ["i", "two"], ["lt"], name="body_less"),
-         h.make_node("If", ["lt"], ["br"], then_branch=then_g, else_branch=else_g, name="body_if"),
-         h.make_node("Relu", ["br"], ["h_out"], name="body_relu"),
-         h.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
-        "loop_body",
-        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
-         h.make_tensor_value_info("h_in", F, [2, 4])],
-        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("h_out", F, [2, 4])])
+    body = _loop_body_with_if(then_g, else_g, "Relu", "body_relu")
     g = h.make_graph(
         [h.make_node("Conv", ["X", "K"], ["c"], name="conv"),
          h.make_node("Reshape", ["c", "shape"], ["x0"], name="reshape"),
