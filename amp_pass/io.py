@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -67,46 +68,50 @@ def _atomic_dst(dst: Path) -> Path:
     return Path(tmp)
 
 
-def _writable(dst: Path) -> None:
-    """Fail early (before converting) when ``dst`` cannot be written; leaves nothing behind."""
-    Path(_atomic_dst(dst)).unlink(missing_ok=True)
-
-
 def convert_file(src: Path | str, dst: Path | str, options: ConversionOptions | None = None) -> ConversionReport:
-    """Load ``src``, convert, save to ``dst``; returns the report (``seconds`` covers load+save)."""
+    """Load ``src``, convert, save to ``dst``; returns the report (``seconds`` covers load+save).
+
+    The temporary file the result is written to is made first, so an unwritable ``dst`` fails before
+    any conversion work."""
     src, dst = Path(src), Path(dst)
     options = options or ConversionOptions()
     start = time.perf_counter()
-    size = src.stat().st_size if src.is_file() else 0
-    if src.is_file():
-        _writable(dst)
-    if size > LARGE_BYTES:
-        with gc_paused():
-            report = _convert_large(src, dst, options)
-    else:
+    if not src.is_file():
+        load_model(src)  # raises InvalidModelError naming the missing file
+    size = src.stat().st_size
+    tmp = _atomic_dst(dst)
+    try:
         with gc_paused():  # see converter.gc_paused: covers the load and the save too
-            model, external = load_model(src)
-            result = convert_model(model, options)
-            tmp = _atomic_dst(dst)
-            try:
+            if size > LARGE_BYTES:
+                model_ir, report = _convert_large(src, options)
+                _write(dst, lambda: ir.save(model_ir, str(tmp), external_data=f"{dst.name}.data"))
+            else:
+                model, external = load_model(src)
+                result = convert_model(model, options)
                 if external or size > LARGE_BYTES // 2 and _initializer_bytes(result.model) > LARGE_BYTES:
-                    data_name = f"{dst.name}.data"
-                    onnx.save(result.model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
-                              location=data_name, size_threshold=1024)
+                    _write(dst, lambda: onnx.save(result.model, str(tmp), save_as_external_data=True,
+                                                  all_tensors_to_one_file=True, location=f"{dst.name}.data",
+                                                  size_threshold=1024))
                 else:  # onnx.save would first walk every tensor looking for external data there is none of
-                    tmp.write_bytes(result.model.SerializeToString())
-                os.replace(tmp, dst)
-            except OSError as exc:
-                raise OutputError.cannot_write(dst, exc) from None
-            finally:
-                tmp.unlink(missing_ok=True)
-        report = result.report
+                    _write(dst, lambda: tmp.write_bytes(result.model.SerializeToString()))
+                report = result.report
+            _write(dst, lambda: os.replace(tmp, dst))
+    finally:
+        tmp.unlink(missing_ok=True)
     report.seconds = time.perf_counter() - start
     return report
 
 
-def _convert_large(src: Path, dst: Path, options: ConversionOptions) -> ConversionReport:
-    """Models beyond one protobuf: onnx-ir keeps tensors lazy; external data stays external."""
+def _write(dst: Path, step: Callable[[], object]) -> None:
+    """Run one step of writing ``dst``; an OSError becomes an OutputError naming ``dst``."""
+    try:
+        step()
+    except OSError as exc:
+        raise OutputError.cannot_write(dst, exc) from None
+
+
+def _convert_large(src: Path, options: ConversionOptions) -> tuple[ir.Model, ConversionReport]:
+    """Models beyond one protobuf: onnx-ir keeps tensors lazy (the caller saves with external data)."""
     amp = AmpPass(options)
     if options.check_input:
         try:
@@ -124,15 +129,7 @@ def _convert_large(src: Path, dst: Path, options: ConversionOptions) -> Conversi
     if options.opset_planner() is not None:
         report.notes.append(f"opset upgrade is not applied to models over {LARGE_BYTES} bytes (streamed through "
                             f"onnx-ir); converted at opset {report.opset_out}")
-    tmp = _atomic_dst(dst)
-    try:
-        ir.save(model, str(tmp), external_data=f"{dst.name}.data")
-        os.replace(tmp, dst)
-    except OSError as exc:
-        raise OutputError.cannot_write(dst, exc) from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    return report
+    return model, report
 
 
 __all__ = ["convert_file", "load_model"]
