@@ -27,11 +27,11 @@ class CastInserter:
     """Rewrites the graph after painting; counts the casts it inserts."""
 
     def __init__(self, graph: ir.Graph, painting: Painting, opset: int, keep_io_types: bool,
-                 graphs: list[ir.Graph] | None = None) -> None:
+                 graphs: list[ir.Graph] | None = None, reserved: frozenset[str] | set[str] = frozenset()) -> None:
         self.graph, self.p, self.opset, self.keep_io = graph, painting, opset, keep_io_types
         self.low = painting.low
         self.graphs = graphs if graphs is not None else graph_list(graph)  # fixed: only nodes change
-        self.names = NameGen(graph, self.graphs)
+        self.names = NameGen(graph, self.graphs, reserved)
         self.orig: dict[ir.Value, ir.DataType | None] = {}
         self.cache: dict[tuple[ir.Value, ir.DataType, ir.Graph], ir.Value] = {}
         self.casts_inserted = 0

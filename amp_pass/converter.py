@@ -118,8 +118,11 @@ class AmpPass:
         self.options = options
         self.low = options.validate()
 
-    def call(self, model: ir.Model) -> ConversionReport:
-        """Convert ``model`` in place; return the report (``seconds`` left for the caller)."""
+    def call(self, model: ir.Model, reserved: frozenset[str] | set[str] = frozenset()) -> ConversionReport:
+        """Convert ``model`` in place; return the report (``seconds`` left for the caller).
+
+        ``reserved``: names used outside the IR (by the nodes ``protoio.read_model``'s ``skip_opaque``
+        leaves out), never given to new casts or constants."""
         o = self.options
         report = ConversionReport(dtype=o.dtype, policy=o.policy, target=o.target, keep_io_types=o.keep_io_types)
         if model.functions:  # normally inlined on the proto by _prepare (before type inference)
@@ -142,7 +145,7 @@ class AmpPass:
         original_casts = {n for g in graphs for n in g if n.op_type == "Cast"}
         painting = painter.run()
         build_report(report, graph, painting, compute_op_types(), graphs)
-        inserter = CastInserter(graph, painting, opset, o.keep_io_types, graphs)
+        inserter = CastInserter(graph, painting, opset, o.keep_io_types, graphs, reserved)
         inserter.run()
         cleanup_casts(graph, graphs)
         after = {n for g in graphs for n in g if n.op_type == "Cast"}
@@ -181,9 +184,13 @@ def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = No
     start = time.perf_counter()
     amp = AmpPass(options)
     with gc_paused():
+        keyed = options.calibration is not None or bool(options.force_fp32)  # node keys number every node
         prepared = prepare_model(model, options.check_input, options.opset_planner(), lean=True,
-                                 shapes=options.calibration is not None)
-        report = amp.call(prepared.model)
+                                 shapes=options.calibration is not None, skip_opaque=not keyed)
+        origins = prepared.origins
+        report = amp.call(prepared.model, origins.reserved if origins is not None else frozenset())
+        if origins is not None:
+            report.nodes_total += origins.opaque_count
         report.functions_inlined += prepared.inlined
         if prepared.opset_in is not None:
             report.opset_in = prepared.opset_in

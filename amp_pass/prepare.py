@@ -14,6 +14,7 @@ input raises InvalidModelError naming the first problem.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -125,6 +126,8 @@ def _restore_constants(graph: ir.Graph, constants: list[_MovedConstant], same_no
         return
     by_name = {v.name: v for v in graph.inputs}
     nodes = list(graph)
+    # the IR may leave out nodes (protoio's skip_opaque): positions are those of the nodes as read
+    at = [origins.nodes[n].index for n in nodes] if origins is not None and origins.opaque_count else None
     for c in constants:
         stand_in = by_name[c.node.output[0]]
         node = ir.serde.deserialize_node(c.node)
@@ -136,7 +139,12 @@ def _restore_constants(graph: ir.Graph, constants: list[_MovedConstant], same_no
             origins.adopt(node, c.node)
             if stand_in in origins.infos:
                 origins.infos[out] = origins.infos[stand_in]
-        anchor = nodes[c.before] if same_nodes and c.before is not None else None
+        anchor = None
+        if same_nodes and c.before is not None:
+            if at is None:
+                anchor = nodes[c.before]
+            elif (k := bisect.bisect_left(at, c.before)) < len(nodes):
+                anchor = nodes[k]  # the first IR node read at or after the Constant's position
         if anchor is not None:
             graph.insert_before(anchor, node)
         elif same_nodes or not nodes:
@@ -284,7 +292,7 @@ def _infer(sk: onnx.ModelProto | bytes, strict: bool = False) -> onnx.ModelProto
 
 def prepare_model(model: onnx.ModelProto, check: bool = True,
                   target_opset: Callable[[onnx.ModelProto], int | None] | None = None,
-                  lean: bool = False, shapes: bool = True) -> Prepared:
+                  lean: bool = False, shapes: bool = True, skip_opaque: bool = False) -> Prepared:
     """Check, inline, optionally upgrade the opset, infer types and build the onnx-ir model.
 
     ``target_opset(skeleton)`` returns the default-domain opset to convert to (None: keep).  An
@@ -294,7 +302,8 @@ def prepare_model(model: onnx.ModelProto, check: bool = True,
 
     ``lean``: build the IR with ``amp_pass.protoio.read_model`` when it supports the model (then
     ``Prepared.origins`` is set and the result should be written with ``protowrite.write_model``);
-    ``shapes``: whether that IR carries value shapes (``onnx_ir.serde``'s always does).
+    ``shapes``: whether that IR carries value shapes (``onnx_ir.serde``'s always does); ``skip_opaque``:
+    that IR leaves out the nodes the pass can never change (``protoio.read_model``).
     """
     sk, moved, constants = _skeleton(model)
     data = sk.SerializeToString()
@@ -337,7 +346,7 @@ def prepare_model(model: onnx.ModelProto, check: bool = True,
         extra = {name: tensors[name] for name in moved}
         extra.update((name, t) for name, t in tensors.items() if name not in extra)
         try:
-            ir_model, origins = read_model(inferred, extra, frozenset(moved), shapes)
+            ir_model, origins = read_model(inferred, extra, frozenset(moved), shapes, skip_opaque)
         except Exception as exc:  # noqa: BLE001 - anything onnx-ir cannot read is bad input
             raise InvalidModelError(f"input model cannot be read into the IR: {_first_line(exc)}") from None
         _restore_constants(ir_model.graph, constants, same_nodes, origins)

@@ -10,6 +10,7 @@ Constant nodes and initializers.  So:
 * ``read_model`` builds a complete onnx-ir model (values with uses, nodes with all attributes, nested
   graphs as first-class ``ir.Graph`` objects, initializers with lazy tensors) -- but without shapes
   unless asked, and it remembers, for each node, value, graph and initializer, the proto it came from.
+  With ``skip_opaque``, nodes the pass can never change are left out of the IR (see ``opaque``).
 * ``amp_pass.protowrite.write_model`` produces the output proto from the IR: every graph, node, value
   info and initializer the pass did not change is the original proto, copied by protobuf in C; changed
   or new ones are serialised (``onnx_ir.serde`` for new nodes and tensors).  Shapes of new values are
@@ -47,6 +48,9 @@ _SIMPLE = {
     AttributeProto.TENSOR: lambda a: ir.AttrTensor(a.name, ir.serde.deserialize_tensor(a.t)),
 }
 _DTYPES = {int(d): d for d in ir.DataType}
+#: Tensor element types that are not floating point (uint8..uint64, bool, string).
+_NON_FLOAT = frozenset({2, 3, 4, 5, 6, 7, 8, 9, 12, 13})
+_GRAPH_HOLDERS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
 class NodeRecord(NamedTuple):
@@ -57,6 +61,7 @@ class NodeRecord(NamedTuple):
     inputs: tuple[ir.Value | None, ...]
     outputs: tuple[ir.Value, ...]
     has_graph: bool
+    index: int = -1  # position in its graph proto's node list (-1: not read from there)
 
 
 class InfoRecord(NamedTuple):
@@ -77,6 +82,8 @@ class GraphRecord(NamedTuple):
     initializers: tuple[ir.Value, ...]
     n_nodes: int
     reusable: bool  # False when the IR graph was not read from ``proto`` alone (skeleton stand-ins)
+    opaque: tuple[tuple[int, onnx.NodeProto], ...] = ()  # nodes left out of the IR, with their positions
+    infos: Mapping[str, onnx.ValueInfoProto] | None = None  # value_info of their outputs (not graph outputs)
 
 
 @dataclass
@@ -88,6 +95,9 @@ class Origins:
     infos: dict[ir.Value, InfoRecord] = field(default_factory=dict)
     tensors: dict[ir.Value, tuple[onnx.TensorProto, object]] = field(default_factory=dict)  # (proto, tensor read)
     model: onnx.ModelProto | None = None
+    #: names (of nodes and values) defined by the nodes left out of the IR: new names must avoid them
+    reserved: set[str] = field(default_factory=set)
+    opaque_count: int = 0
 
     def adopt(self, node: ir.Node, proto: onnx.NodeProto) -> None:
         """Record ``node`` (built by the caller from ``proto``, without graph attributes) as read."""
@@ -114,10 +124,70 @@ def _graph_features(g: onnx.GraphProto) -> bool:
     return any(_graph_features(sub) for n in g.node for sub in proto_subgraphs(n))
 
 
+class _Lazy:
+    """A value defined by a node left out of the IR: made an ``ir.Value`` only if an IR node reads it."""
+
+    __slots__ = ("info",)
+
+    def __init__(self, info: onnx.ValueInfoProto | None) -> None:
+        self.info = info
+
+
+def _elem(info: onnx.ValueInfoProto | None) -> int:
+    """The tensor element type ``info`` declares (0: unknown, or not a tensor)."""
+    if info is None:
+        return 0
+    tp = info.type
+    return tp.tensor_type.elem_type if tp.HasField("tensor_type") else 0
+
+
 class _Reader:
-    def __init__(self, origins: Origins, shapes: bool) -> None:
+    def __init__(self, origins: Origins, shapes: bool, skip_opaque: bool = False) -> None:
         self.o = origins
         self.shapes = shapes
+        self.skip_opaque = skip_opaque
+        self.cast_outputs: set[str] = set()  # names written by Cast nodes (read by IR nodes only)
+
+    def _dtype_code(self, name: str, scopes: list[dict[str, ir.Value | _Lazy]]) -> int:
+        """The element type of the value named ``name`` in ``scopes`` (0: unknown or not a tensor)."""
+        for scope in reversed(scopes):
+            v = scope.get(name)
+            if v is not None:
+                if v.__class__ is _Lazy:
+                    return _elem(v.info)  # type: ignore[union-attr]
+                dtype = v.dtype  # type: ignore[union-attr]
+                return int(dtype) if dtype is not None and isinstance(v.type, ir.TensorType) else 0  # type: ignore[union-attr]
+        return 0
+
+    def opaque(self, n: onnx.NodeProto, scopes: list[dict[str, ir.Value | _Lazy]],
+               declared: Mapping[str, onnx.ValueInfoProto]) -> bool:
+        """Whether the pass can never change ``n``: every input and output is a tensor of a known,
+        non-floating-point type, it holds no graph, and it is not a Cast (cast cleanup reads every
+        Cast and reads no Cast's output.  Painting and cast insertion only change floating-point values;
+        cast cleanup removes and bypasses Cast nodes only, and every reader of a Cast is in the IR.  So
+        leaving such nodes out of the IR changes nothing the pass decides or writes, save possibly where
+        the nodes it inserts go among them (always a valid order; see ``protowrite``)."""
+        if n.op_type == "Cast" or n.op_type in _GRAPH_HOLDERS or not n.output:
+            return False
+        for name in n.output:
+            if not name or _elem(declared.get(name)) not in _NON_FLOAT:
+                return False
+        for name in n.input:
+            if name and (name in self.cast_outputs or self._dtype_code(name, scopes) not in _NON_FLOAT):
+                return False
+        for a in n.attribute:
+            if a.type == _GRAPH or a.type == _GRAPHS:
+                return False
+        return True
+
+    def _resolve(self, name: str, scopes: list[dict[str, ir.Value | _Lazy]]) -> ir.Value | None:
+        for scope in reversed(scopes):
+            v = scope.get(name)
+            if v is not None:
+                if v.__class__ is _Lazy:
+                    v = scope[name] = self.value(v.info, name)  # type: ignore[union-attr]
+                return v  # type: ignore[return-value]
+        return None
 
     def value(self, info: onnx.ValueInfoProto | None, name: str) -> ir.Value:
         if info is None:
@@ -162,17 +232,41 @@ class _Reader:
                 values[t.name] = v
             self._attach(v, t)
             inits.append(v)
-        for n in gp.node:
-            for name in n.output:
-                if name:
-                    if name in values:
-                        raise ValueError(f"output {name!r} of {n.op_type} node {n.name!r} is redeclared")
-                    values[name] = self.value(infos.get(name), name)
+        opaque: list[tuple[int, onnx.NodeProto]] = []
+        kept: list[tuple[int, onnx.NodeProto]] = []
+        if self.skip_opaque:
+            declared = dict(infos)
+            declared.update((i.name, i) for i in gp.output)
+            scopes.append(values)  # (read by ``opaque``; the same dict the nodes are read with below)
+            reserved = self.o.reserved
+            for at, n in enumerate(gp.node):
+                if self.opaque(n, scopes, declared):
+                    for name in n.output:
+                        if name in values:
+                            raise ValueError(f"output {name!r} of {n.op_type} node {n.name!r} is redeclared")
+                        values[name] = _Lazy(infos.get(name))  # type: ignore[assignment]
+                        reserved.add(name)
+                    if n.name:
+                        reserved.add(n.name)
+                    opaque.append((at, n))
+                else:
+                    self._declare(n, values, infos)
+                    kept.append((at, n))
+                    if n.op_type == "Cast":
+                        self.cast_outputs.update(n.output)
+            scopes.pop()
+            self.o.opaque_count += len(opaque)
+        else:
+            for n in gp.node:
+                self._declare(n, values, infos)
+            kept = list(enumerate(gp.node))
         scopes.append(values)
-        nodes = [self.node(n, scopes) for n in gp.node]
+        nodes = [self.node(n, scopes, at) for at, n in kept]
         outputs = []
         for info in gp.output:
             v = values.get(info.name)
+            if v.__class__ is _Lazy:
+                v = values[info.name] = self.value(v.info, info.name)  # type: ignore[union-attr]
             if v is None:
                 v = self.value(info, info.name)
             elif v not in self.o.infos or self.o.infos[v][0] is not info:
@@ -185,29 +279,39 @@ class _Reader:
             outputs.append(v)
         scopes.pop()
         g = ir.Graph(inputs, outputs, nodes=nodes, initializers=inits, name=gp.name or None)
+        opaque_infos = None
+        if opaque:  # what to write back for the outputs of the nodes left out (graph outputs are written apart)
+            out_names = {i.name for i in gp.output}
+            opaque_infos = {name: infos[name] for _, n in opaque for name in n.output
+                            if name in infos and name not in out_names}
         self.o.graphs[g] = GraphRecord(gp, tuple(inputs), tuple(outputs), tuple(inits), len(nodes),
-                                       not extra and not stand_ins)
+                                       not extra and not stand_ins, tuple(opaque), opaque_infos)
         return g
+
+    def _declare(self, n: onnx.NodeProto, values: dict[str, ir.Value],
+                 infos: Mapping[str, onnx.ValueInfoProto]) -> None:
+        for name in n.output:
+            if name:
+                if name in values:
+                    raise ValueError(f"output {name!r} of {n.op_type} node {n.name!r} is redeclared")
+                values[name] = self.value(infos.get(name), name)
 
     def _attach(self, v: ir.Value, t: onnx.TensorProto) -> None:
         tensor = ir.serde.deserialize_tensor(t)
         v.const_value = tensor
         self.o.tensors[v] = (t, tensor)
 
-    def node(self, n: onnx.NodeProto, scopes: list[dict[str, ir.Value]]) -> ir.Node:
+    def node(self, n: onnx.NodeProto, scopes: list[dict[str, ir.Value]], index: int = -1) -> ir.Node:
         current = scopes[-1]
         inputs: list[ir.Value | None] = []
         for name in n.input:
             v = current.get(name)
-            if v is None:
+            if v is None or v.__class__ is _Lazy:
                 if not name:
                     inputs.append(None)
                     continue
-                for scope in reversed(scopes):
-                    v = scope.get(name)
-                    if v is not None:
-                        break
-                else:
+                v = self._resolve(name, scopes)  # type: ignore[arg-type]
+                if v is None:
                     v = current[name] = ir.Value(name=name)  # undeclared (invalid model): as onnx_ir.serde
             inputs.append(v)
         outputs = [current[name] if name else ir.Value(name="") for name in n.output]
@@ -226,21 +330,24 @@ class _Reader:
             else:
                 attrs.append(ir.serde.deserialize_attribute(a))
         node = ir.Node(n.domain, n.op_type, inputs, attrs, overload=n.overload, outputs=outputs, name=n.name)
-        self.o.nodes[node] = NodeRecord(n, tuple(attrs), node.inputs, node.outputs, has_graph)
+        self.o.nodes[node] = NodeRecord(n, tuple(attrs), node.inputs, node.outputs, has_graph, index)
         return node
 
 
 def read_model(model: onnx.ModelProto, initializers: Mapping[str, onnx.TensorProto] | None = None,
-               stand_ins: frozenset[str] = frozenset(), shapes: bool = False) -> tuple[ir.Model, Origins]:
+               stand_ins: frozenset[str] = frozenset(), shapes: bool = False, skip_opaque: bool = False
+               ) -> tuple[ir.Model, Origins]:
     """The onnx-ir model of ``model`` (call only when ``supported(model)``) and where its parts came from.
 
     ``initializers``: main-graph inputs holding these tensors (lazily, without a copy), registered as
     initializers in this order; those named in ``stand_ins`` (stand-ins of the weight-less skeleton of
     ``amp_pass.prepare``) are initializers only, no longer graph inputs.  ``shapes``: also read value
-    shapes (the pass itself does not need them; calibration does).
+    shapes (the pass itself does not need them; calibration does).  ``skip_opaque``: leave out of the IR
+    the nodes the pass can never change (``_Reader.opaque``; their names are in ``Origins.reserved``):
+    only for the pass itself, not for code that lists or numbers every node (calibration keys).
     """
     origins = Origins(model=model)
-    graph = _Reader(origins, shapes).graph(model.graph, [], initializers, stand_ins)
+    graph = _Reader(origins, shapes, skip_opaque).graph(model.graph, [], initializers, stand_ins)
     graph.opset_imports.update({o.domain: o.version for o in model.opset_import})
     ir_model = ir.Model(graph, ir_version=model.ir_version)
     return ir_model, origins

@@ -15,7 +15,7 @@ import onnx
 import onnx_ir as ir
 from onnx import AttributeProto
 
-from amp_pass.protoio import Origins
+from amp_pass.protoio import GraphRecord, Origins
 from amp_pass.walk import node_subgraphs
 
 _GRAPH, _GRAPHS = AttributeProto.GRAPH, AttributeProto.GRAPHS
@@ -150,7 +150,15 @@ class _Writer:
                 ir.serde.serialize_tensor_into(dst.initializer.add(), v.const_value)
         value_info, nodes = dst.value_info, dst.node
         infos, changed, records = self.o.infos, self.changed, self.o.nodes
+        opaque = rec.opaque if rec is not None else ()
+        k = 0
         for node in g:
+            if opaque:  # nodes left out of the IR go back before the first node read after them
+                found = records.get(node)
+                if found is not None and found.index >= 0:
+                    while k < len(opaque) and opaque[k][0] < found.index:
+                        self._opaque(opaque[k][1], rec, nodes, value_info)  # type: ignore[arg-type]
+                        k += 1
             if self.node_clean(node):
                 nodes.append(records[node].proto)
             else:
@@ -161,8 +169,20 @@ class _Writer:
                         value_info.append(infos[v].info)
                 elif v.name and not v.is_graph_output():
                     self.info(v, value_info, self._donor(v))
+        for _, proto in opaque[k:]:
+            self._opaque(proto, rec, nodes, value_info)  # type: ignore[arg-type]
         for v in g.outputs:
             self.info(v, dst.output, self._donor(v))
+
+    @staticmethod
+    def _opaque(proto: onnx.NodeProto, rec: GraphRecord, nodes: Any, value_info: Any) -> None:
+        """Write a node left out of the IR, and the declarations of its outputs (as read)."""
+        nodes.append(proto)
+        declared = rec.infos or {}
+        for name in proto.output:
+            info = declared.get(name)
+            if info is not None:
+                value_info.append(info)
 
     def node(self, node: ir.Node, container: Any) -> None:
         rec = self.o.nodes.get(node)

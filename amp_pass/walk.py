@@ -73,10 +73,12 @@ def is_control_flow(node: ir.Node) -> bool:
 
 
 class NameGen:
-    """Fresh names unique across the whole model (all graphs, values and nodes)."""
+    """Fresh names unique across the whole model (all graphs, values and nodes, and ``reserved``: names
+    used outside the IR)."""
 
-    def __init__(self, graph: ir.Graph, graphs: list[ir.Graph] | None = None) -> None:
-        used: set[str | None] = set()
+    def __init__(self, graph: ir.Graph, graphs: list[ir.Graph] | None = None,
+                 reserved: frozenset[str] | set[str] = frozenset()) -> None:
+        used: set[str | None] = set(reserved)
         for g in graphs if graphs is not None else iter_graphs(graph):
             used.update([v.name for v in g.inputs])
             used.update([v.name for v in g.outputs])

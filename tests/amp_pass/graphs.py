@@ -233,3 +233,62 @@ def large_constants(opset: int = 12) -> onnx.ModelProto:
         [h.make_tensor_value_info("Y", F, [2, 16]), h.make_tensor_value_info("W", F, [16, 16])],
         [nh.from_array(np.array(3, np.int64), "M")])
     return model(g, opset)
+
+
+def int_paths(opset: int = 17) -> onnx.ModelProto:
+    """Float compute interleaved with integer shape arithmetic (the nodes ``protoio`` may leave out of
+    the IR), inside If and Loop bodies too: int Casts (a no-op one among them) feeding int-only nodes,
+    int values read across scopes, an int Constant large enough for the skeleton to move, int graph
+    outputs, an int value holding the name the pass would give W's fp16 copy."""
+    i64 = T.INT64
+    big = nh.from_array(np.arange(256, dtype=np.int64) % 4, "big_idx")  # 2 KiB: left out of the skeleton
+    then_g = h.make_graph(
+        [h.make_node("Add", ["n_int", "one"], ["t_int"], name="then_int_add"),  # reads outer ints
+         h.make_node("MatMul", ["X", "W"], ["t_mm"], name="then_mm"),
+         h.make_node("Reshape", ["t_mm", "shape_i64"], ["t_out"], name="then_reshape"),
+         h.make_node("Mul", ["t_int", "one"], ["t_int2"], name="then_int_mul")],
+        "then", [], [h.make_tensor_value_info("t_out", F, [2, 4]), h.make_tensor_value_info("t_int2", i64, [])])
+    else_g = h.make_graph(
+        [h.make_node("Sub", ["n_int", "one"], ["e_int"], name="else_int_sub"),
+         h.make_node("Exp", ["X"], ["e_out"], name="else_exp")],
+        "else", [], [h.make_tensor_value_info("e_out", F, [2, 4]), h.make_tensor_value_info("e_int", i64, [])])
+    body = h.make_graph(
+        [h.make_node("Add", ["i", "one"], ["i1"], name="body_int_add"),
+         h.make_node("Cast", ["i1"], ["i1f"], to=F, name="body_cast_f"),
+         h.make_node("Mul", ["h_in", "i1f"], ["h_mul"], name="body_mul"),
+         h.make_node("MatMul", ["h_mul", "W"], ["h_out"], name="body_mm"),
+         h.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond"),
+         h.make_node("Mul", ["i1", "n_int"], ["scan_int"], name="body_int_last")],
+        "loop_body",
+        [h.make_tensor_value_info("i", i64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
+         h.make_tensor_value_info("h_in", F, [2, 4])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("h_out", F, [2, 4]),
+         h.make_tensor_value_info("scan_int", i64, [])])
+    g = h.make_graph(
+        [h.make_node("Shape", ["X"], ["shp"], name="shape"),
+         h.make_node("Cast", ["shp"], ["shp32"], to=T.INT32, name="cast_i32"),
+         h.make_node("Cast", ["shp32"], ["shp32b"], to=T.INT32, name="cast_noop_i32"),
+         h.make_node("Cast", ["shp32b"], ["shape_i64"], to=i64, name="cast_i64"),
+         h.make_node("Neg", ["shp32b"], ["shape_neg"], name="int_neg"),  # an int node reading a no-op Cast
+         h.make_node("Gather", ["big", "big_idx"], ["W_fp16"], axis=0, name="gather_big"),  # the name the
+         h.make_node("ReduceSum", ["W_fp16"], ["n_int"], keepdims=0, name="int_sum"),  # fp16 copy of W wants
+         h.make_node("Constant", [], ["big"], value=nh.from_array(np.arange(8, dtype=np.int64), "bigv"),
+                     name="small_int_const"),
+         h.make_node("Greater", ["n_int", "one"], ["cond"], name="int_cmp"),
+         h.make_node("If", ["cond"], ["branch", "branch_int"], then_branch=then_g, else_branch=else_g, name="if"),
+         h.make_node("Loop", ["M", "", "branch"], ["looped", "scans"], body=body, name="loop"),
+         h.make_node("MatMul", ["looped", "W"], ["Y"], name="final_mm"),
+         h.make_node("Add", ["branch_int", "one"], ["Y_int"], name="int_out")],
+        "main", [h.make_tensor_value_info("X", F, [2, 4])],
+        [h.make_tensor_value_info("Y", F, [2, 4]), h.make_tensor_value_info("Y_int", i64, []),
+         h.make_tensor_value_info("scans", i64, [None]), h.make_tensor_value_info("shape_neg", T.INT32, [2])],
+        [_w("W", (4, 4), 11), nh.from_array(np.array(1, np.int64), "one"), nh.from_array(np.array(2, np.int64), "M")])
+    # the large int Constant node must come first (it is read by gather_big): move it to the top
+    g.node.insert(0, h.make_node("Constant", [], ["big_idx"], value=big, name="big_int_const"))
+    nodes = list(g.node)
+    small = next(n for n in nodes if n.name == "small_int_const")
+    nodes.remove(small)
+    nodes.insert(1, small)
+    del g.node[:]
+    g.node.extend(nodes)
+    return model(g, opset)

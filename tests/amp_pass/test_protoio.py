@@ -32,6 +32,7 @@ GRAPHS = {
     "with_function": G.with_function,
     "shared_input": G.shared_input,
     "large_constants": G.large_constants,
+    "int_paths": G.int_paths,
 }
 
 
@@ -174,3 +175,44 @@ def test_batched_range_check_agrees_with_one_by_one() -> None:
                     assert problem is None and expected is not None
                     assert got.dtype == expected.dtype and got.shape == expected.shape
                     assert got.tobytes() == expected.tobytes()
+
+
+def _convert_with_ir(model: onnx.ModelProto, options: ConversionOptions, skip_opaque: bool
+                     ) -> tuple[onnx.ModelProto, dict, int]:
+    prepared = prepare_model(model, options.check_input, options.opset_planner(), lean=True, shapes=False,
+                             skip_opaque=skip_opaque)
+    origins = prepared.origins
+    assert origins is not None
+    report = AmpPass(options).call(prepared.model, origins.reserved)
+    report.nodes_total += origins.opaque_count
+    return write_model(prepared.model, origins), _without_seconds(report.to_dict()), origins.opaque_count
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("keep_io_types", [True, False])
+def test_leaving_int_nodes_out_of_the_ir_changes_nothing(name: str, dtype: str, keep_io_types: bool) -> None:
+    """``skip_opaque`` (the IR without the nodes the pass cannot change) gives the same model, node order
+    included, and the same report as the IR of every node."""
+    model = GRAPHS[name]()
+    options = ConversionOptions(dtype=dtype, keep_io_types=keep_io_types)
+    full, full_report, none_left_out = _convert_with_ir(model, options, False)
+    lean, lean_report, left_out = _convert_with_ir(model, options, True)
+    assert none_left_out == 0
+    if name == "int_paths":
+        assert left_out >= 10  # in the main graph and in the If and Loop bodies
+    assert _graph_key(lean.graph) == _graph_key(full.graph)
+    assert lean_report == full_report
+    onnx.checker.check_model(lean, full_check=True)
+
+
+@pytest.mark.parametrize("name", ["silero_vad", "ppocr_v4_rec"])
+def test_leaving_int_nodes_out_on_real_models(name: str, real_model_path) -> None:  # noqa: ANN001 - fixture
+    model = onnx.load(str(real_model_path(name)))
+    for dtype in ("fp16", "bf16"):
+        options = ConversionOptions(dtype=dtype)
+        full, full_report, _ = _convert_with_ir(model, options, False)
+        lean, lean_report, left_out = _convert_with_ir(model, options, True)
+        assert left_out > 0
+        assert _graph_key(lean.graph) == _graph_key(full.graph)
+        assert lean_report == full_report

@@ -215,3 +215,26 @@ def test_ir3_model_weight_stays_an_input(convert) -> None:
     assert [t.name for t in out.graph.initializer] == ["W"] and out.graph.initializer[0].data_type == T.FLOAT
     assert _input_type(out, "mm", 1) == T.FLOAT16
     _accurate(m, out, "fp16")
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_integer_paths_are_untouched(convert, dtype: str) -> None:
+    """Integer shape arithmetic around and inside If/Loop bodies keeps its nodes and dtypes; the no-op
+    int Cast is removed (its reader rewired), the float compute goes low, and new names avoid the names
+    the int nodes use."""
+    m = G.int_paths()
+    r = convert(m, dtype)
+    out = r.model
+    assert _input_type(out, "final_mm", 0) == LOW[dtype] and _input_type(out, "body_mm", 1) == LOW[dtype]
+    names = {n.name for g in proto_graphs(out.graph) for n in g.node}
+    assert "cast_noop_i32" not in names
+    assert _node(out, "int_neg")[1].input[0] == "shp32"
+    for kept in ("gather_big", "int_sum", "int_cmp", "int_out", "then_int_add", "else_int_sub", "body_int_add",
+                 "body_int_last", "big_int_const", "small_int_const"):
+        assert kept in names, kept
+    assert [o.type.tensor_type.elem_type for o in out.graph.output] == [T.FLOAT, T.INT64, T.INT64, T.INT32]
+    values = [v for g in proto_graphs(out.graph) for v in list(g.value_info) + list(g.output)]
+    assert len({v.name for v in values}) == len(values)
+    assert "W_fp16" in {v.name for v in values}  # still the int Gather's output, not W's copy
+    assert r.report.nodes_total == sum(1 for g in proto_graphs(m.graph) for _ in g.node)
+    _accurate(m, out, dtype)
