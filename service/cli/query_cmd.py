@@ -196,11 +196,12 @@ def cmd_history(args: argparse.Namespace) -> int:
     metric = metric_column(args.metric)
     points = open_store().history(args.model, args.dtype, policy=args.policy, target=args.target, metric=metric,
                                   limit=args.limit)
-    series: dict[tuple[str, str], list[float | None]] = {}
-    for pt in points:
-        series.setdefault((pt.policy, pt.target), []).append(pt.value)
-    plots = [plot(vals, label=f"{args.model} {args.dtype} {pol}/{tgt} {metric} (oldest left)")
-             for (pol, tgt), vals in sorted(series.items())]
+    series: dict[tuple[str, str, str], list[float | None]] = {}
+    for pt in points:  # final errors in different units are never drawn on one axis
+        series.setdefault((pt.policy, pt.target, pt.unit or ""), []).append(pt.value)
+    plots = [plot(vals, label=f"{args.model} {args.dtype} {pol}/{tgt} {metric}{f' ({unit})' if unit else ''} "
+                              "(oldest left)")
+             for (pol, tgt, unit), vals in sorted(series.items())]
     emit(args, {"model": args.model, "dtype": args.dtype, "metric": metric, "points": [p.to_dict() for p in points]},
          history_table(points, metric), *plots)
     return 0

@@ -252,10 +252,13 @@ class QueriesMixin:
 
     def history(self, model: str, dtype: str, policy: str | None = None, target: str | None = None,
                 metric: str = "cosine", limit: int = 200) -> list[HistoryPoint]:
-        """The last ``limit`` values of a metric of a model/dtype (optionally one policy/target), oldest first."""
-        col = t_res.c[metric_column(metric)]
+        """The last ``limit`` values of a metric of a model/dtype (optionally one policy/target), oldest first;
+        ``final_error`` points carry their unit (``HistoryPoint.unit``)."""
+        metric = metric_column(metric)
+        col = t_res.c[metric]
+        unit = t_res.c.data[("convergence", "error_unit")].as_string() if metric == "final_error" else sa.null()
         q = (sa.select(t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_run.c.trigger, t_run.c.created_at,
-                       t_res.c.status, t_res.c.policy, t_res.c.target, col.label("value"))
+                       t_res.c.status, t_res.c.policy, t_res.c.target, col.label("value"), unit.label("unit"))
              .join(t_run, t_run.c.id == t_res.c.run_id)
              .where(t_res.c.model == model, t_res.c.dtype == dtype))
         if policy:
@@ -269,7 +272,9 @@ class QueriesMixin:
                 self._check_model(conn, model)
         return [HistoryPoint(result_id=r.id, run_id=r.run_id, revision_sha=r.revision_sha, trigger=r.trigger,
                              created_at=utc(r.created_at), status=r.status, policy=r.policy,  # type: ignore[arg-type]
-                             target=r.target, value=r.value) for r in reversed(rows)]
+                             target=r.target, value=r.value,
+                             unit=(r.unit or LEGACY_CONVERGENCE_ERROR_UNIT) if metric == "final_error" and
+                             r.value is not None else None) for r in reversed(rows)]
 
     # -- regressions ------------------------------------------------------------------------------
     def regressions(self, state: str | None = None, since: datetime | None = None, revision: str | None = None,

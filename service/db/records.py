@@ -218,6 +218,9 @@ class HistoryPoint(_Record):
     policy: str
     target: str
     value: float | None
+    #: for ``final_error``: the unit of ``value`` (``relative``, or ``absolute`` for results stored before
+    #: ``ConvergenceStats.error_unit``); None for other metrics.  Values in different units do not compare.
+    unit: str | None = None
 
 
 @dataclass(frozen=True)

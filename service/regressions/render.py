@@ -106,9 +106,13 @@ def history_table(points: Sequence[HistoryPoint], metric: str) -> Table:
     t = Table(title=f"history of {metric}")
     for col in ("run", "revision", "trigger", "created", "policy", "target", "status", metric):
         t.add_column(col, no_wrap=True)
+    units = any(p.unit for p in points)
+    if units:
+        t.add_column("unit", no_wrap=True)
     for p in points:
-        t.add_row(str(p.run_id), p.revision_sha[:10], p.trigger, _ts(p.created_at), p.policy, p.target, p.status,
-                  fmt(p.value, 6))
+        row = [str(p.run_id), p.revision_sha[:10], p.trigger, _ts(p.created_at), p.policy, p.target, p.status,
+               fmt(p.value, 6)]
+        t.add_row(*row, *([p.unit or "-"] if units else []))
     return t
 
 

@@ -200,3 +200,31 @@ def test_bisect_divergence_with_absolute_baseline_finds_first_bad(store: Store) 
             store.write_result(run_id, conv(0.9, diverged=True, seed=i) if i >= first_bad else conv(1e-3, seed=i))
             store.finish_run(run_id)
     assert (state.status, state.first_bad, state.skipped) == ("found", shas[first_bad], ())
+
+
+def test_history_of_final_error_gives_each_point_its_unit(store: Store) -> None:
+    shas = chain(store, 3)
+    legacy_run(store, shas[0], final_error=0.5, detect=False)
+    run_with(store, shas[1], [conv(5e-3)], detect=False)
+    run_with(store, shas[2], [conv(7e-3)], detect=False)
+    cell = make_result()
+    points = store.history(cell.model, cell.dtype, metric="final_error")
+    assert [(p.value, p.unit) for p in points] == [(0.5, "absolute"), (5e-3, "relative"), (7e-3, "relative")]
+    assert points[0].to_dict()["unit"] == "absolute"
+    assert {p.unit for p in store.history(cell.model, cell.dtype, metric="cosine")} == {None}
+
+
+def test_history_cli_never_plots_two_units_on_one_axis(store: Store, db_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from service.cli.main import main as cli_main
+
+    shas = chain(store, 2)
+    legacy_run(store, shas[0], final_error=0.5, detect=False)
+    run_with(store, shas[1], [conv(5e-3)], detect=False)
+    cell = make_result()
+    monkeypatch.setenv("AMPCI_DATABASE_URL", db_url)
+    monkeypatch.setenv("COLUMNS", "170")
+    assert cli_main(["history", cell.model, "--dtype", cell.dtype, "--metric", "convergence"]) == 0
+    out = capsys.readouterr().out
+    assert "unit" in out and "absolute" in out and "relative" in out
+    assert "final_error (absolute) (oldest left)" in out and "final_error (relative) (oldest left)" in out
