@@ -148,22 +148,31 @@ class _Reader:
         self.skip_opaque = skip_opaque
         self.cast_outputs: set[str] = set()  # names written by Cast nodes (read by IR nodes only)
 
-    def _dtype_code(self, name: str, scopes: list[dict[str, ir.Value | _Lazy]]) -> int:
-        """The element type of the value named ``name`` in ``scopes`` (0: unknown or not a tensor)."""
+    @staticmethod
+    def _find(name: str, scopes: list[dict[str, ir.Value | _Lazy]]) -> tuple[dict, ir.Value | _Lazy] | None:
+        """The innermost scope defining ``name``, and what it holds there."""
         for scope in reversed(scopes):
             v = scope.get(name)
             if v is not None:
-                if v.__class__ is _Lazy:
-                    return _elem(v.info)  # type: ignore[union-attr]
-                dtype = v.dtype  # type: ignore[union-attr]
-                return int(dtype) if dtype is not None and isinstance(v.type, ir.TensorType) else 0  # type: ignore[union-attr]
-        return 0
+                return scope, v
+        return None
+
+    def _dtype_code(self, name: str, scopes: list[dict[str, ir.Value | _Lazy]]) -> int:
+        """The element type of the value named ``name`` in ``scopes`` (0: unknown or not a tensor)."""
+        found = self._find(name, scopes)
+        if found is None:
+            return 0
+        v = found[1]
+        if v.__class__ is _Lazy:
+            return _elem(v.info)  # type: ignore[union-attr]
+        dtype = v.dtype  # type: ignore[union-attr]
+        return int(dtype) if dtype is not None and isinstance(v.type, ir.TensorType) else 0  # type: ignore[union-attr]
 
     def opaque(self, n: onnx.NodeProto, scopes: list[dict[str, ir.Value | _Lazy]],
                declared: Mapping[str, onnx.ValueInfoProto]) -> bool:
         """Whether the pass can never change ``n``: every input and output is a tensor of a known,
-        non-floating-point type, it holds no graph, and it is not a Cast (cast cleanup reads every
-        Cast and reads no Cast's output.  Painting and cast insertion only change floating-point values;
+        non-floating-point type, it holds no graph, it is not a Cast and it reads no Cast's output.
+        Painting and cast insertion only change floating-point values;
         cast cleanup removes and bypasses Cast nodes only, and every reader of a Cast is in the IR.  So
         leaving such nodes out of the IR changes nothing the pass decides or writes, save possibly where
         the nodes it inserts go among them (always a valid order; see ``protowrite``)."""
@@ -181,13 +190,14 @@ class _Reader:
         return True
 
     def _resolve(self, name: str, scopes: list[dict[str, ir.Value | _Lazy]]) -> ir.Value | None:
-        for scope in reversed(scopes):
-            v = scope.get(name)
-            if v is not None:
-                if v.__class__ is _Lazy:
-                    v = scope[name] = self.value(v.info, name)  # type: ignore[union-attr]
-                return v  # type: ignore[return-value]
-        return None
+        """The IR value named ``name`` in ``scopes`` (made now if a node left out defines it)."""
+        found = self._find(name, scopes)
+        if found is None:
+            return None
+        scope, v = found
+        if v.__class__ is _Lazy:
+            v = scope[name] = self.value(v.info, name)  # type: ignore[union-attr]
+        return v  # type: ignore[return-value]
 
     def value(self, info: onnx.ValueInfoProto | None, name: str) -> ir.Value:
         if info is None:
@@ -241,11 +251,8 @@ class _Reader:
             reserved = self.o.reserved
             for at, n in enumerate(gp.node):
                 if self.opaque(n, scopes, declared):
-                    for name in n.output:
-                        if name in values:
-                            raise ValueError(f"output {name!r} of {n.op_type} node {n.name!r} is redeclared")
-                        values[name] = _Lazy(infos.get(name))  # type: ignore[assignment]
-                        reserved.add(name)
+                    self._declare(n, values, infos, lazy=True)
+                    reserved.update(n.output)
                     if n.name:
                         reserved.add(n.name)
                     opaque.append((at, n))
@@ -288,13 +295,14 @@ class _Reader:
                                        not extra and not stand_ins, tuple(opaque), opaque_infos)
         return g
 
-    def _declare(self, n: onnx.NodeProto, values: dict[str, ir.Value],
-                 infos: Mapping[str, onnx.ValueInfoProto]) -> None:
+    def _declare(self, n: onnx.NodeProto, values: dict[str, ir.Value], infos: Mapping[str, onnx.ValueInfoProto],
+                 lazy: bool = False) -> None:
+        """Define ``n``'s outputs in ``values`` (``lazy``: as ``_Lazy``, for a node left out of the IR)."""
         for name in n.output:
             if name:
                 if name in values:
                     raise ValueError(f"output {name!r} of {n.op_type} node {n.name!r} is redeclared")
-                values[name] = self.value(infos.get(name), name)
+                values[name] = _Lazy(infos.get(name)) if lazy else self.value(infos.get(name), name)  # type: ignore[assignment]
 
     def _attach(self, v: ir.Value, t: onnx.TensorProto) -> None:
         tensor = ir.serde.deserialize_tensor(t)
