@@ -40,6 +40,16 @@ _PREFIX = re.compile(r"^[0-9a-fA-F]{4,64}$")
 RESULT_COLS = [t_res.c[f] for f in ResultRow.__dataclass_fields__]
 
 
+#: The convergence error unit a stored result records (NULL for results stored before units existed).
+ERROR_UNIT = t_res.c.data[("convergence", "error_unit")].as_string()
+
+
+def stored_error_unit(raw: object) -> str:
+    """The unit of a stored result's convergence errors, from ``ERROR_UNIT`` as selected: ``absolute``
+    when the result predates ``ConvergenceStats.error_unit`` (as ``JobResult.from_dict`` reads it)."""
+    return raw if isinstance(raw, str) and raw else LEGACY_CONVERGENCE_ERROR_UNIT
+
+
 def metric_column(name: str) -> str:
     """The results column for a metric name or alias, or UserError listing the valid names."""
     col = _ALIASES.get(name, name)
@@ -245,10 +255,9 @@ class QueriesMixin:
         ``ConvergenceStats.error_unit``)."""
         if not result_ids:
             return {}
-        unit = t_res.c.data[("convergence", "error_unit")].as_string()
         with self._tx() as conn:
-            rows = conn.execute(sa.select(t_res.c.id, unit.label("unit")).where(t_res.c.id.in_(result_ids))).all()
-        return {r.id: r.unit or LEGACY_CONVERGENCE_ERROR_UNIT for r in rows}
+            rows = conn.execute(sa.select(t_res.c.id, ERROR_UNIT.label("unit")).where(t_res.c.id.in_(result_ids))).all()
+        return {r.id: stored_error_unit(r.unit) for r in rows}
 
     def history(self, model: str, dtype: str, policy: str | None = None, target: str | None = None,
                 metric: str = "cosine", limit: int = 200) -> list[HistoryPoint]:
@@ -256,7 +265,7 @@ class QueriesMixin:
         ``final_error`` points carry their unit (``HistoryPoint.unit``)."""
         metric = metric_column(metric)
         col = t_res.c[metric]
-        unit = t_res.c.data[("convergence", "error_unit")].as_string() if metric == "final_error" else sa.null()
+        unit = ERROR_UNIT if metric == "final_error" else sa.null()
         q = (sa.select(t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_run.c.trigger, t_run.c.created_at,
                        t_res.c.status, t_res.c.policy, t_res.c.target, col.label("value"), unit.label("unit"))
              .join(t_run, t_run.c.id == t_res.c.run_id)
@@ -273,8 +282,8 @@ class QueriesMixin:
         return [HistoryPoint(result_id=r.id, run_id=r.run_id, revision_sha=r.revision_sha, trigger=r.trigger,
                              created_at=utc(r.created_at), status=r.status, policy=r.policy,  # type: ignore[arg-type]
                              target=r.target, value=r.value,
-                             unit=(r.unit or LEGACY_CONVERGENCE_ERROR_UNIT) if metric == "final_error" and
-                             r.value is not None else None) for r in reversed(rows)]
+                             unit=stored_error_unit(r.unit) if metric == "final_error" and r.value is not None
+                             else None) for r in reversed(rows)]
 
     # -- regressions ------------------------------------------------------------------------------
     def regressions(self, state: str | None = None, since: datetime | None = None, revision: str | None = None,

@@ -36,12 +36,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from service.db import models as m
-from service.db.queries import ancestors
+from service.db.queries import ERROR_UNIT, ancestors, stored_error_unit
 from service.db.records import Cell, RegressionInfo
 from service.regressions.rules import KINDS, CellSample, Finding, compare_cells, returned_to_baseline
 from service.regressions.stats import count_flips, shift_violations
 from service.regressions.thresholds import Thresholds
-from workers.result import LEGACY_CONVERGENCE_ERROR_UNIT
 
 if TYPE_CHECKING:
     from service.db.store import Store
@@ -54,7 +53,7 @@ SAMPLE_COLS = (t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, *CELL, t_res.c.
                t_res.c.cosine, t_res.c.final_error, t_res.c.diverged, t_res.c.low_precision_fraction,
                t_res.c.casts_inserted, t_res.c.env_fingerprint, t_res.c.latency_p50_ms,
                t_res.c.data[("latency", "samples_ms")].label("samples"),
-               t_res.c.data[("convergence", "error_unit")].as_string().label("error_unit"))
+               ERROR_UNIT.label("error_unit"))
 LINEAGE_TRIGGERS = ("push", "nightly", "manual")
 
 
@@ -65,12 +64,11 @@ def sample(row: Any) -> CellSample:
     before the job recorded one has ``absolute`` errors (as :meth:`workers.result.JobResult.from_dict`
     reads it)."""
     samples = row.samples if isinstance(row.samples, list) else []
-    unit = row.error_unit if isinstance(row.error_unit, str) and row.error_unit else LEGACY_CONVERGENCE_ERROR_UNIT
     return CellSample(status=row.status, max_abs=row.max_abs, cosine=row.cosine, final_error=row.final_error,
                       diverged=row.diverged, low_precision_fraction=row.low_precision_fraction,
                       casts_inserted=row.casts_inserted,
                       latency_samples=tuple(float(x) for x in samples if isinstance(x, int | float)),
-                      env_fingerprint=row.env_fingerprint, error_unit=unit)
+                      env_fingerprint=row.env_fingerprint, error_unit=stored_error_unit(row.error_unit))
 
 
 def _cell(row: Any) -> Cell:
