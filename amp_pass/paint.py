@@ -11,6 +11,8 @@ Guarantees: only positions listed by ``schema.low_slots`` change dtype; the resu
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +28,10 @@ LOW, CONST, DENYCAT, NEUTRAL = "low", "const", "deny", "neutral"
 SOURCES = frozenset({"Constant", "ConstantOfShape", "Cast"})
 #: Constants up to this many elements are range-checked together, before painting (see _prefetch_ranges).
 SMALL_CONSTANT = 4096
+#: Larger constants are checked and converted on this many threads when together they hold at least
+#: LARGE_PARALLEL_ELEMENTS elements (see Painter._prefetch_large).
+LARGE_WORKERS = min(4, os.cpu_count() or 1)
+LARGE_PARALLEL_ELEMENTS = 1 << 20
 
 
 @dataclass
@@ -105,9 +111,48 @@ class Painter:
                 self._range_cache[v] = None
                 self.p.converted[v] = converted
 
+    def _prefetch_large(self, pending: list[tuple[ir.Node, Slots]]) -> None:
+        """Range-check and convert, on ``LARGE_WORKERS`` threads, the large constants that the range
+        loop of ``_classify`` reads (the slot inputs of ``pending``), so that its ``_range`` calls find
+        them done.  numpy releases the GIL in the reductions and the conversion, so on a model whose
+        weights dominate (light_resnet50: 25M weights) this runs about twice as fast on two cores.
+        Same results as checking each on demand (``check_and_convert`` is a pure function of the
+        array); a tensor that cannot be read is left to that on-demand check, which raises in order."""
+        todo: dict[ir.Value, None] = {}
+        total = 0
+        for node, slots in pending:
+            for i in slots.inputs:
+                v = node.inputs[i]
+                if v is None or v in todo or v in self._range_cache or v.dtype is not ir.DataType.FLOAT \
+                        or not _is_constant(v) or (tensor := v.const_value) is None or tensor.size <= SMALL_CONSTANT:
+                    continue
+                todo[v] = None
+                total += tensor.size
+        if len(todo) < 2 or total < LARGE_PARALLEL_ELEMENTS or LARGE_WORKERS < 2:
+            return  # one tensor, or too little work to pay for the threads: on demand
+
+        def check(v: ir.Value) -> tuple[ir.Value, str | None, np.ndarray | None] | None:
+            try:
+                arr = constant_array(v)
+            except InvalidModelError:
+                return None
+            if arr is None:
+                return v, None, None
+            return (v, *check_and_convert(arr, self.low, f"constant {v.name!r}"))
+
+        largest_first = sorted(todo, key=lambda v: -v.const_value.size)  # type: ignore[union-attr]
+        with ThreadPoolExecutor(max_workers=LARGE_WORKERS) as pool:
+            for done in pool.map(check, largest_first):
+                if done is not None:
+                    v, problem, converted = done
+                    self._range_cache[v] = problem
+                    if converted is not None:
+                        self.p.converted[v] = converted
+
     def _classify(self) -> None:
         p = self.p
         self._prefetch_ranges()
+        pending: list[tuple[ir.Node, Slots, str, str]] = []  # nodes whose verdict waits on their constants' ranges
         for node in self._nodes:
             if node in self._subs:
                 continue
@@ -132,6 +177,9 @@ class Painter:
                 p.reasons[node] = why
                 self.tainted.add(node)
                 continue
+            pending.append((node, slots, cls, why))
+        self._prefetch_large([(node, slots) for node, slots, _, _ in pending])
+        for node, slots, cls, why in pending:
             for i in slots.inputs:
                 v = node.inputs[i]
                 if v is not None and (problem := self._range(v)):

@@ -292,3 +292,46 @@ def int_paths(opset: int = 17) -> onnx.ModelProto:
     del g.node[:]
     g.node.extend(nodes)
     return model(g, opset)
+
+
+def big_weights(opset: int = 17) -> onnx.ModelProto:
+    """Weights large enough for the threaded range check of ``Painter._prefetch_large`` (together over a
+    million elements): MatMul weights in the main graph, one out of fp16 range (and bf16-safe), one
+    whose values flush to zero in bulk, one also read by a DENY node, and one captured by a Loop body
+    inside which an If reads another."""
+    rng = np.random.default_rng(21)
+
+    def w(name: str, scale: float, rows: int = 512) -> onnx.TensorProto:
+        return nh.from_array((rng.standard_normal((rows, 512)) * scale).astype(np.float32), name)
+
+    then_g = h.make_graph([h.make_node("MatMul", ["h_in", "W_then"], ["t_out"], name="then_mm")], "then", [],
+                          [h.make_tensor_value_info("t_out", F, [2, 512])])
+    else_g = h.make_graph([h.make_node("Identity", ["h_in"], ["e_out"], name="else_id")], "else", [],
+                          [h.make_tensor_value_info("e_out", F, [2, 512])])
+    body = h.make_graph(
+        [h.make_node("MatMul", ["h_in", "W_loop"], ["mm"], name="body_mm"),
+         h.make_node("Tanh", ["mm"], ["mm_t"], name="body_tanh"),
+         h.make_node("If", ["cond_in"], ["branch"], then_branch=then_g, else_branch=else_g, name="body_if"),
+         h.make_node("Add", ["mm_t", "branch"], ["h_out"], name="body_add"),
+         h.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")],
+        "loop_body",
+        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
+         h.make_tensor_value_info("h_in", F, [2, 512])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("h_out", F, [2, 512])])
+    g = h.make_graph(
+        [h.make_node("MatMul", ["X", "W0"], ["a0"], name="mm0"),
+         h.make_node("MatMul", ["a0", "W_huge"], ["a1"], name="mm_huge"),
+         h.make_node("MatMul", ["a1", "W_tiny"], ["a2"], name="mm_tiny"),
+         h.make_node("MatMul", ["a0", "W1"], ["a3"], name="mm1"),
+         h.make_node("ReduceSum", ["W1"], ["w1_sum"], keepdims=0, name="deny_sum"),
+         h.make_node("Add", ["a2", "a3"], ["a4"], name="add"),
+         h.make_node("Loop", ["M", "C", "a4"], ["Y"], body=body, name="loop")],
+        "main", [h.make_tensor_value_info("X", F, [2, 512])],
+        [h.make_tensor_value_info("Y", F, [2, 512]), h.make_tensor_value_info("w1_sum", F, [])],
+        [w("W0", 0.05), w("W_huge", 0.02), w("W_tiny", 1e-9), w("W1", 0.05), w("W_loop", 0.05),
+         w("W_then", 0.05), nh.from_array(np.array(2, np.int64), "M"), nh.from_array(np.array(True), "C")])
+    huge = g.initializer[1]
+    arr = nh.to_array(huge).copy()
+    arr[3, 7] = 1e5  # beyond fp16's 65504, within bf16's range
+    huge.CopyFrom(nh.from_array(arr, "W_huge"))
+    return model(g, opset)
