@@ -26,6 +26,7 @@ from onnx import helper
 from amp_pass.errors import InvalidModelError
 from amp_pass.opset import model_opset, upgrade
 from amp_pass.protoio import Origins, read_model, supported
+from amp_pass.tensor_data import SIZE_CHECK_BYTES, check_raw_size, raw_bytes_needed
 from amp_pass.walk import iter_proto_nodes, proto_subgraphs
 
 
@@ -45,22 +46,6 @@ class _MovedConstant:
     at: int  # index among the model's main-graph nodes
 
 
-#: Bits per element in ``raw_data`` for each tensor data type the checker sizes (others are checked on a copy).
-_RAW_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32, 13: 64, 14: 64, 15: 128,
-             16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4, 23: 4, 24: 8, 25: 2, 26: 2}
-
-
-def _raw_bytes_needed(t: onnx.TensorProto) -> int | None:
-    """The ``raw_data`` size ``t``'s dims and data type call for (None for types sized otherwise)."""
-    bits = _RAW_BITS.get(t.data_type)
-    if bits is None:
-        return None
-    nelem = 1
-    for d in t.dims:
-        nelem *= d
-    return (nelem * bits + 7) // 8
-
-
 def _movable(node: onnx.NodeProto) -> bool:
     if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
         return False
@@ -70,7 +55,7 @@ def _movable(node: onnx.NodeProto) -> bool:
     if node.attribute[0].type != onnx.AttributeProto.TENSOR or not node.output[0] or \
             t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data"):
         return False
-    need = _raw_bytes_needed(t)  # (not len(t.raw_data): reading it copies the data)
+    need = raw_bytes_needed(t)  # (not len(t.raw_data): reading it copies the data)
     return need is not None and need >= CONSTANT_BYTES
 
 
@@ -153,21 +138,15 @@ def _restore_constants(graph: ir.Graph, constants: list[_MovedConstant], same_no
             graph.insert_before(nodes[0], node)
 
 
-#: Tensors held out of the skeleton are sized here up to this many bytes of data (reading ``raw_data``
-#: copies it); larger ones are sized when the pass reads them (``ranges.constant_array``).
-SIZE_CHECK_BYTES = 1 << 20
-
-
 def _check_tensor_data(t: onnx.TensorProto, what: str) -> None:
     """The checker's data-size rules for ``t`` (held out of the skeleton), for tensors of up to
     SIZE_CHECK_BYTES; typed-data fields (and types sized otherwise) through the checker itself."""
     if t.data_location == onnx.TensorProto.EXTERNAL:
         return  # read (and sized) when the pass loads it
-    need = _raw_bytes_needed(t)
+    need = raw_bytes_needed(t)
     if t.HasField("raw_data") and need is not None:
-        if 0 < need <= SIZE_CHECK_BYTES and (size := len(t.raw_data)) < need:
-            raise InvalidModelError(f"input model fails the ONNX checker: {what} {t.name}: raw_data size ({size} "
-                                    f"bytes) is too small for the declared shape and type ({need} bytes required)")
+        if 0 < need <= SIZE_CHECK_BYTES:
+            check_raw_size(t, what, need)
         return
     if need is not None and need > SIZE_CHECK_BYTES:
         return

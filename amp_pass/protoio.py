@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 from onnx import AttributeProto
@@ -103,6 +104,24 @@ class Origins:
         """Record ``node`` (built by the caller from ``proto``, without graph attributes) as read."""
         self.nodes[node] = NodeRecord(proto, tuple(node.attributes.values()), tuple(node.inputs),
                                       tuple(node.outputs), False)
+
+
+class ReadTensor(ir.serde.TensorProtoTensor):
+    """onnx-ir's lazy tensor over a TensorProto that also records whether its data was read:
+    ``numpy()`` checks the data's size against the dims (too little raises), so ``protowrite`` sizes
+    only the large tensors the pass never read."""
+
+    __slots__ = ("data_read",)
+
+    def __init__(self, proto: onnx.TensorProto) -> None:
+        super().__init__(proto)
+        self.data_read = False
+
+    def numpy(self) -> np.ndarray:
+        """The data as numpy (as ``TensorProtoTensor.numpy``); marks the tensor read."""
+        array = super().numpy()
+        self.data_read = True
+        return array
 
 
 def _type(tp: onnx.TypeProto) -> ir.TypeProtocol | None:
@@ -305,7 +324,10 @@ class _Reader:
                 values[name] = _Lazy(infos.get(name)) if lazy else self.value(infos.get(name), name)  # type: ignore[assignment]
 
     def _attach(self, v: ir.Value, t: onnx.TensorProto) -> None:
-        tensor = ir.serde.deserialize_tensor(t)
+        if t.data_location != onnx.TensorProto.EXTERNAL and t.data_type != onnx.TensorProto.STRING:
+            tensor: ir.TensorProtocol = ReadTensor(t)  # what ir.serde.deserialize_tensor makes, plus data_read
+        else:
+            tensor = ir.serde.deserialize_tensor(t)
         v.const_value = tensor
         self.o.tensors[v] = (t, tensor)
 

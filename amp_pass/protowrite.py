@@ -16,6 +16,7 @@ import onnx_ir as ir
 from onnx import AttributeProto
 
 from amp_pass.protoio import GraphRecord, Origins
+from amp_pass.tensor_data import SIZE_CHECK_BYTES, check_raw_size, raw_bytes_needed
 from amp_pass.walk import node_subgraphs
 
 _GRAPH, _GRAPHS = AttributeProto.GRAPH, AttributeProto.GRAPHS
@@ -128,8 +129,21 @@ class _Writer:
             return attr.value
         return None
 
+    def _size_unread(self, g: ir.Graph) -> None:
+        """Apply the checker's data-size rule to the large initializers of ``g`` written back as read,
+        whose data the pass never read (``tensor_data``; smaller ones were sized up front)."""
+        for v in g.initializers.values():
+            found = self.o.tensors.get(v)
+            if found is None or v.const_value is not found[1] or getattr(found[1], "data_read", True):
+                continue
+            t = found[0]
+            need = raw_bytes_needed(t)
+            if need is not None and need > SIZE_CHECK_BYTES and t.HasField("raw_data"):
+                check_raw_size(t, "initializer", need)
+
     def graph(self, g: ir.Graph, dst: onnx.GraphProto) -> None:
         rec = self.o.graphs.get(g)
+        self._size_unread(g)
         if rec is not None and self.graph_clean(g):
             dst.CopyFrom(rec.proto)
             return

@@ -27,31 +27,42 @@ BASES = ["loop_with_captured_weights", "if_inside_loop", "scan_model", "pinned_i
          "existing_casts", "with_function", "shared_input", "conv_loop_if", "large_constants", "ir3_model"]
 
 
-@pytest.mark.parametrize(("elements", "dtype"), [(6, np.int64), (300_000, np.float32)])
-def test_short_tensor_data_is_reported(elements: int, dtype: type) -> None:
-    """An initializer with less raw data than its dims call for: one line, naming it -- checked up
-    front (small, or not read by the pass) or when the pass reads it (over SIZE_CHECK_BYTES)."""
+@pytest.mark.parametrize(("elements", "dtype", "reader"), [
+    (6, np.int64, "Gather"),  # small: sized up front
+    (300_000, np.float32, "MatMul"),  # large, read by the pass: sized when read
+    (200_000, np.int64, "Gather"),  # large, never read by the pass: sized when written back
+    (300_000, np.float32, "ReduceSum"),  # large float feeding only a DENY node: never read either
+])
+def test_short_tensor_data_is_reported(elements: int, dtype: type, reader: str) -> None:
+    """An initializer with less raw data than its dims call for: one line, naming it, whether it is
+    small (checked up front), large and read by the pass, or large and never read."""
     from onnx import helper as h
 
     from amp_pass.prepare import SIZE_CHECK_BYTES
 
     t = nh.from_array(np.ones(elements, dtype), "table")
     t.raw_data = t.raw_data[:-8]
-    if dtype is np.int64:
+    assert (np.dtype(dtype).itemsize * elements > SIZE_CHECK_BYTES) == (elements > 6)
+    inputs = [h.make_tensor_value_info("X", TensorProto.FLOAT, [2])]
+    out = 2
+    if reader == "Gather":
         nodes = [h.make_node("Gather", ["table", "I"], ["g"]), h.make_node("Cast", ["g"], ["c"], to=TensorProto.FLOAT),
                  h.make_node("Mul", ["X", "c"], ["Y"])]
-        inputs = [h.make_tensor_value_info("X", TensorProto.FLOAT, [2]), h.make_tensor_value_info("I", TensorProto.INT64, [2])]
-    else:
-        assert elements * 4 > SIZE_CHECK_BYTES
+        inputs.append(h.make_tensor_value_info("I", TensorProto.INT64, [2]))
+    elif reader == "MatMul":
         nodes = [h.make_node("Reshape", ["table", "shape"], ["w"]), h.make_node("MatMul", ["X", "w"], ["Y"])]
-        inputs = [h.make_tensor_value_info("X", TensorProto.FLOAT, [2])]
+        out = elements // 2
+    else:
+        nodes = [h.make_node("ReduceSum", ["table"], ["s"], keepdims=1), h.make_node("Mul", ["X", "s"], ["Y"])]
     inits = [t, nh.from_array(np.array([2, elements // 2], np.int64), "shape")]
-    g = h.make_graph(nodes, "main", inputs, [h.make_tensor_value_info("Y", TensorProto.FLOAT, [elements // 2 if dtype is np.float32 else 2])], inits)
+    g = h.make_graph(nodes, "main", inputs, [h.make_tensor_value_info("Y", TensorProto.FLOAT, [out])], inits)
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
     assert not _accepts(m, full=False)
     with pytest.raises(InvalidModelError, match="table") as err:
         convert_model(m, ConversionOptions())
     assert "\n" not in str(err.value)
+    m.graph.initializer[0].raw_data = nh.from_array(np.ones(elements, dtype)).raw_data  # whole data: converts
+    onnx.checker.check_model(convert_model(m, ConversionOptions()).model, full_check=True)
 
 
 def _move_node(g: onnx.GraphProto, rng: random.Random) -> bool:
