@@ -4,7 +4,9 @@ Prints one table: conversion seconds (load + convert + save, best of N repeats i
 subprocesses per converter, so that every converter runs with the same small heap), casts inserted, low-precision
 compute coverage, valid (full ONNX checker + onnxruntime CPU load), accuracy (worst cosine over float
 outputs under faithful emulation, see workers/emulation.py), plus the bare ``onnx.load``+``onnx.save``
-time and ampci's ratio to it (target <= 1.5x), ampci's time without the input checker
+time and ampci's ratio to it (target <= 1.5x), the "check floor" (load + checker + strict type inference
++ save, see ``checked_copy``: a conforming converter's least time; when it is over 1.5x load+save the
+target cannot be met), ampci's time without the input checker
 (``check_input=False``), and the opset it converted at.  ``--baseline DIR`` adds a row per model for
 the pass of another checkout (e.g. a copy of an older revision), timed in a subprocess in the same
 run, so before/after figures share the machine's load.
@@ -115,6 +117,20 @@ def accuracy(fp32: onnx.ModelProto, converted: onnx.ModelProto) -> str:
     return f"{min(cosine(ref[n], got[n]) for n in floats):.6f}"
 
 
+def checked_copy(src: Path, dst: Path) -> None:
+    """Load, check, save: the least a conforming converter does before converting anything.  The check
+    is what the issue requires of every input and what gives the pass every value's dtype -- the ONNX
+    checker and strict type inference -- run the cheapest way known, on the weight-less skeleton of
+    ``amp_pass.prepare`` (the whole model's full check would serialise every weight again)."""
+    from amp_pass.prepare import _skeleton
+
+    model = onnx.load(str(src))
+    data = _skeleton(model)[0].SerializeToString()
+    onnx.checker.check_model(data)
+    onnx.shape_inference.infer_shapes(data, check_type=True, strict_mode=True)
+    onnx.save(model, str(dst))
+
+
 def best_of(repeat: int, fn: Callable[[], None]) -> float:
     """Smallest wall time of ``repeat`` runs of ``fn`` (the machine is shared)."""
     times = []
@@ -196,6 +212,7 @@ def bench_one(name: str, src: Path, dtype: str, repeat: int, tmp: Path,
     fp32 = onnx.load(str(src))
     base_casts = count_casts(fp32)
     bare = best_of(3 * repeat, lambda: onnx.save(onnx.load(str(src)), str(tmp / "bare.onnx")))
+    floor = best_of(3 * repeat, lambda: checked_copy(src, tmp / "floor.onnx"))
     amp_out = tmp / f"{name}_ampci.onnx"
     roots = [ROOT] + ([baseline] if baseline is not None else [])
     timings = timed_passes(roots, src, tmp, dtype, repeat, rounds)
@@ -203,29 +220,30 @@ def bench_one(name: str, src: Path, dtype: str, repeat: int, tmp: Path,
     report = convert_file(src, amp_out, ConversionOptions(dtype=dtype))
     amp = onnx.load(str(amp_out))
     opset = f"{report.opset_in}->{report.opset_out}" if report.opset_out != report.opset_in else str(report.opset_in)
-    rows = [[name, "ampci", f"{amp_t:.3f}", f"{amp_nc:.3f}", f"{bare:.3f}", f"{amp_t / bare:.2f}x", opset,
+    rows = [[name, "ampci", f"{amp_t:.3f}", f"{amp_nc:.3f}", f"{bare:.3f}", f"{amp_t / bare:.2f}x",
+             f"{floor:.3f} ({floor / bare:.2f}x)", opset,
              str(count_casts(amp) - base_casts), coverage(amp), validity(amp), accuracy(fp32, amp)]]
     if baseline is not None:
         base_t = timings[1][0]
         old = onnx.load(str(tmp / f"{src.stem}_1.onnx"))
         old_opset = str(next(o.version for o in old.opset_import if o.domain in ("", "ai.onnx")))
         rows.append([name, f"ampci baseline ({baseline.name})", f"{base_t:.3f}", "-", f"{bare:.3f}",
-                     f"{base_t / bare:.2f}x", old_opset, str(count_casts(old) - base_casts), coverage(old),
+                     f"{base_t / bare:.2f}x", "-", old_opset, str(count_casts(old) - base_casts), coverage(old),
                      validity(old), accuracy(fp32, old)])
     occ_out = tmp / f"{name}_occ.onnx"
     if dtype != "fp16":
-        rows.append([name, "onnxconverter-common", "-", "-", f"{bare:.3f}", "-", "-", "-", "-", "no bf16 support",
-                     "-"])
+        rows.append([name, "onnxconverter-common", "-", "-", f"{bare:.3f}", "-", "-", "-", "-", "-",
+                     "no bf16 support", "-"])
         return rows
 
     try:
         occ_t = min(occ_seconds(src, occ_out, repeat) for _ in range(rounds))
         conv = onnx.load(str(occ_out))
-        rows.append([name, "onnxconverter-common", f"{occ_t:.3f}", "-", f"{bare:.3f}", f"{occ_t / bare:.2f}x",
+        rows.append([name, "onnxconverter-common", f"{occ_t:.3f}", "-", f"{bare:.3f}", f"{occ_t / bare:.2f}x", "-",
                      str(fp32.opset_import[0].version), str(count_casts(conv) - base_casts), coverage(conv),
                      validity(conv), accuracy(fp32, conv)])
     except Exception as exc:  # noqa: BLE001 - a converter crash is a result
-        rows.append([name, "onnxconverter-common", "-", "-", f"{bare:.3f}", "-", "-", "-", "-",
+        rows.append([name, "onnxconverter-common", "-", "-", f"{bare:.3f}", "-", "-", "-", "-", "-",
                      f"no (crash: {type(exc).__name__})", "-"])
     return rows
 
@@ -240,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a checkout (holding amp_pass/) whose pass is timed alongside, e.g. an older copy")
     args = parser.parse_args(argv)
-    header = ["model", "converter", "convert s", "no-check s", "load+save s", "ratio", "opset", "casts",
+    header = ["model", "converter", "convert s", "no-check s", "load+save s", "ratio", "check floor s", "opset", "casts",
               "compute low", "valid", "cosine (emulated)"]
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory() as d:
