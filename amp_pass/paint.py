@@ -111,7 +111,7 @@ class Painter:
                 self._range_cache[v] = None
                 self.p.converted[v] = converted
 
-    def _prefetch_large(self, pending: list[tuple[ir.Node, Slots]]) -> None:
+    def _prefetch_large(self, pending: list[tuple[ir.Node, Slots, str, str]]) -> None:
         """Range-check and convert, on ``LARGE_WORKERS`` threads, the large constants that the range
         loop of ``_classify`` reads (the slot inputs of ``pending``), so that its ``_range`` calls find
         them done.  numpy releases the GIL in the reductions and the conversion, so on a model whose
@@ -120,7 +120,7 @@ class Painter:
         array); a tensor that cannot be read is left to that on-demand check, which raises in order."""
         todo: dict[ir.Value, None] = {}
         total = 0
-        for node, slots in pending:
+        for node, slots, *_ in pending:
             for i in slots.inputs:
                 v = node.inputs[i]
                 if v is None or v in todo or v in self._range_cache or v.dtype is not ir.DataType.FLOAT \
@@ -178,7 +178,7 @@ class Painter:
                 self.tainted.add(node)
                 continue
             pending.append((node, slots, cls, why))
-        self._prefetch_large([(node, slots) for node, slots, _, _ in pending])
+        self._prefetch_large(pending)
         for node, slots, cls, why in pending:
             for i in slots.inputs:
                 v = node.inputs[i]
