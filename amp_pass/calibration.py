@@ -33,7 +33,7 @@ from amp_pass.policy import DENY, Policy
 from amp_pass.walk import is_control_flow, iter_nodes
 
 if TYPE_CHECKING:
-    from amp_pass.converter import ConversionOptions
+    from amp_pass.options import ConversionOptions
 
 SEP = "::"
 FP16_MAX = 65504.0

@@ -13,9 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from amp_pass.converter import DTYPES, ConversionOptions
 from amp_pass.errors import OptionsError, OutputError
 from amp_pass.io import convert_file
+from amp_pass.options import DTYPES, ConversionOptions
 from amp_pass.policy import TARGETS
 
 

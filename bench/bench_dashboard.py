@@ -33,6 +33,7 @@ from bench_queries import cells, seed, sha, synthetic, timed  # noqa: E402
 from service.db import Store  # noqa: E402
 from service.db.admin import create_database, drop_database  # noqa: E402
 from service.db.migrate import upgrade  # noqa: E402
+from service.regressions.detect import detect_run
 
 TARGET_MS = 300.0
 
@@ -52,7 +53,7 @@ def new_run(store: Store, head: str, grid: list[tuple[str, str, str, str]]) -> i
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda r: store.write_result(run_id, r), results))
     store.finish_run(run_id)
-    store.detect_regressions(run_id)
+    detect_run(store, run_id)
     return run_id
 
 
@@ -81,7 +82,7 @@ def main() -> int:
         store = Store.from_url(url)
         grid = cells(args.cells)
         run_id = new_run(store, shas[-1], grid[:200])
-        with store._tx() as conn:
+        with store.transaction() as conn:
             total = conn.execute(sa.text("SELECT count(*) FROM results")).scalar_one()
         print(f"seeded {total:,} results over {args.revisions + 1} revisions in {time.perf_counter() - t:.1f}s")
         regs = store.regressions(run_id=run_id, category="regression")

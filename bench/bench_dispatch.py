@@ -27,8 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workers import tasks  # noqa: E402
-from workers.celery_app import app  # noqa: E402,F401  - `celery -A bench.bench_dispatch` loads `app`
+from service import tasks  # noqa: E402
+from service.celery_app import app  # noqa: E402,F401  - `celery -A bench.bench_dispatch` loads `app`
 from workers.result import JobResult  # noqa: E402
 
 _real_run_cell = tasks.run_cell

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     worst = 0.0
     for name in names:
         for i in range(1 + args.repeats):
-            r = run_job(JobSpec(model=name, dtype=args.dtype, policy=args.policy, pass_root=pass_root), settings)
+            r = run_job(JobSpec(model=name, dtype=args.dtype, policy=args.policy, pass_root=pass_root), settings.worker_config())
             t = r.timings
             subproc = max(0.0, t.get("convert_subprocess_s", 0.0) - (r.graph.convert_seconds if r.graph else 0.0))
             fetch, load = t.get("fetch_s", 0.0), t.get("load_s", 0.0)

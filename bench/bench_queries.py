@@ -30,7 +30,8 @@ from service.db import Store  # noqa: E402
 from service.db import models as m  # noqa: E402
 from service.db.admin import create_database, drop_database  # noqa: E402
 from service.db.extract import result_columns  # noqa: E402
-from service.db.migrate import upgrade  # noqa: E402
+from service.db.migrate import upgrade
+from service.regressions.detect import detect_run  # noqa: E402
 from workers.result import (  # noqa: E402
     AccuracyReport,
     GraphFacts,
@@ -168,7 +169,7 @@ def main() -> int:
             ("compare two revisions", lambda: store.compare(prev[:10], mid[:10])),
             ("history of one cell (200 points)", lambda: store.history(grid[0][0], grid[0][1], grid[0][2],
                                                                       grid[0][3], metric="latency_p50")),
-            ("detect regressions, 200-cell run", lambda: store.detect_regressions(run_id)),
+            ("detect regressions, 200-cell run", lambda: detect_run(store, run_id)),
             ("open regressions list", lambda: store.regressions(state="open")),
         ]:
             p50, p90, cpu, out = timed(fn, args.repeat)

@@ -204,7 +204,7 @@ def cell_samples(store: Store, reg: RegressionInfo, path: list[str]) -> dict[int
 
     from service.regressions.detect import SAMPLE_COLS, t_res
 
-    with store._tx() as conn:
+    with store.transaction() as conn:
         q = sa.select(*SAMPLE_COLS).where(
             t_res.c.model == reg.model, t_res.c.dtype == reg.dtype, t_res.c.policy == reg.policy,
             t_res.c.target == reg.target,

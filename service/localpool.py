@@ -13,12 +13,13 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from service.jobs import cell_options, dispatcher, finish_if_complete, record_crashed, record_result
 from service.settings import Settings
 
 
 def _slot_main(conn: Any) -> None:
     """Body of one local worker subprocess: run requested cells one at a time until told to stop."""
-    from workers.tasks import run_cell  # the only place the service side reaches job code
+    from workers.cell import run_cell  # the only place the service side reaches job code
 
     while True:
         try:
@@ -27,8 +28,8 @@ def _slot_main(conn: Any) -> None:
             return
         if request is None:
             return
-        cell, revision, settings, options = request
-        conn.send(run_cell(tuple(cell), revision, settings, options).to_json())
+        cell, revision, config, options = request
+        conn.send(run_cell(tuple(cell), revision, config, options).to_json())
 
 
 class _SlotDied(Exception):
@@ -125,13 +126,6 @@ class LocalPool:
                 self.store.mark_job(job.id, "error", f"{type(exc).__name__}: {exc}")
 
     def _run_one(self, slot: _Slot, job: Any, worker: str) -> None:
-        from service.scheduler import (
-            cell_options,
-            dispatcher,
-            finish_if_complete,
-            record_crashed,
-            record_result,
-        )
         from workers.result import JobResult
 
         run = self.store.get_run(job.run_id)
@@ -140,7 +134,7 @@ class LocalPool:
             if attempts > self.settings.max_attempts:
                 record_crashed(self.store, run, job, attempts)
                 break
-            request = (job.cell, run.revision_sha, self.settings, cell_options(run, job.cell))
+            request = (job.cell, run.revision_sha, self.settings.worker_config(), cell_options(run, job.cell))
             try:
                 text = slot.run(request, timeout=self.settings.job_timeout)
             except _SlotDied:
@@ -168,8 +162,6 @@ class LocalPool:
 
     def cancel(self) -> None:
         """Stop now (e.g. Ctrl-C): kill the subprocesses, mark unfinished jobs ``cancelled``, finish the run."""
-        from service.scheduler import finish_if_complete
-
         self._cancelled.set()
         run_ids = set()
         while True:

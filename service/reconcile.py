@@ -32,7 +32,7 @@ run; the broker is read before anything is sent, so a broker that cannot be insp
 unreachable, a message that cannot be decoded) raises :class:`BrokerInspectionError` (one line)
 and nothing is sent; embedded mode (no broker) does nothing; reconcilers sharing a broker are
 serialised by a Redis lock with a time-to-live, and if two ever overlap the worst outcome is a
-duplicate message, which ``workers.tasks.execute_job`` tolerates (final jobs are skipped, result
+duplicate message, which ``service.tasks.execute_job`` tolerates (final jobs are skipped, result
 writes are idempotent).
 """
 
@@ -133,7 +133,7 @@ def run_job_id(message: Mapping[str, Any]) -> int | None:
     protocol 1 (body ``{"task", "args", "kwargs"}``), JSON bodies, base64 body encoding.  The job id
     is ``args[0]`` (or ``kwargs["job_id"]``).  Raises ValueError for a message it cannot decode.
     """
-    from workers.celery_app import RUN_JOB_TASK
+    from service.celery_app import RUN_JOB_TASK
 
     headers = message.get("headers") or {}
     props = message.get("properties") or {}
@@ -294,7 +294,7 @@ def lost_jobs(settings: Settings, store: Any, app: Any = None, grace_s: float | 
     if grace < 0:
         raise UserError(f"grace must be >= 0 seconds, got {grace}")
     if app is None:
-        from service.scheduler import celery_app
+        from service.broker import celery_app
 
         app = celery_app(settings)
     client = client if client is not None else redis_client(settings)
@@ -330,7 +330,7 @@ def reconcile(settings: Settings, store: Any, app: Any = None, grace_s: float | 
         return ReconcileReport(dry_run=dry_run, grace_s=grace,
                                skipped="no broker configured (AMPCI_BROKER_URL): nothing to reconcile")
     if app is None:
-        from service.scheduler import celery_app
+        from service.broker import celery_app
 
         app = celery_app(settings)
     client = client if client is not None else redis_client(settings)
@@ -357,7 +357,7 @@ def reconcile(settings: Settings, store: Any, app: Any = None, grace_s: float | 
 
 def _resend(settings: Settings, app: Any, lost: Sequence[LostJob]) -> list[int]:
     """Send the original message of each lost job, grouped by revision; return the ids sent."""
-    from service.scheduler import enqueue
+    from service.broker import enqueue
 
     by_revision: dict[str, list[JobInfo]] = {}
     for item in lost:

@@ -19,8 +19,6 @@ This module never imports onnxruntime: job code runs only in worker (sub)process
 from __future__ import annotations
 
 import json
-import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -28,6 +26,17 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from service.broker import celery_app as celery_app  # re-exported
+from service.broker import enqueue as enqueue
+from service.jobs import FINAL_JOB_STATUSES as FINAL_JOB_STATUSES
+from service.jobs import PENDING_JOB_STATUSES as PENDING_JOB_STATUSES
+from service.jobs import cell_options as cell_options
+from service.jobs import dispatch_mode as dispatch_mode
+from service.jobs import dispatcher as dispatcher
+from service.jobs import finish_if_complete as finish_if_complete
+from service.jobs import open_store as open_store
+from service.jobs import record_crashed as record_crashed
+from service.jobs import record_result as record_result
 from service.localpool import LocalPool
 from service.settings import Settings
 from service.sweeps import DTYPES as DTYPES  # re-exported: callers find sweeps through the scheduler
@@ -40,8 +49,6 @@ ProgressCallback = Callable[[Mapping[str, int]], None]
 
 
 # -- runs -------------------------------------------------------------------------------------------
-FINAL_JOB_STATUSES = frozenset({"done", "error", "crashed", "cancelled"})
-PENDING_JOB_STATUSES = frozenset({"queued", "running"})
 
 
 @dataclass(frozen=True)
@@ -54,31 +61,6 @@ class StartedRun:
     cells: int
     created: bool
     pool: Any = None  # the embedded LocalPool running its jobs, if any
-
-
-_MIGRATE_LOCK = threading.Lock()
-
-
-def dispatch_mode(settings: Settings) -> str:
-    """How this process dispatches the jobs of the runs it creates (``runs.dispatch``): ``local``
-    (embedded: its own :class:`LocalPool`) or ``broker`` (Celery).  ``ampci reconcile`` re-sends
-    only ``broker`` jobs, so an embedded process sharing the database keeps its jobs."""
-    return "local" if settings.embedded else "broker"
-
-
-def open_store(settings: Settings) -> Any:
-    """The Store of ``settings`` with its schema at head (migrated on first use; thread-safe).
-    Runs created through it without an explicit dispatch (bisection steps) get :func:`dispatch_mode`."""
-    from service.db import migrate
-    from service.db.store import Store, thresholds_from_settings
-
-    url = settings.effective_database_url
-    store = Store.from_url(url, thresholds=thresholds_from_settings(settings),
-                           run_dispatch=dispatch_mode(settings))
-    with _MIGRATE_LOCK:  # Alembic's command API keeps module-global state
-        if migrate.current(url) != migrate.head():
-            store.upgrade()
-    return store
 
 
 def zoo_catalog(path: Path | None = None) -> dict[str, frozenset[str]]:
@@ -101,73 +83,11 @@ def run_meta(cells: Iterable[PlannedCell], requested_revision: str) -> dict[str,
             "options": {"|".join(c.cell): c.options() for c in cells if c.options() != defaults}}
 
 
-def cell_options(run: Any, cell: tuple[str, str, str, str]) -> dict[str, Any]:
-    """The sweep options stored in ``run.meta`` for ``cell`` ({} when the run has none)."""
-    meta = run.meta or {}
-    return dict(meta.get("options", {}).get("|".join(cell), meta.get("cell_defaults", {})))
-
-
-def record_result(store: Any, run: Any, job: Any, result: Any) -> str:
-    """Write ``result`` for ``job`` (idempotent on (run, cell)); return the job's final status."""
-    if result.cell != job.cell:  # a job runner returning another cell's result is our bug
-        raise RuntimeError(f"job {job.id} is {job.cell} but its result is for {result.cell}")
-    store.write_result(run.id, result, job_id=job.id)
-    return "crashed" if result.status == "crashed" else "done"
-
-
-def record_crashed(store: Any, run: Any, job: Any, attempts: int) -> str:
-    """Mark a poison job: a ``crashed`` result and job status, saying how often it was delivered."""
-    from workers.result import JobResult
-
-    msg = f"worker died on every one of {attempts - 1} attempts; not retried"
-    result = JobResult(model=job.model, dtype=job.dtype, policy=job.policy, target=job.target,
-                       status="crashed", revision=run.revision_sha, message=msg)
-    store.write_result(run.id, result, job_id=job.id)
-    store.mark_job(job.id, "crashed", msg)
-    return "crashed"
-
-
-def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None,
-                       dispatch: Callable[[int], object] | None = None) -> bool:
-    """If no job of the run is pending: finish the run and detect its regressions (both idempotent).
-
-    With ``settings`` (the worker paths: Celery tasks and the embedded pool) bisection continues
-    too (:func:`service.bisect.continue_bisection`): a finished ``bisect`` run advances its
-    bisection one step and the next midpoint run is dispatched with ``dispatch`` (default:
-    :func:`dispatcher` of ``settings``), until the first bad commit is found; with
-    ``settings.auto_bisect`` a ``push``/``nightly`` run's regressions start bisections.  Safe when
-    several workers finish runs at once (bisect runs are deduplicated; only their creator
-    dispatches them).
-    """
-    counts = store.run_summary(run_id).job_status
-    if any(counts.get(s) for s in PENDING_JOB_STATUSES):
-        return False
-    store.finish_run(run_id)
-    store.detect_regressions(run_id)
-    if settings is not None:
-        from service.bisect import continue_bisection
-
-        send = dispatch if dispatch is not None else dispatcher(settings, store)
-        continue_bisection(store, run_id, send, auto_start=settings.auto_bisect)
-    return True
-
-
-def dispatcher(settings: Settings, store: Any, pool: Any = None) -> Callable[[int], object] | None:
-    """How a run created after the fact (a bisect step) gets its jobs dispatched, the way sweeps are:
-    onto ``pool`` (the embedded :class:`LocalPool` that is running), or to Celery when a broker is
-    configured; None in embedded mode without a pool (the run stays ``queued``)."""
-    if pool is not None:
-        return lambda run_id: pool.submit(store.jobs(run_id))
-    if settings.embedded:
-        return None
-    return lambda run_id: enqueue(settings, store.get_run(run_id).revision_sha, store.jobs(run_id))
-
-
 def _describe_revision(settings: Settings, revision: str) -> tuple[str, str | None, dict[str, Any]]:
     """(sha-or-worktree-key, baseline, revision fields) for ``REV`` or ``WORKTREE``."""
     from workers import revisions as rv
 
-    cache = rv.RevisionCache.from_settings(settings)
+    cache = rv.RevisionCache.from_config(settings.worker_config())
     if revision == rv.WORKTREE:
         local = Path(settings.pass_repo) if settings.pass_repo and Path(settings.pass_repo).is_dir() \
             else Path(rv.default_pass_repo())
@@ -238,47 +158,6 @@ def start_nightly(settings: Settings, sweep: str = "full", day: date | None = No
         wait_for_run(store, started.run_id)
         started.pool.close()
     return started.run_id if started.created else None
-
-
-_CELERY_APPS: dict[tuple[int, Settings], Any] = {}
-_CELERY_APPS_LOCK = threading.Lock()
-
-
-def celery_app(settings: Settings) -> Any:
-    """The Celery app for ``settings``, built once per process and reused (thread-safe).
-
-    Building one costs tens of milliseconds and its producer pool is what makes repeated sends
-    cheap; settings are immutable, so one app per distinct ``Settings`` value is exact.  Keyed by
-    process id too: a forked child (prefork worker) builds its own instead of sharing the
-    parent's broker connections.
-    """
-    key = (os.getpid(), settings)
-    app = _CELERY_APPS.get(key)
-    if app is None:
-        from workers.celery_app import make_app
-
-        with _CELERY_APPS_LOCK:
-            app = _CELERY_APPS.get(key)
-            if app is None:
-                app = _CELERY_APPS[key] = make_app(settings)
-    return app
-
-
-def enqueue(settings: Settings, revision: str, jobs: Iterable[Any], app: Any = None) -> int:
-    """Send one ``ampci.run_job`` message per job to the queue of its target; return how many.
-
-    ``app`` is the Celery app to send with (default: :func:`celery_app` of ``settings``, cached
-    per process); all messages of one call share one producer (one broker connection).
-    """
-    from workers.celery_app import RUN_JOB_TASK
-
-    app = app if app is not None else celery_app(settings)
-    n = 0
-    with app.producer_or_acquire() as producer:
-        for job in jobs:
-            app.send_task(RUN_JOB_TASK, args=[job.id, revision], queue=job.target, producer=producer)
-            n += 1
-    return n
 
 
 def wait_for_run(store: Any, run_id: int, on_progress: ProgressCallback | None = None,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from service.errors import ConfigError
+from workers.config import WorkerConfig
 
 PREFIX = "AMPCI_"
 
@@ -182,6 +183,14 @@ class Settings:
     def embedded(self) -> bool:
         """True when no broker is configured: jobs run in-process on a local pool."""
         return not self.broker_url
+
+    def worker_config(self) -> WorkerConfig:
+        """What the worker layer needs of these settings (:class:`workers.config.WorkerConfig`)."""
+        return WorkerConfig(cache_dir=self.cache_dir, pass_repo=self.pass_repo,
+                            convert_timeout=self.convert_timeout, convert_memory=self.convert_memory,
+                            job_timeout=self.job_timeout, latency_runs=self.latency_runs,
+                            latency_warmup=self.latency_warmup, convergence_steps=self.convergence_steps,
+                            accuracy_k=self.accuracy_k, worktree_cache_size=self.worktree_cache_size)
 
     def allowed_repo_set(self) -> set[str]:
         """The webhook repository allowlist as a set of lower-case ``owner/name``."""

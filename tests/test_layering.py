@@ -1,15 +1,34 @@
-"""Layers import downward: amp_pass imports no celery/sqlalchemy/onnxruntime; service no onnxruntime."""
+"""Layers import downward and modules import in no circle.
+
+* ``amp_pass`` imports no celery/sqlalchemy/onnxruntime/fastapi/redis; ``service`` no onnxruntime
+  (checked by importing every module in a fresh interpreter);
+* from the source's own import statements (module level, inside functions and under
+  ``TYPE_CHECKING`` alike): the only allowed direction between the project's packages is
+  ``service -> workers -> amp_pass`` (and ``migrations -> service.db``), and no two modules reach
+  each other through imports (no cycle at module level, a package's ``__init__`` counting as a
+  module).
+"""
 
 from __future__ import annotations
 
+import ast
 import pkgutil
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("amp_pass", "workers", "service", "migrations")
+#: package -> the project packages it may import (besides itself)
+ALLOWED: dict[str, frozenset[str]] = {
+    "amp_pass": frozenset(),
+    "workers": frozenset({"amp_pass"}),
+    "service": frozenset({"workers", "amp_pass"}),
+    "migrations": frozenset({"service.db"}),
+}
 
 
 def _modules(package: str) -> list[str]:
@@ -40,3 +59,151 @@ def test_package_does_not_import_banned_layers(package: str, banned: list[str]) 
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "", f"{package} imports {proc.stdout.strip()}"
+
+
+# -- the import graph, from the source ------------------------------------------------------------
+def source_modules(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file of the project's packages under ``root``."""
+    mods: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            mods[name] = path
+    return mods
+
+
+def _targets(module: str, path: Path, node: ast.Import | ast.ImportFrom, known: Mapping[str, Path]) -> Iterable[str]:
+    """The project modules one import statement names (``from pkg import mod`` names ``pkg.mod``)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        if node.level:
+            base = module.split(".")
+            keep = len(base) - node.level + (1 if path.name == "__init__.py" else 0)
+            prefix = ".".join(base[:keep] + ([node.module] if node.module else []))
+        else:
+            prefix = node.module or ""
+        names = [f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in known else prefix for alias in node.names]
+    for name in names:
+        while name and name not in known:  # `import a.b.c` of a non-module attribute -> nearest module
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            yield name
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the project modules it imports anywhere in its source (every import statement)."""
+    known = source_modules(root)
+    graph: dict[str, set[str]] = {m: set() for m in known}
+    for module, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                graph[module].update(_targets(module, path, node, known))
+    return graph
+
+
+def upward_imports(graph: Mapping[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) pairs that cross packages against :data:`ALLOWED`."""
+    bad = []
+    for src, targets in graph.items():
+        src_pkg = src.split(".")[0]
+        for dst in targets:
+            dst_pkg = dst.split(".")[0]
+            if dst_pkg == src_pkg:
+                continue
+            if not any(dst == ok or dst.startswith(ok + ".") for ok in ALLOWED[src_pkg]):
+                bad.append((src, dst))
+    return sorted(bad)
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    comp.append(top)
+                    if top == node:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return sorted(found)
+
+
+def test_imports_point_down_only() -> None:
+    graph = import_graph(ROOT)
+    assert len(graph) > 100, "the source scan found too few modules"
+    assert upward_imports(graph) == []
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph(ROOT)) == []
+
+
+def _tree(tmp_path: Path, files: Mapping[str, str]) -> Path:
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for package in PACKAGES:
+        (tmp_path / package).mkdir(exist_ok=True)
+        (tmp_path / package / "__init__.py").touch()
+    return tmp_path
+
+
+def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "workers/job.py": "def f():\n    from service.settings import Settings\n",
+        "service/settings.py": "import typing\nif typing.TYPE_CHECKING:\n    from service.a import X\n",
+        "service/a.py": "from service import settings\n",
+        "service/db/__init__.py": "",
+        "service/db/models.py": "",
+        "migrations/env.py": "from service.db import models\nfrom service import a\n",
+        "amp_pass/x.py": "from . import y\n",
+        "amp_pass/y.py": "from amp_pass.x import thing\n",
+    })
+    graph = import_graph(root)
+    assert upward_imports(graph) == [("migrations.env", "service.a"), ("workers.job", "service.settings")]
+    assert cycles(graph) == [["amp_pass.x", "amp_pass.y"], ["service.a", "service.settings"]]
+
+
+def test_the_real_tree_had_the_problems_this_test_guards(tmp_path: Path) -> None:
+    """Sanity of the scan on this tree: a copy with one worker module importing the service again
+    and one module pair importing each other is caught (so the two tests above can fail)."""
+    graph = import_graph(ROOT)
+    graph["workers.cell"] = graph["workers.cell"] | {"service.settings"}
+    graph["service.db.store"] = graph["service.db.store"] | {"service.regressions.detect"}
+    assert ("workers.cell", "service.settings") in upward_imports(graph)
+    assert ["service.db.store", "service.regressions.detect"] in cycles(graph)

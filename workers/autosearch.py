@@ -43,7 +43,8 @@ from amp_pass.calibration import (
     graph_scopes,
     low_node_keys,
 )
-from amp_pass.converter import DTYPES, default_opset, gc_paused
+from amp_pass.converter import default_opset, gc_paused
+from amp_pass.options import DTYPES
 from amp_pass.policy import load_policy
 from amp_pass.prepare import prepare_model
 from workers.calibrate import Calibration, collect_ranges

@@ -1,6 +1,6 @@
 """One regression job end to end: fetch, fp32 reference, convert, accuracy, convergence, latency.
 
-``run_job(spec, settings) -> JobResult`` never raises for job failures: a bad spec, a bad model,
+``run_job(spec, config: WorkerConfig) -> JobResult`` never raises for job failures: a bad spec, a bad model,
 a failing reference, a crashing/hanging/failing pass, an inaccurate or diverging conversion each
 end as a result with its status and a precise message.  An unexpected error in the worker itself
 also ends as a result (status ``crash``, message ``internal worker error: ...``), so a job never
@@ -15,12 +15,13 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import onnx
 
 from workers import reference as refcache
+from workers.config import WorkerConfig
 from workers.convergence import loop_convergence, loop_feeds, rollout, stateful_convergence
 from workers.convert import DEFAULT_PASS_ROOT, convert_in_subprocess
 from workers.emulation import EmulationError
@@ -35,9 +36,6 @@ from workers.zoo.fetch import fetch_entry
 from workers.zoo.inputs import SpecError, check_spec, feeds_digest, make_feeds, model_inputs
 from workers.zoo.manifest import ZooEntry, ZooError, load_zoo
 from workers.zoo.registry import FetchError
-
-if TYPE_CHECKING:  # workers only read attributes of the settings object the entry point built
-    from service.settings import Settings
 
 DTYPES = ("fp16", "bf16")
 TARGETS = ("cpu", "cuda")
@@ -68,7 +66,7 @@ class JobFailed(Exception):
         self.status, self.message = status, message
 
 
-def run_job(spec: JobSpec, settings: Settings) -> JobResult:
+def run_job(spec: JobSpec, settings: WorkerConfig) -> JobResult:
     """Run one job and return its result (see module doc); never raises for job failures."""
     clock = JobClock()
     result = JobResult(model=spec.model, dtype=spec.dtype, policy=spec.policy, target=spec.target, status="pass",
@@ -95,7 +93,7 @@ def run_job(spec: JobSpec, settings: Settings) -> JobResult:
 class _Job:
     """The steps of one job, sharing the loaded model, feeds and sessions."""
 
-    def __init__(self, spec: JobSpec, settings: Settings, result: JobResult, clock: JobClock) -> None:
+    def __init__(self, spec: JobSpec, settings: WorkerConfig, result: JobResult, clock: JobClock) -> None:
         self.spec, self.settings, self.result, self.clock = spec, settings, result, clock
         self.cache = refcache.ReferenceCache(Path(settings.cache_dir) / "reference")
         self._fp32: SessionRunner | None = None

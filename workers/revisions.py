@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from service.settings import Settings
+    from workers.config import WorkerConfig
 
 SHA_RE = re.compile(r"\A[0-9a-f]{40}\Z")
 WORKTREE_KEY_RE = re.compile(r"\A[0-9a-f]{64}\Z")  # sha256 content hash; git commit shas are 40 hex
@@ -113,10 +113,10 @@ class RevisionCache:
         self.trees = self.root / "trees"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> RevisionCache:
-        """The cache under ``settings.cache_dir/revisions`` for ``settings.pass_repo`` (or this repo)."""
-        repo = settings.pass_repo or default_pass_repo()
-        return cls(repo, Path(settings.cache_dir) / "revisions", settings.worktree_cache_size)
+    def from_config(cls, config: WorkerConfig) -> RevisionCache:
+        """The cache under ``config.cache_dir/revisions`` for ``config.pass_repo`` (or this repo)."""
+        repo = config.pass_repo or default_pass_repo()
+        return cls(repo, Path(config.cache_dir) / "revisions", config.worktree_cache_size)
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

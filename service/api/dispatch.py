@@ -50,7 +50,7 @@ class CeleryDispatch:
     """
 
     def __call__(self, settings: Settings, revision: str, jobs: Sequence[Any]) -> None:
-        from service.scheduler import celery_app, enqueue
+        from service.broker import celery_app, enqueue
 
         enqueue(settings, revision, jobs, app=celery_app(settings))
 
@@ -101,7 +101,7 @@ class RunDispatcher:
                 self.planner(sweep)
             self._compile_statements()
             if isinstance(self.dispatch, CeleryDispatch):
-                from service.scheduler import celery_app
+                from service.broker import celery_app
 
                 app = celery_app(self.settings)
                 with app.producer_or_acquire() as producer:

@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
     spec = JobSpec(model=args.model, dtype=args.dtype, policy=args.policy, target=args.target,
                    revision=args.revision, pass_root=args.pass_root, seed=args.seed, steps=args.steps,
                    zoo_path=args.zoo)
-    result = run_job(spec, settings)
+    result = run_job(spec, settings.worker_config())
     if args.json:
         print(json.dumps(result.to_dict(), sort_keys=True, indent=2, allow_nan=False))
     else:

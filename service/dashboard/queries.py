@@ -64,7 +64,7 @@ def _revision(r: Any) -> RevisionInfo:
 
 def branches(store: Store) -> list[str]:
     """Distinct non-empty branch names of known revisions, sorted."""
-    with store._tx() as conn:
+    with store.transaction() as conn:
         rows = conn.execute(sa.select(t_rev.c.branch).where(t_rev.c.branch.is_not(None)).distinct()).scalars()
         return sorted(b for b in rows if b)
 
@@ -81,7 +81,7 @@ def runs_overview(store: Store, limit: int = 50, branch: str | None = None,
         q = q.where(t_rev.c.branch == branch)
     if trigger:
         q = q.where(t_run.c.trigger == trigger)
-    with store._tx() as conn:
+    with store.transaction() as conn:
         rows = conn.execute(q).all()
         ids = [r.id for r in rows]
         results: dict[int, dict[str, int]] = {i: {} for i in ids}
@@ -167,7 +167,7 @@ def cell_history(store: Store, cell: Cell, branch: str | None = "main", limit: i
     if branch:
         per_rev = per_rev.where(t_rev.c.branch == branch)
     per_rev = per_rev.subquery("per_rev")
-    with store._tx() as conn:
+    with store.transaction() as conn:
         total = conn.execute(sa.select(sa.func.count()).select_from(per_rev)).scalar_one()
         picked = sa.select(per_rev.c.last, per_rev.c.first).order_by(per_rev.c.first.desc()).limit(limit).subquery()
         q = (sa.select(t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_rev.c.message, t_run.c.trigger,
@@ -200,7 +200,7 @@ def cell_findings(store: Store, cell: Cell, run_ids: Sequence[int]) -> list[Any]
     from service.db.queries import regression_info
 
     model, dtype, policy, target = cell
-    with store._tx() as conn:
+    with store.transaction() as conn:
         rows = conn.execute(sa.select(t_reg).where(
             t_reg.c.model == model, t_reg.c.dtype == dtype, t_reg.c.policy == policy, t_reg.c.target == target,
             t_reg.c.run_id.in_(list(run_ids))).order_by(t_reg.c.id)).all()
@@ -216,7 +216,7 @@ def baseline_results(store: Store, run: RunInfo, cells: Sequence[Cell], depth: i
         return {}
     nightly = run.trigger == "nightly"
     start, include_self = (run.baseline_sha, True) if run.baseline_sha else (run.revision_sha, nightly)
-    with store._tx() as conn:
+    with store.transaction() as conn:
         return nearest_results(conn, start=start, include_self=include_self, run_id=run.id, cells=list(cells),
                                max_depth=depth, before_run=run.id if nightly else None)
 
@@ -225,6 +225,6 @@ def bisect_runs(store: Store, keys: Sequence[str]) -> dict[str, RunInfo]:
     """Runs by dedup key for the given keys (missing keys are absent)."""
     if not keys:
         return {}
-    with store._tx() as conn:
+    with store.transaction() as conn:
         rows = conn.execute(sa.select(t_run).where(t_run.c.dedup_key.in_(list(keys)))).all()
     return {r.dedup_key: run_info(r) for r in rows}

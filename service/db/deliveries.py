@@ -128,9 +128,9 @@ _INFO_COLS = (t_del.c.delivery_id, t_del.c.event, t_del.c.repository, t_del.c.st
 
 
 class DeliveriesMixin:
-    """Delivery methods; requires ``self._tx()``, ``self.clock`` and ``self.engine`` from Store."""
+    """Delivery methods; requires ``self.transaction()``, ``self.clock`` and ``self.engine`` from Store."""
 
-    def _tx(self):  # type: ignore[no-untyped-def]  # pragma: no cover - provided by Store
+    def transaction(self):  # type: ignore[no-untyped-def]  # pragma: no cover - provided by Store
         raise NotImplementedError
 
     def receive_delivery(self, delivery_id: str, event: str, status: str, *, reason: str | None = None,
@@ -176,7 +176,7 @@ class DeliveriesMixin:
 
     def _receive_existing(self, values: dict[str, Any]) -> Received:
         delivery_id = values["delivery_id"]
-        with self._tx() as conn:
+        with self.transaction() as conn:
             row = conn.execute(sa.select(*_INFO_COLS).where(t_del.c.delivery_id == delivery_id)).first()
             if row is None:  # not there after all (deleted meanwhile): insert it
                 stmt = _insert_new(conn.dialect.name)
@@ -197,7 +197,7 @@ class DeliveriesMixin:
         of BEGIN, statement, COMMIT); a normal transaction elsewhere."""
         if self.engine.dialect.name == "postgresql":  # type: ignore[attr-defined]
             return _autocommit(self.engine)  # type: ignore[attr-defined]
-        return self._tx()
+        return self.transaction()
 
     def pending_deliveries(self, conn: Connection, limit: int, skip: Sequence[str] = ()) -> list[PendingDelivery]:
         """Up to ``limit`` pending deliveries, oldest first, read on ``conn`` (the caller's transaction).
@@ -215,7 +215,7 @@ class DeliveriesMixin:
 
     def count_pending_deliveries(self) -> int:
         """How many deliveries wait for the intake."""
-        with self._tx() as conn:
+        with self.transaction() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(t_del)
                                     .where(t_del.c.status == "pending")).scalar() or 0)
 
@@ -245,7 +245,7 @@ class DeliveriesMixin:
         _check_status(status)
         from service.db.runs import dialect_insert
 
-        with self._tx() as conn:
+        with self.transaction() as conn:
             ins = dialect_insert(conn, t_del).values(
                 delivery_id=delivery_id, event=event, status=status, reason=reason, run_id=run_id,
                 repository=repository, received_at=self.clock())
@@ -259,7 +259,7 @@ class DeliveriesMixin:
         if status is not None:
             _check_status(status)
         values = {k: v for k, v in (("status", status), ("reason", reason), ("run_id", run_id)) if v is not None}
-        with self._tx() as conn:
+        with self.transaction() as conn:
             if values:
                 conn.execute(t_del.update().where(t_del.c.delivery_id == delivery_id).values(**values))
         got = self.get_delivery(delivery_id)
@@ -269,6 +269,6 @@ class DeliveriesMixin:
 
     def get_delivery(self, delivery_id: str) -> DeliveryInfo | None:
         """The recorded delivery with this id, or None."""
-        with self._tx() as conn:
+        with self.transaction() as conn:
             r = conn.execute(sa.select(*_INFO_COLS).where(t_del.c.delivery_id == delivery_id)).first()
         return None if r is None else delivery_info(r)

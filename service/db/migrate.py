@@ -7,6 +7,7 @@ holds an advisory lock, so concurrent upgrades from several processes run one af
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from alembic import command
@@ -23,9 +24,10 @@ def _script_location() -> str:
     """``migrations/`` next to the ``service`` package (source tree or installed side by side)."""
     if (MIGRATIONS_DIR / "env.py").is_file():
         return str(MIGRATIONS_DIR)
-    import migrations  # installed as a package (pyproject includes migrations*)
-
-    for entry in getattr(migrations, "__path__", []):
+    # installed as a package (pyproject includes migrations*); located, not imported: migrations
+    # import service.db, never the other way round
+    spec = importlib.util.find_spec("migrations")
+    for entry in (spec.submodule_search_locations or []) if spec is not None else []:
         if (Path(entry) / "env.py").is_file():
             return str(Path(entry))
     raise RuntimeError("the ampci migrations directory is missing from this installation")

@@ -87,9 +87,9 @@ def regression_info(r: Row[Any]) -> RegressionInfo:
 
 
 class QueriesMixin:
-    """Query methods; requires ``self._tx()`` and ``self.clock`` from Store."""
+    """Query methods; requires ``self.transaction()`` and ``self.clock`` from Store."""
 
-    def _tx(self):  # type: ignore[no-untyped-def]  # pragma: no cover - provided by Store
+    def transaction(self):  # type: ignore[no-untyped-def]  # pragma: no cover - provided by Store
         raise NotImplementedError
 
     clock: Any
@@ -103,7 +103,7 @@ class QueriesMixin:
         ref = (ref or "").strip().lower()
         if not _PREFIX.match(ref):
             raise UserError(f"not a revision: {ref!r} (give 4-64 hex digits of a sha)")
-        with self._tx() as conn:
+        with self.transaction() as conn:
             found = conn.execute(sa.select(t_rev.c.sha).where(t_rev.c.sha.like(ref + "%"))
                                  .order_by(t_rev.c.sha).limit(6)).scalars().all()
         if not found:
@@ -116,14 +116,14 @@ class QueriesMixin:
     def get_revision(self, ref: str) -> RevisionInfo:
         """A revision by sha or unique prefix (NotFoundError if unknown)."""
         sha = self.resolve_revision(ref)
-        with self._tx() as conn:
+        with self.transaction() as conn:
             r = conn.execute(sa.select(t_rev).where(t_rev.c.sha == sha)).one()
         return RevisionInfo(sha=r.sha, parents=tuple(r.parents or ()), branch=r.branch, author=r.author,
                             message=r.message, committed_at=utc(r.committed_at))
 
     def ancestors(self, sha: str, max_depth: int = 1000, include_self: bool = False) -> list[tuple[str, int]]:
         """Ancestors of ``sha`` as (sha, depth) nearest first, following all parent links recorded."""
-        with self._tx() as conn:
+        with self.transaction() as conn:
             return ancestors(conn, sha, max_depth, include_self)
 
     def first_parent_path(self, head: str, stop: str, max_len: int = 10_000) -> list[str]:
@@ -132,7 +132,7 @@ class QueriesMixin:
         NotFoundError when ``stop`` is not reached through recorded first-parent links.
         """
         path = [head]
-        with self._tx() as conn:
+        with self.transaction() as conn:
             cur = head
             while cur != stop and len(path) < max_len:
                 nxt = conn.execute(sa.select(t_par.c.parent_sha).where(
@@ -148,7 +148,7 @@ class QueriesMixin:
     # -- runs and jobs ----------------------------------------------------------------------------
     def get_run(self, run_id: int) -> RunInfo:
         """A run by id (NotFoundError if unknown)."""
-        with self._tx() as conn:
+        with self.transaction() as conn:
             r = conn.execute(sa.select(t_run).where(t_run.c.id == run_id)).first()
         if r is None:
             raise NotFoundError(f"no run with id {run_id}")
@@ -156,7 +156,7 @@ class QueriesMixin:
 
     def find_run(self, dedup_key: str) -> RunInfo | None:
         """The run created with ``dedup_key``, or None."""
-        with self._tx() as conn:
+        with self.transaction() as conn:
             r = conn.execute(sa.select(t_run).where(t_run.c.dedup_key == dedup_key)).first()
         return run_info(r) if r is not None else None
 
@@ -170,12 +170,12 @@ class QueriesMixin:
             q = q.where(t_run.c.trigger == trigger)
         if status:
             q = q.where(t_run.c.status == status)
-        with self._tx() as conn:
+        with self.transaction() as conn:
             return [run_info(r) for r in conn.execute(q)]
 
     def jobs(self, run_id: int) -> list[JobInfo]:
         """The run's jobs ordered by cell (NotFoundError if the run is unknown)."""
-        with self._tx() as conn:
+        with self.transaction() as conn:
             rows = conn.execute(sa.select(t_job).where(t_job.c.run_id == run_id).order_by(
                 t_job.c.model, t_job.c.dtype, t_job.c.policy, t_job.c.target)).all()
             if not rows and conn.execute(sa.select(t_run.c.id).where(t_run.c.id == run_id)).first() is None:
@@ -184,7 +184,7 @@ class QueriesMixin:
 
     def get_job(self, job_id: int) -> JobInfo:
         """A job by id (NotFoundError if unknown)."""
-        with self._tx() as conn:
+        with self.transaction() as conn:
             r = conn.execute(sa.select(t_job).where(t_job.c.id == job_id)).first()
         if r is None:
             raise NotFoundError(f"no job with id {job_id}")
@@ -207,7 +207,7 @@ class QueriesMixin:
             if val:
                 q = q.where(t_res.c[col] == val)
         q = q.order_by(t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target, t_res.c.id.desc()).limit(limit)
-        with self._tx() as conn:
+        with self.transaction() as conn:
             rows = [result_row(r) for r in conn.execute(q)]
             if not rows and model:
                 self._check_model(conn, model)
@@ -218,7 +218,7 @@ class QueriesMixin:
 
     def get_result(self, result_id: int) -> JobResult:
         """The complete stored JobResult (NotFoundError if unknown)."""
-        with self._tx() as conn:
+        with self.transaction() as conn:
             data = conn.execute(sa.select(t_res.c.data).where(t_res.c.id == result_id)).scalar()
         if data is None:
             raise NotFoundError(f"no result with id {result_id}")
@@ -255,7 +255,7 @@ class QueriesMixin:
         ``ConvergenceStats.error_unit``)."""
         if not result_ids:
             return {}
-        with self._tx() as conn:
+        with self.transaction() as conn:
             rows = conn.execute(sa.select(t_res.c.id, ERROR_UNIT.label("unit")).where(t_res.c.id.in_(result_ids))).all()
         return {r.id: stored_error_unit(r.unit) for r in rows}
 
@@ -275,7 +275,7 @@ class QueriesMixin:
         if target:
             q = q.where(t_res.c.target == target)
         q = q.order_by(t_res.c.id.desc()).limit(limit)
-        with self._tx() as conn:
+        with self.transaction() as conn:
             rows = conn.execute(q).all()
             if not rows:
                 self._check_model(conn, model)
@@ -302,12 +302,12 @@ class QueriesMixin:
             q = q.where(t_reg.c.run_id == run_id)
         if category:
             q = q.where(t_reg.c.category == category)
-        with self._tx() as conn:
+        with self.transaction() as conn:
             return [regression_info(r) for r in conn.execute(q)]
 
     def get_regression(self, regression_id: int) -> RegressionInfo:
         """A finding by id (NotFoundError if unknown)."""
-        with self._tx() as conn:
+        with self.transaction() as conn:
             r = conn.execute(sa.select(t_reg).where(t_reg.c.id == regression_id)).first()
         if r is None:
             raise NotFoundError(f"no regression with id {regression_id}")
@@ -317,7 +317,7 @@ class QueriesMixin:
             note: str | None = None) -> RegressionInfo:
         """Mark a finding ``acknowledged`` (or ``false_positive``), recording who and when."""
         state = "false_positive" if false_positive else "acknowledged"
-        with self._tx() as conn:
+        with self.transaction() as conn:
             n = conn.execute(t_reg.update().where(t_reg.c.id == regression_id).values(
                 state=state, state_by=by, state_at=self.clock(), state_note=note)).rowcount
         if not n:

@@ -57,7 +57,7 @@ def check_cell(cell: Sequence[str]) -> Cell:
 
 
 class RunWritesMixin:
-    """Revision and run writes; requires ``self._tx()`` and ``self.clock`` (Store) and ``get_revision``
+    """Revision and run writes; requires ``self.transaction()`` and ``self.clock`` (Store) and ``get_revision``
     (QueriesMixin, after this class in Store's bases).
 
     ``run_dispatch`` is how runs created without an explicit ``dispatch`` are dispatched (recorded
@@ -68,7 +68,7 @@ class RunWritesMixin:
 
     run_dispatch: str = "broker"
 
-    def _tx(self):  # type: ignore[no-untyped-def]  # pragma: no cover - provided by Store
+    def transaction(self):  # type: ignore[no-untyped-def]  # pragma: no cover - provided by Store
         raise NotImplementedError
 
     # -- revisions ------------------------------------------------------------------------------
@@ -99,7 +99,7 @@ class RunWritesMixin:
         if not merged:
             return 0
         if conn is None:
-            with self._tx() as own:
+            with self.transaction() as own:
                 return self._upsert_revisions(own, list(merged.values()))
         return self._upsert_revisions(conn, list(merged.values()))
 
@@ -162,7 +162,7 @@ class RunWritesMixin:
         if not checked:
             return []
         if conn is None:
-            with self._tx() as own:
+            with self.transaction() as own:
                 return self._create_runs(own, checked)
         return self._create_runs(conn, checked)
 

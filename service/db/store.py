@@ -40,7 +40,6 @@ from service.errors import NotFoundError, UserError
 from workers.result import JobResult
 
 if TYPE_CHECKING:
-    from service.regressions.detect import Regression
     from service.regressions.thresholds import Thresholds
     from service.settings import Settings
 
@@ -102,9 +101,6 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         """Close pooled connections (call before forking or at exit)."""
         self.engine.dispose()
 
-    def _tx(self):  # type: ignore[no-untyped-def]
-        return transaction(self.engine)
-
     def transaction(self) -> AbstractContextManager[Connection]:
         """A connection in one transaction (committed on success, rolled back on error), for the
         methods taking ``conn=`` (e.g. :meth:`upsert_revisions` and :meth:`create_runs` together)."""
@@ -113,8 +109,8 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
     def add_jobs(self, run_id: int, cells: Iterable[Cell]) -> list[JobInfo]:
         """Add ``queued`` jobs for cells the run does not have yet; returns all the run's jobs."""
         now = self.clock()
-        with self._tx() as conn:
-            self._run_row(conn, run_id)
+        with self.transaction() as conn:
+            self.run_row(conn, run_id)
             rows = [{"run_id": run_id, "model": c[0], "dtype": c[1], "policy": c[2], "target": c[3],
                      "status": "queued", "attempts": 0, "queued_at": now}
                     for c in dict.fromkeys(check_cell(c) for c in cells)]
@@ -133,7 +129,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         The caller marks the job ``crashed`` when the count exceeds its limit.
         """
         now = self.clock()
-        with self._tx() as conn:
+        with self.transaction() as conn:
             keep = t_job.c.status.in_(("done", "crashed", "cancelled"))
             row = conn.execute(
                 t_job.update().where(t_job.c.id == job_id)
@@ -153,7 +149,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         values: dict[str, Any] = {"status": status, "error": error}
         if status in JOB_TERMINAL:
             values["finished_at"] = self.clock()
-        with self._tx() as conn:
+        with self.transaction() as conn:
             row = conn.execute(t_job.update().where(t_job.c.id == job_id).values(**values)
                                .returning(*t_job.c)).first()
             if row is None:
@@ -171,8 +167,8 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         """
         cols = result_columns(result)
         now = self.clock()
-        with self._tx() as conn:
-            run = self._run_row(conn, run_id)
+        with self.transaction() as conn:
+            run = self.run_row(conn, run_id)
             if job_id is None:
                 job_id = conn.execute(sa.select(t_job.c.id).where(
                     t_job.c.run_id == run_id, t_job.c.model == result.model, t_job.c.dtype == result.dtype,
@@ -203,8 +199,8 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         ``cancelled``; none ``done`` → ``failed``; else ``partial``.  A run without jobs is
         ``complete``.  Idempotent.
         """
-        with self._tx() as conn:
-            self._run_row(conn, run_id)
+        with self.transaction() as conn:
+            self.run_row(conn, run_id)
             counts = dict(conn.execute(sa.select(t_job.c.status, sa.func.count()).where(
                 t_job.c.run_id == run_id).group_by(t_job.c.status)).all())
             total = sum(counts.values())
@@ -229,15 +225,15 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         """Force a run status (e.g. ``cancelled``); prefer :meth:`finish_run` otherwise."""
         if status not in RUN_STATES:
             raise UserError(f"unknown run status {status!r}; expected one of {', '.join(RUN_STATES)}")
-        with self._tx() as conn:
-            self._run_row(conn, run_id)
+        with self.transaction() as conn:
+            self.run_row(conn, run_id)
             conn.execute(t_run.update().where(t_run.c.id == run_id).values(status=status))
         return self.get_run(run_id)
 
     def run_summary(self, run_id: int) -> RunSummary:
         """Counts of a run's jobs, results and findings (regressions counted unless resolved/false positive)."""
-        with self._tx() as conn:
-            run = self._run_row(conn, run_id)
+        with self.transaction() as conn:
+            run = self.run_row(conn, run_id)
             jobs = dict(conn.execute(sa.select(t_job.c.status, sa.func.count()).where(
                 t_job.c.run_id == run_id).group_by(t_job.c.status)).all())
             res = dict(conn.execute(sa.select(t_res.c.status, sa.func.count()).where(
@@ -251,22 +247,12 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
                           regressions=regs, improvements=sum(n for c, _, n in found if c == "improvement"),
                           flaky=sum(n for c, _, n in found if c == "flaky"))
 
-    def detect_regressions(self, run_id: int, thresholds: Thresholds | None = None) -> list[Regression]:
-        """Compare every result of the run with its baseline, store findings, resolve fixed ones.
-
-        See :func:`service.regressions.detect.detect_run` for the rules and guarantees
-        (idempotent: running it twice stores each finding once).
-        """
-        from service.regressions.detect import detect_run
-
-        return detect_run(self, run_id, thresholds if thresholds is not None else self.thresholds)
-
     # -- model zoo (webhook deliveries: service.db.deliveries) ------------------------------------
     def record_model(self, name: str, sha256: str | None = None, source: str | None = None,
                      meta: dict[str, Any] | None = None) -> None:
         """Record (or refresh) a model zoo entry seen by a sweep."""
         now = self.clock()
-        with self._tx() as conn:
+        with self.transaction() as conn:
             ins = dialect_insert(conn, t_zoo).values(name=name, sha256=sha256, source=source, meta=meta or {},
                                                      first_seen_at=now, last_seen_at=now)
             conn.execute(ins.on_conflict_do_update(index_elements=[t_zoo.c.name], set_={
@@ -275,13 +261,13 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
 
     def zoo_models(self) -> list[dict[str, Any]]:
         """All model zoo entries seen, by name."""
-        with self._tx() as conn:
+        with self.transaction() as conn:
             rows = conn.execute(sa.select(t_zoo).order_by(t_zoo.c.name)).mappings().all()
         return [{**r, "first_seen_at": utc(r["first_seen_at"]), "last_seen_at": utc(r["last_seen_at"])}
                 for r in rows]
 
     # -- helpers --------------------------------------------------------------------------------
-    def _run_row(self, conn: Connection, run_id: int) -> Any:
+    def run_row(self, conn: Connection, run_id: int) -> Any:
         row = conn.execute(sa.select(t_run).where(t_run.c.id == run_id)).first()
         if row is None:
             raise NotFoundError(f"no run with id {run_id}")

@@ -38,6 +38,7 @@ from sqlalchemy.engine import Connection
 from service.db import models as m
 from service.db.queries import ERROR_UNIT, ancestors, stored_error_unit
 from service.db.records import Cell, RegressionInfo
+from service.db.runs import dialect_insert
 from service.regressions.rules import KINDS, CellSample, Finding, compare_cells, returned_to_baseline
 from service.regressions.stats import count_flips, shift_violations
 from service.regressions.thresholds import Thresholds
@@ -178,9 +179,9 @@ def nightly_latency(series: Sequence[Any], cur: Any, th: Thresholds) -> tuple[Fi
 
 def detect_run(store: Store, run_id: int, thresholds: Thresholds | None = None) -> list[RegressionInfo]:
     """Detect, store and return the findings of ``run_id`` (see the module docstring)."""
-    th = thresholds or Thresholds()
-    with store._tx() as conn:
-        run = store._run_row(conn, run_id)
+    th = thresholds or store.thresholds or Thresholds()
+    with store.transaction() as conn:
+        run = store.run_row(conn, run_id)
         current = {_cell(r): r for r in conn.execute(sa.select(*SAMPLE_COLS).where(t_res.c.run_id == run_id))}
         if current:
             _detect(conn, store, run, current, th)
@@ -244,8 +245,8 @@ def baseline_revisions(store: Store, run_id: int, thresholds: Thresholds | None 
     """For each cell of run ``run_id`` that has a result, the revision of the baseline result detection
     compares it with; cells with no baseline result (a first run of the cell) are absent."""
     th = thresholds or store.thresholds or Thresholds()
-    with store._tx() as conn:
-        run = store._run_row(conn, run_id)
+    with store.transaction() as conn:
+        run = store.run_row(conn, run_id)
         cells = sorted({_cell(r) for r in conn.execute(sa.select(*CELL).where(t_res.c.run_id == run_id))})
         if not cells:
             return {}
@@ -260,8 +261,6 @@ def _open_kinds(conn: Connection, run_id: int) -> set[tuple[Cell, str]]:
 
 
 def _store_findings(conn: Connection, run_id: int, rows: list[dict[str, Any]]) -> None:
-    from service.db.store import dialect_insert
-
     key_cols = ("model", "dtype", "policy", "target", "kind", "category")
     wanted = {tuple(r[k] for k in key_cols) for r in rows}
     stale = [r.id for r in conn.execute(sa.select(t_reg.c.id, *(t_reg.c[k] for k in key_cols))

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from service.regressions.detect import detect_run
 from tests.api.helpers import API_TOKEN, encode, push_payload, run_of, sha, webhook_headers
 from workers.result import AccuracyReport, JobResult, OutputMetrics
 
@@ -33,7 +34,7 @@ def _two_runs_with_a_regression(store: Any, client: Any) -> tuple[int, int]:
             store.write_result(run_id, _result(job.cell, "convert_error" if failing else "pass", 0.9999),
                                job_id=job.id)
         store.finish_run(run_id)
-        store.detect_regressions(run_id)
+        detect_run(store, run_id)
         ids.append(run_id)
     return ids[0], ids[1]
 

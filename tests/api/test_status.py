@@ -19,6 +19,7 @@ from service.github.client import (
 )
 from service.github.outbox import MemoryOutbox, RedisOutbox
 from service.github.reporter import StatusReporter, final_state
+from service.regressions.detect import detect_run
 from tests.api.conftest import make_reporter
 from tests.api.helpers import GITHUB_TOKEN, REPO, encode, push_payload, run_of, sha, webhook_headers
 from workers.result import JobResult
@@ -195,7 +196,7 @@ def test_webhook_run_reports_pending_then_its_outcome(httpserver: HTTPServer, ma
         bad = job.cell == ("mlp_small", "fp16", "default", queue)
         store.write_result(run_id, _result(job.cell, "convert_error" if bad else "pass", head), job_id=job.id)
     store.finish_run(run_id)
-    store.detect_regressions(run_id)
+    detect_run(store, run_id)
     assert reporter.check_watched(store) == 1
     assert reporter.drain() == 1
     final = seen[-1]["json"]

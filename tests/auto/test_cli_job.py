@@ -20,9 +20,9 @@ import pytest
 from service.cli.main import main
 from service.regressions.rules import CellSample, coverage_rule
 from service.regressions.thresholds import Thresholds
-from service.settings import Settings
 from tests.auto.conftest import assert_valid
 from tests.auto.models import feeds_for, overflow_chain
+from workers.config import WorkerConfig
 from workers.job import JobSpec, run_job
 from workers.result import JobResult
 
@@ -109,13 +109,13 @@ def _sample(r: JobResult) -> CellSample:
                       casts_inserted=r.graph.casts_inserted)
 
 
-def _zoo_entry(model: Path, name: str, tmp_path: Path, body: str) -> tuple[Path, Settings]:
+def _zoo_entry(model: Path, name: str, tmp_path: Path, body: str) -> tuple[Path, WorkerConfig]:
     """A manifest in ``tmp_path`` with entry ``name`` for the file ``model`` (``body``: its inputs etc.),
     and job settings with a private cache."""
     sha = hashlib.sha256(model.read_bytes()).hexdigest()
     zoo = tmp_path / "zoo.toml"
     zoo.write_text(f'[models.{name}]\nsource = {{ path = "{model.name}" }}\nsha256 = "{sha}"\n{body}')
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", latency_runs=2,
+    settings = WorkerConfig(cache_dir=tmp_path / "cache", latency_runs=2,
                         latency_warmup=1, convert_timeout=300.0)
     return zoo, settings
 

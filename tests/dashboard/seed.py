@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from service.db import Store
+from service.regressions.detect import detect_run
 from workers.result import AccuracyReport, GraphFacts, JobResult, LatencyStats, OutputMetrics
 
 MODELS = ("conv_small", "mlp_small", "tiny_lstm")
@@ -105,14 +106,14 @@ def seed(store: Store, revisions: int = 6) -> Seeded:
         write_all(store, run, [make_result(cell, s, i, rng, accuracy_bad=i == last and cell == ACC_CELL,
                                            slow=i == last and cell == LAT_CELL,
                                            convert_error=i == last and cell == CONV_CELL) for cell in CELLS])
-        store.detect_regressions(run)
+        detect_run(store, run)
         runs.append(run)
     feature = sha("feature-1")
     store.upsert_revision(feature, parents=[shas[3]], branch="feature/resize", author="Barbara Liskov",
                           message="Keep Resize scales in fp32", committed_at=t0 + timedelta(hours=3, minutes=30))
     frun = store.create_run(feature, "pull_request", baseline_sha=shas[3], cells=CELLS)
     write_all(store, frun, [make_result(cell, feature, 3, rng) for cell in CELLS])
-    store.detect_regressions(frun)
+    detect_run(store, frun)
     out = Seeded(main_shas=shas, main_runs=runs, feature_sha=feature, feature_run=frun)
     for f in store.regressions(run_id=runs[-1], category="regression"):
         out.regressions[f.cell] = f.id
@@ -160,7 +161,7 @@ def seed_wide(store: Store, parent: str, flaky_pattern: str = "model_07/bf16/def
                             slow=i == 1 and cell in slow, convert_error=(i == 1 and cell in conv) or cell == old_error)
             results.append(r)
         write_all(store, run, results)
-        store.detect_regressions(run, Thresholds(flaky_allowlist=(flaky_pattern,)))
+        detect_run(store, run, Thresholds(flaky_allowlist=(flaky_pattern,)))
         runs.append(run)
     states = {**{c: "reg-accuracy" for c in acc}, **{c: "reg-latency" for c in slow},
               **{c: "reg-conversion" for c in conv}, flaky: "flaky", better: "improved", old_fail: "fail",

@@ -10,6 +10,7 @@ import pytest
 
 from service.bisect import bisect_step
 from service.dashboard.bisection import bisect_view
+from service.regressions.detect import detect_run
 from tests.dashboard.seed import ACC_CELL, make_result, sha
 
 pytestmark = pytest.mark.postgres
@@ -38,7 +39,7 @@ def test_bisection_state_through_the_real_steps(store: Any) -> None:
     write(store, first, revs[0], bad=False)
     last = store.create_run(revs[4], "push", cells=[ACC_CELL])
     write(store, last, revs[4], bad=True)
-    (reg,) = [f for f in store.detect_regressions(last) if f.category == "regression"]
+    (reg,) = [f for f in detect_run(store, last) if f.category == "regression"]
     assert reg.baseline_sha == revs[0]
 
     view = bisect_view(store, reg)
@@ -71,6 +72,6 @@ def test_bisection_not_possible_without_baseline_or_for_improvements(store: Any)
     store.upsert_revision(rev, branch="main")
     run = store.create_run(rev, "push", cells=[ACC_CELL])
     write(store, run, rev, bad=True)
-    assert store.detect_regressions(run) == []
+    assert detect_run(store, run) == []
     fake = type("R", (), {"category": "improvement"})()
     assert bisect_view(store, fake).status == "not_bisectable"

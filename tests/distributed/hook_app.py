@@ -14,8 +14,8 @@ import signal
 import time
 from typing import Any
 
-from workers import tasks
-from workers.celery_app import app  # noqa: F401  - `celery -A` looks for `app`
+from service import tasks
+from service.celery_app import app  # noqa: F401  - `celery -A` looks for `app`
 from workers.result import JobResult
 from workers.revisions import RevisionCache
 
@@ -28,7 +28,7 @@ def run_cell(cell: tuple[str, str, str, str], revision: str, settings: Any,
     if model.startswith("poison_"):
         os.kill(os.getpid(), signal.SIGKILL)
     if model.startswith("noop_"):
-        root = RevisionCache.from_settings(settings).checkout(revision)
+        root = RevisionCache.from_config(settings.worker_config()).checkout(revision)
         value = (root / "amp_pass" / "__init__.py").read_text().strip()
         _sleep(float(os.environ.get("AMPCI_TEST_NOOP_DELAY", "0")))
         return JobResult(model=model, dtype=dtype, policy=policy, target=target, status="pass",

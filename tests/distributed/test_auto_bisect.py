@@ -18,12 +18,11 @@ from typing import Any
 
 import pytest
 
-from service import scheduler
+from service import jobs, scheduler, tasks
 from service.bisect import bisect_step
 from service.cli.main import main
 from service.settings import Settings
 from tests.service.factories import make_result
-from workers import tasks
 from workers.revisions import RevisionCache
 
 CELL = ("tiny_mlp", "fp16", "default", "cpu")
@@ -64,7 +63,7 @@ class Harness:
         self.store = scheduler.open_store(self.settings)
         self.queue: deque[int] = deque()   # job ids "sent to the broker"
         self.ran: list[str] = []           # revisions a job ran at
-        cache = RevisionCache.from_settings(self.settings)
+        cache = RevisionCache.from_config(self.settings.worker_config())
         for i, sha in enumerate(self.shas):  # what the webhook records for a push
             self.store.upsert_revision(sha, [self.shas[i - 1]] if i else [], "main", "t", f"commit {i}")
 
@@ -83,7 +82,7 @@ class Harness:
                 return make_result(cell, status="fail_accuracy", max_abs=0.4, seed=seed)
             return make_result(cell, max_abs=1e-3, seed=seed)
 
-        monkeypatch.setattr(scheduler, "enqueue", fake_enqueue)
+        monkeypatch.setattr(jobs, "enqueue", fake_enqueue)
         monkeypatch.setattr(tasks, "run_cell", fake_run_cell)
         self.fake_run_cell = fake_run_cell
 

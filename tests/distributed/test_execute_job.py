@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from service import scheduler
+from service import scheduler, tasks
 from service.settings import Settings
-from workers import tasks
 from workers.result import JobResult
 
 SHA = "ab" * 20
@@ -65,11 +64,12 @@ def test_poison_job_is_crashed_after_max_attempts(setup) -> None:
     assert store.get_run(run_id).status == "failed"
 
 
-def test_job_settings_apply_sweep_options() -> None:
-    base = Settings(job_timeout=100.0, convert_timeout=90.0, latency_runs=20)
-    s = tasks.job_settings(base, {"repeats": 3, "timeout": 500.0})
+def test_worker_config_applies_sweep_options() -> None:
+    base = Settings(job_timeout=100.0, convert_timeout=90.0, latency_runs=20).worker_config()
+    s = base.for_cell({"repeats": 3, "timeout": 500.0})
     assert s.latency_runs == 3 and s.convert_timeout == 100.0
-    assert tasks.job_settings(base, None) is base
+    assert base.for_cell(None) is base
+    assert base.for_cell({"timeout": 30.0}).convert_timeout == 30.0
 
 
 def test_run_cell_turns_a_bad_revision_into_a_result(tmp_path: Path) -> None:

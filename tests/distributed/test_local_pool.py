@@ -46,7 +46,7 @@ def test_embedded_smoke_sweep_from_the_cli(tmp_path: Path) -> None:
 def _pool_run(tmp_path: Path, **settings_kw: Any) -> tuple[Any, Settings, int, Any]:
     settings = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache", **settings_kw)
     store = scheduler.open_store(settings)
-    key = RevisionCache.from_settings(settings).snapshot(ROOT)
+    key = RevisionCache.from_config(settings.worker_config()).snapshot(ROOT)
     run_id = store.create_run(key, "manual", None, "t", [("conv_net", "fp16", "default", "cpu")])
     pool = scheduler.LocalPool(settings, store, workers=1)
     pool.submit(store.jobs(run_id))
@@ -83,7 +83,7 @@ def test_job_past_its_time_limit_gets_a_timeout_result(tmp_path: Path) -> None:
 def test_cancel_stops_the_subprocesses_and_cancels_what_is_left(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
     store = scheduler.open_store(settings)
-    key = RevisionCache.from_settings(settings).snapshot(ROOT)
+    key = RevisionCache.from_config(settings.worker_config()).snapshot(ROOT)
     run_id = store.create_run(key, "manual", None, "t", [("conv_net", "fp16", "default", "cpu"),
                                                          ("conv_net", "bf16", "default", "cpu")])
     pool = scheduler.LocalPool(settings, store, workers=1)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from service.db import Store
 from service.db.migrate import upgrade
+from service.regressions.detect import detect_run
 from workers.result import (
     AccuracyReport,
     ConvergenceStats,
@@ -94,7 +95,7 @@ def run_with(store: Store, revision: str, results: list[JobResult], trigger: str
         store.write_result(run_id, r)
     store.finish_run(run_id)
     if detect:
-        store.detect_regressions(run_id)
+        detect_run(store, run_id)
     return run_id
 
 

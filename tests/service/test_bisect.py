@@ -11,6 +11,7 @@ from service.bisect import bisect_step, classify, pick
 from service.cli.main import main
 from service.db import Store
 from service.errors import NotFoundError
+from service.regressions.detect import detect_run
 from service.regressions.rules import CellSample
 from service.regressions.thresholds import Thresholds
 from tests.service.factories import chain, make_result, migrated_store, run_with
@@ -116,7 +117,7 @@ def test_bisect_runs_store_no_open_regressions(db_url: str, monkeypatch: pytest.
     mid = store.get_run(run_id)
     store.write_result(run_id, make_result(status="fail_accuracy", max_abs=0.4))  # the midpoint is bad too
     store.finish_run(run_id)
-    assert store.detect_regressions(run_id) == [] and store.detect_regressions(run_id) == []
+    assert detect_run(store, run_id) == [] and detect_run(store, run_id) == []
     assert [r.id for r in store.regressions(state="open")] == [reg_id]
     # ... yet the bisection still uses its result
     assert bisect_step(store, reg_id).verdicts[mid.revision_sha] == "bad"

@@ -14,6 +14,7 @@ import pytest
 from service.bisect import bisect_step, classify
 from service.db import Store
 from service.db import models as m
+from service.regressions.detect import detect_run
 from service.regressions.rules import CellSample, comparable, compare_cells, returned_to_baseline
 from service.regressions.thresholds import Thresholds
 from tests.service.factories import chain, make_result, migrated_store, run_with
@@ -119,7 +120,7 @@ def legacy_run(store: Store, revision: str, final_error: float, diverged: bool =
         conn.execute(t_res.update().where(t_res.c.id == row.id).values(data=data))
     assert store.get_result(row.id).convergence.error_unit == "absolute"  # type: ignore[union-attr]
     if detect:
-        store.detect_regressions(run_id)
+        detect_run(store, run_id)
     return run_id
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.db import Store
+from service.regressions.detect import detect_run
 from service.regressions.thresholds import Thresholds
 from tests.service.factories import CELL, chain, make_result, migrated_store, run_with, sha
 
@@ -27,30 +28,30 @@ def test_push_baseline_walks_back_to_nearest_ancestor_with_a_result(store: Store
     # shas[2] has no result; shas[3] must compare with shas[1] (nearest), not shas[0]
     r3 = run_with(store, shas[3], [make_result(max_abs=0.3)])
     assert store.regressions(run_id=r3) == []
-    r1_regs = store.detect_regressions(store.list_runs(revision=shas[1])[0].id)
+    r1_regs = detect_run(store, store.list_runs(revision=shas[1])[0].id)
     assert kinds(r1_regs) == [("accuracy", "regression", "open")]
     (reg,) = r1_regs
     assert (reg.baseline_sha, reg.revision_sha, reg.metric) == (shas[0], shas[1], "max_abs")
     assert reg.baseline_value == 1e-3 and reg.value == 0.3 and reg.delta == pytest.approx(0.299)
     assert store.get_result(reg.result_id).accuracy.worst.max_abs == 0.3
     # a run with no ancestor results has nothing to compare with
-    assert store.detect_regressions(store.list_runs(revision=shas[0])[0].id) == []
+    assert detect_run(store, store.list_runs(revision=shas[0])[0].id) == []
 
 
 def test_detection_is_idempotent_and_keeps_human_state(store: Store) -> None:
     shas = chain(store, 2)
     run_with(store, shas[0], [make_result()])
     r = run_with(store, shas[1], [make_result(status="convert_error")])
-    first = store.detect_regressions(r)
+    first = detect_run(store, r)
     store.ack(first[0].id, by="alice", note="known")
-    second = store.detect_regressions(r)
+    second = detect_run(store, r)
     assert [(x.id, x.state, x.state_by) for x in second] == [(first[0].id, "acknowledged", "alice")]
     assert kinds(second) == [("conversion", "regression", "acknowledged")]
     # a rewritten result that no longer regresses removes the stale open finding on re-detection
     r2 = run_with(store, shas[1], [make_result(max_abs=0.5)], trigger="manual")
     assert kinds(store.regressions(run_id=r2)) == [("accuracy", "regression", "open")]
     store.write_result(r2, make_result(max_abs=1e-3))
-    assert store.detect_regressions(r2) == []
+    assert detect_run(store, r2) == []
 
 
 def test_pull_request_compares_with_merge_base(store: Store) -> None:
@@ -107,7 +108,7 @@ def test_allowlisted_cell_is_flaky(store: Store) -> None:
     th = Thresholds(flaky_allowlist=("tiny_*/fp16/*/*",))
     run_with(store, shas[0], [make_result()])
     r = run_with(store, shas[1], [make_result(status="convert_error")], detect=False)
-    (reg,) = store.detect_regressions(r, th)
+    (reg,) = detect_run(store, r, th)
     assert (reg.kind, reg.category, reg.detail) == ("conversion", "flaky",
                                                     "flaky (allowlisted): converted at baseline (pass), now convert_error")
 
@@ -163,4 +164,4 @@ def test_baseline_search_goes_deep_and_per_cell(store: Store) -> None:
     got = {(x.model, x.kind): x.baseline_sha for x in store.regressions(run_id=r)}
     assert got == {("tiny_mlp", "accuracy"): shas[0], ("other", "conversion"): shas[6]}
     th = Thresholds(ancestor_depth=5)
-    assert {x.model for x in store.detect_regressions(r, th)} == {"other"}  # shas[0] is beyond the limit
+    assert {x.model for x in detect_run(store, r, th)} == {"other"}  # shas[0] is beyond the limit

@@ -204,7 +204,7 @@ def test_reconcile_settings() -> None:
 
 
 def test_beat_schedules_reconcile_on_the_control_queue() -> None:
-    from workers.celery_app import CONTROL_QUEUE, RECONCILE_TASK, make_app
+    from service.celery_app import CONTROL_QUEUE, RECONCILE_TASK, make_app
 
     app = make_app(Settings.from_env({"AMPCI_RECONCILE_EVERY": "45s", "AMPCI_BROKER_URL": "redis://h:1/0"}))
     entry = app.conf.beat_schedule["reconcile-lost-jobs"]
@@ -214,6 +214,6 @@ def test_beat_schedules_reconcile_on_the_control_queue() -> None:
     assert "nightly-full-sweep" in app.conf.beat_schedule
     off = make_app(Settings.from_env({"AMPCI_RECONCILE_EVERY": "0"}))
     assert "reconcile-lost-jobs" not in off.conf.beat_schedule
-    from workers import tasks
+    from service import tasks
 
     assert app.tasks[RECONCILE_TASK].name == tasks.reconcile_task.name

@@ -6,6 +6,7 @@ import pytest
 
 from service.db import Store
 from service.errors import DatabaseUnavailableError, NotFoundError, UserError
+from service.regressions.detect import detect_run
 from tests.service.factories import CELL, chain, make_result, migrated_store, sha
 
 
@@ -181,7 +182,7 @@ def test_unknown_ids(store: Store) -> None:
     for call in (lambda: store.get_run(5), lambda: store.jobs(5), lambda: store.get_job(5),
                  lambda: store.get_result(5), lambda: store.get_regression(5), lambda: store.ack(5),
                  lambda: store.finish_run(5), lambda: store.run_summary(5), lambda: store.write_result(5, make_result()),
-                 lambda: store.detect_regressions(5)):
+                 lambda: detect_run(store, 5)):
         with pytest.raises(NotFoundError):
             call()
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from service.settings import Settings
 from tests.conftest import test_cache_dir
 from tests.workers.fakes import fake_pass, write_manifest
+from workers.config import WorkerConfig
 from workers.job import JobSpec, run_job
 from workers.result import JobResult
 
@@ -50,8 +50,8 @@ inputs.image = { shape = [4, 3, 32, 32] }
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", latency_runs=2, latency_warmup=1,
+def settings(tmp_path: Path) -> WorkerConfig:
+    return WorkerConfig(cache_dir=tmp_path / "cache", latency_runs=2, latency_warmup=1,
                     convert_timeout=120.0)
 
 
@@ -60,7 +60,7 @@ def zoo(tmp_path: Path) -> Path:
     return write_manifest(tmp_path / "zoo.toml", MANIFEST)
 
 
-def _job(model: str, zoo: Path, settings: Settings, pass_root: Path | None, dtype: str = "fp16") -> JobResult:
+def _job(model: str, zoo: Path, settings: WorkerConfig, pass_root: Path | None, dtype: str = "fp16") -> JobResult:
     result = run_job(JobSpec(model=model, dtype=dtype, pass_root=pass_root, zoo_path=zoo), settings)
     assert JobResult.from_json(result.to_json()) == result
     assert result.timings["total_s"] >= result.timings["exec_s"] > 0 or result.status not in ("pass",)
@@ -69,7 +69,7 @@ def _job(model: str, zoo: Path, settings: Settings, pass_root: Path | None, dtyp
 
 
 def test_pass_with_convergence_latency_graph_facts_and_cached_reference(tmp_path: Path, zoo: Path,
-                                                                         settings: Settings) -> None:
+                                                                         settings: WorkerConfig) -> None:
     root = fake_pass(tmp_path / "naive", "naive_fp16")
     r = _job("rnn", zoo, settings, root)
     assert r.status == "pass", r.message
@@ -88,7 +88,7 @@ def test_pass_with_convergence_latency_graph_facts_and_cached_reference(tmp_path
     assert again.accuracy is not None and again.accuracy.worst.max_abs == r.accuracy.worst.max_abs
 
 
-def test_loop_model_convergence_over_the_trip_count(tmp_path: Path, zoo: Path, settings: Settings) -> None:
+def test_loop_model_convergence_over_the_trip_count(tmp_path: Path, zoo: Path, settings: WorkerConfig) -> None:
     r = _job("loop", zoo, settings, fake_pass(tmp_path / "naive", "naive_fp16"))
     assert r.status == "pass", r.message
     assert r.convergence is not None and r.convergence.steps == 48 and len(r.convergence.step_errors) == 48
@@ -97,7 +97,7 @@ def test_loop_model_convergence_over_the_trip_count(tmp_path: Path, zoo: Path, s
     assert r.accuracy is not None and set(r.accuracy.per_output) == {"y", "trace"}
 
 
-def test_model_built_to_diverge_in_fp16_is_diverged(tmp_path: Path, zoo: Path, settings: Settings) -> None:
+def test_model_built_to_diverge_in_fp16_is_diverged(tmp_path: Path, zoo: Path, settings: WorkerConfig) -> None:
     r = _job("leaky", zoo, settings, fake_pass(tmp_path / "naive", "naive_fp16"))
     assert r.status == "diverged", r.message
     assert r.convergence is not None and r.convergence.diverged and "grows steadily" in r.convergence.reason
@@ -105,7 +105,7 @@ def test_model_built_to_diverge_in_fp16_is_diverged(tmp_path: Path, zoo: Path, s
     assert errors[-1] > 2.5 * errors[len(errors) // 4]  # absolute drift ~t^2 on a state of size ~t: relative ~t
 
 
-def test_inaccurate_conversion_is_fail_accuracy(tmp_path: Path, zoo: Path, settings: Settings) -> None:
+def test_inaccurate_conversion_is_fail_accuracy(tmp_path: Path, zoo: Path, settings: WorkerConfig) -> None:
     r = _job("conv", zoo, settings, fake_pass(tmp_path / "perturb", "perturb"))
     assert r.status == "fail_accuracy"
     assert "emulation: prob: max abs error" in r.message
@@ -120,7 +120,7 @@ def test_inaccurate_conversion_is_fail_accuracy(tmp_path: Path, zoo: Path, setti
     ("segfault", "crash", "killed by SIGSEGV"),
     ("memory", "crash", "out of memory"),
 ])
-def test_pass_failures_become_statuses(tmp_path: Path, zoo: Path, settings: Settings, behaviour: str, status: str,
+def test_pass_failures_become_statuses(tmp_path: Path, zoo: Path, settings: WorkerConfig, behaviour: str, status: str,
                                        match: str) -> None:
     import dataclasses
 
@@ -131,7 +131,7 @@ def test_pass_failures_become_statuses(tmp_path: Path, zoo: Path, settings: Sett
     assert r.accuracy is None and r.latency is None
 
 
-def test_hanging_pass_times_out(tmp_path: Path, zoo: Path, settings: Settings) -> None:
+def test_hanging_pass_times_out(tmp_path: Path, zoo: Path, settings: WorkerConfig) -> None:
     import dataclasses
 
     t0 = time.monotonic()
@@ -151,7 +151,7 @@ def _local_entry(tmp_path: Path, name: str, data: bytes, inputs: str) -> Path:
     ''')
 
 
-def test_bad_model_missing_or_corrupt_file(tmp_path: Path, settings: Settings) -> None:
+def test_bad_model_missing_or_corrupt_file(tmp_path: Path, settings: WorkerConfig) -> None:
     man = _local_entry(tmp_path, "corrupt", b"\x08\x07garbage" * 10, "inputs.x = { shape = [1] }")
     r = _job("corrupt", man, settings, None)
     assert r.status == "bad_model" and "corrupt.onnx is not a valid ONNX model" in r.message
@@ -160,7 +160,7 @@ def test_bad_model_missing_or_corrupt_file(tmp_path: Path, settings: Settings) -
     assert r.status == "bad_model" and "does not exist" in r.message
 
 
-def test_bad_spec_unknown_dtype_model_target_and_wrong_inputs(zoo: Path, settings: Settings) -> None:
+def test_bad_spec_unknown_dtype_model_target_and_wrong_inputs(zoo: Path, settings: WorkerConfig) -> None:
     assert "unknown dtype 'fp8'" in _job("conv", zoo, settings, None, dtype="fp8").message
     r = run_job(JobSpec(model="conv", dtype="fp16", target="tpu", zoo_path=zoo), settings)
     assert r.status == "bad_spec" and "unknown target 'tpu'" in r.message
@@ -170,7 +170,7 @@ def test_bad_spec_unknown_dtype_model_target_and_wrong_inputs(zoo: Path, setting
     assert r.status == "bad_spec" and "model inputs without a spec: x" in r.message
 
 
-def test_reference_error_when_fp32_model_cannot_run(tmp_path: Path, settings: Settings) -> None:
+def test_reference_error_when_fp32_model_cannot_run(tmp_path: Path, settings: WorkerConfig) -> None:
     graph = helper.make_graph(
         [helper.make_node("Reshape", ["x", "shape"], ["y"])], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
@@ -184,7 +184,7 @@ def test_reference_error_when_fp32_model_cannot_run(tmp_path: Path, settings: Se
 
 @pytest.mark.realmodel
 @pytest.mark.slow
-def test_real_stateful_model_with_if_subgraphs(tmp_path: Path, settings: Settings) -> None:
+def test_real_stateful_model_with_if_subgraphs(tmp_path: Path, settings: WorkerConfig) -> None:
     """silero VAD (25 If nodes, LSTM state) converted by this checkout's pass: accurate and bounded."""
     import dataclasses
 
@@ -200,7 +200,7 @@ def test_real_stateful_model_with_if_subgraphs(tmp_path: Path, settings: Setting
 
 @pytest.mark.realmodel
 @pytest.mark.slow
-def test_real_stateful_model_in_bf16_judges_its_state_by_convergence(tmp_path: Path, settings: Settings) -> None:
+def test_real_stateful_model_in_bf16_judges_its_state_by_convergence(tmp_path: Path, settings: WorkerConfig) -> None:
     """silero VAD in bf16 (Conv/LSTM at opset 22): the speech probability is accurate and the LSTM state
     stays bounded relative to its own magnitude over 64 steps, so the job passes; held to the one-step
     tolerance (``judge_state = true``) the state's single-element error fails it, and says where."""

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from service.settings import Settings
 from tests.workers.fakes import write_manifest
+from workers.config import WorkerConfig
 from workers.job import JobSpec, run_job
 from workers.zoo import s3 as s3mod
 from workers.zoo.fetch import cached_download_path, fetch_entry
@@ -91,7 +91,7 @@ def test_s3_checksum_mismatch_deletes_the_download(tmp_path: Path, endpoint: str
 
 def test_s3_missing_object_is_bad_model_with_one_line(tmp_path: Path, endpoint: str) -> None:
     man = _manifest(tmp_path, endpoint, "nope/missing.onnx", "a" * 64)
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", latency_runs=1, latency_warmup=0)
+    settings = WorkerConfig(cache_dir=tmp_path / "cache", latency_runs=1, latency_warmup=0)
     r = run_job(JobSpec(model="rnn", dtype="fp16", zoo_path=man), settings)
     assert r.status == "bad_model", r.message
     assert f"cannot download s3://{BUCKET}/nope/missing.onnx: NoSuchKey" in r.message and "\n" not in r.message

@@ -41,7 +41,7 @@ def fetch_entry(entry: ZooEntry, cache_dir: Path, timeout: float = 300.0) -> Fet
     if src.kind == "onnx_light":
         from workers.zoo.materialise import materialised_light_model
 
-        return materialised_light_model(src.ref, entry.sha256, src.seed, cache_dir)
+        return FetchedModel(*materialised_light_model(src.ref, entry.sha256, src.seed, cache_dir))
     if src.kind == "synthetic":
         from workers.zoo.synthetic import synthetic_model_path
 

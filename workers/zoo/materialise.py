@@ -19,7 +19,6 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from workers.zoo.fetch import FetchedModel
 from workers.zoo.registry import FetchError, sha256_file, verified_sha256
 
 #: Bump when the materialisation rule changes, so old cached files are not reused.
@@ -86,8 +85,8 @@ def materialise(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
     return m
 
 
-def materialised_light_model(name: str, source_sha256: str | None, seed: int, cache_dir: Path) -> FetchedModel:
-    """The cached materialised model for light model ``name`` (verified source; generated once)."""
+def materialised_light_model(name: str, source_sha256: str | None, seed: int, cache_dir: Path) -> tuple[Path, str]:
+    """(path, sha256) of the cached materialised model for light model ``name`` (verified source; generated once)."""
     src = light_model_source(name)
     got = verified_sha256(src)
     if source_sha256 is not None and got != source_sha256:
@@ -98,7 +97,7 @@ def materialised_light_model(name: str, source_sha256: str | None, seed: int, ca
     if dest.exists() and sidecar.exists():
         sha = sidecar.read_text().strip()
         if verified_sha256(dest) == sha:
-            return FetchedModel(dest, sha)
+            return dest, sha
         dest.unlink()
     dest.parent.mkdir(parents=True, exist_ok=True)
     data = materialise(onnx.load(src), seed).SerializeToString()
@@ -108,4 +107,4 @@ def materialised_light_model(name: str, source_sha256: str | None, seed: int, ca
     sha = sha256_file(Path(tmp))
     os.replace(tmp, dest)
     sidecar.write_text(sha + "\n")
-    return FetchedModel(dest, sha)
+    return dest, sha

@@ -1,69 +1,42 @@
 """Celery tasks (thin named adapters) and the plain functions they call.
 
-* :func:`run_cell` runs one cell at one revision in *this* process and returns its
-  :class:`~workers.result.JobResult`; it never raises for job failures (a bad revision is a
-  ``bad_spec`` result).  The embedded local pool calls it in its worker subprocesses.
+* :func:`run_cell` runs one cell at one revision in *this* process (:func:`workers.cell.run_cell`
+  with the worker config of the settings) and returns its :class:`~workers.result.JobResult`.
 * :func:`execute_job` is one delivery of one job end to end (the Celery path): skip it if the job
   already finished, count the attempt in the database, mark a poison job ``crashed`` once it has
   been delivered more than ``max_attempts`` times, otherwise run it and record the result
   idempotently; the last job of a run finishes the run.  Tests call it without a broker.
 
-Job code (``workers.job``, onnxruntime) is imported inside :func:`run_cell`, never at module
-import, so a Celery prefork parent that imports this module initialises no CUDA.
+Recording results, counting attempts, finishing runs and reconciling are the service's business;
+``workers`` only executes.  Job code (``workers.job``, onnxruntime) is imported inside
+:func:`workers.cell.run_cell`, never at module import, so a Celery prefork parent that imports this
+module initialises no CUDA.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
-from pathlib import Path
 from typing import Any
 
 from celery import Task
 
+from service import reconcile, scheduler
+from service.celery_app import NIGHTLY_TASK, RECONCILE_TASK, RUN_JOB_TASK, app, app_settings
 from service.errors import DatabaseUnavailableError
 from service.settings import Settings
-from workers.celery_app import NIGHTLY_TASK, RECONCILE_TASK, RUN_JOB_TASK, app, app_settings
+from workers.cell import run_cell as _run_cell
 from workers.result import JobResult
-from workers.revisions import RevisionCache, RevisionError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
-
-
-def job_settings(settings: Settings, options: dict[str, Any] | None) -> Settings:
-    """``settings`` with a cell's sweep options applied (``repeats`` -> latency runs, ``timeout``)."""
-    options = options or {}
-    changes: dict[str, Any] = {}
-    if options.get("repeats"):
-        changes["latency_runs"] = int(options["repeats"])
-    if options.get("timeout"):
-        changes["convert_timeout"] = min(float(options["timeout"]), settings.job_timeout)
-    return dataclasses.replace(settings, **changes) if changes else settings
 
 
 def run_cell(cell: tuple[str, str, str, str], revision: str, settings: Settings,
              options: dict[str, Any] | None = None) -> JobResult:
-    """Run one cell with the pass at ``revision`` (a 40-hex sha or a worktree key) in this process.
-
-    Guarantees: returns a JobResult for every job failure; the pass is imported from the revision's
-    worktree (``pass_root``), never from this process's own copy.
-    """
-    model, dtype, policy, target = cell
-    try:
-        pass_root = RevisionCache.from_settings(settings).checkout(revision)
-    except RevisionError as exc:
-        return JobResult(model=model, dtype=dtype, policy=policy, target=target, status="bad_spec",
-                         revision=revision, message=f"revision: {exc}")
-    from workers.job import JobSpec, run_job  # lazy: onnxruntime only in the process that runs jobs
-
-    zoo = (options or {}).get("zoo")
-    zoo_path = None if not zoo else (Path(zoo) if Path(zoo).is_absolute() else REPO_ROOT / zoo)
-    spec = JobSpec(model=model, dtype=dtype, policy=policy, target=target, revision=revision,
-                   pass_root=pass_root, zoo_path=zoo_path)
-    return run_job(spec, job_settings(settings, options))
+    """:func:`workers.cell.run_cell` with the worker config of ``settings`` (a module-level name, so
+    a test worker can wrap it)."""
+    return _run_cell(cell, revision, settings.worker_config(), options)
 
 
 def execute_job(job_id: int, settings: Settings, worker: str | None = None,
@@ -75,8 +48,6 @@ def execute_job(job_id: int, settings: Settings, worker: str | None = None,
     ``max_attempts + 1`` marks the job ``crashed`` with a ``crashed`` result instead of running it;
     the result write is idempotent on (run, cell); the run is finished once all its jobs are final.
     """
-    from service import scheduler
-
     store = store if store is not None else _process_store(settings)
     job = store.get_job(job_id)
     if job.status in scheduler.FINAL_JOB_STATUSES:
@@ -98,8 +69,6 @@ _STORES: dict[tuple[int, str], Any] = {}
 
 def _process_store(settings: Settings) -> Any:
     """One Store per (process, database URL): engines are never shared across a fork."""
-    from service import scheduler
-
     key = (os.getpid(), settings.effective_database_url)
     if key not in _STORES:
         _STORES[key] = scheduler.open_store(settings)
@@ -115,9 +84,6 @@ def record_failure(job_id: int, settings: Settings, exc: BaseException) -> None:
     """After a delivery failed outside the job code: a hard time limit becomes a ``timeout`` result,
     anything else marks the job ``error`` (so the run can still finish).  Never raises."""
     from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
-
-    from service import scheduler
-
     store = None
     try:  # a fresh Store: this may run in the prefork parent, whose children must not share it
         store = scheduler.open_store(settings)
@@ -161,8 +127,6 @@ def run_job_task(self: Any, job_id: int, revision: str) -> str:
 @app.task(name=NIGHTLY_TASK, acks_late=True)
 def nightly_sweep_task(sweep: str) -> int | None:
     """Celery adapter of :func:`service.scheduler.start_nightly` (deduplicated per UTC date)."""
-    from service import scheduler
-
     return scheduler.start_nightly(app_settings(app), sweep)
 
 
@@ -171,8 +135,6 @@ def reconcile_task() -> list[int]:
     """Celery adapter of :func:`service.reconcile.resend_lost_jobs` (grace ``AMPCI_RECONCILE_GRACE``),
     run by beat on the control queue; returns the ids re-sent.  A broker that cannot be inspected
     is logged as one line and nothing is sent; the next period tries again."""
-    from service import reconcile
-
     settings = app_settings(app)
     try:
         report = reconcile.reconcile(settings, _process_store(settings), app=app)

@@ -1,7 +1,7 @@
 """The Celery application: Redis broker and result backend, one queue per target, reliable delivery.
 
 ``make_app(settings)`` builds the app from one :class:`service.settings.Settings`; the module-level
-``app`` (what ``celery -A workers.celery_app`` and ``ampci worker`` load) is built from the
+``app`` (what ``celery -A service.celery_app`` and ``ampci worker`` load) is built from the
 environment.  Importing this module imports no onnxruntime and touches no GPU, so the prefork
 parent never initialises CUDA; job code is imported lazily inside each child's task call.
 
@@ -105,7 +105,7 @@ def make_app(settings: Settings) -> Celery:
     """A configured Celery app for ``settings`` (needs ``AMPCI_BROKER_URL`` to be usable)."""
     broker = settings.broker_url or "redis://127.0.0.1:6379/0"
     soft, hard = time_limits(settings)
-    app = Celery("ampci", broker=broker, backend=broker, include=["workers.tasks"])
+    app = Celery("ampci", broker=broker, backend=broker, include=["service.tasks"])
     queues = [Queue(q) for q in (*DEFAULT_QUEUES, *extra_queues(settings), CONTROL_QUEUE)]
     app.conf.update(
         task_acks_late=True,

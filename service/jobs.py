@@ -1,0 +1,105 @@
+"""The life of one job after dispatch: its options, its recorded result, and its run's finish.
+
+Shared by every execution path (the Celery tasks of :mod:`service.tasks`, the embedded
+:class:`service.localpool.LocalPool` and :func:`service.scheduler.wait_for_run`), so a result is
+recorded, a poison job ended and a run finished the same way whoever ran the job.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from service.broker import enqueue
+from service.regressions.detect import detect_run
+from service.settings import Settings
+
+FINAL_JOB_STATUSES = frozenset({"done", "error", "crashed", "cancelled"})
+PENDING_JOB_STATUSES = frozenset({"queued", "running"})
+
+_MIGRATE_LOCK = threading.Lock()
+
+
+def dispatch_mode(settings: Settings) -> str:
+    """How this process dispatches the jobs of the runs it creates (``runs.dispatch``): ``local``
+    (embedded: its own :class:`LocalPool`) or ``broker`` (Celery).  ``ampci reconcile`` re-sends
+    only ``broker`` jobs, so an embedded process sharing the database keeps its jobs."""
+    return "local" if settings.embedded else "broker"
+
+
+def open_store(settings: Settings) -> Any:
+    """The Store of ``settings`` with its schema at head (migrated on first use; thread-safe).
+    Runs created through it without an explicit dispatch (bisection steps) get :func:`dispatch_mode`."""
+    from service.db import migrate
+    from service.db.store import Store, thresholds_from_settings
+
+    url = settings.effective_database_url
+    store = Store.from_url(url, thresholds=thresholds_from_settings(settings),
+                           run_dispatch=dispatch_mode(settings))
+    with _MIGRATE_LOCK:  # Alembic's command API keeps module-global state
+        if migrate.current(url) != migrate.head():
+            store.upgrade()
+    return store
+
+
+def cell_options(run: Any, cell: tuple[str, str, str, str]) -> dict[str, Any]:
+    """The sweep options stored in ``run.meta`` for ``cell`` ({} when the run has none)."""
+    meta = run.meta or {}
+    return dict(meta.get("options", {}).get("|".join(cell), meta.get("cell_defaults", {})))
+
+
+def record_result(store: Any, run: Any, job: Any, result: Any) -> str:
+    """Write ``result`` for ``job`` (idempotent on (run, cell)); return the job's final status."""
+    if result.cell != job.cell:  # a job runner returning another cell's result is our bug
+        raise RuntimeError(f"job {job.id} is {job.cell} but its result is for {result.cell}")
+    store.write_result(run.id, result, job_id=job.id)
+    return "crashed" if result.status == "crashed" else "done"
+
+
+def record_crashed(store: Any, run: Any, job: Any, attempts: int) -> str:
+    """Mark a poison job: a ``crashed`` result and job status, saying how often it was delivered."""
+    from workers.result import JobResult
+
+    msg = f"worker died on every one of {attempts - 1} attempts; not retried"
+    result = JobResult(model=job.model, dtype=job.dtype, policy=job.policy, target=job.target,
+                       status="crashed", revision=run.revision_sha, message=msg)
+    store.write_result(run.id, result, job_id=job.id)
+    store.mark_job(job.id, "crashed", msg)
+    return "crashed"
+
+
+def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None,
+                       dispatch: Callable[[int], object] | None = None) -> bool:
+    """If no job of the run is pending: finish the run and detect its regressions (both idempotent).
+
+    With ``settings`` (the worker paths: Celery tasks and the embedded pool) bisection continues
+    too (:func:`service.bisect.continue_bisection`): a finished ``bisect`` run advances its
+    bisection one step and the next midpoint run is dispatched with ``dispatch`` (default:
+    :func:`dispatcher` of ``settings``), until the first bad commit is found; with
+    ``settings.auto_bisect`` a ``push``/``nightly`` run's regressions start bisections.  Safe when
+    several workers finish runs at once (bisect runs are deduplicated; only their creator
+    dispatches them).
+    """
+    counts = store.run_summary(run_id).job_status
+    if any(counts.get(s) for s in PENDING_JOB_STATUSES):
+        return False
+    store.finish_run(run_id)
+    detect_run(store, run_id)
+    if settings is not None:
+        from service.bisect import continue_bisection
+
+        send = dispatch if dispatch is not None else dispatcher(settings, store)
+        continue_bisection(store, run_id, send, auto_start=settings.auto_bisect)
+    return True
+
+
+def dispatcher(settings: Settings, store: Any, pool: Any = None) -> Callable[[int], object] | None:
+    """How a run created after the fact (a bisect step) gets its jobs dispatched, the way sweeps are:
+    onto ``pool`` (the embedded :class:`LocalPool` that is running), or to Celery when a broker is
+    configured; None in embedded mode without a pool (the run stays ``queued``)."""
+    if pool is not None:
+        return lambda run_id: pool.submit(store.jobs(run_id))
+    if settings.embedded:
+        return None
+    return lambda run_id: enqueue(settings, store.get_run(run_id).revision_sha, store.jobs(run_id))

@@ -1,0 +1,53 @@
+"""What the worker layer needs to know to run one job: :class:`WorkerConfig`.
+
+The service builds one from its ``Settings`` (:meth:`service.settings.Settings.worker_config`) and
+passes it down; ``workers`` never reads the environment or imports the service to get it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def _default_cache_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("ampci"))
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Limits, sample counts and places of one job.  Immutable; every field has a safe default.
+
+    ``cache_dir``: model zoo, fp32 references and pass worktrees; ``pass_repo``: the git repository
+    whose revisions are tested (empty: this checkout); ``convert_timeout``/``convert_memory``: limits of
+    the conversion subprocess; ``job_timeout``: the whole job's hard limit; ``latency_runs``/
+    ``latency_warmup``: timed and untimed runs per latency measurement; ``convergence_steps``: steps a
+    stateful model is rolled forward; ``accuracy_k``: the k of the accuracy rule;
+    ``worktree_cache_size``: pass worktrees kept.
+    """
+
+    cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
+    pass_repo: str = ""
+    convert_timeout: float = 600.0
+    convert_memory: int = 8 * 1024**3
+    job_timeout: float = 1800.0
+    latency_runs: int = 20
+    latency_warmup: int = 3
+    convergence_steps: int = 64
+    accuracy_k: float = 3.0
+    worktree_cache_size: int = 8
+
+    def for_cell(self, options: dict[str, Any] | None) -> WorkerConfig:
+        """This config with a cell's sweep options applied: ``repeats`` -> latency runs, ``timeout`` ->
+        conversion time limit (never above the job's hard limit).  Returns ``self`` when nothing changes."""
+        options = options or {}
+        changes: dict[str, Any] = {}
+        if options.get("repeats"):
+            changes["latency_runs"] = int(options["repeats"])
+        if options.get("timeout"):
+            changes["convert_timeout"] = min(float(options["timeout"]), self.job_timeout)
+        return dataclasses.replace(self, **changes) if changes else self
