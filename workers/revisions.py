@@ -11,11 +11,18 @@ Guarantees:
 * Git runs with hooks disabled (``-c core.hooksPath=/dev/null``), no credential prompts, no
   ``fsmonitor``, and never executes anything from the checkout; only the pass module is imported
   later, by the conversion subprocess.
+* One bare clone per pass repository: ``root/<key>/repo.git`` where ``key`` is a hash of the
+  repository's resolved absolute path (or its URL), and a clone whose ``remote.origin.url`` is not
+  that repository is never used (RevisionError), so two checkouts sharing one cache directory each
+  test their own commits.
+* Every revision a user names (branch, tag, full or short sha, ``HEAD``) is resolved to a full sha
+  that exists in the repository (:meth:`RevisionCache.resolve`); an unknown one is a RevisionError.
 * At most ``size`` worktrees are kept; the least recently used one is removed first.  The cache is
   safe to share between processes on one machine (an exclusive ``flock`` serialises git calls).
 * ``WORKTREE`` revisions (a developer's uncommitted tree) are content-addressed snapshots of the
   ``amp_pass`` directory, keyed by the sha256 (64 hex digits) of its paths and bytes; the same
   content always gives the same key, and a snapshot is written atomically (temp dir + rename).
+  Snapshots are shared by all repositories (``root/trees/<key>``): their key is their content.
 """
 
 from __future__ import annotations
@@ -97,20 +104,38 @@ def _snapshot_files(pkg: Path) -> list[Path]:
                   and p.suffix not in {".pyc", ".pyo"})
 
 
-class RevisionCache:
-    """Bare clone of the pass repository plus an LRU cache of worktrees keyed by revision.
+def repo_identity(repo: str) -> str:
+    """The canonical name of a pass repository: the resolved absolute path of a local directory,
+    else the URL as given (trailing slashes removed).  Its bare clone's ``remote.origin.url``."""
+    path = Path(repo).expanduser()
+    if path.is_dir():
+        return str(path.resolve())
+    return repo.rstrip("/") or repo
 
-    ``root`` holds ``repo.git`` (the bare clone), ``trees/<sha-or-worktree-key>/`` and a lock file.
+
+def repo_key(repo: str) -> str:
+    """The cache directory name of a pass repository: 16 hex digits of sha256 of :func:`repo_identity`."""
+    return hashlib.sha256(repo_identity(repo).encode()).hexdigest()[:16]
+
+
+class RevisionCache:
+    """Bare clone of one pass repository plus an LRU cache of worktrees keyed by revision.
+
+    ``root`` holds ``<repo key>/repo.git`` (the bare clone of ``repo``), ``<repo key>/trees/<sha>/``
+    (its worktrees), ``trees/<worktree-key>/`` (content-addressed WORKTREE snapshots, shared by all
+    repositories) and lock files.
     """
 
     def __init__(self, repo: str, root: Path, size: int = 8) -> None:
         if size < 1:
             raise ValueError("worktree cache size must be >= 1")
-        self.repo = repo
+        self.repo = repo_identity(repo)
         self.root = Path(root)
         self.size = size
-        self.bare = self.root / "repo.git"
-        self.trees = self.root / "trees"
+        self.home = self.root / repo_key(repo)
+        self.bare = self.home / "repo.git"
+        self.trees = self.home / "trees"
+        self.snapshots = self.root / "trees"
 
     @classmethod
     def from_config(cls, config: WorkerConfig) -> RevisionCache:
@@ -119,9 +144,10 @@ class RevisionCache:
         return cls(repo, Path(config.cache_dir) / "revisions", config.worktree_cache_size)
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "a+") as fh:
+    def _locked(self, where: Path | None = None) -> Iterator[None]:
+        where = where or self.home
+        where.mkdir(parents=True, exist_ok=True)
+        with open(where / ".lock", "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
@@ -135,7 +161,7 @@ class RevisionCache:
         Raises RevisionError for a malformed or unknown revision.
         """
         if WORKTREE_KEY_RE.match(revision or ""):
-            path = self.trees / revision
+            path = self.snapshots / revision
             if not (path / PASS_PACKAGE).is_dir():
                 raise RevisionError(f"worktree snapshot {revision} is not on this machine "
                                     f"(expected {path}); WORKTREE sweeps need a shared cache directory")
@@ -154,18 +180,18 @@ class RevisionCache:
             self.trees.mkdir(parents=True, exist_ok=True)
             git(["worktree", "add", "--detach", "--force", str(path), sha], cwd=self.bare)
             _touch(path)
-            self._evict(keep=path)
+            self._evict(self.trees, keep=path)
             return path
 
     def snapshot(self, tree: Path) -> str:
         """Copy ``tree/amp_pass`` into the cache as a content-addressed revision; return its key."""
         key = content_key(tree)
-        dest = self.trees / key
+        dest = self.snapshots / key
         if (dest / PASS_PACKAGE).is_dir():
             _touch(dest)
             return key
-        self.trees.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".snap-", dir=self.trees))
+        self.snapshots.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".snap-", dir=self.snapshots))
         try:
             src = tree / PASS_PACKAGE
             for path in _snapshot_files(src):
@@ -182,28 +208,64 @@ class RevisionCache:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         _touch(dest)
-        with self._locked():
-            self._evict(keep=dest)
+        with self._locked(self.root):
+            self._evict(self.snapshots, keep=dest)
         return key
 
     def resolve(self, rev: str) -> str:
-        """Resolve a branch, tag or sha of the pass repository to its full 40-hex commit sha.
+        """Resolve a branch, tag, full or short sha (or ``HEAD``) of the pass repository to the full
+        40-hex sha of a commit that is in the bare clone.
 
         ``rev`` must look like a ref name (no leading ``-``, no whitespace or ``..``), so it cannot
-        be taken as a git option.
+        be taken as a git option.  Names are looked up in the repository itself when it is a local
+        directory (so ``HEAD`` is its checked-out commit), else in the clone after a fetch.
+        RevisionError when nothing in the repository has that name.
         """
-        if SHA_RE.match(rev):
-            return rev
+        rev = (rev or "").strip()
         if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_./+@{}~^-]*", rev) or ".." in rev:
             raise RevisionError(f"not a valid revision name: {rev!r}")
         with self._locked():
+            if SHA_RE.match(rev):
+                self._ensure_commit(rev)
+                return rev
+            local = Path(self.repo)
+            if local.is_dir():
+                sha = self._rev_parse(rev, local)
+                self._ensure_commit(sha)
+                return sha
             self._ensure_clone()
             self._fetch()
-            out = git(["rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}"], cwd=self.bare)
-        return validate_sha(out.strip())
+            return self._rev_parse(rev, self.bare)
+
+    def _rev_parse(self, rev: str, cwd: Path) -> str:
+        try:
+            out = git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"], cwd=cwd)
+        except RevisionError:
+            out = ""
+        if not SHA_RE.match(out.strip()):
+            raise RevisionError(f"unknown revision {rev!r}: no branch, tag or commit of that name in the pass "
+                                f"repository {self.repo}")
+        return out.strip()
+
+    def first_parents(self, sha: str, depth: int = 500) -> list[tuple[str, tuple[str, ...]]]:
+        """``(commit, parents)`` for ``sha`` and its first-parent ancestors, newest first, at most
+        ``depth`` commits (all parents of each commit; position 0 is the first parent)."""
+        validate_sha(sha)
+        if depth < 1:
+            return []
+        with self._locked():
+            self._ensure_commit(sha)
+            out = git(["rev-list", "--first-parent", "--parents", f"--max-count={int(depth)}", sha, "--"],
+                      cwd=self.bare)
+        chain = []
+        for line in out.splitlines():
+            parts = line.split()
+            if parts and all(SHA_RE.match(p) for p in parts):
+                chain.append((parts[0], tuple(parts[1:])))
+        return chain
 
     def cached(self) -> list[str]:
-        """Revision keys currently in the worktree cache, most recently used first."""
+        """Commit shas currently in this repository's worktree cache, most recently used first."""
         if not self.trees.is_dir():
             return []
         items = [p for p in self.trees.iterdir() if p.is_dir() and not p.name.startswith(".")]
@@ -212,8 +274,15 @@ class RevisionCache:
     # -- internals (called with the lock held) -------------------------------------------------
     def _ensure_clone(self) -> None:
         if (self.bare / "HEAD").exists():
+            try:
+                origin = git(["config", "--get", "remote.origin.url"], cwd=self.bare).strip()
+            except RevisionError:
+                origin = ""
+            if origin != self.repo:
+                raise RevisionError(f"the revision cache {self.bare} is a clone of {origin or '(no origin)'}, "
+                                    f"not of {self.repo}; remove it")
             return
-        tmp = self.root / f".clone-{os.getpid()}"
+        tmp = self.home / f".clone-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         git(["clone", "--bare", "--quiet", "--end-of-options", self.repo, str(tmp)])
         os.rename(tmp, self.bare)
@@ -242,8 +311,8 @@ class RevisionCache:
         if not self._has_commit(sha):
             raise RevisionError(f"commit {sha} is not in the pass repository {self.repo}")
 
-    def _evict(self, keep: Path) -> None:
-        items = [p for p in self.trees.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    def _evict(self, where: Path, keep: Path) -> None:
+        items = [p for p in where.iterdir() if p.is_dir() and not p.name.startswith(".")]
         items.sort(key=_last_used, reverse=True)
         for old in [p for p in items if p != keep][self.size - 1:]:
             if SHA_RE.match(old.name):
