@@ -28,6 +28,7 @@ from typing import Any
 
 from service.broker import celery_app as celery_app  # re-exported
 from service.broker import enqueue as enqueue
+from service.errors import UserError
 from service.jobs import FINAL_JOB_STATUSES as FINAL_JOB_STATUSES
 from service.jobs import PENDING_JOB_STATUSES as PENDING_JOB_STATUSES
 from service.jobs import cell_options as cell_options
@@ -46,6 +47,7 @@ from service.sweeps import PlannedCell, SweepConfig, load_sweep, nightly_dedup_k
 from service.sweeps import SweepConfigError as SweepConfigError
 
 ProgressCallback = Callable[[Mapping[str, int]], None]
+Cell = tuple[str, str, str, str]
 
 
 # -- runs -------------------------------------------------------------------------------------------
@@ -83,25 +85,82 @@ def run_meta(cells: Iterable[PlannedCell], requested_revision: str) -> dict[str,
             "options": {"|".join(c.cell): c.options() for c in cells if c.options() != defaults}}
 
 
-def _describe_revision(settings: Settings, revision: str) -> tuple[str, str | None, dict[str, Any]]:
-    """(sha-or-worktree-key, baseline, revision fields) for ``REV`` or ``WORKTREE``."""
+def _cache(settings: Settings) -> Any:
     from workers import revisions as rv
 
-    cache = rv.RevisionCache.from_config(settings.worker_config())
+    return rv.RevisionCache.from_config(settings.worker_config())
+
+
+def resolve_revision(settings: Settings, revision: str) -> str:
+    """The full sha of ``revision`` (branch, tag, full or short sha, ``HEAD``) of the pass repository;
+    ``WORKTREE`` is returned unchanged.  Stores nothing; an unknown revision is a one-line UserError."""
+    from workers import revisions as rv
+
     if revision == rv.WORKTREE:
-        local = Path(settings.pass_repo) if settings.pass_repo and Path(settings.pass_repo).is_dir() \
-            else Path(rv.default_pass_repo())
+        return revision
+    try:
+        return str(_cache(settings).resolve(revision))
+    except rv.RevisionError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _ancestry_depth(store: Any) -> int:
+    from service.regressions.thresholds import Thresholds
+
+    return int((getattr(store, "thresholds", None) or Thresholds()).ancestor_depth)
+
+
+def record_ancestry(settings: Settings, store: Any, sha: str, depth: int | None = None) -> int:
+    """Record ``sha`` and its first-parent ancestors (at most ``depth``, default the thresholds'
+    ``ancestor_depth``) with all their parent links, read from the pass repository with git; return
+    how many revisions were written.  Baselines, bisection and resolution walk these links."""
+    from service.db.records import RevisionRow
+    from workers import revisions as rv
+
+    try:
+        chain = _cache(settings).first_parents(sha, depth or _ancestry_depth(store))
+    except rv.RevisionError as exc:
+        raise UserError(str(exc)) from None
+    return int(store.upsert_revisions([RevisionRow(c, parents) for c, parents in chain]))
+
+
+def _worktree_dir(settings: Settings) -> Path:
+    from workers import revisions as rv
+
+    if settings.pass_repo and Path(settings.pass_repo).is_dir():
+        return Path(settings.pass_repo)
+    return Path(rv.default_pass_repo())
+
+
+def sweep_revisions(settings: Settings, revision: str, baseline: str | None) -> tuple[str, str | None]:
+    """``(sha or WORKTREE key, baseline sha)`` a sweep of ``revision`` would use: both resolved
+    through git (the default baseline is the first parent; for ``WORKTREE``, ``HEAD``).  Writes
+    nothing to the store; UserError for an unknown revision or baseline."""
+    sha, parent, _ = _describe_revision(settings, revision)
+    return sha, (resolve_revision(settings, baseline) if baseline else parent)
+
+
+def _describe_revision(settings: Settings, revision: str) -> tuple[str, str | None, dict[str, Any]]:
+    """(sha-or-worktree-key, default baseline, revision fields) for ``REV`` or ``WORKTREE``."""
+    from workers import revisions as rv
+
+    cache = _cache(settings)
+    if revision == rv.WORKTREE:
+        local = _worktree_dir(settings)
         key = cache.snapshot(local)
         try:
             head = rv.git(["rev-parse", "--verify", "HEAD^{commit}"], cwd=local).strip()
         except rv.RevisionError:
             head = ""
-        base = head if rv.SHA_RE.match(head) else None
+        base = resolve_revision(settings, head) if rv.SHA_RE.match(head) else None
         return key, base, {"parents": [base] if base else [], "branch": rv.WORKTREE,
                            "message": f"uncommitted working tree of {local}"}
-    sha = cache.resolve(revision)
-    cache.checkout(sha)  # fetches it; fails early for an unknown commit
-    info = rv.describe(cache, sha)
+    sha = resolve_revision(settings, revision)
+    try:
+        cache.checkout(sha)  # fails early for a commit that cannot be checked out
+        info = rv.describe(cache, sha)
+    except rv.RevisionError as exc:
+        raise UserError(str(exc)) from None
     parents = list(info["parents"])  # type: ignore[arg-type]
     return sha, (parents[0] if parents else None), info
 
@@ -109,22 +168,36 @@ def _describe_revision(settings: Settings, revision: str) -> tuple[str, str | No
 def start_sweep(settings: Settings, config: SweepConfig, revision: str = "WORKTREE", *,
                 trigger: str = "manual", baseline: str | None = None, dedup_key: str | None = None,
                 store: Any = None, catalog: Mapping[str, Iterable[str]] | None = None,
-                local_workers: int | None = None) -> StartedRun:
+                local_workers: int | None = None, only_cells: Iterable[Cell] | None = None) -> StartedRun:
     """Create the run of ``config`` at ``revision`` and dispatch its jobs; return without waiting.
 
-    Guarantees: the run and all its job rows are committed before the first job is dispatched,
-    the run recording how they are dispatched (:func:`dispatch_mode`); a ``dedup_key`` that
-    already has a run dispatches nothing (``created`` False); embedded mode (no broker) starts a
-    :class:`LocalPool` in this process (call ``pool.close()`` when done), distributed mode sends
-    one Celery message per job to the queue named by its target.
+    Guarantees: ``revision`` and ``baseline`` (branch, tag, full or short sha) are resolved to full
+    shas through the pass repository before anything is stored (unknown: UserError, nothing stored);
+    the revision's and the baseline's first-parent ancestry is recorded from git
+    (:func:`record_ancestry`); ``only_cells`` restricts the run to those cells of the sweep; the run
+    and all its job rows are committed before the first job is dispatched, the run recording how
+    they are dispatched (:func:`dispatch_mode`); a ``dedup_key`` that already has a run dispatches
+    nothing (``created`` False); embedded mode (no broker) starts a :class:`LocalPool` in this
+    process (call ``pool.close()`` when done), distributed mode sends one Celery message per job
+    to the queue named by its target.
     """
     store = store if store is not None else open_store(settings)
     cells = config.expand(catalog if catalog is not None else zoo_catalog(config.zoo_path()))
+    if only_cells is not None:
+        wanted = set(only_cells)
+        cells = [c for c in cells if c.cell in wanted]
     sha, parent, info = _describe_revision(settings, revision)
+    base = resolve_revision(settings, baseline) if baseline else parent
+    from workers.revisions import SHA_RE
+
+    # a commit's own chain covers its parents; a WORKTREE key's parent is HEAD
+    roots = [sha] if SHA_RE.match(sha) else list(info.get("parents") or [])[:1]
+    for root in dict.fromkeys(r for r in [*roots, base] if r and SHA_RE.match(r)):
+        record_ancestry(settings, store, root)
     store.upsert_revision(sha, parents=info.get("parents", []), branch=info.get("branch"),
                           author=info.get("author"), message=info.get("message"))
-    base = baseline or parent
     meta = run_meta(cells, revision)
+    meta.update(config.warnings_meta(cells, settings.cache_dir))  # [[nodes]] regexes matching nothing
     run_id, created = store.create_run_if_new(sha, trigger, base, config.name, [c.cell for c in cells],
                                               dedup_key, meta, dispatch=dispatch_mode(settings))
     if not created:

@@ -15,8 +15,10 @@ Guarantees: idempotent (each (run, cell, kind, category) is stored once; re-dete
 values and keeps any state a human set; findings no longer produced and still ``open`` are
 removed); cells that flipped pass/not-pass ``flaky_flips`` times within ``flaky_window`` results,
 or match the allowlist, report ``flaky`` instead of ``regression``; a ``push``/``nightly``/
-``manual`` run resolves earlier open or acknowledged regressions of a cell when its result is
-comparable with that regression's baseline result and no longer regresses against it.  Convergence
+``manual`` run resolves earlier open or acknowledged regressions of a cell when its revision
+contains the regressed revision (it is that revision or a recorded descendant of it: a run of an
+older revision never resolves a newer finding) and its result is comparable with that regression's
+baseline result and no longer regresses against it.  Convergence
 errors in different units (a baseline stored before the job recorded ``relative`` errors) are never
 compared (see :mod:`service.regressions.rules`): such a baseline yields only diverged-status findings,
 and resolves a divergence regression by the diverged status alone, never a final-error one.
@@ -253,6 +255,12 @@ def baseline_revisions(store: Store, run_id: int, thresholds: Thresholds | None 
         return {c: r.revision_sha for c, r in _baselines(conn, run, cells, th).items()}
 
 
+def cells_with_results(store: Store, sha: str) -> set[Cell]:
+    """The cells that have at least one result at revision ``sha`` (any run)."""
+    with store.transaction() as conn:
+        return {_cell(r) for r in conn.execute(sa.select(*CELL).distinct().where(t_res.c.revision_sha == sha))}
+
+
 def _open_kinds(conn: Connection, run_id: int) -> set[tuple[Cell, str]]:
     rows = conn.execute(sa.select(t_reg.c.model, t_reg.c.dtype, t_reg.c.policy, t_reg.c.target, t_reg.c.kind)
                         .where(t_reg.c.run_id < run_id, t_reg.c.category == "regression",
@@ -282,6 +290,10 @@ def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Threshold
     open_regs = conn.execute(sa.select(t_reg).join(t_run, t_run.c.id == t_reg.c.run_id).where(
         t_run.c.trigger.in_(LINEAGE_TRIGGERS), t_reg.c.category == "regression", t_reg.c.state.in_(("open", "acknowledged")), t_reg.c.run_id < run.id,
         t_reg.c.baseline_result_id.is_not(None), _same_cell(t_reg, run.id))).all()
+    # only a revision that contains the regressed one (itself or a descendant) can resolve it: a run of
+    # an older or unrelated revision says nothing about whether the change that regressed is fixed
+    contains = {sha for sha, _ in ancestors(conn, run.revision_sha, th.ancestor_depth, include_self=True)}
+    open_regs = [r for r in open_regs if r.revision_sha in contains]
     if not open_regs:
         return
     ids = {r.baseline_result_id for r in open_regs} | {r.result_id for r in open_regs if r.result_id is not None}

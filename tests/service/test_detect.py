@@ -67,6 +67,37 @@ def test_pull_request_compares_with_merge_base(store: Store) -> None:
     assert reg.baseline_sha == main[0]
 
 
+def test_pull_request_baseline_that_is_not_its_parent(store: Store) -> None:
+    """The PR's head sits on main[2] (a bad result) but its baseline is main[0]: comparing with the parent's
+    lineage instead of the baseline would call the PR an improvement instead of a regression."""
+    main = chain(store, 3)
+    run_with(store, main[0], [make_result(max_abs=1e-3)])
+    run_with(store, main[2], [make_result(max_abs=0.9)], detect=False)
+    pr = sha(501)
+    store.upsert_revision(pr, [main[2]], "feature")
+    r = run_with(store, pr, [make_result(max_abs=0.2)], trigger="pull_request", baseline=main[0])
+    (reg,) = store.regressions(run_id=r)
+    assert (reg.category, reg.baseline_sha, reg.baseline_value) == ("regression", main[0], 1e-3)
+    ok = run_with(store, pr, [make_result(max_abs=1.1e-3)], trigger="pull_request", baseline=main[0])
+    assert store.regressions(run_id=ok) == []
+
+
+def test_only_a_descendant_of_the_regressed_revision_resolves_it(store: Store) -> None:
+    shas = chain(store, 3)
+    run_with(store, shas[0], [make_result()])
+    bad = run_with(store, shas[1], [make_result(status="fail_accuracy", max_abs=0.5)])
+    (reg,) = store.regressions(run_id=bad)
+    run_with(store, shas[0], [make_result(seed=1)], trigger="manual")  # the base again: still broken at shas[1]
+    assert store.get_regression(reg.id).state == "open"
+    side = sha(700)  # a branch off the base that never had the bad change
+    store.upsert_revision(side, [shas[0]], "side")
+    run_with(store, side, [make_result(seed=2)], trigger="push")
+    assert store.get_regression(reg.id).state == "open"
+    run_with(store, shas[2], [make_result(seed=3)])  # contains shas[1]: a fix
+    fixed = store.get_regression(reg.id)
+    assert fixed.state == "resolved" and fixed.state_note.startswith(f"returned to baseline at {shas[2][:12]}")
+
+
 def test_improvement_recorded_and_regression_resolved_by_later_push(store: Store) -> None:
     shas = chain(store, 3)
     run_with(store, shas[0], [make_result()])
