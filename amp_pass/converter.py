@@ -25,7 +25,7 @@ from amp_pass.casts import CastInserter
 from amp_pass.cleanup import cleanup_casts
 from amp_pass.options import ConversionOptions
 from amp_pass.paint import Painter
-from amp_pass.policy import compute_op_types, load_policy
+from amp_pass.policy import compute_op_types, load_policy, unmatched_notes
 from amp_pass.prepare import prepare_model
 from amp_pass.protowrite import write_model
 from amp_pass.report import ConversionReport, build_report
@@ -80,6 +80,7 @@ class AmpPass:
         original_casts = {n for g in graphs for n in g if n.op_type == "Cast"}
         painting = painter.run()
         build_report(report, graph, painting, compute_op_types(), graphs)
+        report.notes.extend(unmatched_notes(policy, (n.name for g in graphs for n in g)))
         inserter = CastInserter(graph, painting, opset, o.keep_io_types, graphs, reserved)
         inserter.run()
         cleanup_casts(graph, graphs)

@@ -8,8 +8,10 @@ named ``base`` and overrides classes by op type and by node-name regex; a target
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,40 @@ class Policy:
         return None, f"unknown op {op_type} (not in any policy list)"
 
 
+def known_op_types() -> frozenset[str]:
+    """Every op type that has a schema in some ONNX domain (default, ``ai.onnx.ml``, previews; any opset)."""
+    if "ops" not in _DATA_CACHE:
+        import onnx.defs
+
+        _DATA_CACHE["ops"] = frozenset(s.name for s in onnx.defs.get_all_schemas_with_history())
+    return _DATA_CACHE["ops"]
+
+
+def check_op_type(op: str, where: str) -> None:
+    """PolicyError naming ``where`` unless ``op`` is an op type of some ONNX domain; a near miss is
+    suggested (``deny = ["Sigmiod"]`` -> did you mean 'Sigmoid'?)."""
+    known = known_op_types()
+    if op in known:
+        return
+    close = difflib.get_close_matches(op, known, n=1, cutoff=0.6)
+    if not close:  # case slips ("matmul") are not near by ratio alone
+        close = [k for k in sorted(known) if k.lower() == op.lower()][:1]
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise PolicyError(f"{where}: {op!r} is not an op type of any ONNX domain{hint}")
+
+
+def unmatched_node_rules(policy: Policy, node_names: Iterable[str]) -> list[str]:
+    """The ``[[nodes]]`` patterns of ``policy`` that match none of ``node_names`` (in file order)."""
+    names = [n for n in node_names if n]
+    return [r.pattern.pattern for r in policy.node_rules if not any(r.pattern.search(n) for n in names)]
+
+
+def unmatched_notes(policy: Policy, node_names: Iterable[str]) -> list[str]:
+    """One report note per ``[[nodes]]`` pattern of ``policy`` that matches no node name given."""
+    return [f"policy {Path(policy.name).name}: [[nodes]] match {p!r} matches no node of this model that the pass classifies"
+            for p in unmatched_node_rules(policy, node_names)]
+
+
 def _apply_lists(classes: dict[str, tuple[str, str]], table: dict[str, Any], why: str) -> None:
     for cls in CLASSES:
         for op in table.get(cls, ()) or ():
@@ -106,7 +142,7 @@ def load_policy(policy: str, target: str, opset: int) -> Policy:
     """Resolve ``policy`` (a name in NAMED_POLICIES or a TOML/YAML path) for ``target`` and ``opset``.
 
     Raises PolicyError (exit code 2) for an unknown name, unreadable or malformed file, bad class,
-    bad rule or bad regex.
+    bad rule, bad regex, or a listed op type that exists in no ONNX domain (with a "did you mean").
     """
     if target not in TARGETS:
         raise PolicyError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
@@ -118,8 +154,10 @@ def load_policy(policy: str, target: str, opset: int) -> Policy:
     if policy not in NAMED_POLICIES:
         path = Path(policy)
         if not (path.suffix.lower() in (".toml", ".yaml", ".yml") or path.exists()):
-            raise PolicyError(
-                f"unknown policy {policy!r}; choose one of {', '.join(NAMED_POLICIES)} or a .toml/.yaml file")
+            close = difflib.get_close_matches(policy, (*NAMED_POLICIES, "auto"), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise PolicyError(f"unknown policy {policy!r}; {hint}choose one of {', '.join(NAMED_POLICIES)}, "
+                              "auto, or a .toml/.yaml file")
         if not path.is_file():
             raise PolicyError(f"policy file {policy} does not exist")
         user = _read_user_file(path)
@@ -146,6 +184,8 @@ def load_policy(policy: str, target: str, opset: int) -> Policy:
     listed: dict[str, str] = {}
     for cls, names in ops.items():
         for op in names:
+            if isinstance(op, str):
+                check_op_type(op, f"policy file {policy}: ops.{cls}")
             if isinstance(op, str) and listed.setdefault(op, cls) != cls:
                 raise PolicyError(f"policy {policy}: {op} is listed in both '{listed[op]}' and '{cls}'")
     _apply_lists(classes, ops, f"user override {Path(policy).name}")

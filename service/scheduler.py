@@ -198,6 +198,7 @@ def start_sweep(settings: Settings, config: SweepConfig, revision: str = "WORKTR
                           author=info.get("author"), message=info.get("message"))
     meta = run_meta(cells, revision)
     meta.update(config.warnings_meta(cells, settings.cache_dir))  # [[nodes]] regexes matching nothing
+    meta.update(config.warnings_meta(cells, settings.cache_dir))  # [[nodes]] regexes matching nothing
     run_id, created = store.create_run_if_new(sha, trigger, base, config.name, [c.cell for c in cells],
                                               dedup_key, meta, dispatch=dispatch_mode(settings))
     if not created:

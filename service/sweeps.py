@@ -3,14 +3,17 @@ and their expansion into the cells of one run.  Pure data; imports no job code."
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+from amp_pass.errors import PolicyError
+from amp_pass.policy import NAMED_POLICIES, TARGETS, load_policy, unmatched_node_rules
 from service.errors import UserError
 from service.settings import parse_duration
 
@@ -18,6 +21,8 @@ SWEEPS_DIR = Path(__file__).resolve().parents[1] / "sweeps"
 DTYPES = ("fp16", "bf16")
 _KEYS = {"name", "description", "models", "dtypes", "policies", "targets", "repeats", "zoo", "override"}
 _MATCH_KEYS = ("model", "dtype", "policy", "target")
+POLICY_NAMES = (*NAMED_POLICIES, "auto")
+NodeNames = Callable[[str], Iterable[str]]  # zoo model name -> its node names (subgraphs too)
 
 
 class SweepConfigError(UserError):
@@ -63,7 +68,10 @@ class PlannedCell:
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """A validated sweep.  Guarantees: non-empty axes, known dtypes, valid queue-name targets."""
+    """A validated sweep.  Guarantees: non-empty axes, known dtypes, targets of a known kind (``cpu``,
+    ``cuda``, or a queue of one, ``cuda-a100``), and policies that are named policies, ``auto`` or
+    readable, valid policy files (relative paths resolved against the sweep file's folder; the cells
+    carry the absolute path, ``policy_files`` maps it back to what the sweep wrote, for overrides)."""
 
     name: str
     models: tuple[str, ...]
@@ -74,6 +82,7 @@ class SweepConfig:
     description: str = ""
     overrides: tuple[Override, ...] = field(default_factory=tuple)
     zoo: str | None = None  # another zoo manifest (absolute, or relative to the repository root)
+    policy_files: Mapping[str, str] = field(default_factory=dict)  # resolved path -> as written
 
     def zoo_path(self) -> Path | None:
         """The manifest this sweep's models come from (None: the default ``zoo.toml``)."""
@@ -83,8 +92,10 @@ class SweepConfig:
         return path if path.is_absolute() else SWEEPS_DIR.parent / path
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<sweep>") -> SweepConfig:
-        """Validate a parsed TOML table; every problem is a one-line SweepConfigError naming ``source``."""
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<sweep>", base_dir: Path | None = None
+                  ) -> SweepConfig:
+        """Validate a parsed TOML table; every problem is a one-line SweepConfigError naming ``source``.
+        Policy file paths are relative to ``base_dir`` (default: the current directory)."""
         unknown = sorted(set(data) - _KEYS)
         if unknown:
             raise SweepConfigError(f"{source}: unknown key(s) {', '.join(unknown)}; expected {sorted(_KEYS)}")
@@ -106,6 +117,10 @@ class SweepConfig:
         for t in targets:
             if not t.replace("-", "").replace("_", "").isalnum():
                 raise SweepConfigError(f"{source}: target {t!r} is not a valid queue name")
+            check_target(t, source, queues=True)
+        policy_files: dict[str, str] = {}
+        policies = tuple(resolve_policy(p, base_dir or Path.cwd(), source, policy_files)
+                         for p in names("policies"))
         repeats = _positive_int(data.get("repeats", 20), f"{source}: 'repeats'")
         raw_overrides = data.get("override", [])
         if not isinstance(raw_overrides, list):
@@ -114,9 +129,9 @@ class SweepConfig:
         zoo = data.get("zoo")
         if zoo is not None and (not isinstance(zoo, str) or not zoo):
             raise SweepConfigError(f"{source}: 'zoo' must be a manifest path")
-        return cls(name=name, models=names("models"), dtypes=dtypes, policies=names("policies"),
+        return cls(name=name, models=names("models"), dtypes=dtypes, policies=tuple(dict.fromkeys(policies)),
                    targets=targets, repeats=repeats, description=str(data.get("description", "")),
-                   overrides=overrides, zoo=zoo)
+                   overrides=overrides, zoo=zoo, policy_files=policy_files)
 
     @classmethod
     def from_file(cls, path: Path) -> SweepConfig:
@@ -129,7 +144,7 @@ class SweepConfig:
             raise SweepConfigError(f"cannot read sweep config {path}: {exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise SweepConfigError(f"{path}: invalid TOML: {exc}") from None
-        return cls.from_dict(data, str(path))
+        return cls.from_dict(data, str(path), base_dir=path.resolve().parent)
 
     def expand(self, catalog: Mapping[str, Iterable[str]]) -> list[PlannedCell]:
         """Cells of this sweep over ``catalog`` (zoo model name -> tags), overrides applied, sorted.
@@ -157,9 +172,10 @@ class SweepConfig:
                 for policy in self.policies:
                     for target in self.targets:
                         cell = (model, dtype, policy, target)
+                        written = (model, dtype, self.policy_files.get(policy, policy), target)
                         repeats, timeout, skip = self.repeats, None, False
                         for o in self.overrides:
-                            if o.applies(cell):
+                            if o.applies(cell) or o.applies(written):
                                 skip = o.skip or skip
                                 repeats = o.repeats if o.repeats is not None else repeats
                                 timeout = o.timeout if o.timeout is not None else timeout
@@ -168,6 +184,104 @@ class SweepConfig:
         if not cells:
             raise SweepConfigError(f"sweep {self.name}: every cell is skipped; nothing to run")
         return sorted(cells, key=lambda c: c.cell)
+
+    def node_rule_warnings(self, cells: Iterable[PlannedCell], node_names: NodeNames) -> list[str]:
+        """One line per ``[[nodes]]`` regex of a policy file of this sweep that matches no node of any
+        model the sweep runs with that policy (``node_names(model)``; a model whose nodes cannot be
+        listed is left out, and said so).  Empty when no policy file has node rules."""
+        models: dict[str, list[str]] = {}
+        for c in cells:
+            if c.policy in self.policy_files:
+                models.setdefault(c.policy, [])
+                if c.model not in models[c.policy]:
+                    models[c.policy].append(c.model)
+        warnings: list[str] = []
+        for path, chosen in models.items():
+            rules = load_policy(path, TARGETS[0], 1)
+            if not rules.node_rules:
+                continue
+            names: list[str] = []
+            unlisted: list[str] = []
+            for model in chosen:
+                try:
+                    names.extend(node_names(model))
+                except Exception as exc:  # noqa: BLE001 - a warning must never stop the sweep
+                    unlisted.append(f"{model} ({type(exc).__name__})")
+            checked = [m for m in chosen if not any(u.startswith(f"{m} (") for u in unlisted)]
+            if not checked:
+                continue
+            for pattern in unmatched_node_rules(rules, names):
+                warnings.append(f"policy {self.policy_files[path]}: [[nodes]] match {pattern!r} matches no node "
+                                f"of {', '.join(checked)}" + (f" (not listed: {', '.join(unlisted)})" if unlisted
+                                                               else ""))
+        return warnings
+
+    def warnings_meta(self, cells: Iterable[PlannedCell], cache_dir: Path) -> dict[str, Any]:
+        """``{"warnings": [...]}`` for the run's meta (:meth:`node_rule_warnings` over this sweep's zoo,
+        models fetched into ``cache_dir`` as jobs would), or ``{}`` when there is nothing to say."""
+        warnings = self.node_rule_warnings(cells, zoo_node_names(self.zoo_path(), cache_dir))
+        return {"warnings": warnings} if warnings else {}
+
+
+def zoo_node_names(zoo: Path | None, cache_dir: Path) -> NodeNames:
+    """Node names (every graph, subgraphs included) of a zoo model, fetched into ``cache_dir`` as a job
+    fetches it; reads the graph only (no weights, no onnxruntime)."""
+
+    def names(model: str) -> list[str]:
+        import onnx
+
+        from workers.zoo.fetch import fetch_entry
+        from workers.zoo.manifest import load_zoo
+
+        fetched = fetch_entry(load_zoo(zoo).get(model), Path(cache_dir))
+        proto = onnx.load(str(fetched.path), load_external_data=False)
+        found: list[str] = []
+        graphs = [proto.graph]
+        while graphs:
+            graph = graphs.pop()
+            for node in graph.node:
+                found.append(node.name)
+                for attr in node.attribute:
+                    graphs.extend([attr.g] if attr.HasField("g") else attr.graphs)
+        return found
+
+    return names
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_target(target: str, source: str, queues: bool = False) -> None:
+    """SweepConfigError unless ``target`` is a pass target (``cpu``, ``cuda``) or, with ``queues``, the
+    queue of one (``cuda-a100``)."""
+    if target in TARGETS or (queues and target.partition("-")[0] in TARGETS):
+        return
+    also = " (or a queue of one, e.g. cuda-a100)" if queues else ""
+    raise SweepConfigError(f"{source}: unknown target {target!r}{_did_you_mean(target, TARGETS)}; expected "
+                           f"{' or '.join(TARGETS)}{also}")
+
+
+def resolve_policy(policy: str, base_dir: Path, source: str, files: dict[str, str] | None = None) -> str:
+    """A named policy or ``auto`` as it is; a policy file as its absolute path (relative to ``base_dir``),
+    after loading it in full, so a bad op type or regex is a SweepConfigError naming ``source``, not a
+    ``convert_error`` cell.  ``files`` collects resolved path -> as written."""
+    if policy in POLICY_NAMES:
+        return policy
+    path = Path(policy).expanduser()
+    path = (path if path.is_absolute() else base_dir / path).resolve()
+    if not path.is_file():
+        raise SweepConfigError(f"{source}: unknown policy {policy!r}{_did_you_mean(policy, POLICY_NAMES)}; "
+                               f"expected one of {', '.join(POLICY_NAMES)} or a policy file "
+                               f"({path} does not exist)")
+    try:
+        load_policy(str(path), TARGETS[0], 1)
+    except PolicyError as exc:
+        raise SweepConfigError(f"{source}: {exc}") from None
+    if files is not None:
+        files[str(path)] = policy
+    return str(path)
 
 
 def _positive_int(value: Any, what: str) -> int:

@@ -77,12 +77,25 @@ def format_result(r: Any) -> str:
     return "\n".join(lines)
 
 
+def validated_policy(dtype: str, policy: str, target: str) -> str:
+    """The policy a job of ``check`` runs with (a policy file as its absolute path, since the conversion
+    runs in the pass revision's folder); a SweepConfigError (exit 2, one line, nothing run) for an
+    unknown dtype, target or policy name, or a policy file the pass would refuse."""
+    from service.sweeps import DTYPES, SweepConfigError, check_target, resolve_policy
+
+    if dtype not in DTYPES:
+        raise SweepConfigError(f"--dtype: unknown dtype {dtype!r}; expected {' or '.join(DTYPES)}")
+    check_target(target, "--target")
+    return resolve_policy(policy, Path.cwd(), "--policy")
+
+
 def _run(args: argparse.Namespace) -> int:
     from service.settings import Settings
     from workers.job import JobSpec, run_job  # lazy: onnxruntime only when a job runs
 
     settings = Settings.from_env()
-    spec = JobSpec(model=args.model, dtype=args.dtype, policy=args.policy, target=args.target,
+    policy = validated_policy(args.dtype, args.policy, args.target)
+    spec = JobSpec(model=args.model, dtype=args.dtype, policy=policy, target=args.target,
                    revision=args.revision, pass_root=args.pass_root, seed=args.seed, steps=args.steps,
                    zoo_path=args.zoo)
     result = run_job(spec, settings.worker_config())

@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     where = "local pool" if settings.embedded else "celery"
     print(f"run {started.run_id}: sweep {config.name} at {started.revision[:12]}, {started.cells} jobs "
           f"({where})", file=sys.stderr)
+    for warning in (store.get_run(started.run_id).meta or {}).get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
     if args.no_wait:
         _emit(args, {"run_id": started.run_id, "revision": started.revision, "jobs": started.cells,
                      "status": "queued"}, None)
