@@ -39,6 +39,8 @@ from service.jobs import open_store as open_store
 from service.jobs import record_crashed as record_crashed
 from service.jobs import record_result as record_result
 from service.localpool import LocalPool
+from service.regressions.power import check_repeats
+from service.regressions.thresholds import Thresholds
 from service.settings import Settings
 from service.sweeps import DTYPES as DTYPES  # re-exported: callers find sweeps through the scheduler
 from service.sweeps import SWEEPS_DIR as SWEEPS_DIR
@@ -183,6 +185,7 @@ def start_sweep(settings: Settings, config: SweepConfig, revision: str = "WORKTR
     """
     store = store if store is not None else open_store(settings)
     cells = config.expand(catalog if catalog is not None else zoo_catalog(config.zoo_path()))
+    check_repeats(config.name, [(c.cell, c.repeats) for c in cells], store.thresholds or Thresholds())
     if only_cells is not None:
         wanted = set(only_cells)
         cells = [c for c in cells if c.cell in wanted]
@@ -197,7 +200,6 @@ def start_sweep(settings: Settings, config: SweepConfig, revision: str = "WORKTR
     store.upsert_revision(sha, parents=info.get("parents", []), branch=info.get("branch"),
                           author=info.get("author"), message=info.get("message"))
     meta = run_meta(cells, revision)
-    meta.update(config.warnings_meta(cells, settings.cache_dir))  # [[nodes]] regexes matching nothing
     meta.update(config.warnings_meta(cells, settings.cache_dir))  # [[nodes]] regexes matching nothing
     run_id, created = store.create_run_if_new(sha, trigger, base, config.name, [c.cell for c in cells],
                                               dedup_key, meta, dispatch=dispatch_mode(settings))

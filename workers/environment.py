@@ -1,8 +1,17 @@
-"""The environment fingerprint stored with every result (what ran it, on what, with which pass)."""
+"""The environment stored with every result (what ran it, on what, with which pass) and its fingerprint.
+
+The **fingerprint** (``environment["fingerprint"]``) identifies where latency and conversion-time samples are
+comparable: the machine and the runtime (device, provider, onnxruntime/onnx/python versions, CPU model and
+count, thread settings), and **nothing about the pass revision** under test, so a cell's latency compares
+across revisions measured in one environment.  The pass revision and its worktree stay in the environment
+dict as information only (:data:`FINGERPRINT_KEYS` lists what the fingerprint covers).
+"""
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import platform
 import shutil
@@ -67,10 +76,32 @@ def _may_be_in_git(path: Path) -> bool:
     return any((d / ".git").exists() for d in (here, *here.parents))
 
 
+#: The environment keys whose values the fingerprint hashes (machine and runtime, never the pass revision).
+FINGERPRINT_KEYS: tuple[str, ...] = ("onnxruntime", "provider", "device", "cuda_usable", "python", "onnx", "platform",
+                                     "cpu_count", "threads")
+#: Environment variables that change how many threads the runtime uses.
+THREAD_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "ORT_NUM_THREADS")
+
+
+def thread_settings() -> str:
+    """The thread settings latency depends on: onnxruntime's intra-op default (all cores) and the thread
+    environment variables that are set (``intra=default;OMP_NUM_THREADS=1`` ...)."""
+    set_vars = [f"{k}={os.environ[k]}" for k in THREAD_VARS if os.environ.get(k)]
+    return ";".join(["intra=default", *set_vars])
+
+
+def fingerprint_of(environment: dict[str, str]) -> str:
+    """16 hex digits of the SHA-256 of the :data:`FINGERPRINT_KEYS` entries of ``environment``."""
+    keyed = {k: environment.get(k, "") for k in FINGERPRINT_KEYS}
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def fingerprint(provider: str, pass_root: Path, revision: str | None) -> dict[str, str]:
-    """onnxruntime version and provider, device (GPU name or CPU model), python, onnx, pass revision."""
+    """The environment of a job: onnxruntime version and provider, device (GPU name or CPU model), CPU count,
+    thread settings, python, onnx, platform, plus (information only) the pass revision and root; its
+    ``fingerprint`` entry hashes the machine and runtime keys only (see the module doc)."""
     gpu = gpu_name() if provider.startswith("CUDA") else None
-    return {
+    env = {
         "onnxruntime": ort.__version__,
         "provider": provider,
         "device": gpu or cpu_model(),
@@ -78,6 +109,10 @@ def fingerprint(provider: str, pass_root: Path, revision: str | None) -> dict[st
         "python": platform.python_version(),
         "onnx": onnx.__version__,
         "platform": f"{sys.platform}-{platform.machine()}",
+        "cpu_count": str(os.cpu_count() or 0),
+        "threads": thread_settings(),
         "pass_revision": revision or pass_revision(pass_root),
         "pass_root": str(pass_root),
     }
+    env["fingerprint"] = fingerprint_of(env)
+    return env

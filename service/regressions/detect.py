@@ -31,7 +31,7 @@ in ``ampci regressions --open``, the CI gate or the dashboard's regression lists
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -41,7 +41,7 @@ from service.db import models as m
 from service.db.queries import ERROR_UNIT, ancestors, stored_error_unit
 from service.db.records import Cell, RegressionInfo
 from service.db.runs import dialect_insert
-from service.regressions.rules import KINDS, CellSample, Finding, compare_cells, returned_to_baseline
+from service.regressions.rules import KINDS, CellSample, Finding, compare_cells, pooled, returned_to_baseline
 from service.regressions.stats import count_flips, shift_violations
 from service.regressions.thresholds import Thresholds
 
@@ -56,6 +56,7 @@ SAMPLE_COLS = (t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, *CELL, t_res.c.
                t_res.c.cosine, t_res.c.final_error, t_res.c.diverged, t_res.c.low_precision_fraction,
                t_res.c.casts_inserted, t_res.c.env_fingerprint, t_res.c.latency_p50_ms,
                t_res.c.data[("latency", "samples_ms")].label("samples"),
+               t_res.c.data[("latency", "fp32_samples_ms")].label("fp32_samples"),
                ERROR_UNIT.label("error_unit"))
 LINEAGE_TRIGGERS = ("push", "nightly", "manual")
 
@@ -66,12 +67,16 @@ def sample(row: Any) -> CellSample:
     The convergence error unit is the stored result's ``convergence.error_unit``; a result stored
     before the job recorded one has ``absolute`` errors (as :meth:`workers.result.JobResult.from_dict`
     reads it)."""
-    samples = row.samples if isinstance(row.samples, list) else []
     return CellSample(status=row.status, max_abs=row.max_abs, cosine=row.cosine, final_error=row.final_error,
                       diverged=row.diverged, low_precision_fraction=row.low_precision_fraction,
                       casts_inserted=row.casts_inserted,
-                      latency_samples=tuple(float(x) for x in samples if isinstance(x, int | float)),
+                      latency_samples=_floats(row.samples), fp32_latency_samples=_floats(row.fp32_samples),
                       env_fingerprint=row.env_fingerprint, error_unit=stored_error_unit(row.error_unit))
+
+
+def _floats(values: Any) -> tuple[float, ...]:
+    """The numbers of a stored JSON list (anything else: none)."""
+    return tuple(float(x) for x in values if isinstance(x, int | float)) if isinstance(values, list) else ()
 
 
 def _cell(row: Any) -> Cell:
@@ -204,6 +209,7 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
     already_open = _open_kinds(conn, run.id) if nightly else set()
     now = store.clock()
 
+    pools = _baseline_pools(conn, run.id, base, th.latency_pool)
     rows: list[dict[str, Any]] = []
     for cell in cells:
         cur = current[cell]
@@ -211,7 +217,8 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
         if cell in base:
             b = base[cell]
             kinds = tuple(k for k in KINDS if not (nightly and k == "latency"))
-            findings += [(f, b.id, b.revision_sha) for f in compare_cells(sample(b), sample(cur), th, cell[0],
+            base_sample = pooled(sample(b), pools.get(cell, []))
+            findings += [(f, b.id, b.revision_sha) for f in compare_cells(base_sample, sample(cur), th, cell[0],
                                                                           cell[1], kinds)]
         if nightly:
             got = nightly_latency(nightly_hist.get(cell, []), cur, th)
@@ -233,6 +240,26 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
     _store_findings(conn, run.id, rows)
     if run.trigger in LINEAGE_TRIGGERS:
         _resolve(conn, run, current, th, now)
+
+
+def _baseline_pools(conn: Connection, run_id: int, base: Mapping[Cell, Any], limit: int) -> dict[Cell, list[CellSample]]:
+    """For each baseline result in ``base``, up to ``limit - 1`` more results of the same cell at the same
+    revision (newest first, run ``run_id`` and the baseline result itself excluded), as samples to pool
+    with it (:func:`service.regressions.rules.pooled` keeps those of the same environment only)."""
+    if limit <= 1 or not base:
+        return {}
+    shas = {b.revision_sha for b in base.values()}
+    used = {b.id for b in base.values()}
+    q = (sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(shas), t_res.c.run_id != run_id,
+                                       _same_cell(t_res, run_id)).order_by(t_res.c.id.desc()))
+    out: dict[Cell, list[CellSample]] = defaultdict(list)
+    for r in conn.execute(q):
+        c = _cell(r)
+        b = base.get(c)
+        if b is None or r.id in used or r.revision_sha != b.revision_sha or len(out[c]) >= limit - 1:
+            continue
+        out[c].append(sample(r))
+    return out
 
 
 def _baselines(conn: Connection, run: Any, cells: Sequence[Cell], th: Thresholds) -> dict[Cell, Any]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from service.regressions.stats import mann_whitney_p
 from service.regressions.thresholds import Thresholds
@@ -37,6 +37,7 @@ class CellSample:
     low_precision_fraction: float | None = None
     casts_inserted: int | None = None
     latency_samples: tuple[float, ...] = ()
+    fp32_latency_samples: tuple[float, ...] = ()  # the fp32 model timed interleaved with latency_samples
     env_fingerprint: str | None = None
     error_unit: str = CONVERGENCE_ERROR_UNIT  # unit of final_error (workers.result.ConvergenceStats)
 
@@ -175,29 +176,69 @@ def coverage_rule(base: CellSample, new: CellSample, th: Thresholds, model: str,
     return []
 
 
+def relative_latency(s: CellSample) -> tuple[float, ...]:
+    """Each converted-model latency sample divided by the fp32 sample timed right after it in the same job
+    (empty unless both lists are paired and positive).  The fp32 model does not change with the pass
+    revision, so the ratio cancels what slows a whole job down (other load, clock changes) and keeps what the
+    converted model itself costs."""
+    a, b = s.latency_samples, s.fp32_latency_samples
+    if not a or len(a) != len(b) or min(b) <= 0:
+        return ()
+    return tuple(x / y for x, y in zip(a, b, strict=True))
+
+
+def latency_comparable(base: CellSample, new: CellSample, th: Thresholds) -> bool:
+    """Same environment fingerprint (machine and runtime, not the pass revision) and at least
+    ``latency_min_samples`` samples on each side."""
+    return (base.env_fingerprint is not None and base.env_fingerprint == new.env_fingerprint
+            and min(len(base.latency_samples), len(new.latency_samples)) >= th.latency_min_samples)
+
+
 def latency_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, dtype: str) -> list[Finding]:
-    """asv's rule: same environment fingerprint, Mann-Whitney U p < latency_p **and** a median ratio
-    beyond latency_ratio (either way: slower is a regression, faster an improvement)."""
-    if base.env_fingerprint is None or base.env_fingerprint != new.env_fingerprint:
+    """asv's rule, made robust to machine drift: same environment fingerprint, enough samples, and then
+
+    * the samples compared are each job's converted/fp32 latency ratios when both sides carry paired fp32
+      samples (:func:`relative_latency`), else the raw milliseconds;
+    * a regression (improvement) needs their median ratio beyond ``latency_ratio`` (below its inverse),
+      one-sided Mann-Whitney U p < ``latency_p``, **and** a raw p50 change of more than
+      ``latency_floor_ms`` in the same direction (a few microseconds are timer noise, whatever the ratio).
+    """
+    if not latency_comparable(base, new, th):
         return []
-    a, b = base.latency_samples, new.latency_samples
-    if len(a) < th.latency_min_samples or len(b) < th.latency_min_samples:
-        return []
+    ra, rb = relative_latency(base), relative_latency(new)
+    a, b, unit = (ra, rb, "relative to fp32") if ra and rb else (base.latency_samples, new.latency_samples, "ms")
+    ma_raw, mb_raw = statistics.median(base.latency_samples), statistics.median(new.latency_samples)
     ma, mb = statistics.median(a), statistics.median(b)
-    if ma <= 0 or mb <= 0:
+    if ma <= 0 or mb <= 0 or ma_raw <= 0 or mb_raw <= 0:
         return []
     ratio = mb / ma
-    if ratio > th.latency_ratio:
-        p = mann_whitney_p(b, a, "greater")
-        if p < th.latency_p:
-            return [Finding("latency", "regression", "major" if ratio > 1.5 else "minor", "latency_p50_ms", ma, mb,
-                            f"p50 {ma:.4g} ms -> {mb:.4g} ms (x{ratio:.2f}, Mann-Whitney p={p:.2g})", p)]
-    elif ratio < 1 / th.latency_ratio:
-        p = mann_whitney_p(b, a, "less")
-        if p < th.latency_p:
-            return [Finding("latency", "improvement", "info", "latency_p50_ms", ma, mb,
-                            f"p50 {ma:.4g} ms -> {mb:.4g} ms (x{ratio:.2f}, Mann-Whitney p={p:.2g})", p)]
-    return []
+    if ratio > th.latency_ratio and mb_raw - ma_raw > th.latency_floor_ms:
+        category, alternative = "regression", "greater"
+    elif ratio < 1 / th.latency_ratio and ma_raw - mb_raw > th.latency_floor_ms:
+        category, alternative = "improvement", "less"
+    else:
+        return []
+    p = mann_whitney_p(b, a, alternative)
+    if p >= th.latency_p:
+        return []
+    severity = "info" if category == "improvement" else ("major" if ratio > 1.5 else "minor")
+    detail = (f"p50 {ma_raw:.4g} ms -> {mb_raw:.4g} ms (x{ratio:.2f} {unit}, n={len(a)}/{len(b)}, "
+              f"Mann-Whitney p={p:.2g})")
+    return [Finding("latency", category, severity, "latency_p50_ms", ma_raw, mb_raw, detail, p)]
+
+
+def pooled(base: CellSample, others: Sequence[CellSample]) -> CellSample:
+    """``base`` with the latency samples of ``others`` (more results of the same revision and cell in the same
+    environment) appended, so a baseline measured several times is compared with all its samples; samples
+    stay paired with their fp32 samples only when every pooled result carries paired ones."""
+    same = [o for o in others if o.env_fingerprint == base.env_fingerprint and o.latency_samples]
+    if not same:
+        return base
+    parts = [base, *same]
+    lat = tuple(x for s in parts for x in s.latency_samples)
+    paired = all(len(s.fp32_latency_samples) == len(s.latency_samples) for s in parts)
+    fp32 = tuple(x for s in parts for x in s.fp32_latency_samples) if paired else ()
+    return replace(base, latency_samples=lat, fp32_latency_samples=fp32)
 
 
 Rule = Callable[[CellSample, CellSample, Thresholds, str, str], list[Finding]]
@@ -235,8 +276,7 @@ def comparable(kind: str, base: CellSample, new: CellSample, th: Thresholds,
         return base.converted and new.converted and (
             base.low_precision_fraction is not None and new.low_precision_fraction is not None
             or base.casts_inserted is not None and new.casts_inserted is not None)
-    return (base.env_fingerprint is not None and base.env_fingerprint == new.env_fingerprint
-            and min(len(base.latency_samples), len(new.latency_samples)) >= th.latency_min_samples)
+    return latency_comparable(base, new, th)
 
 
 def returned_to_baseline(kind: str, base: CellSample, new: CellSample, th: Thresholds, model: str,

@@ -108,3 +108,15 @@ def shift_violations(series: Sequence[float], window: int, p: float, floor: floa
 def count_flips(passed: Sequence[bool]) -> int:
     """How many times a sequence of pass/not-pass outcomes changes value."""
     return sum(1 for a, b in zip(passed, passed[1:], strict=False) if a != b)
+
+
+def min_samples_for(p: float, limit: int = 200) -> int:
+    """The fewest samples per side (equal sizes) with which a one-sided Mann-Whitney U test can reach a
+    p-value below ``p``: its smallest exact p is ``1 / C(2n, n)`` (every new sample beyond every baseline
+    one), so with fewer samples the test can never fire, however large the change."""
+    if not 0 < p < 1:
+        raise ValueError(f"a significance level must lie in (0, 1), got {p!r}")
+    for n in range(1, limit + 1):
+        if 1 / math.comb(2 * n, n) < p:
+            return n
+    raise ValueError(f"no sample size up to {limit} reaches p < {p!r}")

@@ -48,8 +48,10 @@ class Thresholds:
     casts_growth_ratio: float = 1.10
     casts_growth_abs: int = 2
     latency_ratio: float = 1.10              # asv: a change must exceed 10 % ...
-    latency_p: float = 0.002                 # ... and be significant (Mann-Whitney U, one-sided)
-    latency_min_samples: int = 5
+    latency_p: float = 0.002                 # ... and be significant (Mann-Whitney U, one-sided) ...
+    latency_floor_ms: float = 0.05           # ... and move the p50 by more than this (timer noise below)
+    latency_min_samples: int = 6             # fewest samples per side with which p < latency_p is possible
+    latency_pool: int = 5                    # baseline results of one revision pooled (newest first)
     nightly_p: float = 0.001                 # change-point over nightly history
     nightly_floor: float = 0.10              # relative magnitude floor of a nightly shift
     nightly_window: int = 10                 # reference points before the candidate shift

@@ -51,7 +51,7 @@ def test_planner(target: str) -> Callable[[str], list[Any]]:
     def plan(sweep: str) -> list[Any]:
         config = SweepConfig.from_dict({"name": sweep, "models": ["mlp_small", "conv_small"],
                                         "dtypes": ["fp16", "bf16"], "policies": ["default"],
-                                        "targets": [target], "repeats": 3})
+                                        "targets": [target], "repeats": 6})
         return config.expand({"mlp_small": ["smoke"], "conv_small": ["smoke"]})
 
     return plan

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytes
 
 def _sweep(models: list[str], name: str = "t") -> tuple[SweepConfig, dict[str, set[str]]]:
     cfg = SweepConfig(name=name, models=tuple(models), dtypes=("fp16",), policies=("default",),
-                      targets=("cpu",), repeats=1)
+                      targets=("cpu",), repeats=6)
     return cfg, {m: {"test"} for m in models}
 
 

@@ -40,7 +40,7 @@ def _lists(queue: str) -> list[str]:
 
 def _start(settings: Settings, models: list[str], targets: tuple[str, ...] = ("cpu",)) -> tuple[Any, Any]:
     cfg = SweepConfig(name="t", models=tuple(models), dtypes=("fp16",), policies=("default",), targets=targets,
-                      repeats=1)
+                      repeats=6)
     store = open_store(settings)
     started = start_sweep(settings, cfg, "main", catalog={m: {"test"} for m in models}, store=store)
     return store, started

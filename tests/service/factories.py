@@ -29,15 +29,16 @@ def sha(n: int) -> str:
 def make_result(cell: tuple[str, str, str, str] = CELL, status: str = "pass", max_abs: float = 1e-3,
                 cosine: float = 0.9999, latency_ms: float | None = 2.0, env: str = "env-a",
                 lp_fraction: float = 0.9, casts: int = 4, diverged: bool | None = None, final_error: float = 1e-4,
-                seed: int = 0, samples: int = 20) -> JobResult:
-    """A complete JobResult built through the real dataclasses (latency samples jittered ±1 %)."""
+                seed: int = 0, samples: int = 20, fp32_ms: float = 3.6) -> JobResult:
+    """A complete JobResult built through the real dataclasses (latency samples jittered ±1 %; the fp32
+    model, which no pass revision changes, timed at ``fp32_ms`` beside them)."""
     model, dtype, policy, target = cell
     converted = status in ("pass", "fail_accuracy", "diverged")
     rng = random.Random(seed)
     latency = None
     if converted and latency_ms is not None:
         s = [latency_ms * (1 + rng.uniform(-0.01, 0.01)) for _ in range(samples)]
-        f = [latency_ms * 1.8 * (1 + rng.uniform(-0.01, 0.01)) for _ in range(samples)]
+        f = [fp32_ms * (1 + rng.uniform(-0.01, 0.01)) for _ in range(samples)]
         p50 = sorted(s)[len(s) // 2]
         latency = LatencyStats(provider="CPUExecutionProvider", samples_ms=s, fp32_samples_ms=f, p50_ms=p50,
                                p90_ms=max(s), min_ms=min(s), fp32_p50_ms=sorted(f)[len(f) // 2],
