@@ -196,3 +196,19 @@ def test_baseline_search_goes_deep_and_per_cell(store: Store) -> None:
     assert got == {("tiny_mlp", "accuracy"): shas[0], ("other", "conversion"): shas[6]}
     th = Thresholds(ancestor_depth=5)
     assert {x.model for x in detect_run(store, r, th)} == {"other"}  # shas[0] is beyond the limit
+
+
+@pytest.mark.parametrize("state", ["open", "acknowledged"])
+def test_nightly_does_not_reopen_a_regression_a_human_acknowledged(store: Store, state: str) -> None:
+    a, b = chain(store, 2)
+    run_with(store, a, [make_result(max_abs=1e-3)], trigger="nightly")
+    push = run_with(store, b, [make_result(max_abs=5e-2, seed=1)], trigger="push")
+    (reg,) = [r for r in store.regressions(run_id=push) if r.category == "regression"]
+    assert reg.kind == "accuracy"
+    if state == "acknowledged":
+        store.ack(reg.id, by="alice", note="known: new kernel")
+    # the next nightly runs b against the previous nightly's revision a: the same finding, already triaged
+    night = run_with(store, b, [make_result(max_abs=5e-2, seed=2)], trigger="nightly", baseline=a)
+    assert [r for r in store.regressions(run_id=night) if r.category == "regression"] == []
+    got = store.get_regression(reg.id)
+    assert (got.state, got.state_by) == (state, "alice" if state == "acknowledged" else None)
