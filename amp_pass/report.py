@@ -12,6 +12,8 @@ from amp_pass.paint import Painting
 from amp_pass.walk import is_control_flow, iter_graphs
 
 REPORT_VERSION = 1
+#: ``Painter.run``'s iteration limit: a painting that used all of it did not reach its fixpoint.
+PAINT_MAX_ITERATIONS = 100
 
 
 @dataclass
@@ -46,6 +48,7 @@ class ConversionReport:
     opset_out: int = 0
     notes: list[str] = field(default_factory=list)
     iterations: int = 0
+    converged: bool = True  # the painting reached its fixpoint (False: stopped at its iteration limit)
     seconds: float = 0.0
 
     @property
@@ -96,3 +99,4 @@ def build_report(report: ConversionReport, graph: ir.Graph, painting: Painting,
                 report.compute_nodes += 1
                 report.compute_low += int(low)
     report.iterations = painting.iterations
+    report.converged = painting.iterations < PAINT_MAX_ITERATIONS

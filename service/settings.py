@@ -123,6 +123,7 @@ class Settings:
     convergence_steps: int = 64
     accuracy_k: float = 3.0
     worktree_cache_size: int = 8
+    convert_repeats: int = 5          # conversions per job timed for the conversion-time rule
     max_body_bytes: int = 1024 * 1024
     nightly_cron: str = "0 2 * * *"
     nightly_sweep: str = "full"      # sweep name the nightly beat runs
@@ -190,7 +191,8 @@ class Settings:
                             convert_timeout=self.convert_timeout, convert_memory=self.convert_memory,
                             job_timeout=self.job_timeout, latency_runs=self.latency_runs,
                             latency_warmup=self.latency_warmup, convergence_steps=self.convergence_steps,
-                            accuracy_k=self.accuracy_k, worktree_cache_size=self.worktree_cache_size)
+                            accuracy_k=self.accuracy_k, worktree_cache_size=self.worktree_cache_size,
+                            convert_repeats=self.convert_repeats)
 
     def allowed_repo_set(self) -> set[str]:
         """The webhook repository allowlist as a set of lower-case ``owner/name``."""

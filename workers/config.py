@@ -27,7 +27,9 @@ class WorkerConfig:
     the conversion subprocess; ``job_timeout``: the whole job's hard limit; ``latency_runs``/
     ``latency_warmup``: timed and untimed runs per latency measurement; ``convergence_steps``: steps a
     stateful model is rolled forward; ``accuracy_k``: the k of the accuracy rule;
-    ``worktree_cache_size``: pass worktrees kept.
+    ``worktree_cache_size``: pass worktrees kept; ``convert_repeats``: conversions per job timed for
+    the conversion-time rule (the first one's model is the job's; repeats stop once the conversions
+    took more than ~5 s in all, see :func:`workers.convert.convert_in_subprocess`).
     """
 
     cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
@@ -40,6 +42,7 @@ class WorkerConfig:
     convergence_steps: int = 64
     accuracy_k: float = 3.0
     worktree_cache_size: int = 8
+    convert_repeats: int = 5
 
     def for_cell(self, options: dict[str, Any] | None) -> WorkerConfig:
         """This config with a cell's sweep options applied: ``repeats`` -> latency runs, ``timeout`` ->

@@ -15,7 +15,6 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -26,9 +25,10 @@ from workers.convergence import loop_convergence, loop_feeds, rollout, stateful_
 from workers.convert import DEFAULT_PASS_ROOT, convert_in_subprocess
 from workers.emulation import EmulationError
 from workers.environment import fingerprint
+from workers.graph_facts import attach_report, measure_graph
 from workers.latency import measure_latency
 from workers.metrics import compare_outputs, judge
-from workers.result import AccuracyReport, GraphFacts, JobResult, LatencyStats
+from workers.result import AccuracyReport, JobResult, LatencyStats
 from workers.runners import EmulatedRunner, Runner, SessionRunner
 from workers.sessions import CPU, SessionError, cuda_usable
 from workers.timing import JobClock
@@ -215,12 +215,13 @@ class _Job:
             tolerance = search_tolerance(self.entry, s.dtype, self.settings.accuracy_k, ref, baseline)
         outcome = convert_in_subprocess(src, dst, report, s.dtype, s.policy, s.target, s.pass_root,
                                         self.settings.convert_timeout, self.settings.convert_memory,
-                                        inputs=inputs, tolerance=tolerance)
+                                        inputs=inputs, tolerance=tolerance,
+                                        repeats=self.settings.convert_repeats)
         self.clock.timings["convert_subprocess_s"] = outcome.wall_s
+        self.clock.timings["convert_repeats_s"] = sum(outcome.samples_s[1:])
         if outcome.status != "ok":
             raise JobFailed(outcome.status, outcome.message)
         self.clock.add_exec(float(outcome.report.get("seconds", 0.0) or 0.0))
-        self.result.graph = graph_facts(outcome.report)
         try:
             self.converted_bytes = dst.read_bytes()
             converted = onnx.load_from_string(self.converted_bytes)
@@ -231,6 +232,8 @@ class _Job:
             self._check_once(converted, self.converted_sha, full=True)
         except Exception as exc:  # noqa: BLE001
             raise JobFailed("convert_error", f"the pass wrote an invalid model: {_line(exc)}") from None
+        self.result.graph = attach_report(measure_graph(converted, self.model, s.dtype), outcome.report,
+                                          outcome.samples_s or [outcome.wall_s])
         have = {o.name for o in converted.graph.output}
         missing = [o.name for o in self.model.graph.output if o.name not in have]
         if missing:
@@ -371,17 +374,6 @@ def state_outputs_not_judged(entry: ZooEntry, outputs: Mapping[str, object]) -> 
     if not state or not set(outputs) - state:
         return {}
     return {name: "state output: judged by the convergence check" for name in sorted(state)}
-
-
-def graph_facts(report: dict[str, Any]) -> GraphFacts:
-    """GraphFacts from a pass report dict (missing keys default to zero/empty)."""
-    return GraphFacts(
-        nodes_total=int(report.get("nodes_total", 0)), nodes_low=int(report.get("nodes_low", 0)),
-        casts_inserted=int(report.get("casts_inserted", 0)), casts_removed=int(report.get("casts_removed", 0)),
-        compute_nodes=int(report.get("compute_nodes", 0)), compute_low=int(report.get("compute_low", 0)),
-        low_precision_compute_fraction=float(report.get("low_precision_compute_fraction", 0.0)),
-        kept_fp32=[{k: str(v) for k, v in item.items()} for item in report.get("kept_fp32", [])],
-        convert_seconds=float(report.get("seconds", 0.0) or 0.0))
 
 
 def _flatten_steps(steps: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

@@ -8,7 +8,7 @@ may import it.  ``JobResult.from_json(r.to_json()) == r`` holds for every result
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -34,6 +34,10 @@ CONVERGENCE_ERROR_UNIT = "relative"
 #: Unit of convergence results stored before ``error_unit`` existed: plain ``max|diff|``.
 LEGACY_CONVERGENCE_ERROR_UNIT = "absolute"
 CONVERGENCE_ERROR_UNITS = (LEGACY_CONVERGENCE_ERROR_UNIT, CONVERGENCE_ERROR_UNIT)
+
+#: ``GraphFacts.source``: counted by the worker from the converted model / copied from the pass report (legacy).
+GRAPH_FACTS_MEASURED = "measured"
+GRAPH_FACTS_REPORT = "report"
 
 
 @dataclass
@@ -111,7 +115,18 @@ class ConvergenceStats:
 
 @dataclass
 class GraphFacts:
-    """Facts from the pass report."""
+    """Facts of the converted model.  ``source == "measured"``: every count is measured by the worker
+    from the converted file itself (:func:`workers.graph_facts.measure_graph`, compute ops of version
+    ``compute_ops_version``), the figures verdicts use.  ``source == "report"``: a result stored before
+    that, whose counts are the pass's own report (read back as such; compare with care).
+
+    ``low_precision_compute_fraction`` is None when there is no compute node ("not applicable").
+    ``casts_inserted``/``casts_removed``: net Cast/CastLike nodes added/removed against the original.
+    What the pass says about itself is information only: ``kept_fp32`` (its reasons for each node
+    kept fp32), ``pass_report`` (its own counts and compute fraction), ``pass_iterations`` and
+    ``pass_converged`` (its painting fixpoint; None when the report does not say).
+    ``convert_seconds``/``convert_samples_s``: wall time of the conversion subprocess as the worker
+    timed it, first conversion and every repeat (see ``WorkerConfig.convert_repeats``)."""
 
     nodes_total: int = 0
     nodes_low: int = 0
@@ -119,9 +134,40 @@ class GraphFacts:
     casts_removed: int = 0
     compute_nodes: int = 0
     compute_low: int = 0
-    low_precision_compute_fraction: float = 0.0
-    kept_fp32: list[dict[str, str]] = field(default_factory=list)  # {node, op_type, graph, reason}
+    low_precision_compute_fraction: float | None = None
+    kept_fp32: list[dict[str, str]] = field(default_factory=list)  # {node, op_type, graph, reason}: the pass's
     convert_seconds: float = 0.0
+    source: str = GRAPH_FACTS_MEASURED
+    compute_ops_version: str | None = None
+    compute_by_op: dict[str, dict[str, int]] = field(default_factory=dict)  # {op: {"total": n, "low": k}}
+    casts_total: int = 0
+    casts_original: int = 0
+    nodes_kept_fp32: int = 0
+    kept_fp32_by_op: dict[str, int] = field(default_factory=dict)
+    untyped_nodes: int = 0
+    graphs: int = 0
+    pass_report: dict[str, Any] = field(default_factory=dict)
+    pass_iterations: int | None = None
+    pass_converged: bool | None = None
+    convert_samples_s: list[float] = field(default_factory=list)
+
+    @property
+    def measured(self) -> bool:
+        """True when the counts were measured from the converted model (not copied from the report)."""
+        return self.source == GRAPH_FACTS_MEASURED
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GraphFacts:
+        """Inverse of ``asdict``; unknown keys ignored.  A dict without ``source`` predates measured
+        facts: its counts are the pass report's (``source = "report"``), and its fraction is None when
+        it had no compute node (the report said 1.0 for nothing)."""
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in data.items() if k in known}
+        if "source" not in d:
+            d["source"] = GRAPH_FACTS_REPORT
+            if not d.get("compute_nodes"):
+                d["low_precision_compute_fraction"] = None
+        return cls(**d)
 
 
 @dataclass
@@ -190,8 +236,8 @@ class JobResult:
             latency=LatencyStats(**d["latency"]) if d.get("latency") else None,
             convergence=ConvergenceStats(**{"error_unit": LEGACY_CONVERGENCE_ERROR_UNIT, **d["convergence"]})
             if d.get("convergence") else None,
-            graph=GraphFacts(**d["graph"]) if d.get("graph") else None,
-            environment=dict(d.get("environment", {})), timings=dict(d.get("timings", {})),
+            graph=GraphFacts.from_dict(d["graph"]) if d.get("graph") else None,
+            environment=dict(d.get("environment") or {}), timings=dict(d.get("timings") or {}),
             schema_version=SCHEMA_VERSION,
         )
 
