@@ -6,11 +6,15 @@ conversion subprocess, with the same exit codes as ``python -m amp_pass convert`
 input, one line on stderr; 1 internal error).  ``--pass-root`` imports ``amp_pass`` from another
 checkout (the revision under test) while the search itself is this checkout's.
 
-Inputs for calibration and the search: ``--calibration-data F.npz`` (one array per model input,
-either the input's shape or with one extra leading axis of samples); else the zoo entry whose
-sha256 matches the model; else seeded N(0, 1) floats (zeros for integer inputs, symbolic dims 1).
-Guarantees: nothing is written unless conversion succeeded; the report is the pass report (same
-keys; ``policy`` is ``auto``) plus ``auto`` (the search) and ``calibration`` sections.
+Inputs for calibration and the search (:func:`choose_feeds`): ``--inputs``/``--calibration-data F.npz``
+(one array per model input, either the input's shape or with one extra leading axis of samples); else
+the zoo entry whose sha256 matches the model (its input spec); else, only for a model whose inputs are
+all float with static shapes, seeded N(0, 1) of the declared shapes.  A model with symbolic dims or
+non-float inputs and neither is refused (DataError naming the inputs and dims needed): ``auto`` never
+judges on invented inputs.  Guarantees: nothing is written unless conversion succeeded; the report is
+the pass report (same keys; ``policy`` is ``auto``) plus ``auto`` (the search), ``calibration`` and
+``inputs`` (``source``: ``user npz:PATH``, ``zoo spec`` or ``generated from static shapes``, with each
+input's shape and dtype) sections.
 """
 
 from __future__ import annotations
@@ -43,8 +47,11 @@ def add_auto_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tolerance", default=None,
                         help="policy auto: accuracy to meet, e.g. cosine=0.9995[,max_abs=..,snr_db=..,max_rel=..] "
                              "(default cosine=0.9995 for fp16, 0.995 for bf16)")
-    parser.add_argument("--calibration-data", type=Path, default=None,
-                        help=".npz of model inputs: keep nodes fp32 whose observed values overflow/underflow")
+    parser.add_argument("--calibration-data", "--inputs", dest="calibration_data", type=Path, default=None,
+                        help=".npz of model inputs (one array per input, optionally a leading sample axis): "
+                             "what policy auto measures on, and calibration (keep nodes fp32 whose observed "
+                             "values overflow/underflow)")
+    parser.add_argument("--inputs-source", default=None, help=argparse.SUPPRESS)  # the job: where its npz came from
     parser.add_argument("--max-steps", type=int, default=16, help="policy auto: most candidate evaluations")
     parser.add_argument("--overflow-margin", type=float, default=0.5,
                         help="keep fp32 when observed |x| exceeds this fraction of the dtype's max")
@@ -81,24 +88,58 @@ def load_feeds(path: Path, model: onnx.ModelProto) -> list[dict[str, np.ndarray]
     return [{k: arrays[k][i].astype(cast[k]) for k in inputs} for i in range(n)]
 
 
-def default_feeds(model_path: Path, model: onnx.ModelProto) -> tuple[list[dict[str, np.ndarray]], str]:
-    """The zoo entry's inputs when the file's sha256 is in the zoo, else seeded synthetic inputs."""
+def describe_inputs(source: str, feeds: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """The report's ``inputs`` section: where the inputs came from, how many feed sets, each input's
+    shape and dtype (of the first set)."""
+    first = feeds[0] if feeds else {}
+    return {"source": source, "samples": len(feeds),
+            "shapes": {k: list(v.shape) for k, v in first.items()},
+            "dtypes": {k: str(v.dtype) for k, v in first.items()}}
+
+
+def _needs(dtype: np.dtype, dims: list[int | str | None]) -> str | None:
+    """Why an input cannot be invented (symbolic dims, non-float values), or None."""
+    symbolic = [str(d) if d else "?" for d in dims if not (isinstance(d, int) and d > 0)]
+    why = []
+    if symbolic:
+        why.append(f"symbolic dims {', '.join(symbolic)}")
+    if dtype.kind != "f":
+        why.append(f"{dtype} values")
+    return "; ".join(why) or None
+
+
+def choose_feeds(model_path: Path, model: onnx.ModelProto, data: Path | None = None,
+                 data_source: str | None = None) -> tuple[list[dict[str, np.ndarray]], str, dict[str, Any]]:
+    """(feed sets, calibration source, the report's ``inputs`` section) for ``model``: the npz ``data``
+    (``data_source`` says where it came from, e.g. the job's zoo feeds); else the zoo entry whose
+    sha256 is the file's; else seeded N(0, 1) of the declared shapes, only when every input is float
+    with static dims -- otherwise DataError naming what each input needs (nothing is invented)."""
     from workers.zoo.inputs import make_feeds, model_inputs
     from workers.zoo.manifest import ZooError, load_zoo
 
+    if data is not None:
+        feeds = load_feeds(data, model)
+        return feeds, str(data), describe_inputs(data_source or f"user npz:{data}", feeds)
     sha = hashlib.sha256(model_path.read_bytes()).hexdigest()
     try:
         for entry in load_zoo().entries.values():
             if entry.sha256 == sha:
-                return [make_feeds(entry, entry.seed)], f"zoo:{entry.name}"
+                feeds = [make_feeds(entry, entry.seed)]
+                return feeds, f"zoo:{entry.name}", {**describe_inputs("zoo spec", feeds), "zoo": entry.name}
     except ZooError:
         pass
+    inputs = model_inputs(model)
+    needed = {name: why for name, (dtype, dims) in inputs.items() if (why := _needs(dtype, dims))}
+    if needed:
+        what = ", ".join(f"{name} {inputs[name][0]}[{','.join(str(d) if d else '?' for d in inputs[name][1])}] "
+                         f"({why})" for name, why in needed.items())
+        raise DataError(f"{model_path.name} is not a zoo model and its inputs cannot be made up: {what}; "
+                        "give real inputs with --inputs FILE.npz (one array per input)")
     rng = np.random.default_rng(0)
-    feeds = {}
-    for name, (dtype, dims) in model_inputs(model).items():
-        shape = [d if isinstance(d, int) and d > 0 else 1 for d in dims]
-        feeds[name] = (rng.standard_normal(shape) if dtype.kind == "f" else np.zeros(shape)).astype(dtype)
-    return [feeds], "synthetic N(0,1), symbolic dims 1"
+    feeds = [{name: rng.standard_normal([int(d) for d in dims]).astype(dtype)  # type: ignore[arg-type]
+              for name, (dtype, dims) in inputs.items()}]
+    return feeds, "synthetic N(0,1) of the static input shapes", describe_inputs("generated from static shapes",
+                                                                                  feeds)
 
 
 def _save(model: onnx.ModelProto, dst: Path, external: bool) -> None:
@@ -145,10 +186,7 @@ def run_auto_convert(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     tolerance = Tolerance.parse(args.tolerance or DEFAULT_TOLERANCE.get(options.dtype, "cosine=0.9995"))
     options.validate()
-    if args.calibration_data is not None:
-        feeds, source = load_feeds(args.calibration_data, model), str(args.calibration_data)
-    else:
-        feeds, source = default_feeds(src, model)
+    feeds, source, inputs = choose_feeds(src, model, args.calibration_data, getattr(args, "inputs_source", None))
     thresholds = {"overflow_margin": args.overflow_margin, "max_reduction": args.max_reduction}
     auto = options.policy == "auto"
     given = args.calibration_data is not None or not auto  # measured up front only when data was given
@@ -170,6 +208,7 @@ def run_auto_convert(args: argparse.Namespace) -> int:
     extra["calibration"] = {"source": source, "samples": len(feeds), **thresholds,
                             "values": len(calibration.ranges.values) if calibration else 0,
                             "measured": calibration is not None}
+    extra["inputs"] = inputs
     _save(result.model, dst, external)
     report = result.report
     report.seconds = time.perf_counter() - start
@@ -186,7 +225,7 @@ def run_auto_convert(args: argparse.Namespace) -> int:
             a = extra["auto"]
             line += (f"; auto {'met' if a['met'] else 'did NOT meet'} {a['tolerance']}: "
                      f"{len(a['forced_fp32'])} forced fp32, cosine {a['default']['cosine']} -> "
-                     f"{a['final']['cosine']}, {a['evaluations']} evaluations")
+                     f"{a['final']['cosine']}, {a['evaluations']} evaluations; inputs: {inputs['source']}")
         print(line)
     return 0
 
@@ -258,8 +297,8 @@ def command(src: Path, dst: Path, report: Path, dtype: str, target: str, pass_ro
     """The subprocess command line the job runs for policy ``auto`` (cwd: this checkout)."""
     cmd = [sys.executable, "-m", "workers.autoconvert", str(src), "-o", str(dst), "--dtype", dtype,
            "--policy", "auto", "--target", target, "--report", str(report), "--pass-root", str(pass_root)]
-    if inputs is not None:
-        cmd += ["--calibration-data", str(inputs)]
+    if inputs is not None:  # the job's own feeds, made from the zoo entry's input spec
+        cmd += ["--calibration-data", str(inputs), "--inputs-source", "zoo spec (the job's inputs)"]
     if tolerance is not None:
         cmd += ["--tolerance", tolerance]
     return cmd
