@@ -1,7 +1,7 @@
 """Read endpoints: runs, a run with its cells, results, regressions, a cell's history, deliveries.
 
 All answer JSON built from the Store's records (``to_dict()``); inputs are validated by FastAPI
-(422 with a JSON error), unknown ids are 404, and read endpoints need the bearer token only when
+(422 with a JSON error; integers are ASCII digits only, see :mod:`service.api.params`), unknown ids are 404, and read endpoints need the bearer token only when
 ``AMPCI_READ_TOKEN_REQUIRED`` is set.
 """
 
@@ -14,15 +14,15 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 
 from service.api.auth import require_read
 from service.api.errors import ApiError
+from service.api.params import MAX_ID, StrictInt
 
 router = APIRouter(prefix="/api", tags=["read"], dependencies=[Depends(require_read)])
 
-MAX_ID = 2**31 - 1  # the database's integer ids
-Id = Annotated[int, Path(ge=1, le=MAX_ID)]
-OptId = Annotated[int | None, Query(ge=1, le=MAX_ID)]
+Id = Annotated[int, StrictInt, Path(ge=1, le=MAX_ID)]
+OptId = Annotated[int | None, StrictInt, Query(ge=1, le=MAX_ID)]
 Rev = Annotated[str | None, Query(pattern=r"^[0-9a-fA-F]{4,64}$", description="sha or unique prefix")]
 Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[\w.:+/-]+$")]
-Limit = Annotated[int, Query(ge=1, le=5000)]
+Limit = Annotated[int, StrictInt, Query(ge=1, le=5000)]
 Trigger = Literal["push", "pull_request", "nightly", "manual", "bisect"]
 RunState = Literal["queued", "running", "complete", "partial", "failed", "cancelled"]
 RegState = Literal["open", "acknowledged", "resolved", "false_positive"]
@@ -88,7 +88,7 @@ def history(request: Request,
             model: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^[\w.:+/-]+$")],
             dtype: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^[\w.:+/-]+$")],
             policy: Name = None, target: Name = None, metric: Metric = "cosine",
-            limit: Annotated[int, Query(ge=1, le=2000)] = 200) -> dict[str, Any]:
+            limit: Annotated[int, StrictInt, Query(ge=1, le=2000)] = 200) -> dict[str, Any]:
     points = _store(request).history(model, dtype, policy=policy, target=target, metric=metric, limit=limit)
     return {"model": model, "dtype": dtype, "metric": metric, "points": [p.to_dict() for p in points]}
 

@@ -16,7 +16,9 @@ Routes (not in the OpenAPI schema):
 - ``GET /dashboard.css``.
 
 Read pages need the bearer token only when ``AMPCI_READ_TOKEN_REQUIRED`` is set (as the JSON API).
-Unknown ids and bad parameters get an HTML error page with a 404/400 status.
+Unknown ids and bad parameters get an HTML error page with a 404/400 status: ids and limits are read
+by :mod:`service.api.params` (ASCII digits only, bounded), so a malformed id is a 404 and a malformed
+``limit`` a 400 (an empty one is the default).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from service.api.auth import require_read
+from service.api.params import path_id, query_int
 from service.dashboard import bisection, plots, queries, views
 from service.db.store import TRIGGERS
 from service.errors import NotFoundError, UserError
@@ -83,12 +86,6 @@ def _store(request: Request) -> Any:
     return request.app.state.ctx.store
 
 
-def _positive_int(raw: str, what: str) -> int:
-    if not raw.isdigit() or not 1 <= int(raw) <= 2**31 - 1:
-        raise NotFoundError(f"no {what} {raw[:40]!r}")
-    return int(raw)
-
-
 router = APIRouter(include_in_schema=False)
 read = APIRouter(include_in_schema=False, dependencies=[Depends(require_read)])
 
@@ -108,7 +105,7 @@ def runs_page(request: Request, branch: str = "", trigger: str = "", limit: str 
         raise UserError(f"unknown trigger {trigger!r}; expected one of {', '.join(TRIGGERS)}")
     if branch and not _NAME.match(branch):
         raise UserError("branch: letters, digits and ._:+/- only")
-    n = int(limit) if limit.isdigit() and 1 <= int(limit) <= 1000 else 50
+    n = query_int(limit, "limit", 1, 1000, 50)
     store = _store(request)
     rows = queries.runs_overview(store, limit=n, branch=branch or None, trigger=trigger or None)
     return render("runs.html", rows=rows, branches=queries.branches(store), branch=branch, trigger=trigger,
@@ -121,9 +118,9 @@ def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
     """The run matrix with its findings and the diff against the baseline (JSON clients: a redirect)."""
     accept = request.headers.get("accept", "")
     if "text/html" not in accept and "application/xhtml" not in accept:
-        return RedirectResponse(f"/api/runs/{_positive_int(run_id, 'run')}", status_code=307)
+        return RedirectResponse(f"/api/runs/{path_id(run_id, 'run')}", status_code=307)
     store = _store(request)
-    run = store.get_run(_positive_int(run_id, "run"))
+    run = store.get_run(path_id(run_id, "run"))
     revision = store.get_revision(run.revision_sha)
     jobs = store.jobs(run.id)
     results = store.results(run_id=run.id)
@@ -150,7 +147,7 @@ def history_page(request: Request, model: str = "", dtype: str = "", policy: str
             raise UserError(f"{name}: give a name (letters, digits and ._:+/- only)")
     if branch and not _NAME.match(branch):
         raise UserError("branch: letters, digits and ._:+/- only")
-    n = int(limit) if limit.isdigit() and 2 <= int(limit) <= 200 else HISTORY_DEFAULT
+    n = query_int(limit, "limit", 2, 200, HISTORY_DEFAULT)
     store = _store(request)
     cell = (model, dtype, policy, target)
     points, total = queries.cell_history(store, cell, branch or None, n)
@@ -171,7 +168,7 @@ def history_page(request: Request, model: str = "", dtype: str = "", policy: str
 def regression_page(request: Request, regression_id: str, done: str = "") -> Response:
     """One finding: details, baseline vs offending numbers, bisection state, triage form."""
     store = _store(request)
-    reg = store.get_regression(_positive_int(regression_id, "regression"))
+    reg = store.get_regression(path_id(regression_id, "regression"))
     offending = store.get_result(reg.result_id) if reg.result_id else None
     baseline = store.get_result(reg.baseline_result_id) if reg.baseline_result_id else None
     settings = request.app.state.ctx.settings
@@ -187,7 +184,7 @@ async def triage(request: Request, regression_id: str) -> Response:
     from starlette.concurrency import run_in_threadpool
 
     try:
-        rid = _positive_int(regression_id, "regression")
+        rid = path_id(regression_id, "regression")
         body = b""
         async for chunk in request.stream():
             body += chunk
