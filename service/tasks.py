@@ -15,15 +15,19 @@ module initialises no CUDA.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from celery import Task
 
 from service import reconcile, scheduler
-from service.celery_app import NIGHTLY_TASK, RECONCILE_TASK, RUN_JOB_TASK, app, app_settings
+from service.celery_app import NIGHTLY_TASK, RECONCILE_TASK, RUN_JOB_TASK, app, app_settings, time_limits
 from service.errors import DatabaseUnavailableError
 from service.settings import Settings
 from workers.cell import run_cell as _run_cell
@@ -46,7 +50,9 @@ def execute_job(job_id: int, settings: Settings, worker: str | None = None,
     Guarantees: a job whose status is already final is left alone (redelivery after the result was
     written); every delivery increments ``attempts`` before anything runs; delivery number
     ``max_attempts + 1`` marks the job ``crashed`` with a ``crashed`` result instead of running it;
-    the result write is idempotent on (run, cell); the run is finished once all its jobs are final.
+    the result write is idempotent on (run, cell); the run is finished once all its jobs are final;
+    a delivery during which Celery's soft time limit fired is recorded as ``timeout`` (naming the
+    limit) whatever the job code made of the exception (:func:`soft_limit_watch`).
     """
     store = store if store is not None else _process_store(settings)
     job = store.get_job(job_id)
@@ -57,11 +63,63 @@ def execute_job(job_id: int, settings: Settings, worker: str | None = None,
     if attempts > settings.max_attempts:
         status = scheduler.record_crashed(store, run, job, attempts)
     else:
+        from celery.exceptions import SoftTimeLimitExceeded
+
         options = scheduler.cell_options(run, job.cell)
-        result = run_cell(job.cell, run.revision_sha, settings, options)
+        with soft_limit_watch() as fired:
+            try:
+                result = run_cell(job.cell, run.revision_sha, settings, options)
+            except SoftTimeLimitExceeded:
+                fired.append(True)
+                result = None
+        if fired:
+            result = timeout_result(job, run, settings, result)
         status = scheduler.record_result(store, run, job, result)
     scheduler.finish_if_complete(store, run.id, settings)
     return status
+
+
+@contextlib.contextmanager
+def soft_limit_watch() -> Iterator[list[bool]]:
+    """Yield a list that gets an entry if Celery's soft time limit fires during the block.
+
+    billiard's pool child raises ``SoftTimeLimitExceeded`` from its SIGUSR1 handler wherever the job
+    happens to be, and job code that turns every exception into a result (``workers.job.run_job``
+    makes it a ``crash``) would hide it; this wraps that handler to note the signal first, then lets
+    it raise as before.  Where no handler is installed (solo pool, a thread, no SIGUSR1) there is no
+    soft limit to watch and the list stays empty.
+    """
+    fired: list[bool] = []
+    sig = getattr(signal, "SIGUSR1", None)
+    previous = signal.getsignal(sig) if sig is not None else None
+    if sig is None or not callable(previous) or threading.current_thread() is not threading.main_thread():
+        yield fired
+        return
+
+    def noted(signum: int, frame: Any) -> Any:
+        fired.append(True)
+        return previous(signum, frame)
+
+    signal.signal(sig, noted)
+    try:
+        yield fired
+    finally:
+        signal.signal(sig, previous)
+
+
+def timeout_result(job: Any, run: Any, settings: Settings, partial: JobResult | None = None) -> JobResult:
+    """The ``timeout`` result of a job stopped by the soft time limit: ``partial`` (what the job code
+    returned after the exception, e.g. its timings) with its status replaced, the message naming the
+    limit and keeping what the job said."""
+    soft, hard = time_limits(settings)
+    message = f"job exceeded the soft time limit of {soft:.0f}s (AMPCI_JOB_TIMEOUT {hard:.0f}s)"
+    if partial is None or partial.cell != job.cell:
+        return JobResult(model=job.model, dtype=job.dtype, policy=job.policy, target=job.target, status="timeout",
+                         revision=run.revision_sha, message=message)
+    if partial.message:
+        message += f"; stopped in: {partial.message}"
+    partial.status, partial.message = "timeout", message[:2000]
+    return partial
 
 
 _STORES: dict[tuple[int, str], Any] = {}
@@ -81,7 +139,7 @@ def worker_name() -> str:
 
 
 def record_failure(job_id: int, settings: Settings, exc: BaseException) -> None:
-    """After a delivery failed outside the job code: a hard time limit becomes a ``timeout`` result,
+    """After a delivery failed outside the job code: a time limit becomes a ``timeout`` result,
     anything else marks the job ``error`` (so the run can still finish).  Never raises."""
     from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
     store = None
@@ -91,7 +149,9 @@ def record_failure(job_id: int, settings: Settings, exc: BaseException) -> None:
         if job.status in scheduler.FINAL_JOB_STATUSES:
             return
         run = store.get_run(job.run_id)
-        if isinstance(exc, TimeLimitExceeded | SoftTimeLimitExceeded):
+        if isinstance(exc, SoftTimeLimitExceeded):  # raised outside execute_job's watch (recording it)
+            scheduler.record_result(store, run, job, timeout_result(job, run, settings))
+        elif isinstance(exc, TimeLimitExceeded):
             result = JobResult(model=job.model, dtype=job.dtype, policy=job.policy, target=job.target,
                                status="timeout", revision=run.revision_sha,
                                message=f"job exceeded the hard time limit of {settings.job_timeout:.0f}s")
