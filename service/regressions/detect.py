@@ -41,6 +41,7 @@ from service.db import models as m
 from service.db.queries import ERROR_UNIT, ancestors, stored_error_unit
 from service.db.records import Cell, RegressionInfo
 from service.db.runs import dialect_insert
+from service.regressions.measured import graph_columns, graph_fields
 from service.regressions.rules import KINDS, CellSample, Finding, compare_cells, pooled, returned_to_baseline
 from service.regressions.stats import count_flips, shift_violations
 from service.regressions.thresholds import Thresholds
@@ -57,7 +58,7 @@ SAMPLE_COLS = (t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, *CELL, t_res.c.
                t_res.c.casts_inserted, t_res.c.env_fingerprint, t_res.c.latency_p50_ms,
                t_res.c.data[("latency", "samples_ms")].label("samples"),
                t_res.c.data[("latency", "fp32_samples_ms")].label("fp32_samples"),
-               ERROR_UNIT.label("error_unit"))
+               ERROR_UNIT.label("error_unit"), *graph_columns(t_res))
 LINEAGE_TRIGGERS = ("push", "nightly", "manual")
 
 
@@ -66,12 +67,14 @@ def sample(row: Any) -> CellSample:
 
     The convergence error unit is the stored result's ``convergence.error_unit``; a result stored
     before the job recorded one has ``absolute`` errors (as :meth:`workers.result.JobResult.from_dict`
-    reads it)."""
+    reads it).  The measured compute counts, conversion-time samples and the pass's convergence come from
+    ``results.data`` (:func:`service.regressions.measured.graph_fields`)."""
     return CellSample(status=row.status, max_abs=row.max_abs, cosine=row.cosine, final_error=row.final_error,
                       diverged=row.diverged, low_precision_fraction=row.low_precision_fraction,
                       casts_inserted=row.casts_inserted,
                       latency_samples=_floats(row.samples), fp32_latency_samples=_floats(row.fp32_samples),
-                      env_fingerprint=row.env_fingerprint, error_unit=stored_error_unit(row.error_unit))
+                      env_fingerprint=row.env_fingerprint, error_unit=stored_error_unit(row.error_unit),
+                      **graph_fields(row))
 
 
 def _floats(values: Any) -> tuple[float, ...]:

@@ -22,7 +22,7 @@ from workers.result import CONVERGENCE_ERROR_UNIT, CONVERSION_OK_STATUSES
 
 #: Statuses that blame the pass under test (conversion failed, hung or died).
 PASS_FAULT_STATUSES = frozenset({"convert_error", "timeout", "crash"})
-KINDS = ("conversion", "accuracy", "convergence", "coverage", "latency")
+KINDS = ("conversion", "accuracy", "convergence", "coverage", "latency", "conversion_time", "pass_convergence")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,14 @@ class CellSample:
     fp32_latency_samples: tuple[float, ...] = ()  # the fp32 model timed interleaved with latency_samples
     env_fingerprint: str | None = None
     error_unit: str = CONVERGENCE_ERROR_UNIT  # unit of final_error (workers.result.ConvergenceStats)
+    # measured by the worker from the converted model (workers.graph_facts); None for results whose graph
+    # facts are the pass's own report (stored before measurement) or counted by another compute-op version
+    compute_low: int | None = None
+    compute_nodes: int | None = None
+    compute_ops_version: str | None = None
+    convert_samples: tuple[float, ...] = ()   # conversion wall times in seconds, timed by the worker
+    pass_iterations: int | None = None        # the pass's painting fixpoint iterations (its report)
+    pass_converged: bool | None = None        # whether that painting reached its fixpoint (its report)
 
     @property
     def converted(self) -> bool:
@@ -149,29 +157,68 @@ def convergence_rule(base: CellSample, new: CellSample, th: Thresholds, model: s
     return []
 
 
+def compute_counts_comparable(base: CellSample, new: CellSample) -> bool:
+    """Both samples carry measured compute counts of the same compute-op definition version, with at least
+    one compute node each (no compute node: not applicable)."""
+    return (base.compute_low is not None and new.compute_low is not None and bool(base.compute_nodes)
+            and bool(new.compute_nodes) and base.compute_ops_version is not None
+            and base.compute_ops_version == new.compute_ops_version)
+
+
+def _compute_change(base: CellSample, new: CellSample, th: Thresholds) -> int:
+    """-1: fewer low-precision compute nodes (by at least ``coverage_compute_drop``) and more kept fp32, not
+    explained by compute nodes the conversion removed; +1: the reverse; 0: no change or not comparable."""
+    if not compute_counts_comparable(base, new):
+        return 0
+    lb, ln = base.compute_low, new.compute_low
+    kb, kn = base.compute_nodes - lb, new.compute_nodes - ln  # type: ignore[operator]
+    if lb - ln >= th.coverage_compute_drop and kn > kb:  # type: ignore[operator]
+        return -1
+    if ln - lb >= th.coverage_compute_drop and kn < kb:  # type: ignore[operator]
+        return 1
+    return 0
+
+
 def coverage_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, dtype: str) -> list[Finding]:
-    """Low-precision compute fraction dropped, or casts grew, beyond the thresholds (and back)."""
+    """Fewer low-precision compute nodes (measured from the converted model, whatever the fraction or the
+    pass's report says), a low-precision compute fraction dropped, or casts grew, beyond the thresholds
+    (and back: improvements).  A fraction that is None (no compute node: not applicable) on either side
+    is not compared."""
     if not (base.converted and new.converted):
         return []
     fb, fn = base.low_precision_fraction, new.low_precision_fraction
     cb, cn = base.casts_inserted, new.casts_inserted
     drop = fb is not None and fn is not None and fb - fn > th.coverage_fraction_drop
     rise = fb is not None and fn is not None and fn - fb > th.coverage_fraction_drop
+    compute = _compute_change(base, new, th)
 
     def grew(a: int | None, b: int | None) -> bool:
         return a is not None and b is not None and b > a * th.casts_growth_ratio and b - a >= th.casts_growth_abs
 
     more_casts, fewer_casts = grew(cb, cn), grew(cn, cb)
     casts_txt = f"casts {cb} -> {cn}"
-    if drop or more_casts:
-        parts = [f"low-precision fraction {_g(fb)} -> {_g(fn)}"] if drop else []
+    compute_txt = (f"low-precision compute nodes {base.compute_low}/{base.compute_nodes} -> "
+                   f"{new.compute_low}/{new.compute_nodes}")
+    if compute < 0 or drop or more_casts:
+        parts = [compute_txt] if compute < 0 else []
+        if drop:
+            parts.append(f"low-precision fraction {_g(fb)} -> {_g(fn)}")
         if more_casts:
             parts.append(casts_txt)
-        metric, bv, nv = ("low_precision_fraction", fb, fn) if drop else ("casts_inserted", cb, cn)
-        return [Finding("coverage", "regression", "minor", metric, bv, nv, "; ".join(parts))]
-    if rise or fewer_casts:
-        metric, bv, nv = ("low_precision_fraction", fb, fn) if rise else ("casts_inserted", cb, cn)
-        txt = f"low-precision fraction {_g(fb)} -> {_g(fn)}" if rise else casts_txt
+        if compute < 0:
+            metric, bv, nv = "compute_low", float(base.compute_low), float(new.compute_low)  # type: ignore[arg-type]
+        else:
+            metric, bv, nv = ("low_precision_fraction", fb, fn) if drop else ("casts_inserted", cb, cn)
+        severity = "major" if compute < 0 and new.compute_low == 0 else "minor"
+        return [Finding("coverage", "regression", severity, metric, bv, nv, "; ".join(parts))]
+    if compute > 0 or rise or fewer_casts:
+        if compute > 0:
+            metric, bv, nv, txt = ("compute_low", float(base.compute_low), float(new.compute_low),  # type: ignore[arg-type]
+                                   compute_txt)
+        elif rise:
+            metric, bv, nv, txt = "low_precision_fraction", fb, fn, f"low-precision fraction {_g(fb)} -> {_g(fn)}"
+        else:
+            metric, bv, nv, txt = "casts_inserted", cb, cn, casts_txt
         return [Finding("coverage", "improvement", "info", metric, bv, nv, txt)]
     return []
 
@@ -241,9 +288,94 @@ def pooled(base: CellSample, others: Sequence[CellSample]) -> CellSample:
     return replace(base, latency_samples=lat, fp32_latency_samples=fp32)
 
 
+def _can_reach(n: int, m: int, p: float) -> bool:
+    """True when a one-sided Mann-Whitney U test with sample sizes ``n`` and ``m`` can give a p below ``p``
+    (its smallest exact p-value is ``1 / C(n + m, n)``)."""
+    return n > 0 and m > 0 and 1 / math.comb(n + m, n) < p
+
+
+def conversion_time_comparable(base: CellSample, new: CellSample, th: Thresholds) -> bool:
+    """Both converted, same environment fingerprint, at least ``convert_time_min_samples`` conversion-time
+    samples per side, and enough in all for the test to be able to reach ``convert_time_p``."""
+    a, b = base.convert_samples, new.convert_samples
+    return (base.converted and new.converted and base.env_fingerprint is not None
+            and base.env_fingerprint == new.env_fingerprint
+            and min(len(a), len(b)) >= th.convert_time_min_samples and _can_reach(len(a), len(b), th.convert_time_p))
+
+
+def conversion_time_rule(base: CellSample, new: CellSample, th: Thresholds, model: str,
+                         dtype: str) -> list[Finding]:
+    """Conversion wall time (the worker's samples of the conversion subprocess) compared like latency: only
+    when :func:`conversion_time_comparable`; a regression (improvement) needs the median ratio beyond
+    ``convert_time_ratio`` (below its inverse), the median to move by more than ``convert_time_floor_s``
+    in the same direction, and one-sided Mann-Whitney U p < ``convert_time_p``."""
+    if not conversion_time_comparable(base, new, th):
+        return []
+    a, b = base.convert_samples, new.convert_samples
+    ma, mb = statistics.median(a), statistics.median(b)
+    if ma <= 0 or mb <= 0:
+        return []
+    ratio = mb / ma
+    if ratio > th.convert_time_ratio and mb - ma > th.convert_time_floor_s:
+        category, alternative = "regression", "greater"
+    elif ratio < 1 / th.convert_time_ratio and ma - mb > th.convert_time_floor_s:
+        category, alternative = "improvement", "less"
+    else:
+        return []
+    p = mann_whitney_p(b, a, alternative)
+    if p >= th.convert_time_p:
+        return []
+    severity = "info" if category == "improvement" else ("major" if ratio > 2 else "minor")
+    return [Finding("conversion_time", category, severity, "convert_s", ma, mb,
+                    f"conversion {ma:.4g} s -> {mb:.4g} s (x{ratio:.2f}, n={len(a)}/{len(b)}, "
+                    f"Mann-Whitney p={p:.2g})", p)]
+
+
+def pass_convergence_comparable(base: CellSample, new: CellSample) -> bool:
+    """Both converted and both reports said whether the painting converged, or both gave iterations."""
+    return base.converted and new.converted and (
+        base.pass_converged is not None and new.pass_converged is not None
+        or base.pass_iterations is not None and new.pass_iterations is not None)
+
+
+def pass_convergence_rule(base: CellSample, new: CellSample, th: Thresholds, model: str,
+                          dtype: str) -> list[Finding]:
+    """The pass's painting fixpoint: converged at baseline and not now (major), or, both converged, the
+    iterations grew by more than ``pass_iterations_abs`` **and** beyond ``pass_iterations_ratio`` times the
+    baseline's (minor); the reverse of either is an improvement."""
+    if not pass_convergence_comparable(base, new):
+        return []
+    bi, ni = base.pass_iterations, new.pass_iterations
+    its = f" ({bi} -> {ni} iterations)" if bi is not None and ni is not None else ""
+    if base.pass_converged is True and new.pass_converged is False:
+        return [Finding("pass_convergence", "regression", "major", "pass_iterations", _f(bi), _f(ni),
+                        "the pass's painting converged at baseline, now stops at its iteration limit" + its)]
+    if base.pass_converged is False and new.pass_converged is True:
+        return [Finding("pass_convergence", "improvement", "info", "pass_iterations", _f(bi), _f(ni),
+                        "the pass's painting hit its iteration limit at baseline, now converges" + its)]
+    if bi is None or ni is None or base.pass_converged is False or new.pass_converged is False:
+        return []
+
+    def grew(x: int, y: int) -> bool:
+        return y > x + th.pass_iterations_abs and y > x * th.pass_iterations_ratio
+
+    if grew(bi, ni):
+        return [Finding("pass_convergence", "regression", "minor", "pass_iterations", float(bi), float(ni),
+                        f"painting fixpoint iterations {bi} -> {ni}")]
+    if grew(ni, bi):
+        return [Finding("pass_convergence", "improvement", "info", "pass_iterations", float(bi), float(ni),
+                        f"painting fixpoint iterations {bi} -> {ni}")]
+    return []
+
+
+def _f(x: int | None) -> float | None:
+    return None if x is None else float(x)
+
+
 Rule = Callable[[CellSample, CellSample, Thresholds, str, str], list[Finding]]
 RULES: dict[str, Rule] = {"conversion": conversion_rule, "accuracy": accuracy_rule,
-                          "convergence": convergence_rule, "coverage": coverage_rule, "latency": latency_rule}
+                          "convergence": convergence_rule, "coverage": coverage_rule, "latency": latency_rule,
+                          "conversion_time": conversion_time_rule, "pass_convergence": pass_convergence_rule}
 
 
 def compare_cells(base: CellSample, new: CellSample, th: Thresholds, model: str, dtype: str,
@@ -274,8 +406,13 @@ def comparable(kind: str, base: CellSample, new: CellSample, th: Thresholds,
         return same_error_unit(base, new) or base.diverged or new.diverged or divergence
     if kind == "coverage":
         return base.converted and new.converted and (
-            base.low_precision_fraction is not None and new.low_precision_fraction is not None
+            compute_counts_comparable(base, new)
+            or base.low_precision_fraction is not None and new.low_precision_fraction is not None
             or base.casts_inserted is not None and new.casts_inserted is not None)
+    if kind == "conversion_time":
+        return conversion_time_comparable(base, new, th)
+    if kind == "pass_convergence":
+        return pass_convergence_comparable(base, new)
     return latency_comparable(base, new, th)
 
 

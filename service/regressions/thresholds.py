@@ -61,6 +61,13 @@ class Thresholds:
     flaky_flips: int = 3                     # pass<->not-pass flips ...
     flaky_window: int = 10                   # ... within the last M results of the cell
     ancestor_depth: int = 500                # how far back a push baseline is searched
+    coverage_compute_drop: int = 1           # low-precision compute nodes lost (measured) that regress coverage
+    convert_time_ratio: float = 1.20         # conversion time: median ratio beyond this ...
+    convert_time_floor_s: float = 0.05       # ... and a median change above this many seconds ...
+    convert_time_p: float = 0.01             # ... significant (Mann-Whitney U, one-sided)
+    convert_time_min_samples: int = 3        # conversion-time samples needed on each side
+    pass_iterations_ratio: float = 1.5       # painting iterations grew beyond this ratio ...
+    pass_iterations_abs: int = 2             # ... and by more than this many iterations
 
     def accuracy_for(self, model: str, dtype: str) -> ErrorThreshold:
         """The accuracy threshold of a model at a dtype (model override > dtype > fallback)."""
