@@ -17,6 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from workers.zoo.registry import FetchError, verified_sha256
+from workers.zoo.synthetic_rules import RULE_GENERATORS
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 OPSET = 17
@@ -165,10 +166,11 @@ def leaky_integrator(seed: int) -> onnx.ModelProto:
                   inits, "leaky_integrator")
 
 
-#: Generator registry: name -> function(seed) -> model.
+#: Generator registry: name -> function(seed) -> model (the policy-rule models of
+#: ``workers.zoo.synthetic_rules`` included).
 GENERATORS: dict[str, Callable[[int], onnx.ModelProto]] = {
     "transformer_block": transformer_block, "conv_net": conv_net, "loop_if": loop_if,
-    "stateful_rnn": stateful_rnn, "leaky_integrator": leaky_integrator,
+    "stateful_rnn": stateful_rnn, "leaky_integrator": leaky_integrator, **RULE_GENERATORS,
 }
 
 
