@@ -44,7 +44,7 @@ def zoo(tmp_path: Path) -> Path:
 def _sweep_text(zoo: Path, **kw: str) -> str:
     fields = {"models": '["tiny"]', "dtypes": '["fp16"]', "policies": '["default"]', "targets": '["cpu"]'}
     fields.update(kw)
-    return f'name = "v"\nzoo = "{zoo}"\nrepeats = 1\n' + "".join(f"{k} = {v}\n" for k, v in fields.items())
+    return f'name = "v"\nzoo = "{zoo}"\nrepeats = 10\n' + "".join(f"{k} = {v}\n" for k, v in fields.items())
 
 
 def _cfg(**kw: object) -> SweepConfig:
