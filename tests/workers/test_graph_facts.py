@@ -171,3 +171,26 @@ def test_old_result_json_without_measured_fields_still_loads() -> None:
                           pass_iterations=4, pass_converged=True, compute_ops_version="1")
     r = JobResult(model="m", dtype="fp16", policy="default", target="cpu", status="pass", graph=measured)
     assert JobResult.from_json(r.to_json()) == r and r.graph is not None and r.graph.measured
+
+
+def test_job_result_carries_measured_facts_not_the_report(tmp_path: Path) -> None:
+    from tests.workers.fakes import write_manifest
+    from workers.config import WorkerConfig
+    from workers.job import JobSpec, run_job
+
+    zoo = write_manifest(tmp_path / "zoo.toml", '''
+        [defaults.tolerance]
+        fp16 = { atol = 1e-3, rtol = 1e-2 }
+
+        [models.conv]
+        source = { synthetic = "conv_net" }
+        inputs.x = { shape = [4, 3, 32, 32] }
+        ''')
+    settings = WorkerConfig(cache_dir=tmp_path / "cache", latency_runs=2, latency_warmup=1, convert_repeats=2)
+    r = run_job(JobSpec(model="conv", dtype="fp16", pass_root=fake_pass(tmp_path / "p", "perturb"), zoo_path=zoo),
+                settings)
+    assert r.graph is not None and r.graph.measured and r.graph.compute_nodes > 0
+    assert r.graph.compute_low == 0 and r.graph.low_precision_compute_fraction == 0.0  # the fp32 model came back
+    assert r.graph.pass_report["low_precision_compute_fraction"] == 1.0  # what the pass claimed
+    assert len(r.graph.convert_samples_s) == 2 and r.graph.convert_seconds == r.graph.convert_samples_s[0]
+    assert JobResult.from_json(r.to_json()) == r
