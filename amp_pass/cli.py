@@ -14,13 +14,14 @@ import tempfile
 from pathlib import Path
 
 from amp_pass.errors import OptionsError, OutputError
-from amp_pass.io import convert_file
+from amp_pass.io import chmod_as_created, convert_file
 from amp_pass.options import DTYPES, ConversionOptions
 from amp_pass.policy import TARGETS
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add MODEL, -o, --dtype, --policy, --target, --no-keep-io-types, --opset, --report, --json to ``parser``."""
+    """Add MODEL, -o, --dtype, --policy, --target, --no-keep-io-types, --opset, --keep-initializer-inputs,
+    --report, --json to ``parser``."""
     parser.add_argument("model", type=Path, help="fp32 ONNX model to convert")
     parser.add_argument("-o", "--output", type=Path, required=True, help="where to write the converted model")
     parser.add_argument("--dtype", default="fp16", choices=sorted(DTYPES), help="low-precision dtype")
@@ -31,7 +32,11 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fold low precision into the model's inputs and outputs")
     parser.add_argument("--opset", default="auto", type=_opset_arg, metavar="N|auto|keep",
                         help="default-domain opset to convert at: auto (default) upgrades to the lowest opset "
-                             "at which the compute ops accept the dtype (bf16: up to 22), keep never upgrades")
+                             "at which the compute ops accept the dtype (bf16: up to 22), keep never upgrades; "
+                             "an opset N that cannot be reached is an error")
+    parser.add_argument("--keep-initializer-inputs", action="store_true",
+                        help="keep graph inputs that have an initializer (IR 3 style weights) as inputs; by default "
+                             "they become constants (IR version raised to 4 where needed)")
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report to this file")
     parser.add_argument("--json", action="store_true", help="print the JSON report on stdout")
 
@@ -49,7 +54,8 @@ def _opset_arg(text: str) -> int | str:
 def options_from_args(args: argparse.Namespace) -> ConversionOptions:
     """ConversionOptions built from parsed arguments (``--opset`` defaults to auto when absent)."""
     return ConversionOptions(dtype=args.dtype, policy=args.policy, target=args.target,
-                             keep_io_types=args.keep_io_types, target_opset=getattr(args, "opset", "auto"))
+                             keep_io_types=args.keep_io_types, target_opset=getattr(args, "opset", "auto"),
+                             keep_initializer_inputs=getattr(args, "keep_initializer_inputs", False))
 
 
 def _write_report(path: Path, data: dict[str, object], model: Path) -> None:
@@ -59,6 +65,7 @@ def _write_report(path: Path, data: dict[str, object], model: Path) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2, sort_keys=True)
+        chmod_as_created(tmp)  # mkstemp's 0600 -> what the umask gives a new file
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:

@@ -1,17 +1,21 @@
 """File-level conversion: load (with external data), convert, save atomically.
 
 Guarantees: nothing is written at ``dst`` unless conversion succeeded (temporary file + rename);
-a model stored with external data, or too large for one protobuf, is saved with external data next
-to ``dst``; bad input raises InvalidModelError (exit_code 2) naming the problem.
+the file at ``dst`` gets the mode a plain ``open(dst, "w")`` would give it (``0o666`` less the
+process umask, not the ``0600`` of the temporary file); a model stored with external data, or too
+large for one protobuf, is saved with external data next to ``dst``; bad input raises
+InvalidModelError (exit_code 2) naming the problem in one line, and external data is only read from
+regular files inside the model's folder (:class:`ExternalDataError` otherwise).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import onnx
 import onnx_ir as ir
@@ -26,8 +30,86 @@ from amp_pass.report import ConversionReport
 LARGE_BYTES = 1_500_000_000
 
 
+class ExternalDataError(InvalidModelError):
+    """A tensor's external data cannot be read safely: its location is absolute, leaves the model's
+    folder, is a symbolic link or names no regular file.  Nothing is read from that location."""
+
+    exit_code = 2
+
+
 def _uses_external_data(model: onnx.ModelProto) -> bool:
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in _tensors(model.graph))
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor of ``graph`` and its subgraphs: initializers, sparse initializers, attribute tensors."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _tensors(sub)
+
+
+def check_external_data(model: onnx.ModelProto, base: Path) -> None:
+    """Raise ExternalDataError unless every external tensor's location is a relative path to a regular
+    file (not a symbolic link, nor through one) inside ``base``, the model's folder."""
+    for tensor in _tensors(model.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            check_location(tensor.name, next((e.value for e in tensor.external_data if e.key == "location"), ""),
+                           base)
+
+
+def check_location(tensor: str, location: str, base: Path) -> None:
+    """Raise ExternalDataError unless ``location`` (of ``tensor``'s external data) is a relative path
+    to a regular file inside ``base`` reached through no symbolic link."""
+    what = f"external data of tensor {tensor[:80]!r} at {location[:200]!r}"
+    if not location or "\x00" in location:
+        raise ExternalDataError(f"{what}: no usable location")
+    if PurePosixPath(location).is_absolute() or PureWindowsPath(location).is_absolute() \
+            or PureWindowsPath(location).drive:
+        raise ExternalDataError(f"{what}: an absolute path; external data must lie in the model's folder {base}")
+    path = base / location
+    if ".." in PurePosixPath(location).parts:
+        raise ExternalDataError(f"{what}: points outside the model's folder {base}")
+    if _through_link(base, PurePosixPath(location)):
+        raise ExternalDataError(f"{what}: a symbolic link; external data must be a regular file")
+    if not path.resolve().is_relative_to(base.resolve()):
+        raise ExternalDataError(f"{what}: points outside the model's folder {base}")
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        raise ExternalDataError(f"{what}: no such file in {base}") from None
+    if not stat.S_ISREG(mode):
+        raise ExternalDataError(f"{what}: not a regular file")
+
+
+def _check_ir_external_data(model: ir.Model, base: Path) -> None:
+    """:func:`check_location` for every external initializer and attribute tensor of an onnx-ir model."""
+    for graph in model.graphs():
+        tensors = [v.const_value for v in graph.initializers.values()]
+        tensors += [a.value for node in graph for a in node.attributes.values()
+                    if a.type == ir.AttributeType.TENSOR]
+        for t in tensors:
+            if isinstance(t, ir.ExternalTensor):
+                check_location(t.name or "", t.location, base)
+
+
+def _through_link(base: Path, location: PurePosixPath) -> bool:
+    """Whether any component of ``base / location`` below ``base`` is a symbolic link."""
+    path = base
+    for part in location.parts:
+        path = path / part
+        if path.is_symlink():
+            return True
+    return False
 
 
 def _initializer_bytes(model: onnx.ModelProto) -> int:
@@ -50,12 +132,34 @@ def load_model(src: Path) -> tuple[onnx.ModelProto, bool]:
         raise InvalidModelError(f"{src} is not an ONNX model (no graph)")
     external = _uses_external_data(model)
     if external:
+        check_external_data(model, src.parent)
         try:
             load_external_data_for_model(model, str(src.parent))
-        except (OSError, ValueError, RuntimeError) as exc:
+        except (OSError, ValueError, RuntimeError, onnx.checker.ValidationError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise InvalidModelError(f"cannot read external data of {src}: {first}") from None
     return model, external
+
+
+def process_umask() -> int:
+    """The process umask, read without changing it where Linux reports it (``/proc/self/status``);
+    elsewhere set and restored at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def chmod_as_created(path: Path | str) -> None:
+    """Give ``path`` (a temporary file from ``tempfile.mkstemp``, mode 0600) the mode a newly created
+    plain file gets: ``0o666 & ~umask``."""
+    os.chmod(path, 0o666 & ~process_umask())
 
 
 def _atomic_dst(dst: Path) -> Path:
@@ -80,6 +184,7 @@ def convert_file(src: Path | str, dst: Path | str, options: ConversionOptions | 
         load_model(src)  # raises InvalidModelError naming the missing file
     size = src.stat().st_size
     tmp = _atomic_dst(dst)
+    external_out = False
     try:
         with gc_paused():  # see converter.gc_paused: covers the load and the save too
             if size > LARGE_BYTES:
@@ -88,13 +193,18 @@ def convert_file(src: Path | str, dst: Path | str, options: ConversionOptions | 
             else:
                 model, external = load_model(src)
                 result = convert_model(model, options)
-                if external or size > LARGE_BYTES // 2 and _initializer_bytes(result.model) > LARGE_BYTES:
+                external_out = external or size > LARGE_BYTES // 2 and _initializer_bytes(result.model) > LARGE_BYTES
+                if external_out:
                     _write(dst, lambda: onnx.save(result.model, str(tmp), save_as_external_data=True,
                                                   all_tensors_to_one_file=True, location=f"{dst.name}.data",
                                                   size_threshold=1024))
                 else:  # onnx.save would first walk every tensor looking for external data there is none of
                     _write(dst, lambda: tmp.write_bytes(result.model.SerializeToString()))
                 report = result.report
+            _write(dst, lambda: chmod_as_created(tmp))
+            data = dst.parent / f"{dst.name}.data"  # onnx creates it 0600 too
+            if (size > LARGE_BYTES or external_out) and data.is_file():
+                _write(data, lambda: chmod_as_created(data))
             _write(dst, lambda: os.replace(tmp, dst))
     finally:
         tmp.unlink(missing_ok=True)
@@ -122,6 +232,7 @@ def _convert_large(src: Path, options: ConversionOptions) -> tuple[ir.Model, Con
         model = ir.load(str(src))
     except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
         raise InvalidModelError(f"{src} is not a readable ONNX model: {exc}") from None
+    _check_ir_external_data(model, src.parent)  # before any lazy tensor is read
     from onnx_ir.passes.common import ShapeInferencePass
 
     ShapeInferencePass()(model)
@@ -132,4 +243,5 @@ def _convert_large(src: Path, options: ConversionOptions) -> tuple[ir.Model, Con
     return model, report
 
 
-__all__ = ["convert_file", "load_model"]
+__all__ = ["ExternalDataError", "check_external_data", "check_location", "chmod_as_created", "convert_file", "load_model",
+           "process_umask"]
