@@ -6,13 +6,16 @@ paint (policy + schema + range safety, to a fixpoint across subgraphs) -> insert
 casts -> report.  The IR is read from, and the result written back into copies of, the prepared
 protobuf by ``amp_pass.protoio`` (parts the pass did not change are the original protos); models it
 does not mirror go through ``onnx_ir.serde``.  Guarantees: the input proto is never mutated; graph
-I/O dtypes are unchanged when ``keep_io_types``; every low-precision position is schema-valid at the
-model's opset; the pass is idempotent (converting its own output changes nothing).
+I/O dtypes are unchanged when ``keep_io_types`` -- and also without it at an opset whose Cast cannot
+carry the low dtype (bf16 below 13: the casts between low inputs and fp32 consumers would be invalid;
+the report says so in a note); every low-precision position is schema-valid at the model's opset; the
+pass is idempotent (converting its own output changes nothing).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import time
 from collections.abc import Iterator
@@ -23,12 +26,14 @@ import onnx_ir as ir
 
 from amp_pass.casts import CastInserter
 from amp_pass.cleanup import cleanup_casts
+from amp_pass.opset import casts_accept
 from amp_pass.options import ConversionOptions
 from amp_pass.paint import Painter
 from amp_pass.policy import compute_op_types, load_policy, unmatched_notes
 from amp_pass.prepare import prepare_model
 from amp_pass.protowrite import write_model
 from amp_pass.report import ConversionReport, build_report
+from amp_pass.schema import TYPE_STR
 from amp_pass.walk import graph_list
 
 
@@ -68,6 +73,11 @@ class AmpPass:
             RemoveUnusedFunctionsPass()(model)
         opset = default_opset(model)
         report.opset_in = report.opset_out = opset
+        if not o.keep_io_types and not casts_accept(opset, TYPE_STR[self.low]):
+            o = dataclasses.replace(o, keep_io_types=True)
+            report.keep_io_types = True
+            report.notes.append(f"inputs and outputs kept fp32: Cast cannot carry {o.dtype} at opset {opset} "
+                                "(keep_io_types=False needs a later opset; --opset auto reaches it)")
         policy = load_policy(o.policy, o.target, opset)
         graph = model.graph
         graphs = graph_list(graph)
@@ -114,7 +124,8 @@ def gc_paused() -> Iterator[None]:
 def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = None) -> ConversionResult:
     """Convert an fp32 ONNX model to mixed precision; the input proto is left untouched.
 
-    Raises InvalidModelError / PolicyError / OptionsError (exit_code 2) for bad input.
+    Raises InvalidModelError / PolicyError / OptionsError (OpsetError: an explicit opset that cannot be
+    honoured) for bad input, all with exit_code 2.
     """
     options = options or ConversionOptions()
     start = time.perf_counter()
@@ -122,7 +133,8 @@ def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = No
     with gc_paused():
         keyed = options.calibration is not None or bool(options.force_fp32)  # node keys number every node
         prepared = prepare_model(model, options.check_input, options.opset_planner(), lean=True,
-                                 shapes=options.calibration is not None, skip_opaque=not keyed)
+                                 shapes=options.calibration is not None, skip_opaque=not keyed,
+                                 keep_initializer_inputs=options.keep_initializer_inputs)
         origins = prepared.origins
         report = amp.call(prepared.model, origins.reserved if origins is not None else frozenset())
         if origins is not None:

@@ -31,6 +31,13 @@ class OptionsError(AmpPassError):
     exit_code = 2
 
 
+class OpsetError(OptionsError):
+    """An explicit target opset the pass cannot honour: beyond the highest opset the installed onnx
+    defines (the pass's ceiling; it never imports onnxruntime), or one the model cannot be converted to."""
+
+    exit_code = 2
+
+
 class OutputError(AmpPassError):
     """The converted model (or its report) cannot be written: a directory that cannot be created, no
     permission, a full disk.  Nothing is left at the destination."""

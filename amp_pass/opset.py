@@ -6,7 +6,8 @@ conversion of an opset-9..16 model would leave every compute op fp32 (correctly,
 model accepts the low dtype; ``upgrade`` moves the model there with ``onnx.version_converter``.
 
 Guarantees: ``upgrade`` never raises for a model the converter cannot handle -- it returns the input
-unchanged with a note saying why (the conversion then runs at the original opset); an upgraded model
+unchanged with a note saying why (for "auto" the conversion then runs at the original opset; an
+explicit opset that cannot be reached is an ``OpsetError`` raised by ``amp_pass.prepare``); an upgraded model
 passes the (non-full) ONNX checker and its ``ir_version`` is at least the one its opset needs; only
 the default ONNX domain changes version.  Subgraphs (If/Loop/Scan bodies) are converted with their
 graph.
@@ -14,7 +15,9 @@ graph.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from typing import NamedTuple
 
 import onnx
 import onnx.version_converter as version_converter
@@ -29,8 +32,12 @@ AUTO, KEEP = "auto", "keep"
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
+#: The C++ source location and assertion text the version converter prefixes its messages with.
+_CPP_PREFIX = re.compile(r"^\S+\.(?:h|hpp|cc|cpp):\d+: \w+: Assertion `[^`]*` failed: ")
+
+
 def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return _CPP_PREFIX.sub("", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
 
 
 def model_opset(model: onnx.ModelProto) -> int | None:
@@ -58,16 +65,35 @@ def lowest_accepting_opset(op_type: str, start: int, type_str: str) -> int | Non
     return None
 
 
-def required_opset(model: onnx.ModelProto, low_type_str: str, is_allow: Callable[[str, str], bool]) -> int:
+def casts_accept(opset: int, type_str: str) -> bool:
+    """Whether ``Cast`` at ``opset`` reads and writes ``type_str`` (bf16: from opset 13)."""
+    return _accepts_low("Cast", opset, type_str)
+
+
+def _has_float_io(model: onnx.ModelProto) -> bool:
+    """Whether a main-graph input or output of ``model`` is a float32 tensor."""
+    return any(v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+               for v in (*model.graph.input, *model.graph.output) if v.type.HasField("tensor_type"))
+
+
+def required_opset(model: onnx.ModelProto, low_type_str: str, is_allow: Callable[[str, str], bool],
+                   low_io: bool = False) -> int:
     """The lowest opset (>= the model's, <= MAX_OPSET) at which every ALLOW op accepts the low dtype.
 
     ``is_allow(op_type, node_name)`` says whether the policy classes a default-domain node ALLOW.
     Ops that never accept the dtype up to MAX_OPSET do not raise the result (upgrading gains nothing).
+    ``low_io`` (``keep_io_types=False``): the graph's float inputs and outputs become the low dtype, so
+    the result is also at least the opset at which ``Cast`` carries it (bf16: 13), with or without ALLOW
+    ops (the casts between those inputs and fp32 consumers need it).
     """
     current = model_opset(model)
     if current is None:
         return 0
     need = current
+    if low_io and _has_float_io(model):
+        version = lowest_accepting_opset("Cast", current, low_type_str)
+        if version is not None:
+            need = max(need, version)
     seen: set[str] = set()
     for node in iter_proto_nodes(model.graph):
         if node.domain not in DEFAULT_DOMAINS or not is_allow(node.op_type, node.name):
@@ -81,23 +107,44 @@ def required_opset(model: onnx.ModelProto, low_type_str: str, is_allow: Callable
     return need
 
 
-def upgrade(model: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, str | None]:
-    """``model`` converted to default-domain opset ``target``, or ``model`` itself and the reason it was not.
+class UpgradeFailure(NamedTuple):
+    """Why a model was not converted to ``target``: ``what`` happened, ``detail`` (the first line of the
+    converter's error, or None); ``current`` is the model's opset (None: no default domain)."""
+
+    current: int | None
+    target: int
+    what: str
+    detail: str | None = None
+
+    def note(self) -> str:
+        """The report note of an "auto" upgrade that falls back to the model's opset."""
+        kept = f", kept opset {self.current}" if self.current is not None else ""
+        return f"{self.what}{kept}" + (f": {self.detail}" if self.detail else "")
+
+    def error(self) -> str:
+        """The one-line error of an explicit opset that cannot be honoured."""
+        return f"cannot convert at opset {self.target}: {self.what}" + (f": {self.detail}" if self.detail else "")
+
+
+def upgrade(model: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, UpgradeFailure | None]:
+    """``model`` converted to default-domain opset ``target``, or ``model`` itself and why it was not.
 
     The returned model passes ``onnx.checker.check_model`` (without full_check); type inference is
     left to the caller, which must fall back to the original model if inference fails.
     """
     current = model_opset(model)
     if current is None:
-        return model, f"opset upgrade to {target} skipped: the model imports no default ONNX domain"
+        return model, UpgradeFailure(None, target, f"opset upgrade to {target} skipped: the model imports no "
+                                                   "default ONNX domain")
     if current == target:
         return model, None
     try:
         out = version_converter.convert_version(model, target)
     except Exception as exc:  # noqa: BLE001 - the converter raises several C++ error types
-        return model, f"opset upgrade {current} -> {target} failed, kept opset {current}: {_first_line(exc)}"
+        return model, UpgradeFailure(current, target, f"opset upgrade {current} -> {target} failed",
+                                     _first_line(exc))
     if model_opset(out) != target:
-        return model, f"opset upgrade {current} -> {target} did not take effect, kept opset {current}"
+        return model, UpgradeFailure(current, target, f"opset upgrade {current} -> {target} did not take effect")
     try:
         needed_ir = helper.find_min_ir_version_for(list(out.opset_import), ignore_unknown=True)
     except Exception:  # noqa: BLE001 - unknown domains: leave ir_version alone
@@ -106,7 +153,7 @@ def upgrade(model: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, str |
     try:
         onnx.checker.check_model(out)
     except (onnx.checker.ValidationError, ValueError) as exc:
-        return model, f"opset upgrade {current} -> {target} produced an invalid model, kept opset {current}: " \
-            f"{_first_line(exc)}"
+        return model, UpgradeFailure(current, target, f"opset upgrade {current} -> {target} produced an invalid "
+                                                      "model", _first_line(exc))
     return out, None
 

@@ -8,8 +8,14 @@ a large tensor, becomes a typed graph input).  The inferred skeleton is then des
 original initializers and Constant nodes are attached back, lazily and without a copy; what the checker
 would have verified on the parts left out (initializer names, IR<=3 inputs, Constant order) is checked
 directly, and type inference runs in strict mode with type checks, as the checker's full check does.
+Main-graph inputs that have an initializer of the same name (every weight of an IR 3 model, and of
+models from older exporters) are made constants by default: removed from the graph inputs, as
+onnxruntime's ``remove_initializer_from_input`` tool does, so the pass folds their casts as it does an
+IR>=4 model's; the IR version is raised to 4 where it was lower (IR 3 requires every initializer to be
+an input) and a note says so.
 Guarantees: the input proto is never modified; value types inside subgraphs and inlined functions are inferred; bad
-input raises InvalidModelError naming the first problem.
+input raises InvalidModelError naming the first problem; an explicit opset that cannot be reached raises
+OpsetError.
 """
 
 from __future__ import annotations
@@ -23,8 +29,8 @@ import onnx.inliner as onnx_inliner
 import onnx_ir as ir
 from onnx import helper
 
-from amp_pass.errors import InvalidModelError
-from amp_pass.opset import model_opset, upgrade
+from amp_pass.errors import InvalidModelError, OpsetError
+from amp_pass.opset import UpgradeFailure, model_opset, upgrade
 from amp_pass.protoio import Origins, read_model, supported
 from amp_pass.tensor_data import SIZE_CHECK_BYTES, check_raw_size, raw_bytes_needed
 from amp_pass.walk import iter_proto_nodes, proto_subgraphs
@@ -269,15 +275,28 @@ def _infer(sk: onnx.ModelProto | bytes, strict: bool = False) -> onnx.ModelProto
         raise InvalidModelError(f"input model fails ONNX type inference: {_first_line(exc)}") from None
 
 
+def _initializer_inputs_note(names: list[str], ir_in: int, ir_out: int) -> str:
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    note = (f"{len(names)} initializer(s) also listed as graph inputs ({shown}) treated as constants and removed "
+            "from the graph inputs (keep_initializer_inputs / --keep-initializer-inputs keeps them)")
+    if ir_out != ir_in:
+        note += f"; IR version {ir_in} -> {ir_out} (IR 3 requires every initializer to be a graph input)"
+    return note
+
+
 def prepare_model(model: onnx.ModelProto, check: bool = True,
-                  target_opset: Callable[[onnx.ModelProto], int | None] | None = None,
-                  lean: bool = False, shapes: bool = True, skip_opaque: bool = False) -> Prepared:
+                  target_opset: Callable[[onnx.ModelProto], int | None] | int | None = None,
+                  lean: bool = False, shapes: bool = True, skip_opaque: bool = False,
+                  keep_initializer_inputs: bool = False) -> Prepared:
     """Check, inline, optionally upgrade the opset, infer types and build the onnx-ir model.
 
-    ``target_opset(skeleton)`` returns the default-domain opset to convert to (None: keep).  An
-    upgrade that fails (version converter error, invalid result, failed type inference) keeps the
-    original opset and adds a note; it never raises.  The skeleton is serialised once and the same
-    bytes feed the checker and type inference when nothing changes it in between.
+    ``target_opset``: an int is an explicit opset, which must be reached (a failed conversion to it
+    raises OpsetError naming why); a function ``target_opset(skeleton)`` returns the default-domain
+    opset to convert to (None: keep), and an upgrade to it that fails (version converter error,
+    invalid result, failed type inference) keeps the original opset and adds a note.  The skeleton is
+    serialised once and the same bytes feed the checker and type inference when nothing changes it in
+    between.  ``keep_initializer_inputs``: leave main-graph inputs that have an initializer as inputs
+    (else they become constants; see the module docstring).
 
     ``lean``: build the IR with ``amp_pass.protoio.read_model`` when it supports the model (then
     ``Prepared.origins`` is set and the result should be written with ``protowrite.write_model``);
@@ -300,32 +319,45 @@ def prepare_model(model: onnx.ModelProto, check: bool = True,
     opset_in = model_opset(sk)
     opset_out = opset_in
     notes: list[str] = []
-    target = target_opset(sk) if target_opset is not None else None
+    explicit = isinstance(target_opset, int)
+    target = target_opset if isinstance(target_opset, int) else \
+        target_opset(sk) if target_opset is not None else None
     inferred: onnx.ModelProto | None = None
     if target is not None and target != opset_in:
-        upgraded, note = upgrade(sk, target)
-        stand_ins = set(moved) | {c.node.output[0] for c in constants}
-        if not note and not stand_ins <= {v.name for v in upgraded.graph.input}:
-            note = f"opset upgrade {opset_in} -> {target} renamed initializers, kept opset {opset_in}"
-        if note:
-            notes.append(note)
-        else:
+        upgraded, failure = upgrade(sk, target)
+        stand_ins = {t.name for t in model.graph.initializer} | {c.node.output[0] for c in constants}
+        if failure is None and not stand_ins <= {v.name for v in upgraded.graph.input}:
+            failure = UpgradeFailure(opset_in, target, f"opset upgrade {opset_in} -> {target} renamed initializers")
+        if failure is None:
             try:
                 inferred = onnx.shape_inference.infer_shapes(upgraded, check_type=check, strict_mode=check)
                 opset_out = target
             except (onnx.shape_inference.InferenceError, ValueError) as exc:
-                notes.append(f"opset upgrade {opset_in} -> {target}: type inference failed on the upgraded "
-                             f"model, kept opset {opset_in}: {_first_line(exc)}")
+                failure = UpgradeFailure(opset_in, target, f"opset upgrade {opset_in} -> {target}: type inference "
+                                                           "failed on the upgraded model", _first_line(exc))
+        if failure is not None:
+            if explicit:
+                raise OpsetError(failure.error())
+            notes.append(failure.note())
     if inferred is None:
         inferred = _infer(data, strict=check)
     same_nodes = not inlined and opset_out == opset_in
+    dropped: list[str] = []
+    if not keep_initializer_inputs:
+        given = {v.name for v in model.graph.input}
+        dropped = [t.name for t in model.graph.initializer if t.name in given]
+    ir_in = inferred.ir_version
+    if dropped:
+        inferred.ir_version = max(ir_in, 4)  # (inferred is our own proto, never the input)
+        notes.append(_initializer_inputs_note(dropped, ir_in, inferred.ir_version))
     if lean and supported(inferred):
         inputs = {v.name for v in inferred.graph.input}
         tensors = {t.name: t for t in model.graph.initializer if t.name in inputs}
         extra = {name: tensors[name] for name in moved}
         extra.update((name, t) for name, t in tensors.items() if name not in extra)
         try:
-            ir_model, origins = read_model(inferred, extra, frozenset(moved), shapes, skip_opaque)
+            ir_model, origins = read_model(inferred, extra, frozenset(moved) | frozenset(dropped), shapes,
+                                           skip_opaque)
         except Exception as exc:  # noqa: BLE001 - anything onnx-ir cannot read is bad input
             raise InvalidModelError(f"input model cannot be read into the IR: {_first_line(exc)}") from None
         _restore_constants(ir_model.graph, constants, same_nodes, origins)
@@ -342,10 +374,13 @@ def prepare_model(model: onnx.ModelProto, check: bool = True,
         graph.inputs.remove(value)
         value.const_value = ir.serde.deserialize_tensor(originals[name])
         graph.register_initializer(value)
+    as_constants = set(dropped)
     for t in model.graph.initializer:  # initializers that are also graph inputs (IR < 4 style)
         if t.name not in moved and t.name in by_name:
             value = by_name[t.name]
             value.const_value = ir.serde.deserialize_tensor(t)
+            if t.name in as_constants:
+                graph.inputs.remove(value)
             graph.register_initializer(value)
     _restore_constants(graph, constants, same_nodes)
     return Prepared(ir_model, inlined, opset_in, opset_out, notes)

@@ -1,8 +1,10 @@
 """Random valid graphs (elementwise ops, MatMul, Cast pairs, constants in and out of range, nested If
 and Loop bodies reading outer-scope values) convert to valid (full checker, onnxruntime load), idempotent models under every option set.
 
-The generator builds [2, 4] float graphs only from parts whose shapes always agree; a generated model
-that the full ONNX checker rejects is skipped (not counted).  Seeded: a failure names the seed.
+The generator builds [2, 4] float graphs only from parts whose shapes always agree and ops that exist at
+the model's opset (7 to 21: below 13 Cast cannot carry bf16, so bf16 with ``keep_io_types=False`` is
+drawn there on purpose); a generated model that the full ONNX checker rejects is skipped (not counted).
+Seeded: a failure names the seed.
 """
 
 from __future__ import annotations
@@ -24,14 +26,16 @@ SHAPE = [2, 4]
 UNARY = ["Relu", "Exp", "Tanh", "Sigmoid", "Neg", "Abs", "Sqrt", "Identity", "Softmax", "Log", "Reciprocal", "Erf"]
 BINARY = ["Add", "Mul", "Sub", "Div", "Max", "Min", "Pow"]
 OPTIONS = [{}, {"keep_io_types": False}, {"policy": "aggressive"}, {"policy": "conservative"}, {"target": "cpu"}]
+OPSETS = [7, 8, 9, 10, 11, 12, 13, 17, 21]
 
 
 class RandomGraphs:
-    """Builds random graphs from one ``random.Random``; every name it makes is unique."""
+    """Builds random graphs from one ``random.Random`` with ops of ``opset``; every name it makes is unique."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, opset: int = 17) -> None:
         self.rng = rng
         self.count = 0
+        self.unary = [op for op in UNARY if onnx.defs.has(op, opset)]  # (Erf arrives at 9)
 
     def fresh(self, prefix: str) -> str:
         """A new unique name."""
@@ -60,7 +64,7 @@ class RandomGraphs:
         for _ in range(n_nodes):
             out, k, a = self.fresh("v"), rng.random(), rng.choice(avail)
             if k < 0.3:
-                op = rng.choice(UNARY)
+                op = rng.choice(self.unary)
                 if op in ("Sqrt", "Log"):
                     nodes.append(h.make_node("Abs", [a], [t := self.fresh("abs")], name=self.fresh("n")))
                     a = t
@@ -114,23 +118,47 @@ def _valid(model: onnx.ModelProto) -> bool:
     return True
 
 
+def _check(model: onnx.ModelProto, options: ConversionOptions, where: str) -> None:
+    out = convert_model(model, options)
+    assert _valid(out.model), f"{where}: invalid output"
+    assert_valid(out.model, options.dtype)  # and loads in onnxruntime
+    again = convert_model(out.model, options)
+    assert again.model.SerializeToString() == out.model.SerializeToString(), f"{where}: not idempotent"
+    assert again.report.casts_inserted == again.report.casts_removed == 0, where
+
+
+def _random_model(rng: random.Random, opset: int) -> onnx.ModelProto:
+    g = RandomGraphs(rng, opset).graph(["X", "Z"], 2, rng.randrange(3, 12), rng.randrange(1, 3))
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset)], ir_version=8)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_random_graphs_convert_to_valid_idempotent_models(seed: int) -> None:
     made = 0
     for case in range(15):
         rng = random.Random(seed * 1000 + case)
-        gen = RandomGraphs(rng)
-        g = gen.graph(["X", "Z"], 2, rng.randrange(3, 12), rng.randrange(1, 3))
-        model = h.make_model(g, opset_imports=[h.make_opsetid("", rng.choice([13, 17, 21]))], ir_version=8)
+        model = _random_model(rng, rng.choice(OPSETS))
         if not _valid(model):
             continue
         made += 1
         options = ConversionOptions(dtype=rng.choice(["fp16", "bf16"]), **rng.choice(OPTIONS))
-        where = f"seed {seed} case {case} {options}"
-        out = convert_model(model, options)
-        assert _valid(out.model), f"{where}: invalid output"
-        assert_valid(out.model, options.dtype)  # and loads in onnxruntime
-        again = convert_model(out.model, options)
-        assert again.model.SerializeToString() == out.model.SerializeToString(), f"{where}: not idempotent"
-        assert again.report.casts_inserted == again.report.casts_removed == 0, where
+        _check(model, options, f"seed {seed} case {case} {options}")
     assert made >= 8, "the generator should mostly make valid models"
+
+
+@pytest.mark.parametrize("opset", range(7, 13))
+def test_bf16_low_io_below_opset_13(opset: int) -> None:
+    """bf16 without keep_io_types at opsets whose Cast cannot carry bf16: "auto" (upgrades, or keeps
+    fp32 I/O when the upgrade fails) and "keep" both give valid, idempotent models."""
+    made = 0
+    for case in range(3):
+        rng = random.Random(opset * 100 + case)
+        model = _random_model(rng, opset)
+        if not _valid(model):
+            continue
+        made += 1
+        for target in ("auto", "keep"):
+            options = ConversionOptions(dtype="bf16", keep_io_types=False, target_opset=target,
+                                        policy=rng.choice(["default", "aggressive"]))
+            _check(model, options, f"opset {opset} case {case} {options}")
+    assert made >= 2, "the generator should mostly make valid models"

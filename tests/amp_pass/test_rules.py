@@ -206,10 +206,11 @@ def test_captured_value_is_cast_inside_the_subgraph_scope(convert) -> None:
 
 
 def test_ir3_model_weight_stays_an_input(convert) -> None:
-    """IR 3: an initializer is also a graph input (a caller may feed it), so it is cast at run time,
-    never folded into a new initializer (which IR 3 would require to be an input too)."""
+    """IR 3 with keep_initializer_inputs: an initializer is also a graph input (a caller may feed it),
+    so it is cast at run time, never folded into a new initializer (which IR 3 would require to be an
+    input too).  (By default such weights are constants: tests/amp_pass/test_old_ir.py.)"""
     m = G.ir3_model()
-    r = convert(m, "fp16")
+    r = convert(m, "fp16", keep_initializer_inputs=True)
     out = r.model
     assert out.ir_version == 3
     assert [t.name for t in out.graph.initializer] == ["W"] and out.graph.initializer[0].data_type == T.FLOAT
