@@ -93,6 +93,14 @@ def history(request: Request,
     return {"model": model, "dtype": dtype, "metric": metric, "points": [p.to_dict() for p in points]}
 
 
+DeliveryState = Literal["pending", "accepted", "rejected", "failed", "duplicate"]
+
+
+@router.get("/deliveries", summary="Recorded webhook deliveries, newest first (rejected/failed carry the reason)")
+def list_deliveries(request: Request, status: DeliveryState | None = None, limit: Limit = 100) -> dict[str, Any]:
+    return {"deliveries": [d.to_dict() for d in _store(request).list_deliveries(status=status, limit=limit)]}
+
+
 @router.get("/deliveries/{delivery_id}", summary="A recorded webhook delivery")
 def get_delivery(request: Request,
                  delivery_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9._:-]{1,100}$")]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "service.cli.zoo_cmd",
     "service.cli.check_cmd",
     "service.cli.reconcile_cmd",
+    "service.cli.deliveries_cmd",
 )
 
 

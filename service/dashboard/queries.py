@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from service.db import models as m
 from service.db.records import Cell, RevisionInfo, RunInfo, utc
 from service.db.store import Store, run_info
+from service.github.sanitize import EARLIEST, LATEST
 from service.regressions.detect import LINEAGE_TRIGGERS, nearest_results
 
 t_rev, t_run, t_res, t_reg = (m.Revision.__table__, m.Run.__table__, m.Result.__table__,
@@ -62,6 +63,12 @@ def _revision(r: Any) -> RevisionInfo:
                         message=r.message, committed_at=utc(r.committed_at))
 
 
+def _readable_time(col: Any) -> Any:
+    """``col`` where it lies in 1970–2100, else NULL: a row stored before the intake refused such
+    timestamps (e.g. year 0 in UTC) cannot break the page (the driver cannot read it back)."""
+    return sa.case((col.between(EARLIEST, LATEST), col), else_=sa.null())
+
+
 def branches(store: Store) -> list[str]:
     """Distinct non-empty branch names of known revisions, sorted."""
     with store.transaction() as conn:
@@ -74,7 +81,7 @@ def runs_overview(store: Store, limit: int = 50, branch: str | None = None,
     """The newest ``limit`` runs (optionally of one branch / trigger) with revision and counts."""
     q = (sa.select(t_run, t_rev.c.sha.label("r_sha"), t_rev.c.parents.label("r_parents"),
                    t_rev.c.branch.label("r_branch"), t_rev.c.author.label("r_author"),
-                   t_rev.c.message.label("r_message"), t_rev.c.committed_at.label("r_committed_at"))
+                   t_rev.c.message.label("r_message"), _readable_time(t_rev.c.committed_at).label("r_committed_at"))
          .join(t_rev, t_rev.c.sha == t_run.c.revision_sha)
          .order_by(t_run.c.created_at.desc(), t_run.c.id.desc()).limit(limit))
     if branch:

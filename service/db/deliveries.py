@@ -9,8 +9,15 @@ never work on the same one), creates their runs and marks them with :meth:`settl
 
 State rules (every writer follows them, so an old signed delivery cannot undo a newer outcome):
 ``pending`` and ``accepted`` rows are never overwritten by :meth:`receive_delivery`; a
-``rejected`` row is (GitHub's "redeliver" of a rejected delivery is processed again); only a
-``pending`` row is settled.
+``rejected`` or ``failed`` row is (GitHub's "redeliver" of such a delivery is processed again);
+only a ``pending`` row is settled.  ``rejected``: its content can never become a run; ``failed``:
+the intake gave up after a bounded number of attempts (the reason says why).
+
+Per-delivery isolation: a batch of writes that the database refuses for the content of one row
+(:data:`CONTENT_ERRORS`: a value too long, a NUL byte, an unencodable string) is written again one
+by one, and a row that still cannot be stored is recorded ``rejected`` with the reason instead
+(:attr:`Received.rejected`); the other deliveries of the batch are stored as asked.  Reasons are
+made storable before they are written, so recording an outcome never fails for its text.
 """
 
 from __future__ import annotations
@@ -29,8 +36,25 @@ from service.db.engine import connect
 from service.db.records import DeliveryInfo, utc
 from service.errors import NotFoundError, UserError
 
-DELIVERY_STATES = ("pending", "accepted", "rejected", "duplicate")
+DELIVERY_STATES = ("pending", "accepted", "rejected", "failed", "duplicate")
+REDELIVERABLE = ("rejected", "failed")
+#: errors a row's content causes (retrying the same values cannot help); others are infrastructure
+CONTENT_ERRORS: tuple[type[BaseException], ...] = (sa.exc.DataError, sa.exc.IntegrityError, UnicodeError)
 t_del = m.WebhookDelivery.__table__
+
+
+def storable(text: str | None, limit: int = 2000) -> str | None:
+    """``text`` fit for a text column of any backend: NUL removed, lone surrogates replaced, at
+    most ``limit`` characters."""
+    if text is None:
+        return None
+    return text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")[:limit]
+
+
+def error_line(exc: BaseException) -> str:
+    """The first line of an error (the driver's message for a database error), storable."""
+    text = str(getattr(exc, "orig", None) or exc) or type(exc).__name__
+    return storable(f"{type(exc).__name__}: {text.splitlines()[0] if text.strip() else text}", 300) or ""
 
 
 @dataclass(frozen=True)
@@ -39,10 +63,13 @@ class Received:
 
     ``stored`` is True when this call wrote the row (new id, or a ``rejected`` row replaced);
     otherwise ``existing`` is the row that stays as it was (``pending``/``accepted``/…).
+    ``rejected`` is set when the write could not be stored as asked (its content was refused by the
+    database): the row was then recorded ``rejected`` with this reason (if ``stored``).
     """
 
     stored: bool
     existing: DeliveryInfo | None = None
+    rejected: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,8 +87,12 @@ class DeliveryWrite:
     def values(self, received_at: Any) -> dict[str, Any]:
         """The row's column values."""
         return {"delivery_id": self.delivery_id, "event": self.event, "status": self.status,
-                "reason": self.reason, "run_id": self.run_id, "repository": self.repository,
+                "reason": storable(self.reason), "run_id": self.run_id, "repository": self.repository,
                 "payload": self.payload, "received_at": received_at}
+
+    def as_rejected(self, reason: str) -> DeliveryWrite:
+        """This delivery recorded ``rejected`` with ``reason`` and nothing of its content."""
+        return DeliveryWrite(self.delivery_id, storable(self.event, 50) or "unknown", "rejected", reason=reason)
 
 
 @dataclass(frozen=True)
@@ -159,13 +190,20 @@ class DeliveriesMixin:
             first.setdefault(w.delivery_id, i)
         rows = [writes[i].values(now) for i in first.values()]
         inserted: set[str] = set()
-        with self._single_statement() as conn:
-            stmt = _insert_new(conn.dialect.name)
-            if len(rows) == 1:
-                got = conn.execute(stmt, rows[0]).scalar()
-                inserted.update([got] if got is not None else [])
-            else:  # SQLAlchemy's "insertmanyvalues": one multi-row statement per batch, compiled once
-                inserted.update(conn.execute(stmt, rows).scalars())
+        try:
+            with self._single_statement() if len(rows) == 1 else self.transaction() as conn:
+                stmt = _insert_new(conn.dialect.name)
+                if len(rows) == 1:
+                    got = conn.execute(stmt, rows[0]).scalar()
+                    inserted.update([got] if got is not None else [])
+                else:  # SQLAlchemy's "insertmanyvalues": multi-row statements in one transaction
+                    inserted.update(conn.execute(stmt, rows).scalars())
+        except CONTENT_ERRORS as exc:
+            if len(writes) > 1:  # isolate: one by one, so only the offending delivery is affected
+                return [self.receive_deliveries([w])[0] for w in writes]
+            reason = f"cannot be stored: {error_line(exc)}"
+            got = self.receive_deliveries([writes[0].as_rejected(reason)])[0]
+            return [Received(got.stored, got.existing, rejected=reason)]
         out: list[Received] = []
         for i, w in enumerate(writes):
             if first[w.delivery_id] == i and w.delivery_id in inserted:
@@ -183,9 +221,9 @@ class DeliveriesMixin:
                 if conn.execute(stmt, values).scalar() is not None:
                     return Received(True)
                 row = conn.execute(sa.select(*_INFO_COLS).where(t_del.c.delivery_id == delivery_id)).first()
-            elif row.status == "rejected":
+            elif row.status in REDELIVERABLE:
                 done = conn.execute(t_del.update().where(t_del.c.delivery_id == delivery_id,
-                                                         t_del.c.status == "rejected")
+                                                         t_del.c.status.in_(REDELIVERABLE))
                                     .values(**values).returning(t_del.c.delivery_id)).scalar()
                 if done is not None:
                     return Received(True)
@@ -231,7 +269,7 @@ class DeliveriesMixin:
         stmt = (t_del.update().where(t_del.c.delivery_id == sa.bindparam("b_id"), t_del.c.status == "pending")
                 .values(status=sa.bindparam("b_status"), reason=sa.bindparam("b_reason"),
                         run_id=sa.bindparam("b_run"), payload=sa.null()))
-        res = conn.execute(stmt, [{"b_id": s.delivery_id, "b_status": s.status, "b_reason": s.reason,
+        res = conn.execute(stmt, [{"b_id": s.delivery_id, "b_status": s.status, "b_reason": storable(s.reason),
                                    "b_run": s.run_id} for s in settlements])
         return int(res.rowcount or 0)
 
@@ -266,6 +304,15 @@ class DeliveriesMixin:
         if got is None:
             raise NotFoundError(f"no webhook delivery {delivery_id!r}")
         return got
+
+    def list_deliveries(self, status: str | None = None, limit: int = 100) -> list[DeliveryInfo]:
+        """Recorded deliveries, newest first, optionally of one status (``UserError`` for an unknown one)."""
+        q = sa.select(*_INFO_COLS).order_by(t_del.c.received_at.desc(), t_del.c.delivery_id.desc()).limit(limit)
+        if status is not None:
+            _check_status(status)
+            q = q.where(t_del.c.status == status)
+        with self.transaction() as conn:
+            return [delivery_info(r) for r in conn.execute(q)]
 
     def get_delivery(self, delivery_id: str) -> DeliveryInfo | None:
         """The recorded delivery with this id, or None."""

@@ -27,10 +27,23 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from service.errors import UserError
+from service.github.sanitize import (
+    AUTHOR_MAX,
+    BRANCH_MAX,
+    MESSAGE_MAX,
+    REF_MAX,
+    REPOSITORY_MAX,
+    TooDeepError,
+    check_json_depth,
+    free_text,
+    name_text,
+    sane_time,
+)
 from service.settings import Settings
 
 SHA_RE = re.compile(r"^[0-9a-fA-F]{40}$")
 ZERO_SHA = "0" * 40
+MAX_NUMBER = 2**31 - 1  # PR numbers are stored and compared as database integers
 PR_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
 SMOKE_SWEEP = "smoke"
 
@@ -59,15 +72,26 @@ class _Repository(_Model):
     @field_validator("full_name")
     @classmethod
     def _owner_name(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", v):
+        if len(v) > REPOSITORY_MAX or not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", v):
             raise ValueError(f"not an owner/name repository: {v[:100]!r}")
         return v
+
+
+def _number(v: int) -> int:
+    if not 1 <= v <= MAX_NUMBER:
+        raise ValueError(f"must be between 1 and {MAX_NUMBER}")
+    return v
 
 
 class _Person(_Model):
     name: str | None = None
     email: str | None = None
     username: str | None = None
+
+    @field_validator("name", "email", "username")
+    @classmethod
+    def _text(cls, v: str | None) -> str | None:
+        return free_text(v, AUTHOR_MAX)
 
 
 class _Commit(_Model):
@@ -80,6 +104,16 @@ class _Commit(_Model):
     @classmethod
     def _sha(cls, v: str) -> str:
         return _check_sha(v)
+
+    @field_validator("message")
+    @classmethod
+    def _message(cls, v: str) -> str:
+        return free_text(v, MESSAGE_MAX) or ""
+
+    @field_validator("timestamp")
+    @classmethod
+    def _time(cls, v: datetime | None) -> datetime | None:
+        return sane_time(v)
 
 
 class _Push(_Model):
@@ -98,6 +132,11 @@ class _Push(_Model):
     def _shas(cls, v: str) -> str:
         return _check_sha(v)
 
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, v: str) -> str:
+        return name_text(v, REF_MAX)
+
 
 class _Ref(_Model):
     sha: str
@@ -108,9 +147,19 @@ class _Ref(_Model):
     def _sha(cls, v: str) -> str:
         return _check_sha(v)
 
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, v: str) -> str:
+        return name_text(v, BRANCH_MAX)
+
 
 class _User(_Model):
     login: str | None = None
+
+    @field_validator("login")
+    @classmethod
+    def _login(cls, v: str | None) -> str | None:
+        return free_text(v, AUTHOR_MAX)
 
 
 class _PullRequestBody(_Model):
@@ -121,12 +170,32 @@ class _PullRequestBody(_Model):
     user: _User | None = None
     updated_at: datetime | None = None
 
+    @field_validator("number")
+    @classmethod
+    def _num(cls, v: int) -> int:
+        return _number(v)
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, v: str) -> str:
+        return free_text(v, MESSAGE_MAX) or ""
+
+    @field_validator("updated_at")
+    @classmethod
+    def _time(cls, v: datetime | None) -> datetime | None:
+        return sane_time(v)
+
 
 class _PullRequest(_Model):
     action: str
     number: int | None = None
     pull_request: _PullRequestBody
     repository: _Repository
+
+    @field_validator("number")
+    @classmethod
+    def _num(cls, v: int | None) -> int | None:
+        return None if v is None else _number(v)
 
 
 class _Ping(_Model):
@@ -175,14 +244,18 @@ class RunRequest:
         try:
             if not isinstance(data, dict) or data.get("v") != 1:
                 raise ValueError("unknown payload version")
-            revisions = [RevisionInfo(sha=_check_sha(r[0]), parents=[_check_sha(p) for p in r[1]], branch=r[2],
-                                      author=r[3], message=r[4] or "",
-                                      committed_at=datetime.fromisoformat(r[5]) if r[5] else None)
+            # the same checks as at intake: a row stored by an older version cannot fail later
+            revisions = [RevisionInfo(sha=_check_sha(r[0]), parents=[_check_sha(p) for p in r[1]],
+                                      branch=name_text(r[2], BRANCH_MAX) if r[2] is not None else None,
+                                      author=free_text(r[3], AUTHOR_MAX), message=free_text(r[4], MESSAGE_MAX) or "",
+                                      committed_at=sane_time(datetime.fromisoformat(r[5])) if r[5] else None)
                          for r in data["revisions"]]
             base = data["baseline_sha"]
-            return cls(repo=str(data["repo"]), trigger=str(data["trigger"]), head_sha=_check_sha(data["head_sha"]),
-                       baseline_sha=_check_sha(base) if base else None, branch=str(data["branch"]),
-                       sweep=str(data["sweep"]), pr_number=data["pr_number"], revisions=revisions)
+            pr = data["pr_number"]
+            return cls(repo=name_text(str(data["repo"]), REPOSITORY_MAX), trigger=str(data["trigger"]),
+                       head_sha=_check_sha(data["head_sha"]), baseline_sha=_check_sha(base) if base else None,
+                       branch=name_text(str(data["branch"]), BRANCH_MAX), sweep=name_text(str(data["sweep"]), 100),
+                       pr_number=None if pr is None else _number(int(pr)), revisions=revisions)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise PayloadError(f"stored payload unreadable: {exc}"[:200]) from None
 
@@ -211,8 +284,16 @@ def _validation_reason(exc: ValidationError) -> str:
 
 
 def _load(body: bytes) -> dict:
+    """The JSON object of a UTF-8 body nested at most MAX_JSON_DEPTH deep; PayloadError otherwise
+    (the depth is checked by a linear scan before parsing, so no input can recurse the parser)."""
     try:
-        data = json.loads(body)
+        text = body.decode("utf-8")
+        check_json_depth(text)
+        data = json.loads(text)
+    except TooDeepError as exc:
+        raise PayloadError(f"malformed JSON: {exc}") from None
+    except RecursionError:  # not reachable after the scan; kept so that it can never be a 500
+        raise PayloadError("malformed JSON: nested too deep") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise PayloadError(f"malformed JSON: {exc}".splitlines()[0][:200]) from None
     if not isinstance(data, dict):
@@ -249,9 +330,11 @@ def _parse_push(data: dict, settings: Settings) -> Decision:
         return Ignored(f"push to {push.ref[:100]} is not a branch")
     branch = push.ref[len("refs/heads/"):]
     if push.deleted or push.after == ZERO_SHA:
-        return Ignored(f"branch {branch} deleted")
+        return Ignored(f"branch {branch[:100]} deleted")
     if branch not in settings.tracked_branch_set():
-        return Ignored(f"branch {branch} is not tracked")
+        return Ignored(f"branch {branch[:100]} is not tracked")
+    if len(branch) > BRANCH_MAX:
+        raise PayloadError(f"invalid payload: ref: branch name longer than {BRANCH_MAX} characters")
     before_known = push.before != ZERO_SHA and not push.forced and not push.created
     revisions: list[RevisionInfo] = []
     previous: str | None = push.before if before_known else None
@@ -302,7 +385,7 @@ def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
             ping = _Ping.model_validate(data)
         except ValidationError as exc:
             raise PayloadError(_validation_reason(exc)) from None
-        return Ping(zen=ping.zen)
+        return Ping(zen=free_text(ping.zen, 200) or "")
     if event == "push":
         return _parse_push(data, settings)
     if event == "pull_request":

@@ -17,8 +17,12 @@ Guarantees:
 * **one worker per delivery**: on PostgreSQL a batch holds its deliveries ``FOR UPDATE SKIP
   LOCKED`` until they are settled, so several API processes share the work without overlap; on
   SQLite (the single-process embedded mode) one lock per process serialises batches.
-* a delivery that can never become a run (unreadable payload, unknown sweep) is marked
-  ``rejected`` with the reason; other failures are retried, never dropped.
+* **nothing retried forever**: a delivery that can never become a run (unreadable payload,
+  unknown sweep, a value the database refuses: :data:`service.db.deliveries.CONTENT_ERRORS`) is
+  marked ``rejected`` with the reason at once; an unexpected error (a bug) is retried at most
+  ``max_attempts`` times, then the delivery is marked ``failed`` with the reason.  Only
+  infrastructure failures (database or broker unreachable: :func:`is_infrastructure`) are
+  retried without bound, with backoff, since they heal.  Attempts are counted per process.
 * **requests first**: while deliveries keep arriving (one less than ``idle_s`` ago) the intake
   waits, but at most ``max_delay_s``, then takes a small batch (``busy_batch_size``), so a burst
   is answered at full speed and still makes progress; when quiet it takes ``batch_size``.
@@ -32,10 +36,33 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from service.errors import UserError
+from service.errors import DatabaseUnavailableError, UserError
 from service.github.events import PayloadError, RunRequest
 
 log = logging.getLogger(__name__)
+
+_INFRA_MODULES = ("kombu", "redis", "amqp", "celery", "socket", "ssl")
+
+
+def is_infrastructure(exc: BaseException) -> bool:
+    """True for failures of the database or broker connection (they heal; retried without bound):
+    OS/connection errors, SQLAlchemy operational/interface errors, and errors of the broker and
+    driver libraries that are not about a value."""
+    import sqlalchemy.exc as sa_exc
+
+    if isinstance(exc, OSError | TimeoutError | DatabaseUnavailableError | sa_exc.OperationalError
+                  | sa_exc.InterfaceError | sa_exc.TimeoutError):
+        return True
+    if isinstance(exc, sa_exc.DBAPIError):  # DataError, IntegrityError, ProgrammingError: not infrastructure
+        return False
+    return type(exc).__module__.split(".")[0] in _INFRA_MODULES
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """True when retrying the same delivery cannot help: a user error or a value the database refuses."""
+    from service.db.deliveries import CONTENT_ERRORS
+
+    return isinstance(exc, (UserError, *CONTENT_ERRORS))
 
 
 @dataclass(frozen=True)
@@ -45,7 +72,7 @@ class BatchOutcome:
 
     claimed: int = 0
     accepted: int = 0
-    rejected: int = 0
+    rejected: int = 0   # rejected or failed
     retry: int = 0
 
 
@@ -59,7 +86,8 @@ class WebhookIntake:
 
     def __init__(self, store: Any, submitter: Any, reporter: Any = None, *, batch_size: int = 50,
                  busy_batch_size: int = 4, idle_s: float = 0.25, max_delay_s: float = 2.0,
-                 poll_s: float = 2.0, retry_base_s: float = 1.0, retry_cap_s: float = 60.0) -> None:
+                 poll_s: float = 2.0, retry_base_s: float = 1.0, retry_cap_s: float = 60.0,
+                 max_attempts: int = 5) -> None:
         self.store = store
         self.submitter = submitter
         self.reporter = reporter
@@ -70,6 +98,8 @@ class WebhookIntake:
         self.poll_s = poll_s
         self.retry_base_s = retry_base_s
         self.retry_cap_s = retry_cap_s
+        self.max_attempts = max_attempts
+        self._attempts: dict[str, int] = {}  # failed attempts of deliveries not settled yet (this process)
         self._batch_lock = threading.Lock()
         self._work = threading.Event()
         self._stop = threading.Event()
@@ -94,6 +124,7 @@ class WebhookIntake:
             now = time.monotonic()
             if len(self._retry) > 1000:  # forget backoffs long due (settled elsewhere, or retried anyway)
                 self._retry = {d: v for d, v in self._retry.items() if v[0] > now - 3600}
+                self._attempts = {d: n for d, n in self._attempts.items() if d in self._retry}
             skip = [d for d, (due, _) in self._retry.items() if due > now]
             if self._holds_row_locks():
                 with self.store.transaction() as claim:
@@ -136,14 +167,14 @@ class WebhookIntake:
         results = self._submit(items)
         retry = 0
         for (delivery, request), result in zip(items, results, strict=True):
-            if isinstance(result, UserError):
-                settlements.append(Settlement(delivery, "rejected",
-                                              reason=f"not dispatched: {result}".splitlines()[0][:300]))
-            elif isinstance(result, BaseException):
-                retry += 1
-                self._back_off(delivery, result)
+            if isinstance(result, BaseException):
+                settlement = self._failure(delivery, result)
+                if settlement is None:
+                    retry += 1
+                else:
+                    settlements.append(settlement)
             else:
-                self._retry.pop(delivery, None)
+                self._forget(delivery)
                 settlements.append(Settlement(delivery, "accepted", run_id=result.run_id,
                                               reason=f"{request.trigger} {request.branch}"[:300]))
                 if self.reporter is not None:
@@ -169,6 +200,31 @@ class WebhookIntake:
             except Exception as exc:  # noqa: BLE001 - retried later (UserError: rejected)
                 out.append(exc)
         return out
+
+    def _failure(self, delivery: str, exc: BaseException) -> Any:
+        """The settlement for a delivery whose submission raised ``exc``, or None to retry it later."""
+        from service.db.deliveries import Settlement, error_line
+
+        if isinstance(exc, UserError):
+            self._forget(delivery)
+            return Settlement(delivery, "rejected", reason=f"not dispatched: {exc}".splitlines()[0][:300])
+        if is_permanent(exc):
+            self._forget(delivery)
+            log.warning("webhook delivery %s rejected: %s", delivery, error_line(exc))
+            return Settlement(delivery, "rejected", reason=f"cannot be stored: {error_line(exc)}")
+        if not is_infrastructure(exc):
+            attempts = self._attempts.get(delivery, 0) + 1
+            self._attempts[delivery] = attempts
+            if attempts >= self.max_attempts:
+                self._forget(delivery)
+                log.error("webhook delivery %s failed %d times; giving up: %s", delivery, attempts, error_line(exc))
+                return Settlement(delivery, "failed", reason=f"failed after {attempts} attempts: {error_line(exc)}")
+        self._back_off(delivery, exc)
+        return None
+
+    def _forget(self, delivery: str) -> None:
+        self._retry.pop(delivery, None)
+        self._attempts.pop(delivery, None)
 
     def _back_off(self, delivery: str, exc: BaseException) -> None:
         _, last = self._retry.get(delivery, (0.0, 0.0))

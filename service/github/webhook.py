@@ -9,7 +9,10 @@ Order of checks (each one stops the procedure):
 1. body larger than ``max_body_bytes``           → 400, delivery recorded ``rejected``
 2. signature missing or wrong                    → 401, nothing stored or queued
 3. ``X-GitHub-Delivery``/``X-GitHub-Event`` bad  → 400 (recorded when the delivery id is usable)
-4. malformed JSON / missing fields / bad sha     → 400, recorded ``rejected`` with the reason
+4. malformed JSON (also: not UTF-8, nested deeper than 64) / missing fields / bad sha / a value
+   that could not be stored (control characters in a ref, a name longer than its column, a
+   timestamp outside 1970–2100) → 400, recorded ``rejected`` with the reason (see
+   :mod:`service.github.sanitize`: nothing answered 202 can fail later for its content)
 5. repository not on the allowlist               → 403, recorded ``rejected``
 6. ping → 200; ignored events/branches/actions   → 202, recorded ``accepted`` with the reason
 7. run request → the delivery is recorded ``pending`` with its validated, compact payload in one
@@ -208,7 +211,10 @@ class WebhookProcessor:
 
     def _conclude(self, plan: Plan, got: Any) -> Outcome:
         """The answer once ``plan.write`` was recorded (``got``: a Received).  A rejection is
-        answered as decided even when the id was already recorded (the row stays as it was)."""
+        answered as decided even when the id was already recorded (the row stays as it was).  A
+        write the database refused for its content was recorded ``rejected`` instead: 400."""
+        if getattr(got, "rejected", None):
+            return _err(400, "bad_request", got.rejected)
         if not got.stored and plan.duplicate_if_known:
             existing = got.existing
             return Outcome(200, {"status": "duplicate", "delivery": plan.write.delivery_id,

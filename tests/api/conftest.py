@@ -33,7 +33,7 @@ def queue(redis_url: str, unique_prefix: str) -> Iterator[str]:
     """A Celery queue (= job target) of this test only; its Redis keys are deleted afterwards."""
     import redis
 
-    name = "aq" + unique_prefix.rsplit("-", 1)[-1]  # job targets are at most 16 characters
+    name = "cpu-" + unique_prefix.rsplit("-", 1)[-1]  # a queue of the cpu target, at most 16 characters
     yield name
     r = redis.Redis.from_url(redis_url)
     for key in r.scan_iter(f"*{name}*"):

@@ -1,0 +1,37 @@
+"""``ampci deliveries``: the recorded webhook deliveries, newest first (``--json`` for machines).
+
+    ampci deliveries [--status pending|accepted|rejected|failed|duplicate] [--limit N] [--json]
+
+Shows why a delivery did not become a run: ``rejected`` (its content can never be one) and
+``failed`` (the intake gave up after a bounded number of attempts) carry the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from service.cli.argtypes import bounded_int
+from service.cli.query_cmd import emit, open_store
+
+
+def cmd_deliveries(args: argparse.Namespace) -> int:
+    """List deliveries (an unknown ``--status`` is a one-line error, exit 2)."""
+    from rich.table import Table
+
+    rows = open_store().list_deliveries(status=args.status, limit=args.limit)
+    table = Table("delivery", "event", "status", "run", "received (UTC)", "reason")
+    for d in rows:
+        table.add_row(d.delivery_id, d.event, d.status, str(d.run_id or ""),
+                      d.received_at.strftime("%Y-%m-%d %H:%M:%S"), (d.reason or "")[:120])
+    emit(args, [d.to_dict() for d in rows], table if rows else "no deliveries")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``deliveries``."""
+    p = subparsers.add_parser("deliveries", help="recorded webhook deliveries (why one made no run)")
+    p.add_argument("--status", help="pending, accepted, rejected, failed or duplicate")
+    p.add_argument("--limit", type=bounded_int(1, 100_000), default=100)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_deliveries)
