@@ -11,7 +11,10 @@ import argparse
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workers.result import GraphFacts
 
 BAD_INPUT = frozenset({"bad_spec", "bad_model"})
 
@@ -62,10 +65,7 @@ def format_result(r: Any) -> str:
                          f"min {lat.min_ms:.3f} ms; fp32 p50 {lat.fp32_p50_ms:.3f} ms; speedup "
                          f"{lat.speedup:.2f}x ({len(lat.samples_ms)} runs){rss}")
     if r.graph is not None:
-        g = r.graph
-        lines.append(f"  graph: {g.nodes_low}/{g.nodes_total} nodes low, compute {g.compute_low}/{g.compute_nodes} "
-                     f"({g.low_precision_compute_fraction:.0%}), casts +{g.casts_inserted}/-{g.casts_removed}, "
-                     f"{len(g.kept_fp32)} kept fp32")
+        lines.extend(graph_lines(r.graph))
     env = r.environment
     if env:
         lines.append(f"  environment: onnxruntime {env.get('onnxruntime')} {env.get('provider')} on "
@@ -75,6 +75,35 @@ def format_result(r: Any) -> str:
         lines.append(f"  time: {t.get('total_s', 0):.2f} s total, {t.get('overhead_s', 0):.2f} s outside model "
                      f"execution ({t.get('overhead_fraction', 0):.0%})")
     return "\n".join(lines)
+
+
+def graph_lines(g: GraphFacts) -> list[str]:
+    """The graph facts of a result as ``check`` prints them: the measured counts first (compute "n/a"
+    when the model has no compute node), then what the pass reported about itself, labelled as such."""
+    frac = "n/a" if g.low_precision_compute_fraction is None else f"{g.low_precision_compute_fraction:.0%}"
+    what = "measured" if g.measured else "from the pass report"
+    per_op = ", ".join(f"{op} {c.get('low', 0)}/{c.get('total', 0)}" for op, c in sorted(g.compute_by_op.items()))
+    lines = [f"  graph ({what}): compute {g.compute_low}/{g.compute_nodes} low ({frac})"
+             + (f" [{per_op}]" if per_op else "")
+             + f", {g.nodes_low}/{g.nodes_total} nodes low, {g.nodes_kept_fp32} kept fp32, casts +{g.casts_inserted}"
+             f"/-{g.casts_removed}"]
+    if g.convert_samples_s:
+        xs = sorted(g.convert_samples_s)
+        lines.append(f"  conversion: median {xs[len(xs) // 2]:.3f} s over {len(xs)} conversion(s) "
+                     f"(min {xs[0]:.3f} s)")
+    rep = g.pass_report
+    if rep or g.pass_iterations is not None:
+        claimed = rep.get("low_precision_compute_fraction")
+        said = [f"compute {rep['compute_low']}/{rep['compute_nodes']}"] if {"compute_low", "compute_nodes"} <= set(rep) \
+            else []
+        if isinstance(claimed, int | float):
+            said.append(f"{claimed:.0%}")
+        if g.pass_iterations is not None:
+            state = {True: "converged", False: "did NOT converge", None: "convergence unknown"}[g.pass_converged]
+            said.append(f"painting {state} in {g.pass_iterations} iteration(s)")
+        said.append(f"{len(g.kept_fp32)} fp32 reason(s)")
+        lines.append(f"  pass report (information): {', '.join(said)}")
+    return lines
 
 
 def validated_policy(dtype: str, policy: str, target: str) -> str:

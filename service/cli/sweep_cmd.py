@@ -161,8 +161,7 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], table: tuple[Any, .
         t.add_row(r.model, r.dtype, r.policy, r.target,
                   f"[green]{r.status}[/]" if r.status == "pass" else f"[red]{r.status}[/]",
                   _num(r.cosine, ".5f"), _num(r.max_abs, ".3g"), _num(r.latency_p50_ms, ".2f"),
-                  _num(r.speedup, ".2f"), _num(None if r.low_precision_fraction is None
-                                               else 100 * r.low_precision_fraction, ".0f"),
+                  _num(r.speedup, ".2f"), low_compute_cell(r),
                   (r.message or "")[:80])
     console.print(t)
     if regressions:
@@ -176,6 +175,16 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], table: tuple[Any, .
         console.print(rt)
     else:
         console.print(comparison["message"])
+
+
+def low_compute_cell(r: Any) -> str:
+    """The "low %" cell: the measured low-precision share of the compute nodes (workers.graph_facts), ``n/a``
+    for a converted model without compute nodes, empty when the model was not converted."""
+    from workers.result import CONVERSION_OK_STATUSES
+
+    if r.low_precision_fraction is not None:
+        return format(100 * r.low_precision_fraction, ".0f")
+    return "n/a" if r.status in CONVERSION_OK_STATUSES else ""
 
 
 def _num(value: float | None, fmt: str) -> str:

@@ -4,6 +4,12 @@ NaN errors are stored as +inf (an error that is not a number is worse than any n
 SQLite cannot store NaN); a NaN cosine is stored as NULL.  The environment fingerprint is the
 ``fingerprint`` entry of ``result.environment`` when the worker supplies one, otherwise the
 first 16 hex digits of the SHA-256 of the environment dict as sorted JSON.
+
+Graph columns hold what the worker *measured* from the converted model (``workers.graph_facts``):
+``low_precision_fraction`` is the measured low-precision share of the compute nodes (NULL when the model
+has no compute node: not applicable), ``casts_inserted`` the Cast nodes the conversion added.  The pass's
+own report figures, the measured compute counts, the conversion-time samples and the painting's
+convergence stay in ``data`` (read by ``service.regressions.measured``).
 """
 
 from __future__ import annotations
@@ -55,7 +61,8 @@ def result_columns(result: JobResult) -> dict[str, Any]:
         "latency_p50_ms": _num(lat.p50_ms) if lat is not None and lat.samples_ms else None,
         "fp32_p50_ms": _num(lat.fp32_p50_ms) if lat is not None and lat.fp32_samples_ms else None,
         "speedup": _num(lat.speedup) if lat is not None and lat.samples_ms else None,
-        "low_precision_fraction": _num(graph.low_precision_compute_fraction) if graph is not None else None,
+        "low_precision_fraction": _num(graph.low_precision_compute_fraction)
+        if graph is not None and graph.low_precision_compute_fraction is not None else None,
         "casts_inserted": graph.casts_inserted if graph is not None else None,
         "final_error": _err(conv.final_error) if conv is not None and conv.steps else None,
         "diverged": conv.diverged if conv is not None and conv.steps else None,
