@@ -79,6 +79,7 @@ SLOW = [0.90, 0.91, 0.92, 0.93, 0.94]  # +0.5 s on every conversion
     (ct(FAST), ct([x * 1.05 for x in FAST]), None, True),           # +5 %: below the ratio
     (ct([0.010, 0.011, 0.012, 0.013, 0.014]), ct([0.030, 0.031, 0.032, 0.033, 0.034]), None, True),  # x3, 20 ms
     (ct(FAST), ct([0.30, 0.31, 0.95, 0.96, 0.97]), None, True),     # median x2.3, not significant
+    (ct([0.20, 0.21, 0.22, 0.23, 0.24]), ct([0.27, 0.28, 0.29, 0.30, 0.31]), None, True),  # x1.3 but +70 ms
     (ct(FAST), ct(SLOW, env="env-b"), None, False),                  # another machine/runtime
     (ct(FAST, env=None), ct(SLOW, env=None), None, False),
     (ct(FAST[:2]), ct(SLOW[:2]), None, False),                       # too few samples
