@@ -92,8 +92,9 @@ def _default_cache_dir() -> Path:
 
 
 def redact_url(url: str) -> str:
-    """Return ``url`` with any password replaced by ``***`` (for error messages and logs)."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+    """Return ``url`` with any password replaced by ``***`` (for error messages and logs), also
+    one without a user name (``redis://:PASSWORD@host``)."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
 @dataclass(frozen=True)

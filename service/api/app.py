@@ -2,13 +2,15 @@
 
 Routes: ``POST /webhooks/github``, ``GET /healthz``, JSON read endpoints under ``/api`` (runs, a
 run with its cells, results, regressions, history, deliveries), write endpoints under ``/api``
-(bearer token), the OpenAPI schema at ``/openapi.json`` (docs at ``/docs``), and ``/runs/{id}``,
-the run page linked from commit statuses (a redirect to the JSON unless a dashboard router
-provides it).
+(bearer token), the OpenAPI schema at ``/openapi.json`` (no ``/docs`` or ``/redoc``: FastAPI's
+pages load Swagger UI / ReDoc scripts from a public CDN, which offline deployments cannot reach and
+the CSP forbids), and ``/runs/{id}``, the run page linked from commit statuses (a redirect to the
+JSON unless a dashboard router provides it).
 
 Guarantees: the app refuses to be built without ``AMPCI_WEBHOOK_SECRET`` unless
 ``AMPCI_INSECURE_DEV`` is set; every error is a JSON body with a 4xx/5xx status (no HTML, no
-traceback); the commit-status poster and the webhook intake (pending deliveries → runs, see
+traceback); every response carries the security headers of :mod:`service.api.headers` (CSP
+without script, no framing, nosniff, no referrer); the commit-status poster and the webhook intake (pending deliveries → runs, see
 :mod:`service.github.intake`) run on background threads for the app's lifetime.
 """
 
@@ -27,6 +29,7 @@ from service.api import routes_health, routes_read, routes_webhook, routes_write
 from service.api.context import AppContext, Probe, broker_probe, database_probe
 from service.api.dispatch import RunDispatcher
 from service.api.errors import install_error_handlers
+from service.api.headers import SecurityHeaders
 from service.github.reporter import StatusReporter
 from service.github.webhook import WebhookProcessor, check_webhook_config
 from service.settings import Settings
@@ -89,9 +92,10 @@ def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatch
             intake.stop()
             reporter.stop()
 
-    app = FastAPI(title="ampci", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="ampci", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Mixed-precision regression CI: GitHub webhook and JSON API.")
     app.state.ctx = ctx
+    app.add_middleware(SecurityHeaders)
     install_error_handlers(app)
     app.include_router(routes_webhook.router)
     app.include_router(routes_health.router)

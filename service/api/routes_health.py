@@ -1,4 +1,9 @@
-"""``GET /healthz``: database and broker reachability (200 when both are reachable, else 503)."""
+"""``GET /healthz``: database and broker reachability (200 when both are reachable, else 503).
+
+Open to everyone (load balancers probe it without a token).  With ``AMPCI_READ_TOKEN_REQUIRED``
+a caller without the API token gets only ``{"status": "ok"|"unavailable"}``: the details name the
+database and broker URLs.  Details never carry a password (URLs are shown with ``***``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,22 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from service.api.auth import check_token
+from service.api.errors import ApiError
+from service.settings import redact_url
+
 router = APIRouter(tags=["health"])
+
+
+def _may_see_details(request: Request) -> bool:
+    settings = request.app.state.ctx.settings
+    if not settings.read_token_required:
+        return True
+    try:
+        check_token(settings, request)
+    except ApiError:
+        return False
+    return True
 
 
 @router.get("/healthz", summary="Database and broker reachability")
@@ -15,8 +35,11 @@ async def healthz(request: Request) -> JSONResponse:
     db_ok, db_detail = await run_in_threadpool(ctx.database_probe)
     br_ok, br_detail = await run_in_threadpool(ctx.broker_probe)
     ok = db_ok and br_ok
-    body = {"status": "ok" if ok else "unavailable",
-            "database": {"ok": db_ok, "detail": db_detail},
-            "broker": {"ok": br_ok, "detail": br_detail},
+    status = "ok" if ok else "unavailable"
+    if not _may_see_details(request):
+        return JSONResponse({"status": status}, status_code=200 if ok else 503)
+    body = {"status": status,
+            "database": {"ok": db_ok, "detail": redact_url(db_detail)},
+            "broker": {"ok": br_ok, "detail": redact_url(br_detail)},
             "status_outbox": {"enabled": ctx.reporter.enabled}}
     return JSONResponse(body, status_code=200 if ok else 503)
