@@ -109,3 +109,90 @@ def test_two_intakes_never_make_two_runs_of_one_delivery(make_client, make_setti
     assert sorted(r.dedup_key for r in store.list_runs(limit=100)) == sorted(f"github:{d}" for d in ids)
     assert _queued(redis_url, queue) == len(ids) * 4  # and its jobs sent once
     assert {store.get_delivery(d).status for d in ids} == {"accepted"}
+
+
+def _failing_client(make_client, make_settings, store, exc: BaseException) -> Any:
+    def planner(sweep: str) -> Any:
+        raise exc
+
+    settings = make_settings()
+    return make_client(settings, dispatcher=RunDispatcher(settings, store, planner=planner))
+
+
+def _attempt(client: Any) -> None:
+    client.app.state.ctx.webhook.intake._retry.clear()  # the backoff has passed
+    drain(client)
+
+
+def test_a_value_the_database_refuses_is_rejected_at_once_with_the_reason(make_client, make_settings, store):
+    import sqlalchemy as sa
+
+    refused = sa.exc.DataError("INSERT …", {}, Exception("value too long for type character varying(200)"))
+    client = _failing_client(make_client, make_settings, store, refused)
+    assert _post(client, "d-data", sha("data")).status_code == 202
+    _attempt(client)
+    got = store.get_delivery("d-data")
+    assert got.status == "rejected" and "value too long" in got.reason, got
+    assert store.count_pending_deliveries() == 0 and store.list_runs() == []
+
+
+def test_an_unexpected_error_is_retried_a_bounded_number_of_times_then_failed(
+        make_client, make_settings, store, queue):
+    settings = make_settings()
+    real = RunDispatcher(settings, store, planner=test_planner(queue))
+
+    def buggy(s: Any, rev: str, jobs: Any) -> None:
+        if rev == sha("bug"):
+            raise RuntimeError("a bug in dispatching")
+        real.dispatch(s, rev, jobs)
+
+    client = make_client(settings, dispatcher=RunDispatcher(settings, store, planner=test_planner(queue),
+                                                            dispatch=buggy))
+    intake = client.app.state.ctx.webhook.intake
+    assert _post(client, "d-bug", sha("bug")).status_code == 202
+    assert _post(client, "d-fine", sha("fine")).status_code == 202
+    for _ in range(intake.max_attempts - 1):
+        _attempt(client)
+        assert store.get_delivery("d-bug").status == "pending"
+        assert store.get_delivery("d-fine").status == "accepted"  # the others keep being processed
+    _attempt(client)
+    got = store.get_delivery("d-bug")
+    assert got.status == "failed" and "failed after 5 attempts" in got.reason and "a bug in dispatching" in got.reason
+    assert store.count_pending_deliveries() == 0
+    # visible in the API; a redelivery of a failed delivery is processed again
+    listed = client.get("/api/deliveries", params={"status": "failed"}).json()["deliveries"]
+    assert [(d["delivery_id"], d["status"]) for d in listed] == [("d-bug", "failed")] and listed[0]["reason"]
+    assert len(client.get("/api/deliveries").json()["deliveries"]) == 2
+    assert client.get("/api/deliveries", params={"status": "nope"}).status_code == 422
+    assert _post(client, "d-bug", sha("bug")).status_code == 202
+    assert store.get_delivery("d-bug").status == "pending"
+
+
+def test_infrastructure_errors_are_retried_without_bound(make_client, make_settings, store):
+    client = _failing_client(make_client, make_settings, store, ConnectionError("broker down"))
+    assert _post(client, "d-down", sha("down")).status_code == 202
+    for _ in range(12):
+        _attempt(client)
+    assert store.get_delivery("d-down").status == "pending"
+
+
+def test_ampci_deliveries_lists_rejected_ones_with_the_reason(make_client, store, pg_url, monkeypatch, capsys):
+    import json
+
+    from service.cli.main import main
+
+    client = make_client()
+    body = encode({**push_payload(sha("cli")), "ref": "refs/heads/x\x01y"})
+    assert client.post("/webhooks/github", content=body,
+                       headers=webhook_headers(body, "push", delivery="d-cli")).status_code == 400
+    assert _post(client, "d-cli-ok", sha("cli-ok")).status_code == 202
+    monkeypatch.setenv("AMPCI_DATABASE_URL", pg_url)
+    assert main(["deliveries", "--status", "rejected", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["delivery_id"], r["status"]) for r in rows] == [("d-cli", "rejected")]
+    assert "control character" in rows[0]["reason"]
+    assert main(["deliveries"]) == 0
+    out = capsys.readouterr().out
+    assert "d-cli" in out and "d-cli-ok" in out and "pending" in out
+    assert main(["deliveries", "--status", "bogus"]) == 2
+    assert "unknown delivery status" in capsys.readouterr().err
