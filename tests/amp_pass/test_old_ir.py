@@ -19,6 +19,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
+from amp_pass import ConversionOptions, convert_model
 from amp_pass.prepare import prepare_model
 from amp_pass.protowrite import write_model
 from tests.amp_pass.models import cosine, emulated_cosines, proto_graphs, random_feeds, run_fp32
@@ -184,3 +185,23 @@ def test_cli_keep_initializer_inputs(tmp_path: Path) -> None:
     assert "note: 9 initializer(s) also listed as graph inputs (W1, B1, S, ...)" in stdout[0]
     assert len(onnx.load(str(kept)).graph.input) == 1 + len(conv_net(3).graph.initializer)
     assert "initializer(s) also listed" not in stdout[1]
+
+
+def test_densenet121_at_ir3_gets_the_casts_of_its_twin() -> None:
+    """The issue's model: DenseNet-121 (onnx's light topology, seeded weights) with every weight also a
+    graph input at IR 3 got 850 Casts for 910 nodes; it now gets its IR-4 twin's."""
+    from tests.amp_pass.models import light_model
+
+    twin = light_model("light_densenet121")
+    old = onnx.ModelProto()
+    old.CopyFrom(twin)
+    _as_inputs(old.graph)
+    old.ir_version = 3
+    onnx.checker.check_model(old)
+    options = ConversionOptions(dtype="fp16")
+    got, want = convert_model(old, options).model, convert_model(twin, options).model
+    onnx.checker.check_model(got, full_check=True)
+    assert _weight_casts(old, got) == [] and len(_casts(got)) == len(_casts(want)) < 300
+    assert [i.name for i in got.graph.input] == [i.name for i in twin.graph.input]
+    kept = convert_model(old, ConversionOptions(dtype="fp16", keep_initializer_inputs=True)).model
+    assert len(_casts(kept)) > 800  # what every conversion did before
