@@ -153,25 +153,29 @@ def deny_normalisations(seed: int) -> onnx.ModelProto:
 
 
 def deny_generators(seed: int) -> onnx.ModelProto:
-    """Random generators, EyeLike, Range and Multinomial.  Generated values of ~1000 minus their mean (so
-    their rounding shows); EyeLike's identity added to values of ~1000 (the Add follows EyeLike's class).
-    Range and Multinomial have no low-precision output type at opset 17 (the pass cannot change them)."""
+    """Random generators, EyeLike, Range and Multinomial.  The generators draw from a narrow band around
+    1000.27 (fp16 rounds it to 1000.5, bf16 to 1000), minus 1000: nearly deterministic, so a provider with
+    another random stream (CUDA) still agrees with the CPU reference.  EyeLike's identity is added to
+    values of ~1000 (the Add follows EyeLike's class).  Range and Multinomial (whose logits make one
+    class certain) have no low-precision output type at opset 17: the pass cannot change them."""
     b = GraphBuilder("deny_generators", 17)
     s = float(seed * 16)
-    b.node("RandomNormal", [], "rn", shape=[64], mean=1000.0, scale=1.0, seed=s + 1)
-    b.node("Sub", ["rn", b.const("c_rn", 1000.0)], "y_randomnormal")
-    b.node("RandomUniform", [], "ru", shape=[64], low=1000.0, high=1001.0, seed=s + 2)
-    b.node("Sub", ["ru", b.const("c_ru", 1000.5)], "y_randomuniform")
-    b.node("RandomNormalLike", [b.input("x_randomnormallike", [64])], "rnl", mean=1000.0, scale=1.0, seed=s + 3)
-    b.node("Sub", ["rnl", "c_rn"], "y_randomnormallike")
-    b.node("RandomUniformLike", [b.input("x_randomuniformlike", [64])], "rul", low=1000.0, high=1001.0,
-           seed=s + 4)
-    b.node("Sub", ["rul", "c_ru"], "y_randomuniformlike")
+    band = {"low": 1000.27, "high": 1000.28}
+    b.node("RandomNormal", [], "rn", shape=[64], mean=1000.275, scale=1e-3, seed=s + 1)
+    b.node("Sub", ["rn", b.const("thousand", 1000.0)], "y_randomnormal")
+    b.node("RandomUniform", [], "ru", shape=[64], seed=s + 2, **band)
+    b.node("Sub", ["ru", "thousand"], "y_randomuniform")
+    b.node("RandomNormalLike", [b.input("x_randomnormallike", [64])], "rnl", mean=1000.275, scale=1e-3, seed=s + 3)
+    b.node("Sub", ["rnl", "thousand"], "y_randomnormallike")
+    b.node("RandomUniformLike", [b.input("x_randomuniformlike", [64])], "rul", seed=s + 4, **band)
+    b.node("Sub", ["rul", "thousand"], "y_randomuniformlike")
     b.node("EyeLike", [b.input("x_eyelike", [8, 8])], "eye")
     b.node("Add", ["eye", b.input("big_eyelike", [8, 8])], "eye_big")
-    b.node("Sub", ["eye_big", "c_ru"], "y_eyelike")
+    b.node("Sub", ["eye_big", "thousand"], "y_eyelike")
     b.node("Range", [b.const("r_start", 0.5), b.const("r_limit", 8.0), b.const("r_delta", 0.25)], "y_range")
-    b.node("Multinomial", [b.input("x_multinomial", [2, 8])], "y_multinomial", sample_size=4, seed=s + 5)
+    logits = np.full((2, 8), -60.0, np.float32)
+    logits[:, seed % 8] = 60.0
+    b.node("Multinomial", [b.const("logits", logits)], "y_multinomial", sample_size=4, seed=s + 5)
     for name in ("y_randomnormal", "y_randomuniform", "y_randomnormallike", "y_randomuniformlike", "y_eyelike",
                  "y_range"):
         b.output(name)
