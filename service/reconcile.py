@@ -1,4 +1,5 @@
-"""Re-send jobs whose Celery message was lost (the broker forgot it, or its sender died).
+"""Re-send jobs whose Celery message was lost (the broker forgot it, or its sender died), also
+jobs left ``running`` by a worker that is gone (their lease expired).
 
 A job is ``queued`` from the moment its run is created until a worker counts its first delivery
 (``attempts`` 1, ``running``).  Meanwhile its one ``ampci.run_job`` message lives in the Redis list
@@ -14,7 +15,8 @@ Such a job stays ``queued`` forever and its run never finishes.
 * its run was dispatched through the broker (``runs.dispatch`` is ``broker``: a run created by an
   embedded process, whose local pool runs its jobs, is not this reconciler's to re-send even when
   that process shares the database);
-* it is ``queued`` with ``attempts == 0`` (never delivered) and its run is not finished;
+* it is ``queued`` with ``attempts == 0`` (never delivered), or ``running`` past its lease (see
+  *Job leases* below), and its run is not finished;
 * it was queued more than ``grace_s`` seconds ago (a job whose message is being sent right now is
   not touched);
 * no ``ampci.run_job`` message for it is in any queue list of the broker (every priority sub-list
@@ -22,6 +24,18 @@ Such a job stays ``queued`` forever and its run never finishes.
   of two atomic (MULTI/EXEC) snapshots of the broker taken before and after the database is read.
   A message moving between list and hash, or being taken by a worker meanwhile, is seen in one
   of them (or its job is no longer queued-without-attempts in the database).
+
+**Job leases.**  A delivery holds its job for at most :func:`job_lease_s` seconds from
+``started_at`` (stamped by every delivery, :meth:`service.db.store.Store.start_attempt`): the
+broker's visibility timeout, itself longer than the hard time limit ``AMPCI_JOB_TIMEOUT`` after
+which the worker's pool kills the job and records a ``timeout``.  A job still ``running`` after
+its lease plus the grace period has no live delivery: its worker died, and if the broker still had
+the message kombu would have handed it out again by now.  When such a job's message is in no queue
+list nor the ``unacked`` hash either (a worker killed while Redis restarted empty, the double fault
+that used to leave a run unfinished forever) it is **lost** too and re-sent.  The delivery of the
+re-sent message counts an attempt like any other (``service.tasks.execute_job``), so a poison job
+still ends ``crashed`` after ``AMPCI_MAX_ATTEMPTS`` deliveries.  These jobs are reported as
+:attr:`Inspection.stale`.
 
 Jobs that would be candidates but belong to a ``local`` run are reported separately
 (:attr:`Inspection.local`, "local, not re-sent"): the embedded process that owns them runs them;
@@ -83,10 +97,11 @@ class LostJob:
 
     job: JobInfo
     revision: str
+    stale: bool = False   # a ``running`` job whose lease expired (else queued and never delivered)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {"job": self.job.to_dict(), "revision": self.revision}
+        return {"job": self.job.to_dict(), "revision": self.revision, "stale_running": self.stale}
 
 
 @dataclass(frozen=True)
@@ -98,6 +113,8 @@ class Inspection:
     messages: int = 0                  # messages seen in the inspected lists and the unacked hash
     queues: tuple[str, ...] = ()       # queues whose lists were inspected
     local: tuple[int, ...] = ()        # the same but of ``local`` runs (embedded processes): never re-sent
+    stale: tuple[int, ...] = ()        # broker jobs ``running`` past their lease and the grace, run unfinished
+    lease_s: float = 0.0               # the lease that ``stale`` was judged by (before the grace)
 
 
 @dataclass(frozen=True)
@@ -121,6 +138,7 @@ class ReconcileReport:
         i = self.inspection
         return {"candidates": list(i.candidates), "lost": [x.to_dict() for x in i.lost],
                 "resent": list(self.resent), "local_not_resent": list(i.local), "broker_messages": i.messages,
+                "stale_running": list(i.stale), "lease_s": i.lease_s,
                 "queues": list(i.queues), "dry_run": self.dry_run, "grace_s": self.grace_s,
                 "skipped": self.skipped}
 
@@ -275,6 +293,37 @@ def candidate_jobs(store: Any, grace_s: float, now: datetime | None = None,
     return [LostJob(job=job_info(r), revision=r.run_revision) for r in rows]
 
 
+def job_lease_s(settings: Settings) -> float:
+    """Seconds one delivery may hold a ``running`` job: the broker's visibility timeout
+    (:func:`service.celery_app.visibility_timeout`, strictly longer than the hard time limit)."""
+    from service.celery_app import visibility_timeout
+
+    return visibility_timeout(settings)
+
+
+def stale_running_jobs(store: Any, lease_s: float, now: datetime | None = None,
+                       dispatch: str = "broker") -> list[LostJob]:
+    """Jobs ``running`` whose last delivery started at least ``lease_s`` seconds before ``now``
+    (default: the store's clock), in an unfinished, uncancelled run dispatched by ``dispatch``;
+    oldest first, marked ``stale``."""
+    cutoff = (now or store.clock()) - timedelta(seconds=lease_s)
+    q = (sa.select(*t_job.c, t_run.c.revision_sha.label("run_revision"))
+         .join(t_run, t_run.c.id == t_job.c.run_id)
+         .where(t_job.c.status == "running", t_job.c.started_at.is_not(None), t_job.c.started_at <= cutoff,
+                t_run.c.status.in_(("queued", "running")), t_run.c.finished_at.is_(None),
+                t_run.c.dispatch == dispatch)
+         .order_by(t_job.c.id))
+    with store.transaction() as conn:
+        rows = conn.execute(q).all()
+    return [LostJob(job=job_info(r), revision=r.run_revision, stale=True) for r in rows]
+
+
+def _candidates(store: Any, grace: float, lease: float, dispatch: str = "broker") -> list[LostJob]:
+    """Queued-never-delivered jobs past the grace, then running jobs past lease + grace."""
+    return [*candidate_jobs(store, grace, dispatch=dispatch), *stale_running_jobs(store, lease + grace,
+                                                                                   dispatch=dispatch)]
+
+
 # -- reconcile --------------------------------------------------------------------------------------
 def _queues(app: Any) -> list[str]:
     return [q.name for q in (app.conf.task_queues or ())]
@@ -299,22 +348,24 @@ def lost_jobs(settings: Settings, store: Any, app: Any = None, grace_s: float | 
         app = celery_app(settings)
     client = client if client is not None else redis_client(settings)
     keys = BrokerKeys.from_options(app.conf.broker_transport_options or {})
+    lease = job_lease_s(settings)
     try:
         client.ping()
-        local = tuple(c.job.id for c in candidate_jobs(store, grace, dispatch="local"))
-        first = candidate_jobs(store, grace)
+        local = tuple(c.job.id for c in _candidates(store, grace, lease, dispatch="local"))
+        first = _candidates(store, grace, lease)
         if not first:
-            return Inspection(local=local)
+            return Inspection(local=local, lease_s=lease)
         queues = list(dict.fromkeys([*_queues(app), *(c.job.target for c in first)]))
         seen_before, n = broker_job_ids(client, keys, queues)
-        candidates = candidate_jobs(store, grace)
+        candidates = _candidates(store, grace, lease)
         queues = list(dict.fromkeys([*queues, *(c.job.target for c in candidates)]))
         seen_after, n_after = broker_job_ids(client, keys, queues)
     except _redis_errors() as exc:
         raise _unreachable(settings, exc) from None
     seen = seen_before | seen_after
     lost = tuple(c for c in candidates if c.job.id not in seen)
-    return Inspection(lost, tuple(c.job.id for c in candidates), max(n, n_after), tuple(queues), local)
+    return Inspection(lost, tuple(c.job.id for c in candidates if not c.stale), max(n, n_after), tuple(queues),
+                      local, tuple(c.job.id for c in candidates if c.stale), lease)
 
 
 def reconcile(settings: Settings, store: Any, app: Any = None, grace_s: float | None = None,
@@ -371,8 +422,10 @@ def _resend(settings: Settings, app: Any, lost: Sequence[LostJob]) -> list[int]:
                 f"re-sending failed ({type(exc).__name__}: {exc}); re-sent: {sent}, maybe not re-sent: "
                 f"{[j.id for j in jobs]}; run reconcile again (jobs in the broker are skipped)") from None
         for job in jobs:
-            log.warning("re-sent job %d (run %d, queue %s, revision %s): its message was in no queue "
-                        "and not unacked", job.id, job.run_id, job.target, revision[:12])
+            why = (f"running on {job.worker} since {job.started_at:%Y-%m-%d %H:%M:%S} past its lease"
+                   if job.status == "running" and job.started_at else "queued")
+            log.warning("re-sent job %d (run %d, queue %s, revision %s; %s): its message was in no queue "
+                        "and not unacked", job.id, job.run_id, job.target, revision[:12], why)
         sent.extend(j.id for j in jobs)
     return sent
 

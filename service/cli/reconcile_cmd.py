@@ -5,7 +5,11 @@
 Finds jobs that are ``queued``, were never delivered (``attempts`` 0), belong to an unfinished run,
 were queued more than ``--grace`` seconds ago (default ``AMPCI_RECONCILE_GRACE``) and whose message
 is in no queue list of the Redis broker nor in its ``unacked`` hash, and sends each of them the
-message it was first sent (``--dry-run``: only lists them).  Beat does the same every
+message it was first sent (``--dry-run``: only lists them).  Jobs still ``running`` when their
+lease (the broker's visibility timeout, longer than ``AMPCI_JOB_TIMEOUT``) plus ``--grace`` has
+passed since their delivery started, whose message is gone too (worker killed while Redis lost
+its data), are re-sent the same way and listed as "running past its lease"; each re-delivery counts
+an attempt, so a poison job still ends ``crashed`` after ``AMPCI_MAX_ATTEMPTS``.  Beat does the same every
 ``AMPCI_RECONCILE_EVERY`` seconds.  Only jobs of runs dispatched through the broker are
 considered: those of runs created by an embedded process (no broker, its own local pool;
 ``runs.dispatch`` local) sharing the database are listed as "local, not re-sent" and left to that
@@ -59,13 +63,15 @@ def describe(report: Any) -> list[str]:
     if report.skipped:
         return [report.skipped]
     i = report.inspection
-    lines = [f"{len(i.candidates)} queued job(s) never delivered and older than {report.grace_s:g}s; "
+    lines = [f"{len(i.candidates)} queued job(s) never delivered and older than {report.grace_s:g}s, "
+             f"{len(i.stale)} running job(s) past their lease ({i.lease_s:g}s + {report.grace_s:g}s); "
              f"{len(i.lost)} not in the broker ({i.messages} message(s) in {len(i.queues)} queue(s) and unacked)"]
     verb = "would re-send" if report.dry_run else "re-sent"
     for item in i.lost:
         j = item.job
+        why = f"; running on {j.worker} past its lease, attempt {j.attempts + 1} next" if item.stale else ""
         lines.append(f"{verb} job {j.id} (run {j.run_id}, {j.model}/{j.dtype}/{j.policy}) to queue {j.target} "
-                     f"at {item.revision[:12]}")
+                     f"at {item.revision[:12]}{why}")
     if i.local:
         lines.append(f"{len(i.local)} queued job(s) of embedded-mode runs older than {report.grace_s:g}s "
                      f"(local, not re-sent): {', '.join(map(str, i.local))}")
