@@ -202,3 +202,57 @@ def test_extreme_commit_timestamps_are_rejected_and_the_dashboard_survives_store
         resp = client.get(page, headers={"Accept": "text/html"})
         assert resp.status_code == 200, (page, resp.text[:300])
         assert sha("year-0")[:8] in resp.text and sha("fine")[:8] in resp.text
+
+
+def test_deep_json_is_400_and_the_next_request_on_the_same_connection_works(pg_url, redis_url, store, tmp_path):
+    """Item 4, over a real uvicorn server: a signed 10 KB body nested 5,000 deep is a 400 naming the
+    limit (recorded rejected), and the keep-alive connection answers the next delivery."""
+    import http.client
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from bench.bench_webhook import free_port, stop_server
+    from tests.api.helpers import REPO, SECRET
+
+    root = Path(__file__).resolve().parents[2]
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AMPCI_")}
+    env.update(AMPCI_DATABASE_URL=pg_url, AMPCI_BROKER_URL=redis_url, AMPCI_WEBHOOK_SECRET=SECRET,
+               AMPCI_ALLOWED_REPOS=REPO, AMPCI_LOG_LEVEL="WARNING", AMPCI_DATA_DIR=str(tmp_path))
+    with open(tmp_path / "serve.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1",
+                                 "--port", str(port)], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn.request("GET", "/healthz")
+                conn.getresponse().read()
+                break
+            except OSError:
+                conn.close()
+                assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "serve.log").read_text()
+                time.sleep(0.2)
+
+        def send(body: bytes, delivery: str) -> tuple[int, str, Any]:
+            conn.request("POST", "/webhooks/github", body=body, headers=webhook_headers(body, "push", delivery=delivery))
+            resp = conn.getresponse()
+            return resp.status, resp.read().decode(), resp.getheader("connection")
+
+        sock = conn.sock
+        deep = b'{"ref":' + b"[" * 5000 + b"]" * 5000 + b"}"
+        status, text, connection = send(deep, "d-deep")
+        assert status == 400 and "nested deeper than 64" in text, text
+        assert connection != "close" and conn.sock is sock
+        status, text, _ = send(encode(push_payload(sha("after-deep"))), "d-after-deep")
+        assert status == 202, text
+        assert conn.sock is sock  # the same connection answered
+        conn.close()
+        got = store.get_delivery("d-deep")
+        assert got.status == "rejected" and "nested deeper than 64" in got.reason
+    finally:
+        stop_server(proc)

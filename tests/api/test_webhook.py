@@ -271,3 +271,44 @@ def test_form_encoded_deliveries_are_accepted(make_client, store):
     headers = {**webhook_headers(bad, "push", delivery="d-form-bad"), "Content-Type": "application/x-www-form-urlencoded"}
     assert client.post("/webhooks/github", content=bad, headers=headers).status_code == 400
     assert store.get_delivery("d-form-bad").status == "rejected"
+
+
+def _raw_push(after: str) -> bytes:
+    """A push as GitHub may serialise it, not as json.dumps would: key order, whitespace, ``\\u``
+    escapes for non-ASCII and a trailing newline."""
+    return ('{\n  "repository" : {"full_name":"' + REPO + '"},\n\t"after":"' + after + '",  "before":"'
+            + sha("raw-before") + '",\r\n  "ref":"refs/heads/main",\n  "commits":[{"id":"' + after
+            + '","message":"caf\\u00e9 \\ud83d\\ude80 \u00e9","timestamp":"2026-11-28T10:00:00+01:00",'
+            '"author":{"name":"D\\u00e9v","email":"dev@example.com"}}]\n}\n').encode("utf-8")
+
+
+def test_the_signature_is_checked_over_the_raw_bytes(make_client, store):
+    """GitHub signs the bytes it sends: a body whose re-serialisation differs is accepted, and the
+    revision keeps its decoded text."""
+    client = make_client()
+    head = sha("raw")
+    body = _raw_push(head)
+    assert json.dumps(json.loads(body)).encode() != body  # a verifier re-serialising the JSON would refuse it
+    resp = client.post("/webhooks/github", content=body, headers=webhook_headers(body, "push", delivery="d-raw"))
+    assert resp.status_code == 202, resp.text
+    run_of(client, resp)
+    rev = store.get_revision(head)
+    assert rev.message == "caf\u00e9 \U0001f680 \u00e9" and rev.author == "D\u00e9v <dev@example.com>"
+
+
+@pytest.mark.parametrize("where", ["whitespace", "escape", "trailing newline", "content"])
+def test_one_byte_changed_after_signing_is_401(make_client, store, where: str):
+    """Even a change that leaves the parsed JSON equal (whitespace, an escape spelled differently,
+    the trailing newline) breaks the signature: nothing is stored."""
+    client = make_client()
+    body = _raw_push(sha("raw-tamper"))
+    signature = webhook_headers(body, "push")["X-Hub-Signature-256"]
+    tampered = {"whitespace": body.replace(b"\t", b" ", 1), "escape": body.replace(b"\\u00e9", b"\\u00E9", 1),
+                "trailing newline": body[:-1], "content": body.replace(b"main", b"mait", 1)}[where]
+    assert len(tampered) in (len(body), len(body) - 1) and tampered != body
+    if where != "content":
+        assert json.loads(tampered) == json.loads(body)
+    headers = webhook_headers(tampered, "push", delivery="d-tamper", signature=signature)
+    resp = client.post("/webhooks/github", content=tampered, headers=headers)
+    assert resp.status_code == 401, resp.text
+    assert store.get_delivery("d-tamper") is None and store.list_runs() == []
