@@ -26,6 +26,7 @@ import onnx_ir as ir
 
 from amp_pass.casts import CastInserter
 from amp_pass.cleanup import cleanup_casts
+from amp_pass.errors import OpsetError
 from amp_pass.opset import casts_accept
 from amp_pass.options import ConversionOptions
 from amp_pass.paint import Painter
@@ -62,16 +63,20 @@ class AmpPass:
         """Convert ``model`` in place; return the report (``seconds`` left for the caller).
 
         ``reserved``: names used outside the IR (by the nodes ``protoio.read_model``'s ``skip_opaque``
-        leaves out), never given to new casts or constants."""
+        leaves out), never given to new casts or constants.  With an explicit ``target_opset`` the model
+        must already be at it (``prepare_model`` converts it there): else OpsetError, nothing changed."""
         o = self.options
         report = ConversionReport(dtype=o.dtype, policy=o.policy, target=o.target, keep_io_types=o.keep_io_types)
+        opset = default_opset(model)
+        if isinstance(o.target_opset, int) and o.target_opset != opset:
+            raise OpsetError(f"cannot convert at opset {o.target_opset}: the model reaching the pass is at opset "
+                             f"{opset} (models too large for one protobuf are converted at their own opset)")
         if model.functions:  # normally inlined on the proto by _prepare (before type inference)
             from onnx_ir.passes.common import InlinePass, RemoveUnusedFunctionsPass
 
             report.functions_inlined += len(model.functions)
             InlinePass()(model)
             RemoveUnusedFunctionsPass()(model)
-        opset = default_opset(model)
         report.opset_in = report.opset_out = opset
         if not o.keep_io_types and not casts_accept(opset, TYPE_STR[self.low]):
             o = dataclasses.replace(o, keep_io_types=True)

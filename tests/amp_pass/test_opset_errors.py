@@ -102,3 +102,19 @@ def test_an_explicit_opset_that_can_be_reached_is_honoured(convert, source: int,
     r = convert(m, "fp16", target_opset=target)
     assert (r.report.opset_in, r.report.opset_out, _opset(r.model)) == (source, target, target)
     assert r.report.notes == []
+
+
+def test_the_streamed_path_refuses_an_explicit_opset_it_does_not_apply(tmp_path: Path, model_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Models over ``io.LARGE_BYTES`` go through onnx-ir without an opset upgrade: an explicit other
+    opset is refused there too (an explicit equal one, or auto, converts)."""
+    from amp_pass import convert_file
+    from amp_pass import io as amp_io
+
+    monkeypatch.setattr(amp_io, "LARGE_BYTES", 0)
+    out = tmp_path / "out.onnx"
+    with pytest.raises(OpsetError, match="^cannot convert at opset 18: the model reaching the pass is at opset 17"):
+        convert_file(model_path, out, ConversionOptions(target_opset=18))
+    assert not out.exists()
+    report = convert_file(model_path, out, ConversionOptions(target_opset=17))
+    assert report.opset_out == 17 and _opset(onnx.load(str(out))) == 17
