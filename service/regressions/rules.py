@@ -275,17 +275,19 @@ def latency_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, 
 
 
 def pooled(base: CellSample, others: Sequence[CellSample]) -> CellSample:
-    """``base`` with the latency samples of ``others`` (more results of the same revision and cell in the same
-    environment) appended, so a baseline measured several times is compared with all its samples; samples
-    stay paired with their fp32 samples only when every pooled result carries paired ones."""
-    same = [o for o in others if o.env_fingerprint == base.env_fingerprint and o.latency_samples]
+    """``base`` with the timing samples of ``others`` (more results of the same revision and cell) appended,
+    so a baseline measured several times is compared with all its samples: latency and conversion-time
+    samples of results in ``base``'s environment only; latency samples stay paired with their fp32 samples
+    only when every pooled result carries paired ones."""
+    same = [o for o in others if o.env_fingerprint == base.env_fingerprint]
     if not same:
         return base
-    parts = [base, *same]
-    lat = tuple(x for s in parts for x in s.latency_samples)
-    paired = all(len(s.fp32_latency_samples) == len(s.latency_samples) for s in parts)
-    fp32 = tuple(x for s in parts for x in s.fp32_latency_samples) if paired else ()
-    return replace(base, latency_samples=lat, fp32_latency_samples=fp32)
+    timed = [base, *(o for o in same if o.latency_samples)]
+    lat = tuple(x for s in timed for x in s.latency_samples)
+    paired = all(len(s.fp32_latency_samples) == len(s.latency_samples) for s in timed)
+    fp32 = tuple(x for s in timed for x in s.fp32_latency_samples) if paired else ()
+    conv = tuple(x for s in (base, *same) for x in s.convert_samples)
+    return replace(base, latency_samples=lat, fp32_latency_samples=fp32, convert_samples=conv)
 
 
 def _can_reach(n: int, m: int, p: float) -> bool:

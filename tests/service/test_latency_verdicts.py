@@ -94,6 +94,10 @@ def test_pooling_appends_same_environment_samples_only() -> None:
     assert got.latency_samples == (1.0, 1.0, 1.0, 1.1, 1.1) and len(got.fp32_latency_samples) == 5
     unpaired = pooled(a, [_sample((1.1,) * 2, (), env="x")])
     assert len(unpaired.latency_samples) == 5 and unpaired.fp32_latency_samples == ()
+    # conversion-time samples pool the same way (a slow conversion has few samples per job)
+    conv = [CellSample(status="pass", convert_samples=(2.0,), env_fingerprint=e) for e in ("x", "x", "y")]
+    got = pooled(CellSample(status="pass", convert_samples=(1.9, 2.1), env_fingerprint="x"), conv)
+    assert got.convert_samples == (1.9, 2.1, 2.0, 2.0)
 
 
 def test_min_samples_for_the_significance_level() -> None:
