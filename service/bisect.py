@@ -144,14 +144,23 @@ def bisect_step(store: Store, regression_id: int, enqueue: Enqueue | None = None
     if waiting:
         return BisectState(status="waiting", pending=tuple(path[i] for i in waiting), **common)  # type: ignore[arg-type]
     queued = []
+    meta = {"regression_id": regression_id, "parallel": parallel,
+            "options": {"|".join(reg.cell): regressed_options(store, reg)}}
     for i in pick(inside, parallel):
         run_id, created = store.create_run_if_new(
             path[i], "bisect", baseline_sha=reg.baseline_sha, sweep="bisect", cells=[reg.cell],
-            dedup_key=dedup_key(path[i], reg.cell), meta={"regression_id": regression_id, "parallel": parallel})
+            dedup_key=dedup_key(path[i], reg.cell), meta=meta)
         queued.append(run_id)
         if created and enqueue is not None:
             enqueue(run_id)
     return BisectState(status="queued", queued_runs=tuple(queued), **common)  # type: ignore[arg-type]
+
+
+def regressed_options(store: Store, reg: RegressionInfo) -> dict[str, object]:
+    """The sweep options (repeats, timeout, …) the regressed run used for the regression's cell, so each
+    midpoint is measured the way the regression was."""
+    meta = store.get_run(reg.run_id).meta or {}
+    return dict(meta.get("options", {}).get("|".join(reg.cell), meta.get("cell_defaults", {})))
 
 
 def continue_bisection(store: Store, run_id: int, enqueue: Enqueue | None, auto_start: bool = False,

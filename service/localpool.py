@@ -87,37 +87,61 @@ class LocalPool:
     Guarantees: the same attempt counting as distributed mode (a job whose subprocess dies is
     retried; past ``max_attempts`` it ends ``crashed``, without touching other jobs); a job running
     past ``job_timeout`` gets a ``timeout`` result; this process writes every result (one writer,
-    so SQLite is fine) and finishes the run after its last job.
+    so SQLite is fine) and finishes the run after its last job.  With ``continue_bisections`` (the
+    default) a finished ``bisect`` run advances its bisection and the next midpoint runs on this pool;
+    without it the caller drives the bisection (:mod:`service.bisect_run`).
     """
 
-    def __init__(self, settings: Settings, store: Any, workers: int | None = None) -> None:
+    def __init__(self, settings: Settings, store: Any, workers: int | None = None,
+                 continue_bisections: bool = True) -> None:
         self.settings = settings
         self.store = store
         self.workers = max(1, workers or os.cpu_count() or 1)
+        self.continue_bisections = continue_bisections
         self._queue: queue.Queue[Any] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._slots: list[_Slot] = []
+        self._idle: list[_Slot] = []   # subprocesses of threads that ran out of jobs, kept for the next submit
+        self._active = 0               # threads taking jobs (guarded by _lock, as are the queue's gets)
+        self._lock = threading.Lock()
         self._cancelled = threading.Event()
         self.errors: list[BaseException] = []
 
     def submit(self, jobs: Iterable[Any]) -> None:
-        """Queue jobs and start up to ``workers`` subprocesses for them."""
+        """Queue jobs and make sure up to ``workers`` threads (each with its subprocess) take them,
+        also after earlier jobs are done (an idle subprocess is reused)."""
         jobs = list(jobs)
-        for job in jobs:
-            self._queue.put(job)
-        while len(self._threads) < min(self.workers, max(1, len(jobs))):
-            slot = _Slot()
-            t = threading.Thread(target=self._loop, args=(slot, len(self._threads)), daemon=True)
-            self._slots.append(slot)
-            self._threads.append(t)
-            t.start()
+        with self._lock:
+            for job in jobs:
+                self._queue.put(job)
+            while self._active < min(self.workers, self._active + self._queue.qsize()):
+                slot = self._idle.pop() if self._idle else _Slot()
+                if slot not in self._slots:
+                    self._slots.append(slot)
+                t = threading.Thread(target=self._loop, args=(slot, len(self._threads)), daemon=True)
+                self._threads.append(t)
+                self._active += 1
+                t.start()
+
+    def _next_job(self, slot: _Slot) -> Any:
+        """The next queued job, or None after this thread stopped taking jobs (its slot idle)."""
+        with self._lock:
+            job = None
+            if not self._cancelled.is_set():
+                try:
+                    job = self._queue.get_nowait()
+                except queue.Empty:
+                    pass
+            if job is None:
+                self._active -= 1
+                self._idle.append(slot)
+            return job
 
     def _loop(self, slot: _Slot, index: int) -> None:
         name = f"local-{os.getpid()}-{index}"
-        while not self._cancelled.is_set():
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
+        while True:
+            job = self._next_job(slot)
+            if job is None:
                 return
             try:
                 self._run_one(slot, job, name)
@@ -150,6 +174,9 @@ class LocalPool:
                 result = JobResult.from_json(text)
             record_result(self.store, run, job, result)
             break
+        if not self.continue_bisections:
+            finish_if_complete(self.store, run.id)
+            return
         # a finished bisect run queues its next midpoint run on this pool (see finish_if_complete)
         finish_if_complete(self.store, run.id, self.settings, dispatcher(self.settings, self.store, self))
 

@@ -1,10 +1,15 @@
 """``ampci sweep``: run a sweep for one pass revision and gate on its regressions.
 
-    ampci sweep [--config FILE | --sweep smoke|full] [--revision REV|WORKTREE] [--no-wait] [--json]
+    ampci sweep [--config FILE | --sweep smoke|full] [--revision REV|WORKTREE] [--baseline REV]
+                [--no-baseline-run] [--no-wait] [--json]
 
-Creates the run, dispatches its jobs (embedded local pool, or Celery when ``AMPCI_BROKER_URL`` is
-set), shows live progress on stderr (jobs done/failed, ETA), waits, prints the result table and the
-regressions against the baseline, and exits 1 when there are any (a CI gate).
+Resolves ``--revision`` and ``--baseline`` (branch, tag, full or short sha) to full shas through the
+pass repository (unknown: exit 2, nothing stored).  When the baseline has no results for some cells
+of the sweep it runs the baseline revision for those cells first (as ``asv continuous`` does;
+``--no-baseline-run`` turns it off).  Then creates the run, dispatches its jobs (embedded local pool,
+or Celery when ``AMPCI_BROKER_URL`` is set), shows live progress on stderr (jobs done/failed, ETA),
+waits, prints the result table and the regressions against the baseline, and exits 1 when there are
+any, or when a cell with no baseline result fails (a CI gate: :mod:`service.gate`).
 """
 
 from __future__ import annotations
@@ -34,7 +39,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--revision", default="WORKTREE",
                    help="pass revision: branch, tag or sha of AMPCI_PASS_REPO, or WORKTREE (the uncommitted "
                         "working tree; the default)")
-    p.add_argument("--baseline", default=None, help="revision to compare with (default: first parent)")
+    p.add_argument("--baseline", default=None,
+                   help="revision to compare with: branch, tag or sha (default: first parent; for WORKTREE, HEAD)")
+    p.add_argument("--no-baseline-run", action="store_true",
+                   help="do not run the baseline revision for cells it has no results for")
     p.add_argument("--trigger", default="manual", choices=["manual", "push", "pull_request", "nightly", "bisect"])
     p.add_argument("--workers", type=int, default=None, help="embedded mode: local worker processes (CPU count)")
     p.add_argument("--timeout", type=float, default=None, help="give up waiting after this many seconds")
@@ -44,7 +52,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 0: no regressions; 1: regressions found; 2: bad input; 3: a service is unavailable;
+    """Exit 0: no regressions; 1: regressions found, or a cell without a baseline result fails;
+    2: bad input (an unknown revision or baseline: nothing stored); 3: a service is unavailable;
     4: ``--timeout`` passed before the run finished."""
     from service import scheduler
     from service.settings import Settings
@@ -58,8 +67,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--timeout must be a positive number of seconds")
     config = scheduler.load_sweep(args.config, args.sweep)
     store = scheduler.open_store(settings)
+    sha, baseline = scheduler.sweep_revisions(settings, args.revision, args.baseline)  # stores nothing
+    baseline_run = None
+    if baseline is not None and baseline != sha and not args.no_baseline_run:
+        baseline_run = _run_baseline(settings, config, store, baseline, args)
     started = scheduler.start_sweep(settings, config, args.revision, trigger=args.trigger,
-                                    baseline=args.baseline, store=store, local_workers=args.workers)
+                                    baseline=baseline, store=store, local_workers=args.workers)
     where = "local pool" if settings.embedded else "celery"
     print(f"run {started.run_id}: sweep {config.name} at {started.revision[:12]}, {started.cells} jobs "
           f"({where})", file=sys.stderr)
@@ -69,8 +82,56 @@ def run(args: argparse.Namespace) -> int:
         _emit(args, {"run_id": started.run_id, "revision": started.revision, "jobs": started.cells,
                      "status": "queued"}, None)
         return 0
+    run_info = _wait(store, started, args.timeout)
+    results = store.results(run_id=started.run_id)
+    regressions = store.regressions(run_id=started.run_id, category="regression")
+    regressions = [r for r in regressions if r.state in ("open", "acknowledged")]
+    comparison = compared_cells(store, started.run_id, len(results), started.baseline, len(regressions))
+    payload = {"run": run_info.to_dict(), "summary": store.run_summary(started.run_id).to_dict(),
+               "results": [r.to_dict() for r in results], "regressions": [r.to_dict() for r in regressions],
+               "comparison": comparison, "baseline_run": baseline_run}
+    decision = gate_decision(store, started.run_id, results, len(regressions))
+    payload["gate"] = decision.to_dict()
+    _emit(args, payload, (run_info, results, regressions, started, comparison))
+    if not args.json:
+        for reason in decision.reasons[1 if regressions else 0:]:
+            print(reason)
+    return decision.exit_code
+
+
+def gate_decision(store: Any, run_id: int, results: Any, regressions: int) -> Any:
+    """The gate (:func:`service.gate.decide`) over the run's results, the cells that had a baseline
+    result to compare with, and its open regressions: a new cell that fails fails the gate too."""
+    from service.gate import CellOutcome, decide
+    from service.regressions.detect import baseline_revisions
+
+    outcomes = [CellOutcome((r.model, r.dtype, r.policy, r.target), r.status, r.message or "") for r in results]
+    return decide(outcomes, baseline_revisions(store, run_id), regressions)
+
+
+def _run_baseline(settings: Any, config: Any, store: Any, baseline: str, args: argparse.Namespace) -> int | None:
+    """Run ``baseline`` for the sweep's cells that have no result there yet (``asv continuous``), and wait
+    for it unless ``--no-wait``; return its run id (None: nothing was missing)."""
+    from service import scheduler
+    from service.regressions.detect import cells_with_results
+
+    have = cells_with_results(store, baseline)
+    missing = [c.cell for c in config.expand(scheduler.zoo_catalog(config.zoo_path())) if c.cell not in have]
+    if not missing:
+        return None
+    started = scheduler.start_sweep(settings, config, baseline, trigger="manual", store=store,
+                                    local_workers=args.workers, only_cells=missing)
+    print(f"baseline run {started.run_id}: {baseline[:12]} has no results for {len(missing)} cell(s); "
+          f"running them first", file=sys.stderr)
+    if not args.no_wait:
+        _wait(store, started, args.timeout)
+    return started.run_id
+
+
+def _wait(store: Any, started: Any, timeout: float | None) -> Any:
+    """Wait for a started run with progress; on Ctrl-C or timeout cancel embedded jobs (Celery jobs go on)."""
     try:
-        run_info = _wait_with_progress(store, started.run_id, started.cells, args.timeout)
+        run_info = _wait_with_progress(store, started.run_id, started.cells, timeout)
     except BaseException as exc:  # Ctrl-C or a timeout: embedded jobs stop with us; Celery jobs keep going
         if started.pool is not None:
             started.pool.cancel()
@@ -80,15 +141,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     if started.pool is not None:
         started.pool.close()
-    results = store.results(run_id=started.run_id)
-    regressions = store.regressions(run_id=started.run_id, category="regression")
-    regressions = [r for r in regressions if r.state in ("open", "acknowledged")]
-    comparison = compared_cells(store, started.run_id, len(results), started.baseline, len(regressions))
-    payload = {"run": run_info.to_dict(), "summary": store.run_summary(started.run_id).to_dict(),
-               "results": [r.to_dict() for r in results], "regressions": [r.to_dict() for r in regressions],
-               "comparison": comparison}
-    _emit(args, payload, (run_info, results, regressions, started, comparison))
-    return 1 if regressions else 0
+    return run_info
 
 
 def compared_cells(store: Any, run_id: int, cells: int, baseline: str | None, regressions: int) -> dict[str, Any]:

@@ -25,7 +25,8 @@ pytestmark = pytest.mark.slow
 def test_embedded_smoke_sweep_from_the_cli(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AMPCI_")}
     env.update(AMPCI_DATA_DIR=str(tmp_path / "data"), AMPCI_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, "-m", "service.cli.main", "sweep", "--json", "--workers", "2"],
+    proc = subprocess.run([sys.executable, "-m", "service.cli.main", "sweep", "--json", "--workers", "2",
+                           "--no-baseline-run"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)

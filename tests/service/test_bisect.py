@@ -14,7 +14,7 @@ from service.errors import NotFoundError
 from service.regressions.detect import detect_run
 from service.regressions.rules import CellSample
 from service.regressions.thresholds import Thresholds
-from tests.service.factories import chain, make_result, migrated_store, run_with
+from tests.service.factories import chain, make_result, migrated_store, run_with, sha
 
 
 def setup_regression(store: Store, n: int) -> tuple[list[str], int, int]:
@@ -88,13 +88,26 @@ def test_classify_conversion_and_skips() -> None:
 
 def test_bisect_cli(sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     store = migrated_store(sqlite_url)
-    _, bad_run, reg_id = setup_regression(store, 9)
+    shas, bad_run, reg_id = setup_regression(store, 9)
     monkeypatch.setenv("AMPCI_DATABASE_URL", sqlite_url)
-    assert main(["bisect", "--run", str(bad_run), "--json"]) == 0
+    monkeypatch.delenv("AMPCI_BROKER_URL", raising=False)
+    assert main(["bisect", "--run", str(bad_run), "--step", "--json"]) == 0
     (state,) = json.loads(capsys.readouterr().out)
     assert state["status"] == "queued" and state["regression_id"] == reg_id and len(state["queued_runs"]) == 1
-    assert main(["bisect", "--run", str(bad_run)]) == 0
+    assert main(["bisect", "--run", str(bad_run), "--step"]) == 0
     assert "waiting for" in capsys.readouterr().out
+    # nothing to bisect is never an empty answer with exit 0
+    good_run = store.list_runs(revision=shas[0])[0].id
+    assert main(["bisect", "--run", str(good_run), "--json"]) == 1
+    out = capsys.readouterr()
+    assert out.out == "" and "no open regressions" in out.err
+    orphan = sha(900)  # no recorded ancestry back to its baseline
+    store.upsert_revision(orphan, [], "elsewhere")
+    lost = run_with(store, orphan, [make_result(status="fail_accuracy", max_abs=0.4)], trigger="manual",
+                    baseline=shas[0])
+    assert len(store.regressions(run_id=lost)) == 1
+    assert main(["bisect", "--run", str(lost), "--json"]) == 1
+    assert "cannot be bisected" in capsys.readouterr().err
     assert main(["bisect", "--run", str(bad_run), "--regression", "999"]) == 2
     assert main(["bisect", "--run", "999"]) == 2
     assert main(["bisect", "--run", str(bad_run), "--parallel", "0"]) == 2
