@@ -19,6 +19,12 @@ from amp_pass.walk import NameGen, graph_list, is_control_flow, node_subgraphs
 SUFFIX = {ir.DataType.FLOAT16: "fp16", ir.DataType.BFLOAT16: "bf16", ir.DataType.FLOAT: "fp32"}
 
 
+#: Ops whose output dtype is an attribute (``dtype``): a low node among them has the attribute rewritten.
+DTYPE_ATTR_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "EyeLike"})
+#: Low nodes that ``_retarget`` rewrites so they produce the low dtype themselves.
+RETARGETED = frozenset({"Cast", "Constant", "ConstantOfShape"}) | DTYPE_ATTR_OPS
+
+
 def _shape(value: ir.Value) -> ir.Shape | None:
     return value.shape.copy() if value.shape is not None else None
 
@@ -153,7 +159,7 @@ class CastInserter:
         # value not recorded here is its current dtype
         self.orig = {v: v.dtype for v in self.p.low_values}
         for node in list(self.p.low_nodes):
-            if node.op_type in ("Cast", "Constant", "ConstantOfShape") and node.domain in ("", "ai.onnx"):
+            if node.op_type in RETARGETED and node.domain in ("", "ai.onnx"):
                 self._retarget(node)
         for v in self.p.low_values:
             v.dtype = self.low
@@ -190,8 +196,15 @@ class CastInserter:
         g.outputs[k] = out
 
     def _retarget(self, node: ir.Node) -> None:
+        """Make a low node whose output dtype an attribute names (or whose constant it holds) produce low."""
         if node.op_type == "Cast":
             node.attributes["to"] = ir.AttrInt64("to", int(self.low))
+            return
+        if node.op_type in DTYPE_ATTR_OPS:
+            # RandomNormal/RandomUniform produce their ``dtype`` (float when absent); the *Like forms and
+            # EyeLike produce it when given and their input's type otherwise, and that input is on another
+            # type variable (never cast to low): a low output must be named by the attribute
+            node.attributes["dtype"] = ir.AttrInt64("dtype", int(self.low))
             return
         attr = node.attributes.get("value")
         low_arr = self.p.converted.get(node.outputs[0])
