@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from amp_pass.errors import OptionsError, OutputError
-from amp_pass.io import convert_file
+from amp_pass.io import chmod_as_created, convert_file
 from amp_pass.options import DTYPES, ConversionOptions
 from amp_pass.policy import TARGETS
 
@@ -65,6 +65,7 @@ def _write_report(path: Path, data: dict[str, object], model: Path) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2, sort_keys=True)
+        chmod_as_created(tmp)  # mkstemp's 0600 -> what the umask gives a new file
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:

@@ -35,8 +35,10 @@ def open_store(settings: Settings) -> Any:
     from service.db.store import Store, thresholds_from_settings
 
     url = settings.effective_database_url
-    store = Store.from_url(url, thresholds=thresholds_from_settings(settings),
-                           run_dispatch=dispatch_mode(settings))
+    from service.db.engine import make_engine
+
+    store = Store(make_engine(url, **settings.db_pool()), thresholds=thresholds_from_settings(settings),
+                  run_dispatch=dispatch_mode(settings))
     with _MIGRATE_LOCK:  # Alembic's command API keeps module-global state
         if migrate.current(url) != migrate.head():
             store.upgrade()

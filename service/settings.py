@@ -97,6 +97,9 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
+_MAY_BE_ZERO = frozenset({"db_max_overflow", "local_workers"})
+
+
 @dataclass(frozen=True)
 class Settings:
     """All configuration of one ampci process.  Field ``foo`` comes from ``AMPCI_FOO``."""
@@ -133,6 +136,9 @@ class Settings:
     auto_bisect: bool = False        # push/nightly regressions start a bisection by themselves
     reconcile_every: float = 300.0   # seconds between beat runs re-sending lost job messages (0: off)
     reconcile_grace: float = 300.0   # a queued job younger than this is never re-sent
+    db_pool_size: int = 5            # PostgreSQL connections each engine keeps open (SQLite: unused)
+    db_max_overflow: int = 10        # extra connections an engine may open under load, closed after use
+    local_workers: int = 0           # embedded-mode job subprocesses per process (0: the CPU count)
     log_level: str = "INFO"
 
     @classmethod
@@ -151,7 +157,7 @@ class Settings:
             elif kind == "int" and f.name in {"convert_memory", "max_body_bytes"}:
                 kwargs[f.name] = parse_size(var, raw)
             elif kind == "int":
-                kwargs[f.name] = parse_int(var, raw, minimum=1)
+                kwargs[f.name] = parse_int(var, raw, minimum=0 if f.name in _MAY_BE_ZERO else 1)
             elif kind == "float" and f.name.endswith(("timeout", "_grace")):
                 kwargs[f.name] = parse_duration(var, raw)
             elif kind == "float" and f.name.endswith("_every"):
@@ -194,6 +200,11 @@ class Settings:
                             latency_warmup=self.latency_warmup, convergence_steps=self.convergence_steps,
                             accuracy_k=self.accuracy_k, worktree_cache_size=self.worktree_cache_size,
                             convert_repeats=self.convert_repeats)
+
+    def db_pool(self) -> dict[str, int]:
+        """The connection bounds of one engine (``make_engine(url, **settings.db_pool())``): at most
+        ``pool_size + max_overflow`` connections to PostgreSQL."""
+        return {"pool_size": self.db_pool_size, "max_overflow": self.db_max_overflow}
 
     def allowed_repo_set(self) -> set[str]:
         """The webhook repository allowlist as a set of lower-case ``owner/name``."""

@@ -49,15 +49,17 @@ def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatch
                background: bool = True) -> FastAPI:
     """Build the app for ``settings``; the other arguments replace the defaults (tests, embedding).
 
-    ``store`` defaults to ``Store.from_url(settings.effective_database_url)`` (schema assumed at
+    ``store`` defaults to a Store of ``settings.effective_database_url`` whose engine holds at most
+    ``AMPCI_DB_POOL_SIZE + AMPCI_DB_MAX_OVERFLOW`` connections (schema assumed at
     head: ``ampci serve`` upgrades it first); ``background=False`` keeps the status poster and the
     webhook intake off (pending deliveries then wait for ``ctx.webhook.intake.drain()``).
     """
     check_webhook_config(settings)
     if store is None:
         from service.db import Store
+        from service.db.engine import make_engine
 
-        store = Store.from_url(settings.effective_database_url)
+        store = Store(make_engine(settings.effective_database_url, **settings.db_pool()))
     dispatcher = dispatcher or RunDispatcher(settings, store)
     reporter = reporter or StatusReporter.from_settings(settings, store=store)
     if reporter.store is None:

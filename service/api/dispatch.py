@@ -10,6 +10,7 @@ per job over the process's cached Celery app.  Nothing here runs on the webhook'
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -55,14 +56,30 @@ class CeleryDispatch:
         enqueue(settings, revision, jobs, app=celery_app(settings))
 
 
-def embedded_dispatch(settings: Settings, revision: str, jobs: Sequence[Any]) -> None:
-    """Embedded mode: a LocalPool of worker subprocesses in this process, closed by a background
-    thread when its jobs are done (jobs never run in the request's thread)."""
-    from service.scheduler import LocalPool, open_store
+_LOCAL_POOLS: dict[tuple[int, Settings], Any] = {}
+_LOCAL_POOLS_LOCK = threading.Lock()
 
-    pool = LocalPool(settings, open_store(settings))
-    pool.submit(jobs)
-    threading.Thread(target=pool.close, name="ampci-local-pool-closer", daemon=True).start()
+
+def local_pool(settings: Settings) -> Any:
+    """This process's one embedded LocalPool for ``settings`` (made on first use): at most
+    ``AMPCI_LOCAL_WORKERS`` subprocesses (default the CPU count) and one Store, so however many runs
+    are dispatched the process holds at most ``AMPCI_DB_POOL_SIZE + AMPCI_DB_MAX_OVERFLOW``
+    connections for its jobs.  Keyed by process id too (never shared across a fork)."""
+    key = (os.getpid(), settings)
+    with _LOCAL_POOLS_LOCK:
+        pool = _LOCAL_POOLS.get(key)
+        if pool is None:
+            from service.scheduler import LocalPool, open_store
+
+            pool = _LOCAL_POOLS[key] = LocalPool(settings, open_store(settings),
+                                                 workers=settings.local_workers or None)
+    return pool
+
+
+def embedded_dispatch(settings: Settings, revision: str, jobs: Sequence[Any]) -> None:
+    """Embedded mode: queue the jobs on the process's :func:`local_pool` (jobs never run in the
+    request's thread; idle subprocesses are reused by the next run)."""
+    local_pool(settings).submit(jobs)
 
 
 class RunDispatcher:

@@ -17,7 +17,9 @@ def _run(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     check_webhook_config(settings)  # refuse to start without a secret (ConfigError, exit 2)
-    store = Store.from_url(settings.effective_database_url)
+    from service.db.engine import make_engine
+
+    store = Store(make_engine(settings.effective_database_url, **settings.db_pool()))  # bounded connections
     if not args.no_migrate:
         store.upgrade()  # idempotent; serialised across processes on PostgreSQL
     common = dict(host=args.host, port=args.port, log_level=settings.log_level.lower(),

@@ -5,7 +5,10 @@ Guarantees: an unreachable or unopenable database raises
 redacted; SQLite engines enforce foreign keys, use WAL and wait (busy timeout) instead of failing
 when another process writes; PostgreSQL engines check a pooled connection before use when it
 sat idle for more than ``IDLE_PING_SECONDS`` (a connection reused within that time, the hot path
-under load, costs no extra round trip), replacing a dead one transparently.
+under load, costs no extra round trip), replacing a dead one transparently, and never hold more
+than ``pool_size + max_overflow`` connections (``AMPCI_DB_POOL_SIZE`` / ``AMPCI_DB_MAX_OVERFLOW``
+through :meth:`service.settings.Settings.db_pool`); a caller that finds them all busy waits up to
+``POOL_TIMEOUT_S`` and then gets DatabaseUnavailableError (503 in the API), not a new connection.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from service.settings import redact_url
 
 SQLITE_BUSY_MS = 30_000
 IDLE_PING_SECONDS = 5.0  # a pooled PostgreSQL connection idle longer than this is checked before use
+DEFAULT_POOL_SIZE = 5     # AMPCI_DB_POOL_SIZE's default
+DEFAULT_MAX_OVERFLOW = 10  # AMPCI_DB_MAX_OVERFLOW's default
+POOL_TIMEOUT_S = 30.0     # how long a checkout waits for a busy pool before giving up
 
 
 def _sqlite_file(url: sa.URL) -> Path | None:
@@ -34,8 +40,9 @@ def _sqlite_file(url: sa.URL) -> Path | None:
     return Path(db).expanduser()
 
 
-def make_engine(url: str) -> Engine:
-    """Create an engine for ``url`` (no connection is made yet).
+def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: int = DEFAULT_MAX_OVERFLOW) -> Engine:
+    """Create an engine for ``url`` (no connection is made yet) holding at most ``pool_size +
+    max_overflow`` PostgreSQL connections (SQLite ignores both).
 
     A SQLite file URL gets its parent directory created; ``postgresql://`` / ``postgres://`` mean
     psycopg 3.  A malformed URL or a missing driver is a ``ConfigError`` (exit 2) naming the
@@ -57,7 +64,8 @@ def make_engine(url: str) -> Engine:
             # Let SQLAlchemy emit BEGIN itself so transactions take locks predictably.
             event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
             return engine
-        engine = sa.create_engine(parsed, pool_size=5, max_overflow=10)
+        engine = sa.create_engine(parsed, pool_size=max(1, pool_size), max_overflow=max(0, max_overflow),
+                                  pool_timeout=POOL_TIMEOUT_S)
         _ping_when_idle(engine, IDLE_PING_SECONDS)
         return engine
     except (NoSuchModuleError, ImportError, ArgumentError) as exc:
@@ -117,6 +125,10 @@ def connect(engine: Engine) -> Connection:
         return engine.connect()
     except DBAPIError as exc:
         raise unavailable(engine, exc) from None
+    except sa.exc.TimeoutError:
+        raise DatabaseUnavailableError(f"database busy at {engine.url.render_as_string(hide_password=True)}: every "
+                                       "connection this process may open is in use (AMPCI_DB_POOL_SIZE + "
+                                       "AMPCI_DB_MAX_OVERFLOW); try again") from None
 
 
 @contextmanager
