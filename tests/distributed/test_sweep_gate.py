@@ -72,6 +72,7 @@ def env(tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AMPCI_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("AMPCI_CACHE_DIR", str(cache_dir))
+    monkeypatch.setenv("AMPCI_JOB_TIMEOUT", "120")  # a midpoint that never finishes fails the test soon
     (tmp_path / "gate.toml").write_text(SWEEP)
     return tmp_path
 
