@@ -74,6 +74,7 @@ class Painter:
         self._static: dict[ir.Value, tuple[str | None, ir.Node | None]] = {}
         self._nodes = list(iter_nodes(graph))  # structure is fixed while painting
         self._subs = {n: node_subgraphs(n) for n in self._nodes if is_control_flow(n)}
+        self._fp32_carried: set[ir.Value] = set()  # Loop/Scan body state inputs starting out of range
 
     # ------------------------------------------------------------------ static analysis
     def _range(self, value: ir.Value) -> str | None:
@@ -191,12 +192,43 @@ class Painter:
             else:
                 p.reasons[node] = why if cls == pol.ALLOW else f"{cls.upper()} op {node.op_type}: " \
                     "inputs are not low precision (follows its producers)"
+        self._carried_constants()
+
+    def _carried_state(self, node: ir.Node) -> list[tuple[int, ir.Value | None, ir.Value]]:
+        """(k, initial value, body input) of each state a Loop or Scan carries (none for other nodes)."""
+        body = self._subs[node][0] if self._subs.get(node) else None
+        if body is None or node.op_type not in ("Loop", "Scan"):
+            return []
+        if node.op_type == "Loop":
+            return [(k, node.inputs[2 + k], body.inputs[2 + k])
+                    for k in range(len(node.inputs) - 2) if 2 + k < len(body.inputs)]
+        n_state = len(node.inputs) - int(node.attributes["num_scan_inputs"].value)
+        return [(k, node.inputs[k], body.inputs[k]) for k in range(min(n_state, len(body.inputs)))]
+
+    def _carried_constants(self) -> None:
+        """A Loop/Scan state whose initial value is a constant the low dtype cannot hold stays fp32, and the
+        body nodes reading it are treated as readers of that constant: an overflowing start taints them
+        (fp32 propagates like DENY), an underflowing one keeps them fp32 (the constant check of _classify,
+        which sees only direct readers, would otherwise miss a value that enters a body as carried state)."""
+        for node in self._subs:
+            for k, initial, inner in self._carried_state(node):
+                problem = self._range(initial) if initial is not None else None
+                if not problem:
+                    continue
+                self._fp32_carried.add(inner)
+                self.p.reasons[node] = f"{node.op_type} state {k} starts from an out-of-range {problem}"
+                for user, _ in inner.uses():
+                    if user in self.p.slots:
+                        self.p.reasons[user] = f"reads {node.op_type} state {k}, which starts from {problem}"
+                        (self.tainted if problem.startswith("range") else self.blocked).add(user)
 
     # ------------------------------------------------------------------ dynamic painting
     def category(self, value: ir.Value) -> str:
         """LOW, CONST, DENY or NEUTRAL: what the producer of ``value`` contributes to painting."""
         if value in self.p.low_values:
             return LOW
+        if value in self._fp32_carried:
+            return DENYCAT
         static = self._static.get(value)
         if static is None:  # what does not change while painting: dtypes, constness, producers
             static = self._static[value] = (LOW if value.dtype is self.low else CONST if _is_constant(value)
@@ -290,12 +322,16 @@ class Painter:
             for k, out in enumerate(node.outputs):
                 if 1 + k >= len(body.outputs) or self.category(body.outputs[1 + k]) != LOW:
                     continue
+                if k < n_carried and 2 + k < len(body.inputs) and body.inputs[2 + k] in self._fp32_carried:
+                    continue
                 mark([out] + ([body.inputs[2 + k]] if k < n_carried and 2 + k < len(body.inputs) else []))
         elif node.op_type == "Scan":
             body = bodies[0]
             n_state = len(node.inputs) - int(node.attributes["num_scan_inputs"].value)
             for k, out in enumerate(node.outputs):
                 if k < len(body.outputs) and self.category(body.outputs[k]) == LOW:
+                    if k < n_state and k < len(body.inputs) and body.inputs[k] in self._fp32_carried:
+                        continue
                     mark([out] + ([body.inputs[k]] if k < n_state and k < len(body.inputs) else []))
             for j in range(n_state, min(len(node.inputs), len(body.inputs))):
                 v = node.inputs[j]
