@@ -71,7 +71,9 @@ def casts_accept(opset: int, type_str: str) -> bool:
 
 
 def _has_float_io(model: onnx.ModelProto) -> bool:
-    """Whether a main-graph input or output of ``model`` is a float32 tensor."""
+    """Whether a main-graph input or output of ``model`` is a float32 tensor (on ``prepare``'s skeleton
+    the initializers are inputs too: a model whose only float inputs are weights may be upgraded for
+    nothing, never left invalid)."""
     return any(v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
                for v in (*model.graph.input, *model.graph.output) if v.type.HasField("tensor_type"))
 
