@@ -3,6 +3,7 @@ false positive."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Request
@@ -11,11 +12,15 @@ from starlette.responses import JSONResponse
 
 from service.api.auth import require_write
 from service.api.routes_read import Id
+from service.errors import UserError
 from service.github.events import check_repository
+from service.settings import Settings
 
 router = APIRouter(prefix="/api", tags=["write"], dependencies=[Depends(require_write)])
 
-Sha40 = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{40}$")]
+#: A revision as a user names it: branch, tag, full or short sha (git's ref-name characters, no leading '-').
+Rev = Annotated[str, Field(pattern=r"^[A-Za-z0-9._/+@][A-Za-z0-9._/+@-]{0,199}$")]
+SHA40 = re.compile(r"[0-9a-fA-F]{40}")
 Text = Annotated[str, Field(max_length=2000, pattern=r"^[^\x00]*$")]
 
 
@@ -23,11 +28,24 @@ class ManualRun(BaseModel):
     """A run to start by hand."""
 
     model_config = ConfigDict(extra="forbid")
-    revision: Sha40 = Field(description="full 40-hex sha of the pass revision")
+    revision: Rev = Field(description="pass revision: branch, tag, full or short sha of AMPCI_PASS_REPO")
     sweep: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,100}$")] = "smoke"
-    baseline: Sha40 | None = None
+    baseline: Rev | None = Field(default=None, description="revision to compare with (default: first parent)")
     repo: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$",
                                       description="owner/name to report a commit status to")] = None
+
+
+def resolve_api_revision(settings: Settings, revision: str) -> str:
+    """The full sha a request names: a full 40-hex sha as it is (a deployment whose API cannot reach the
+    pass repository still takes webhook-style shas), anything else resolved through the pass repository
+    (:func:`service.scheduler.resolve_revision`); an unknown name is a UserError (400), nothing stored."""
+    if SHA40.fullmatch(revision):
+        return revision.lower()
+    if revision == "WORKTREE":
+        raise UserError("revision WORKTREE names a local working tree; the API takes committed revisions only")
+    from service.scheduler import resolve_revision
+
+    return resolve_revision(settings, revision)
 
 
 class Triage(BaseModel):
@@ -45,11 +63,11 @@ def trigger_run(request: Request, body: ManualRun,
     ctx = request.app.state.ctx
     if body.repo is not None:
         check_repository(body.repo, ctx.settings)  # RepositoryNotAllowedError -> 403
-    sha = body.revision.lower()
+    sha = resolve_api_revision(ctx.settings, body.revision)
+    baseline = resolve_api_revision(ctx.settings, body.baseline) if body.baseline else None
     meta = {"github": {"repo": body.repo, "event": "manual"}} if body.repo else {}
     dedup = f"api:{idempotency_key}" if idempotency_key else None
-    submitted = ctx.dispatcher.create(sha, "manual", body.baseline.lower() if body.baseline else None,
-                                      body.sweep, dedup, meta)
+    submitted = ctx.dispatcher.create(sha, "manual", baseline, body.sweep, dedup, meta)
     if submitted.created and body.repo:
         ctx.reporter.queued(submitted.run_id, body.repo, sha)
     return JSONResponse({"run_id": submitted.run_id, "created": submitted.created,

@@ -125,9 +125,13 @@ def test_manual_run_trigger_is_idempotent_with_a_key(make_client, store, queue, 
     run = store.get_run(first.json()["run_id"])
     assert (run.revision_sha, run.trigger, run.sweep) == (rev, "manual", "smoke")
     assert redis.Redis.from_url(redis_url).llen(queue) == 4
-    for bad in ({"revision": "abc"}, {"revision": rev, "sweep": "../etc"}, {"revision": rev, "extra": True},
-                {}, {"revision": rev, "baseline": "x" * 40}):
+    for bad in ({"revision": "-abc"}, {"revision": "a b"}, {"revision": rev, "sweep": "../etc"},
+                {"revision": rev, "extra": True}, {}, {"revision": rev, "baseline": "x\x00"}):
         assert client.post("/api/runs", json=bad, headers=AUTH).status_code == 422, bad
+    for unknown in ({"revision": "no-such-branch-xyz"}, {"revision": rev, "baseline": "no-such-tag-xyz"},
+                    {"revision": "WORKTREE"}):  # resolved through the pass repository: one-line 400
+        got = client.post("/api/runs", json=unknown, headers=AUTH)
+        assert got.status_code == 400 and "\n" not in got.json()["message"], unknown
     assert client.post("/api/runs", content=b"{not json", headers={**AUTH, "Content-Type": "application/json"}
                        ).status_code == 422
     assert len(store.list_runs()) == 1
@@ -170,3 +174,35 @@ def test_openapi_schema_is_served(make_client):
     assert {"/webhooks/github", "/healthz", "/api/runs", "/api/runs/{run_id}", "/api/results", "/api/regressions",
             "/api/history", "/api/regressions/{regression_id}/ack"} <= set(schema["paths"])
     assert "post" in schema["paths"]["/api/runs"]
+
+
+def test_manual_run_names_a_revision_by_branch_tag_or_short_sha(make_client, make_settings, store, tmp_path):
+    import subprocess
+
+    repo = tmp_path / "pass"
+    (repo / "amp_pass").mkdir(parents=True)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@localhost", "PATH": "/usr/bin:/bin"}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                              env=env).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    shas = []
+    for i in range(2):
+        (repo / "amp_pass" / "__init__.py").write_text(f"# {i}\n")
+        git("add", "-A")
+        git("commit", "-q", "-m", f"c{i}")
+        shas.append(git("rev-parse", "HEAD"))
+    git("tag", "v1", shas[0])
+    git("branch", "feature", shas[1])
+    client = make_client(make_settings(pass_repo=str(repo), cache_dir=str(tmp_path / "cache")))
+    got = {}
+    for name, baseline in (("feature", "v1"), (shas[0][:9], None)):
+        body = {"revision": name, "sweep": "smoke", **({"baseline": baseline} if baseline else {})}
+        resp = client.post("/api/runs", json=body, headers=AUTH)
+        assert resp.status_code == 202, resp.json()
+        run = store.get_run(resp.json()["run_id"])
+        got[name] = (run.revision_sha, run.baseline_sha)
+    assert got["feature"] == (shas[1], shas[0]) and got[shas[0][:9]][0] == shas[0]
