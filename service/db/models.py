@@ -16,7 +16,8 @@ without a migration):
 - ``regressions.category``: regression, improvement, flaky
 - ``regressions.kind``: conversion, accuracy, convergence, coverage, latency
 - ``regressions.state``: open, acknowledged, resolved, false_positive
-- ``webhook_deliveries.status``: pending (stored, not yet turned into a run), accepted, rejected, duplicate
+- ``webhook_deliveries.status``: pending (stored, not yet turned into a run), accepted, rejected, failed
+  (the intake gave up after a bounded number of attempts), duplicate
 """
 
 from __future__ import annotations

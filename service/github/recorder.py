@@ -9,7 +9,9 @@ for nothing (its flush starts at once).
 
 Guarantees: a request is answered only after its row is committed (or the write failed, which
 raises in that request: a database that is down is a 503 for everyone in the flush, and nothing is
-half-recorded: each flush is one atomic statement per 100 rows); each write gets the answer
+half-recorded: each flush is one transaction); a row whose content the database refuses affects no
+other row of the flush (the store writes them one by one and records that delivery ``rejected``:
+:attr:`service.db.deliveries.Received.rejected`); each write gets the answer
 :meth:`~service.db.Store.receive_delivery` would have given.
 """
 
