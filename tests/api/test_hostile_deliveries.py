@@ -256,3 +256,12 @@ def test_deep_json_is_400_and_the_next_request_on_the_same_connection_works(pg_u
         assert got.status == "rejected" and "nested deeper than 64" in got.reason
     finally:
         stop_server(proc)
+
+
+def test_a_redelivery_the_database_refuses_over_a_rejected_row_stays_rejected_with_the_reason(store):
+    assert store.receive_delivery("d-again", "push", "rejected", reason="first try").stored
+    got = store.receive_delivery("d-again", "push", "pending", reason="push main", repository="x" * 300,
+                                 payload={"v": 1})
+    assert got.stored and "too long" in got.rejected
+    row = store.get_delivery("d-again")
+    assert row.status == "rejected" and "too long" in row.reason
