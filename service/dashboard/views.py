@@ -274,6 +274,11 @@ def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
             ("latency min ms", "latency.min_ms", 4, True), ("fp32 p50 ms", "latency.fp32_p50_ms", 4, True),
             ("speed-up", "latency.speedup", 3, True), ("casts inserted", "graph.casts_inserted", 0, False),
             ("low-precision fraction", "graph.low_precision_compute_fraction", 3, False),
+            ("low-precision compute nodes", "graph.compute_low", 0, False),
+            ("compute nodes", "graph.compute_nodes", 0, False),
+            ("conversion s (first run)", "graph.convert_seconds", 4, True),
+            ("pass fixpoint iterations", "graph.pass_iterations", 0, False),
+            ("pass converged", "graph.pass_converged", 0, False),
             ("nodes kept fp32", "graph.kept_fp32", 0, False), ("final step error", "convergence.final_error", 4, False),
             ("convergence error unit", "convergence.error_unit", 0, False),
             ("diverged", "convergence.diverged", 0, False)):

@@ -44,6 +44,19 @@ def env_fingerprint(environment: dict[str, str]) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def convert_seconds(result: JobResult) -> float | None:
+    """Median of the conversion wall times the worker measured (its single time when there are no
+    samples; None when the job did not convert or measured nothing)."""
+    graph = result.graph
+    if graph is None:
+        return None
+    samples = sorted(float(x) for x in graph.convert_samples_s if isinstance(x, int | float) and x > 0)
+    if samples:
+        mid = len(samples) // 2
+        return samples[mid] if len(samples) % 2 else (samples[mid - 1] + samples[mid]) / 2
+    return float(graph.convert_seconds) if graph.convert_seconds > 0 else None
+
+
 def result_columns(result: JobResult) -> dict[str, Any]:
     """The metric columns of ``results`` for ``result`` (keys match models.Result attributes)."""
     worst = result.accuracy.worst if result.accuracy is not None else None
@@ -66,6 +79,8 @@ def result_columns(result: JobResult) -> dict[str, Any]:
         "casts_inserted": graph.casts_inserted if graph is not None else None,
         "final_error": _err(conv.final_error) if conv is not None and conv.steps else None,
         "diverged": conv.diverged if conv is not None and conv.steps else None,
+        "convert_s": convert_seconds(result),
+        "pass_iterations": graph.pass_iterations if graph is not None else None,
         "env_fingerprint": env_fingerprint(result.environment),
         "data": result.to_dict(),
     }

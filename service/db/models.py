@@ -151,6 +151,8 @@ class Result(Base):
     casts_inserted: Mapped[int | None] = mapped_column(Integer)
     final_error: Mapped[float | None] = mapped_column(Float)
     diverged: Mapped[bool | None] = mapped_column(Boolean)
+    convert_s: Mapped[float | None] = mapped_column(Float)  # median worker-timed conversion seconds
+    pass_iterations: Mapped[int | None] = mapped_column(Integer)  # the pass's painting fixpoint iterations
     env_fingerprint: Mapped[str | None] = mapped_column(String(64))
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(TS)

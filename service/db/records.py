@@ -117,6 +117,8 @@ class ResultRow(_Record):
     diverged: bool | None
     env_fingerprint: str | None
     updated_at: datetime
+    convert_s: float | None = None       # median conversion seconds as the worker timed them
+    pass_iterations: int | None = None   # the pass's painting fixpoint iterations (its report)
 
     @property
     def cell(self) -> Cell:
