@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""Can the gate be fooled?  Sweeps a scratch git history of the pass with injected bugs and noise commits.
+
+    python bench/bench_verdicts.py [--aa 10] [--bisect-commits 8] [--keep DIR] [--json]
+
+What it does, all in embedded mode (local pool, SQLite, a fresh data and cache directory):
+
+1. **History.**  A scratch repository holds a copy of this checkout's ``amp_pass/``.  On top of its first
+   commit come, in order, noise commits (a comment changes: byte-identical output models) and one commit per
+   bug class, each bug a small source edit (:data:`BUGS`): a DENY entry moved to INFER, painting that skips
+   If/Loop/Scan bodies, the overflow range check switched off, casts no longer shared, a bf16-only weight
+   rounding bug, a 0.6 s conversion slowdown, and converted models that do redundant work on every inference.
+   Bugs are cumulative, each on models the earlier ones leave alone.
+2. **Sweeps.**  Every commit is swept against its parent with ``ampci sweep --config <bench sweep>``; a bug
+   counts as *detected* when its commit's run has an open regression on an expected cell and kind; any
+   regression on a noise commit is a *false alarm*.
+3. **Bisection.**  A branch off the first commit holds ``--bisect-commits`` commits with one bug in the
+   middle; only its tip is swept (against the first commit), then ``ampci bisect --run ID`` must name the
+   bug commit after at most ceil(log2(n)) midpoint sweeps.
+4. **A/A.**  The first commit is swept ``--aa`` more times against itself; every latency comparison counted,
+   every latency finding is a false alarm.
+
+Prints one table; targets: 100% detected, 0 false alarms, A/A <= 1%, bisection within ceil(log2(n)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+AMPCI = str(Path(sys.executable).with_name("ampci"))
+
+#: The sweep every commit gets: small synthetic models that the bugs below reach (see workers/zoo).
+SWEEP = """\
+name = "verdicts"
+description = "bench_verdicts: synthetic models reached by the injected bugs"
+models = {models}
+dtypes = ["fp16", "bf16"]
+policies = ["default"]
+targets = ["cpu"]
+repeats = {repeats}
+"""
+MODELS = ["conv_net", "transformer_block", "loop_if", "deny_exp", "range_big_const", "cast_share"]
+
+
+@dataclass(frozen=True)
+class Bug:
+    """One injected bug: a source edit and the findings that must follow from it."""
+
+    name: str
+    edits: tuple[tuple[str, str, str], ...]          # (file under amp_pass/, exact old text (once), new text)
+    expect: tuple[tuple[str, str | None, str], ...]  # (model, dtype or None for any, kind); any one suffices
+    append: tuple[tuple[str, str], ...] = ()         # (file under amp_pass/, text appended)
+
+
+LATENCY_FN = '''
+
+def _redundant_work(model: onnx.ModelProto) -> onnx.ModelProto:
+    """BUG(latency): route the first output through a 400-step Loop of exact no-ops."""
+    from onnx import TensorProto, helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    out = g.output[0]
+    inner = out.name + "__pre_slow"
+    for n in g.node:
+        for i, o in enumerate(n.output):
+            if o == out.name:
+                n.output[i] = inner
+    elem = out.type.tensor_type.elem_type
+    body = helper.make_graph(
+        [helper.make_node("Sub", ["v", "v"], ["z"]), helper.make_node("Add", ["v", "z"], ["v_out"]),
+         helper.make_node("Identity", ["c"], ["c_out"])],
+        "slow_body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v", elem, None)],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", elem, None)])
+    g.initializer.extend([helper.make_tensor("slow_trip", TensorProto.INT64, [], [400]),
+                          helper.make_tensor("slow_cond", TensorProto.BOOL, [], [True])])
+    g.node.append(helper.make_node("Loop", ["slow_trip", "slow_cond", inner], [out.name], body=body))
+    return m
+'''
+
+BUGS: tuple[Bug, ...] = (
+    Bug("policy entry (Exp deny -> infer)",
+        (("policies/ops.toml", 'deny = [\n    "Exp", ', 'deny = [\n    '),
+         ("policies/ops.toml", 'infer = [\n    "Add", ', 'infer = [\n    "Exp", "Add", ')),
+        (("deny_exp", None, "accuracy"),)),
+    Bug("subgraph painting skipped",
+        (("paint.py", "self._nodes = list(iter_nodes(graph))", "self._nodes = list(graph)"),),
+        (("loop_if", None, "coverage"),)),
+    Bug("range check off (overflow)",
+        (("ranges.py", "if peak > float(info.max):", "if peak > float(info.max) * 1e6:"),),
+        (("range_big_const", "fp16", "accuracy"),)),
+    Bug("casts not shared",
+        (("casts.py", "        key = (value, dtype, scope)\n        if key in self.cache:\n            return self.cache[key]\n",
+          "        key = (value, dtype, scope, len(self.cache))\n"),),
+        (("cast_share", None, "coverage"), ("transformer_block", None, "coverage"))),
+    Bug("bf16-only weight rounding",  # bf16 constants rounded through fp16 first: beyond 65504 they become inf
+        (("ranges.py", "    converted = array.astype(NUMPY_DTYPE[low])\n",
+          "    converted = (array.astype(np.float16) if low == ir.DataType.BFLOAT16 else array)"
+          ".astype(NUMPY_DTYPE[low])\n"),
+         ("ranges.py", "        converted = flat.astype(NUMPY_DTYPE[low])\n",
+          "        converted = (flat.astype(np.float16) if low == ir.DataType.BFLOAT16 else flat)"
+          ".astype(NUMPY_DTYPE[low])\n")),
+        (("range_big_const", "bf16", "accuracy"),)),
+    Bug("conversion slowdown (+0.6 s)",
+        (("converter.py", "def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = None) "
+          "-> ConversionResult:\n", "def convert_model(model: onnx.ModelProto, options: ConversionOptions | None "
+          "= None) -> ConversionResult:\n    time.sleep(0.6)  # BUG(slowdown)\n"),),
+        (("conv_net", None, "conversion_time"), ("transformer_block", None, "conversion_time"))),
+    Bug("model latency (+400-step no-op Loop)",
+        (("converter.py", "    return ConversionResult(model=out, report=report)",
+          "    return ConversionResult(model=_redundant_work(out), report=report)  # BUG(latency)"),),
+        (("conv_net", None, "latency"), ("transformer_block", None, "latency")),
+        append=(("converter.py", LATENCY_FN),)),
+)
+
+
+# -- plumbing ---------------------------------------------------------------------------------------
+def git(repo: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@localhost",
+               GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@localhost")
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
+
+
+def commit(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def edit(repo: Path, rel: str, old: str, new: str) -> None:
+    path = repo / "amp_pass" / rel
+    text = path.read_text()
+    if text.count(old) != 1:
+        raise SystemExit(f"bench_verdicts: the edit for {rel} no longer applies ({text.count(old)} matches of "
+                         f"{old[:60]!r}); update BUGS")
+    path.write_text(text.replace(old, new))
+
+
+def noise(repo: Path, i: int) -> str:
+    path = repo / "amp_pass" / "__init__.py"
+    path.write_text(path.read_text() + f"# noise commit {i}: comments only\n")
+    return commit(repo, f"noise {i}")
+
+
+def inject(repo: Path, bug: Bug) -> str:
+    for rel, old, new in bug.edits:
+        edit(repo, rel, old, new)
+    for rel, text in bug.append:
+        path = repo / "amp_pass" / rel
+        path.write_text(path.read_text() + text)
+    return commit(repo, f"BUG: {bug.name}")
+
+
+@dataclass
+class Ctx:
+    repo: Path
+    env: dict[str, str]
+    sweep: Path
+    sweeps: int = 0
+    seconds: float = 0.0
+    log: list[str] = field(default_factory=list)
+
+    def ampci(self, *args: str, ok: tuple[int, ...] = (0, 1)) -> tuple[int, Any]:
+        t0 = time.perf_counter()
+        proc = subprocess.run([AMPCI, *args], env=self.env, capture_output=True, text=True, timeout=3600)
+        self.seconds += time.perf_counter() - t0
+        if proc.returncode not in ok:
+            raise SystemExit(f"bench_verdicts: ampci {' '.join(args)} exited {proc.returncode}: "
+                             f"{proc.stderr.strip().splitlines()[-1:] or proc.stdout[-300:]}")
+        self.log.append(proc.stderr)
+        try:
+            return proc.returncode, json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            return proc.returncode, proc.stdout
+
+    def sweep_at(self, sha: str, baseline: str, *extra: str) -> dict[str, Any]:
+        self.sweeps += 1
+        _, payload = self.ampci("sweep", "--config", str(self.sweep), "--revision", sha, "--baseline", baseline,
+                                "--json", *extra)
+        return payload
+
+
+def findings(payload: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(r["model"], r["dtype"], r["kind"]) for r in payload.get("regressions", [])]
+
+
+def matches(found: list[tuple[str, str, str]], bug: Bug) -> bool:
+    return any(m == em and (ed is None or d == ed) and k == ek for m, d, k in found for em, ed, ek in bug.expect)
+
+
+def latency_comparisons(payload: dict[str, Any]) -> int:
+    return sum(1 for r in payload.get("results", []) if r.get("latency_p50_ms") is not None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--aa", type=int, default=10, help="A/A re-runs of the first commit (default 10)")
+    ap.add_argument("--bisect-commits", type=int, default=8, help="commits on the bisection branch (default 8)")
+    ap.add_argument("--noise", type=int, default=1, help="noise commits before each bug (default 1)")
+    ap.add_argument("--repeats", type=int, default=20, help="latency runs per job (default 20)")
+    ap.add_argument("--models", nargs="*", default=MODELS, help="zoo models swept")
+    ap.add_argument("--keep", type=Path, default=None, help="work in DIR and keep it")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    work = args.keep or Path(tempfile.mkdtemp(prefix="ampci-verdicts-"))
+    work.mkdir(parents=True, exist_ok=True)
+    repo = work / "repo"
+    shutil.rmtree(repo, ignore_errors=True)
+    shutil.copytree(ROOT / "amp_pass", repo / "amp_pass", ignore=shutil.ignore_patterns("__pycache__"))
+    git(work, "init", "-q", "-b", "main", str(repo))
+    base = commit(repo, "base: this checkout's amp_pass")
+    sweep = work / "verdicts.toml"
+    sweep.write_text(SWEEP.format(models=json.dumps(args.models), repeats=args.repeats))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AMPCI_")}
+    env.update(AMPCI_PASS_REPO=str(repo), AMPCI_DATA_DIR=str(work / "data"), AMPCI_CACHE_DIR=str(work / "cache"),
+               PYTHONPATH=str(ROOT))
+    ctx = Ctx(repo, env, sweep)
+    t_start = time.perf_counter()
+
+    # 1-2. linear history, each commit swept against its parent
+    ctx.sweep_at(base, base)
+    history: list[tuple[str, Bug | None]] = []
+    bugs = list(BUGS)
+    k = 0
+    for bug in bugs:
+        for _ in range(args.noise):
+            k += 1
+            history.append((noise(repo, k), None))
+        history.append((inject(repo, bug), bug))
+    k += 1
+    history.append((noise(repo, k), None))
+    rows = []
+    parent = base
+    for sha, bug in history:
+        payload = ctx.sweep_at(sha, parent)
+        found = findings(payload)
+        rows.append({"commit": sha[:10], "bug": bug.name if bug else "noise", "findings": sorted(set(found)),
+                     "ok": matches(found, bug) if bug else not found})
+        parent = sha
+    detected = sum(1 for r in rows if r["bug"] != "noise" and r["ok"])
+    n_bugs = sum(1 for r in rows if r["bug"] != "noise")
+    false_alarms = sum(1 for r in rows if r["bug"] == "noise" and not r["ok"])
+    n_noise = sum(1 for r in rows if r["bug"] == "noise")
+
+    # 3. bisection on a branch off the base
+    git(repo, "checkout", "-q", "-b", "bisect", base)
+    n = args.bisect_commits
+    culprit_at = n // 2 + 1
+    culprit = ""
+    for i in range(1, n + 1):
+        if i == culprit_at:
+            culprit = inject(repo, BUGS[2])  # the range check, a clear accuracy failure
+        else:
+            noise(repo, 100 + i)
+    tip = git(repo, "rev-parse", "HEAD")
+    tip_run = ctx.sweep_at(tip, base)
+    sweeps_before = ctx.sweeps
+    t0 = time.perf_counter()
+    rc, bis = ctx.ampci("bisect", "--run", str(tip_run["run"]["id"]), "--json", ok=(0, 1, 2))
+    bisect_s = time.perf_counter() - t0
+    named = json.dumps(bis) if not isinstance(bis, str) else bis
+    midpoints = _midpoint_runs(ctx, tip_run["run"]["id"])
+    bisect_ok = culprit in named
+    bound = math.ceil(math.log2(n))
+    del sweeps_before
+
+    # 4. A/A on the base revision
+    aa_flags = aa_comparisons = 0
+    for _ in range(args.aa):
+        payload = ctx.sweep_at(base, base)
+        aa_comparisons += latency_comparisons(payload)
+        aa_flags += sum(1 for f in findings(payload) if f[2] == "latency")
+    wall = time.perf_counter() - t_start
+
+    table = {
+        "detected": f"{detected}/{n_bugs}", "false_alarms_noise": f"{false_alarms}/{n_noise}",
+        "aa_false_alarm_rate": f"{aa_flags}/{aa_comparisons}" + (f" ({100 * aa_flags / aa_comparisons:.1f}%)"
+                                                                 if aa_comparisons else ""),
+        "bisection": f"{'found' if bisect_ok else 'NOT found'} in {midpoints} midpoint runs (bound {bound}), "
+                     f"{bisect_s:.0f} s, exit {rc}",
+        "sweeps": ctx.sweeps + midpoints, "wall_s": round(wall, 1),
+    }
+    if args.json:
+        print(json.dumps({"summary": table, "commits": rows}, indent=2, default=str))
+    else:
+        print("| commit | injected | findings (model, dtype, kind) | verdict |")
+        print("|---|---|---|---|")
+        for r in rows:
+            f = "; ".join(f"{m} {d} {k}" for m, d, k in r["findings"]) or "none"
+            verdict = ("detected" if r["ok"] else "MISSED") if r["bug"] != "noise" else \
+                ("quiet" if r["ok"] else "FALSE ALARM")
+            print(f"| {r['commit']} | {r['bug']} | {f} | {verdict} |")
+        print()
+        print("| measure | value | target |")
+        print("|---|---|---|")
+        print(f"| bugs detected (right cell and metric) | {table['detected']} | all |")
+        print(f"| false alarms on noise commits | {table['false_alarms_noise']} | 0 |")
+        print(f"| A/A latency false-alarm rate | {table['aa_false_alarm_rate']} | <= 1% |")
+        print(f"| bisection | {table['bisection']} | culprit in <= ceil(log2 n) |")
+        print(f"| sweeps / wall time | {table['sweeps']} / {table['wall_s']} s | |")
+    ok = detected == n_bugs and false_alarms == 0 and bisect_ok and midpoints <= bound and \
+        (aa_comparisons == 0 or aa_flags / aa_comparisons <= 0.01)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+def _midpoint_runs(ctx: Ctx, after_run: int) -> int:
+    """How many bisect-trigger runs were created after run ``after_run``."""
+    _, runs = ctx.ampci("runs", "--json", "--limit", "1000")
+    items = runs if isinstance(runs, list) else runs.get("runs", [])
+    return sum(1 for r in items if r.get("trigger") == "bisect" and int(r.get("id", 0)) > after_run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
