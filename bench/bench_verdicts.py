@@ -273,7 +273,6 @@ def main(argv: list[str] | None = None) -> int:
             noise(repo, 100 + i)
     tip = git(repo, "rev-parse", "HEAD")
     tip_run = ctx.sweep_at(tip, base)
-    sweeps_before = ctx.sweeps
     t0 = time.perf_counter()
     rc, bis = ctx.ampci("bisect", "--run", str(tip_run["run"]["id"]), "--json", ok=(0, 1, 2))
     bisect_s = time.perf_counter() - t0
@@ -281,7 +280,6 @@ def main(argv: list[str] | None = None) -> int:
     midpoints = _midpoint_runs(ctx, tip_run["run"]["id"])
     bisect_ok = culprit in named
     bound = math.ceil(math.log2(n))
-    del sweeps_before
 
     # 4. A/A on the base revision
     aa_flags = aa_comparisons = 0
