@@ -67,11 +67,12 @@ class StartedRun:
     pool: Any = None  # the embedded LocalPool running its jobs, if any
 
 
-def zoo_catalog(path: Path | None = None) -> dict[str, frozenset[str]]:
-    """Zoo model name -> tags, from a manifest (default ``zoo.toml``); fetches nothing, no onnxruntime."""
+def zoo_catalog(path: Path | None = None, data_dir: Path | None = None) -> dict[str, frozenset[str]]:
+    """Zoo model name -> tags, from a manifest (default ``zoo.toml`` merged with the user zoo under
+    ``data_dir``); fetches nothing, no onnxruntime."""
     from workers.zoo.manifest import load_zoo
 
-    return {name: frozenset(entry.tags) for name, entry in load_zoo(path).entries.items()}
+    return {name: frozenset(entry.tags) for name, entry in load_zoo(path, data_dir).entries.items()}
 
 
 def run_meta(cells: Iterable[PlannedCell], requested_revision: str) -> dict[str, Any]:
@@ -184,7 +185,7 @@ def start_sweep(settings: Settings, config: SweepConfig, revision: str = "WORKTR
     to the queue named by its target.
     """
     store = store if store is not None else open_store(settings)
-    cells = config.expand(catalog if catalog is not None else zoo_catalog(config.zoo_path()))
+    cells = config.expand(catalog if catalog is not None else zoo_catalog(config.zoo_path(), settings.data_dir))
     check_repeats(config.name, [(c.cell, c.repeats) for c in cells], store.thresholds or Thresholds())
     if only_cells is not None:
         wanted = set(only_cells)
@@ -200,7 +201,8 @@ def start_sweep(settings: Settings, config: SweepConfig, revision: str = "WORKTR
     store.upsert_revision(sha, parents=info.get("parents", []), branch=info.get("branch"),
                           author=info.get("author"), message=info.get("message"))
     meta = run_meta(cells, revision)
-    meta.update(config.warnings_meta(cells, settings.cache_dir))  # [[nodes]] regexes matching nothing
+    # [[nodes]] regexes matching nothing
+    meta.update(config.warnings_meta(cells, settings.cache_dir, settings.data_dir))
     run_id, created = store.create_run_if_new(sha, trigger, base, config.name, [c.cell for c in cells],
                                               dedup_key, meta, dispatch=dispatch_mode(settings))
     if not created:

@@ -194,7 +194,7 @@ class Settings:
 
     def worker_config(self) -> WorkerConfig:
         """What the worker layer needs of these settings (:class:`workers.config.WorkerConfig`)."""
-        return WorkerConfig(cache_dir=self.cache_dir, pass_repo=self.pass_repo,
+        return WorkerConfig(cache_dir=self.cache_dir, data_dir=self.data_dir, pass_repo=self.pass_repo,
                             convert_timeout=self.convert_timeout, convert_memory=self.convert_memory,
                             job_timeout=self.job_timeout, latency_runs=self.latency_runs,
                             latency_warmup=self.latency_warmup, convergence_steps=self.convergence_steps,

@@ -71,7 +71,9 @@ class SweepConfig:
     """A validated sweep.  Guarantees: non-empty axes, known dtypes, targets of a known kind (``cpu``,
     ``cuda``, or a queue of one, ``cuda-a100``), and policies that are named policies, ``auto`` or
     readable, valid policy files (relative paths resolved against the sweep file's folder; the cells
-    carry the absolute path, ``policy_files`` maps it back to what the sweep wrote, for overrides)."""
+    carry the absolute path, ``policy_files`` maps it back to what the sweep wrote, for overrides), and a
+    ``zoo`` manifest that exists, held as its absolute path (a relative one is relative to the sweep
+    file's folder, like policy files)."""
 
     name: str
     models: tuple[str, ...]
@@ -81,21 +83,18 @@ class SweepConfig:
     repeats: int = 20
     description: str = ""
     overrides: tuple[Override, ...] = field(default_factory=tuple)
-    zoo: str | None = None  # another zoo manifest (absolute, or relative to the repository root)
+    zoo: str | None = None  # another zoo manifest (absolute path; None: built-in zoo + user zoo)
     policy_files: Mapping[str, str] = field(default_factory=dict)  # resolved path -> as written
 
     def zoo_path(self) -> Path | None:
         """The manifest this sweep's models come from (None: the default ``zoo.toml``)."""
-        if self.zoo is None:
-            return None
-        path = Path(self.zoo)
-        return path if path.is_absolute() else SWEEPS_DIR.parent / path
+        return None if self.zoo is None else Path(self.zoo)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<sweep>", base_dir: Path | None = None
                   ) -> SweepConfig:
         """Validate a parsed TOML table; every problem is a one-line SweepConfigError naming ``source``.
-        Policy file paths are relative to ``base_dir`` (default: the current directory)."""
+        Policy file and zoo manifest paths are relative to ``base_dir`` (default: the current directory)."""
         unknown = sorted(set(data) - _KEYS)
         if unknown:
             raise SweepConfigError(f"{source}: unknown key(s) {', '.join(unknown)}; expected {sorted(_KEYS)}")
@@ -127,8 +126,8 @@ class SweepConfig:
             raise SweepConfigError(f"{source}: 'override' must be an array of tables ([[override]])")
         overrides = tuple(_override(o, f"{source}: override #{i + 1}") for i, o in enumerate(raw_overrides))
         zoo = data.get("zoo")
-        if zoo is not None and (not isinstance(zoo, str) or not zoo):
-            raise SweepConfigError(f"{source}: 'zoo' must be a manifest path")
+        if zoo is not None:
+            zoo = _resolve_zoo(zoo, base_dir or Path.cwd(), source)
         return cls(name=name, models=names("models"), dtypes=dtypes, policies=tuple(dict.fromkeys(policies)),
                    targets=targets, repeats=repeats, description=str(data.get("description", "")),
                    overrides=overrides, zoo=zoo, policy_files=policy_files)
@@ -216,16 +215,19 @@ class SweepConfig:
                                                                else ""))
         return warnings
 
-    def warnings_meta(self, cells: Iterable[PlannedCell], cache_dir: Path) -> dict[str, Any]:
+    def warnings_meta(self, cells: Iterable[PlannedCell], cache_dir: Path, data_dir: Path | None = None
+                      ) -> dict[str, Any]:
         """``{"warnings": [...]}`` for the run's meta (:meth:`node_rule_warnings` over this sweep's zoo,
-        models fetched into ``cache_dir`` as jobs would), or ``{}`` when there is nothing to say."""
-        warnings = self.node_rule_warnings(cells, zoo_node_names(self.zoo_path(), cache_dir))
+        with the user zoo under ``data_dir``, models fetched into ``cache_dir`` as jobs would), or ``{}``
+        when there is nothing to say."""
+        warnings = self.node_rule_warnings(cells, zoo_node_names(self.zoo_path(), cache_dir, data_dir))
         return {"warnings": warnings} if warnings else {}
 
 
-def zoo_node_names(zoo: Path | None, cache_dir: Path) -> NodeNames:
-    """Node names (every graph, subgraphs included) of a zoo model, fetched into ``cache_dir`` as a job
-    fetches it; reads the graph only (no weights, no onnxruntime)."""
+def zoo_node_names(zoo: Path | None, cache_dir: Path, data_dir: Path | None = None) -> NodeNames:
+    """Node names (every graph, subgraphs included) of a zoo model (``zoo`` None: the built-in zoo and
+    the user zoo under ``data_dir``), fetched into ``cache_dir`` as a job fetches it; reads the graph
+    only (no weights, no onnxruntime)."""
 
     def names(model: str) -> list[str]:
         import onnx
@@ -233,7 +235,7 @@ def zoo_node_names(zoo: Path | None, cache_dir: Path) -> NodeNames:
         from workers.zoo.fetch import fetch_entry
         from workers.zoo.manifest import load_zoo
 
-        fetched = fetch_entry(load_zoo(zoo).get(model), Path(cache_dir))
+        fetched = fetch_entry(load_zoo(zoo, data_dir).get(model), Path(cache_dir))
         proto = onnx.load(str(fetched.path), load_external_data=False)
         found: list[str] = []
         graphs = [proto.graph]
@@ -281,6 +283,17 @@ def resolve_policy(policy: str, base_dir: Path, source: str, files: dict[str, st
         raise SweepConfigError(f"{source}: {exc}") from None
     if files is not None:
         files[str(path)] = policy
+    return str(path)
+
+
+def _resolve_zoo(zoo: Any, base_dir: Path, source: str) -> str:
+    """A sweep's ``zoo`` manifest as an absolute path (relative to ``base_dir``); it must exist."""
+    if not isinstance(zoo, str) or not zoo:
+        raise SweepConfigError(f"{source}: 'zoo' must be a manifest path")
+    path = Path(zoo).expanduser()
+    path = (path if path.is_absolute() else base_dir / path).resolve()
+    if not path.is_file():
+        raise SweepConfigError(f"{source}: zoo manifest {zoo!r} does not exist ({path})")
     return str(path)
 
 

@@ -18,11 +18,18 @@ def _default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("ampci"))
 
 
+def _default_data_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("ampci"))
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """Limits, sample counts and places of one job.  Immutable; every field has a safe default.
 
-    ``cache_dir``: model zoo, fp32 references and pass worktrees; ``pass_repo``: the git repository
+    ``cache_dir``: model zoo, fp32 references and pass worktrees; ``data_dir``: where the user zoo
+    (``user_zoo.toml``, merged with the built-in one) lives, as for the service; ``pass_repo``: the git repository
     whose revisions are tested (empty: this checkout); ``convert_timeout``/``convert_memory``: limits of
     the conversion subprocess; ``job_timeout``: the whole job's hard limit; ``latency_runs``/
     ``latency_warmup``: timed and untimed runs per latency measurement; ``convergence_steps``: steps a
@@ -33,6 +40,7 @@ class WorkerConfig:
     """
 
     cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
+    data_dir: Path = dataclasses.field(default_factory=_default_data_dir)
     pass_repo: str = ""
     convert_timeout: float = 600.0
     convert_memory: int = 8 * 1024**3

@@ -33,7 +33,7 @@ from workers.runners import EmulatedRunner, Runner, SessionRunner
 from workers.sessions import CPU, SessionError, cuda_usable
 from workers.timing import JobClock
 from workers.zoo.fetch import fetch_entry
-from workers.zoo.inputs import SpecError, check_spec, feeds_digest, make_feeds, model_inputs
+from workers.zoo.inputs import SpecError, check_spec, describe_inputs, feeds_digest, make_feeds, model_inputs
 from workers.zoo.manifest import ZooEntry, ZooError, load_zoo
 from workers.zoo.registry import FetchError
 
@@ -45,7 +45,9 @@ TARGETS = ("cpu", "cuda")
 class JobSpec:
     """One cell at one revision.  ``pass_root``: a directory whose ``amp_pass`` package the
     conversion subprocess imports first (default: this repository).  ``seed``/``steps`` override
-    the zoo entry's input seed and the settings' convergence steps; ``zoo_path`` another manifest."""
+    the zoo entry's input seed and the settings' convergence steps; ``zoo_path`` another manifest
+    (default: the built-in zoo merged with the user zoo under ``WorkerConfig.data_dir``); ``entry`` an
+    entry to run instead of looking ``model`` up (a model file checked by path)."""
 
     model: str
     dtype: str
@@ -56,6 +58,7 @@ class JobSpec:
     seed: int | None = None
     steps: int | None = None
     zoo_path: Path | None = None
+    entry: ZooEntry | None = None
 
 
 class JobFailed(Exception):
@@ -140,7 +143,7 @@ class _Job:
 
     def _fetch(self) -> tuple[ZooEntry, Path, str]:
         try:
-            entry = load_zoo(self.spec.zoo_path).get(self.spec.model)
+            entry = self.spec.entry or load_zoo(self.spec.zoo_path, self.settings.data_dir).get(self.spec.model)
         except ZooError as exc:
             raise JobFailed("bad_spec", str(exc)) from None
         try:
@@ -157,9 +160,11 @@ class _Job:
             self._check_once(model, str(self.result.model_sha256), full=False)
         except Exception as exc:  # noqa: BLE001 - protobuf/checker raise several types
             raise JobFailed("bad_model", f"{path.name} is not a valid ONNX model: {_line(exc)}") from None
+        seed = self.spec.seed if self.spec.seed is not None else entry.seed
+        self.result.inputs = describe_inputs(entry, seed)
         try:
             check_spec(entry, model)
-            feeds = make_feeds(entry, self.spec.seed if self.spec.seed is not None else entry.seed)
+            feeds = make_feeds(entry, seed)
         except SpecError as exc:
             raise JobFailed("bad_spec", str(exc)) from None
         outputs = {o.name for o in model.graph.output}

@@ -189,6 +189,9 @@ class JobResult:
     graph: GraphFacts | None = None
     environment: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)  # convert_s, reference_s, ..., overhead_s, total_s
+    # the feeds, by input name: shape, dtype, values (how made), note (where the spec came from);
+    # empty in results from before it was recorded
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -238,7 +241,7 @@ class JobResult:
             if d.get("convergence") else None,
             graph=GraphFacts.from_dict(d["graph"]) if d.get("graph") else None,
             environment=dict(d.get("environment") or {}), timings=dict(d.get("timings") or {}),
-            schema_version=SCHEMA_VERSION,
+            inputs={k: dict(v) for k, v in (d.get("inputs") or {}).items()}, schema_version=SCHEMA_VERSION,
         )
 
     @classmethod

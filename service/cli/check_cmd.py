@@ -1,8 +1,13 @@
-"""``ampci check MODEL --dtype fp16 --policy default [--target cpu|cuda] [--revision REV] [--json]``.
+"""``ampci check MODEL|PATH.onnx --dtype fp16 --policy default [--target cpu|cuda] [--revision REV] [--json]``.
 
-Runs one job in this process (no queue, no database) and prints its result.  Exit code: 0 when
-the job passed, 2 for bad input (``bad_spec``/``bad_model``), 1 for every other failure.
-Workers (and so onnxruntime) are imported inside the command function only.
+Runs one job in this process (no queue, no database) and prints its result.  MODEL is a zoo name (the
+built-in zoo merged with the user zoo, or ``--zoo``); an argument ending in ``.onnx`` or naming an
+existing file is a model file, checked as it is: its inputs come from ``--inputs FILE.npz`` or are
+generated from the graph's declared types and shapes (``--input-shape NAME=AxB`` for every symbolic dim,
+``--input-range NAME=LOW:HIGH`` for integer inputs; whatever is missing is one line, exit 2, before
+any job; see :mod:`workers.zoo.model_file`).  The result says which inputs were used and how they were
+made.  Exit code: 0 when the job passed, 2 for bad input (``bad_spec``/``bad_model``), 1 for every
+other failure.  Workers (and so onnxruntime) are imported inside the command function only.
 """
 
 from __future__ import annotations
@@ -13,8 +18,11 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from service.errors import UserError
+
 if TYPE_CHECKING:
     from workers.result import GraphFacts
+    from workers.zoo.manifest import ZooEntry
 
 BAD_INPUT = frozenset({"bad_spec", "bad_model"})
 
@@ -66,6 +74,7 @@ def format_result(r: Any) -> str:
                          f"{lat.speedup:.2f}x ({len(lat.samples_ms)} runs){rss}")
     if r.graph is not None:
         lines.extend(graph_lines(r.graph))
+    lines.extend(input_lines(getattr(r, "inputs", None) or {}))
     env = r.environment
     if env:
         lines.append(f"  environment: onnxruntime {env.get('onnxruntime')} {env.get('provider')} on "
@@ -106,6 +115,32 @@ def graph_lines(g: GraphFacts) -> list[str]:
     return lines
 
 
+def input_lines(inputs: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per input of a result: ``input NAME: DTYPE[SHAPE] VALUES (where the spec came from)``."""
+    lines = []
+    for name, d in inputs.items():
+        note = f" ({d['note']})" if d.get("note") else ""
+        lines.append(f"  input {name}: {d.get('dtype')}{d.get('shape')} {d.get('values')}{note}")
+    return lines
+
+
+def is_model_file(model: str) -> bool:
+    """True when ``check``'s MODEL argument names a model file (ends with .onnx, or is a file)."""
+    return model.lower().endswith(".onnx") or Path(model).expanduser().is_file()
+
+
+def file_entry(args: argparse.Namespace) -> ZooEntry:
+    """The ad-hoc zoo entry of ``check PATH``: the file with the inputs its options describe (a one-line
+    SpecError/UserError, exit 2, for a symbolic dim or an integer range without a value, a bad option)."""
+    from service.cli.zoo_cmd import input_options
+    from workers.zoo.model_file import file_entry as entry_for_file
+
+    if args.zoo is not None:
+        raise UserError("--zoo names a zoo manifest; a model file is checked without one")
+    options, state = input_options(args)
+    return entry_for_file(Path(args.model), options, state)
+
+
 def validated_policy(dtype: str, policy: str, target: str) -> str:
     """The policy a job of ``check`` runs with (a policy file as its absolute path, since the conversion
     runs in the pass revision's folder); a SweepConfigError (exit 2, one line, nothing run) for an
@@ -124,9 +159,15 @@ def _run(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     policy = validated_policy(args.dtype, args.policy, args.target)
-    spec = JobSpec(model=args.model, dtype=args.dtype, policy=policy, target=args.target,
+    entry = None
+    if is_model_file(args.model):
+        entry = file_entry(args)
+    elif args.inputs is not None or args.input_shape or args.input_range or args.stateful:
+        raise UserError(f"--inputs/--input-shape/--input-range/--stateful describe a model file; {args.model!r} "
+                        "is a zoo name (its inputs are in the zoo entry)")
+    spec = JobSpec(model=entry.name if entry else args.model, dtype=args.dtype, policy=policy, target=args.target,
                    revision=args.revision, pass_root=args.pass_root, seed=args.seed, steps=args.steps,
-                   zoo_path=args.zoo)
+                   zoo_path=args.zoo, entry=entry)
     result = run_job(spec, settings.worker_config())
     if args.json:
         print(json.dumps(result.to_dict(), sort_keys=True, indent=2, allow_nan=False))
@@ -137,8 +178,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``ampci check``."""
+    from service.cli.zoo_cmd import add_input_arguments
+
     p = subparsers.add_parser("check", help="run one regression job (model x dtype x policy x target) locally")
-    p.add_argument("model", help="zoo model name (see `ampci zoo list`)")
+    p.add_argument("model", help="zoo model name (see `ampci zoo list`) or an ONNX model file (PATH.onnx)")
     p.add_argument("--dtype", default="fp16", help="fp16 or bf16 (default fp16)")
     p.add_argument("--policy", default="default", help="pass policy name or file (default: default)")
     p.add_argument("--target", default="cpu", help="cpu or cuda (default cpu)")
@@ -148,6 +191,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="directory whose amp_pass package is converted with (default: this checkout)")
     p.add_argument("--seed", type=int, default=None, help="input seed (default: the zoo entry's)")
     p.add_argument("--steps", type=int, default=None, help="convergence steps (default: entry or settings)")
-    p.add_argument("--zoo", type=Path, default=None, help="zoo manifest (default: zoo.toml of this checkout)")
+    p.add_argument("--zoo", type=Path, default=None,
+                   help="zoo manifest (default: zoo.toml of this checkout merged with the user zoo)")
+    add_input_arguments(p, "model file: ")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_run)

@@ -1,24 +1,66 @@
-"""``ampci zoo list`` and ``ampci zoo fetch [NAME...]``: the model zoo manifest and its cache.
+"""``ampci zoo list|fetch|add|export``: the model zoo (built-in ``zoo.toml`` + the user zoo) and its cache.
 
-Fetching verifies sha256, never fetches a cached file twice, and on a checksum mismatch deletes the
-downloaded file and fails with a one-line message (exit 2).  Workers are imported lazily.
+The catalogue is the built-in ``zoo.toml`` merged with the user zoo (``AMPCI_DATA_DIR/user_zoo.toml``), or
+the manifest given with ``--zoo``; ``list`` says where each entry comes from (``builtin``/``user``/the
+manifest).  Fetching verifies sha256, never fetches a cached file twice, and on a checksum mismatch deletes
+the downloaded file and fails with a one-line message (exit 2).  ``add`` records a model file of the
+user's in the user zoo (sha256 computed, the file copied into ``AMPCI_CACHE_DIR``; inputs as for ``ampci
+check PATH``; a name the zoo already has is a one-line error, exit 2).  ``export`` copies an entry's model
+file out of the cache.  Workers are imported lazily.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.settings import Settings
+    from workers.zoo.manifest import Zoo
+    from workers.zoo.model_file import InputOptions
+
+
+def _zoo(args: argparse.Namespace, settings: Settings) -> Zoo:
+    from workers.zoo.manifest import load_zoo
+
+    return load_zoo(args.zoo, settings.data_dir)
+
+
+def add_input_arguments(p: argparse.ArgumentParser, what: str = "") -> None:
+    """``--inputs``, ``--input-shape``, ``--input-range``, ``--stateful`` (a model file's inputs), as
+    ``check PATH`` and ``zoo add`` take them; ``what`` prefixes their help."""
+    p.add_argument("--inputs", type=Path, default=None, metavar="NPZ",
+                   help=f"{what}input arrays by name (the other inputs are generated)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=AxBxC",
+                   help=f"{what}the shape of an input with symbolic dims (repeatable)")
+    p.add_argument("--input-range", action="append", default=[], metavar="NAME=LOW:HIGH",
+                   help=f"{what}generate the input uniformly in [LOW, HIGH) (needed for integer inputs; "
+                        "repeatable)")
+    p.add_argument("--stateful", action="append", default=[], metavar="INPUT=OUTPUT",
+                   help=f"{what}OUTPUT is fed back as INPUT each step (convergence check; repeatable)")
+
+
+def input_options(args: argparse.Namespace) -> tuple[InputOptions, dict[str, str]]:
+    """The parsed :func:`add_input_arguments` (a one-line SpecError, exit 2, for a malformed value):
+    the input options and the state map."""
+    from workers.zoo import model_file
+
+    options = model_file.InputOptions(shapes=dict(model_file.parse_shape(t) for t in args.input_shape),
+                                      ranges=dict(model_file.parse_range(t) for t in args.input_range),
+                                      npz=args.inputs)
+    return options, dict(model_file.parse_state(t) for t in args.stateful)
 
 
 def _list(args: argparse.Namespace) -> int:
-    from workers.zoo.manifest import load_zoo
+    from service.settings import Settings
 
-    zoo = load_zoo(args.zoo)
-    entries = zoo.select(None, args.tag)
+    entries = _zoo(args, Settings.from_env()).select(None, args.tag)
     if args.json:
-        print(json.dumps([{"name": e.name, "source": e.source.kind, "ref": e.source.ref, "member": e.source.member,
-                           "sha256": e.sha256, "tags": list(e.tags), "task": e.task,
+        print(json.dumps([{"name": e.name, "origin": e.origin, "source": e.source.kind, "ref": e.source.ref,
+                           "member": e.source.member, "sha256": e.sha256, "tags": list(e.tags), "task": e.task,
                            "stateful": bool(e.stateful), "loop": bool(e.loop),
                            "inputs": {i.name: {"shape": list(i.shape), "dtype": i.dtype} for i in e.inputs},
                            "description": e.description} for e in entries], indent=2))
@@ -26,17 +68,17 @@ def _list(args: argparse.Namespace) -> int:
     width = max((len(e.name) for e in entries), default=4)
     for e in entries:
         shapes = ", ".join(f"{i.name}{list(i.shape)}" for i in e.inputs)
-        print(f"{e.name:<{width}}  {e.source.kind:<10}  {','.join(e.tags):<28}  {shapes}")
+        origin = e.origin if e.origin in ("builtin", "user") else "manifest"
+        print(f"{e.name:<{width}}  {origin:<8}  {e.source.kind:<10}  {','.join(e.tags):<28}  {shapes}")
     return 0
 
 
 def _fetch(args: argparse.Namespace) -> int:
     from service.settings import Settings
     from workers.zoo.fetch import fetch_entry
-    from workers.zoo.manifest import load_zoo
 
     settings = Settings.from_env()
-    zoo = load_zoo(args.zoo)
+    zoo = _zoo(args, settings)
     rows = []
     for entry in zoo.select(args.names or None, args.tag):
         fetched = fetch_entry(entry, Path(settings.cache_dir))  # FetchError: one line, exit 2
@@ -48,19 +90,75 @@ def _fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add(args: argparse.Namespace) -> int:
+    from service.settings import Settings
+    from workers.zoo.manifest import user_zoo_path
+    from workers.zoo.user_zoo import add_model
+
+    settings = Settings.from_env()
+    options, state = input_options(args)
+    tags = tuple(dict.fromkeys(t.strip() for group in args.tags for t in group.split(",") if t.strip()))
+    entry = add_model(args.name, args.path, options, settings.data_dir, settings.cache_dir, tags=tags,
+                      state=state)
+
+    if args.json:
+        print(json.dumps({"name": entry.name, "path": entry.source.ref, "sha256": entry.sha256,
+                          "tags": list(entry.tags), "zoo": str(user_zoo_path(settings.data_dir)),
+                          "inputs": {i.name: {"shape": list(i.shape), "dtype": i.dtype, "note": i.note}
+                                     for i in entry.inputs}}, indent=2))
+        return 0
+    print(f"added {entry.name} to {user_zoo_path(settings.data_dir)} (sha256 {str(entry.sha256)[:12]}…, "
+          f"model copied to {entry.source.ref})")
+    for i in entry.inputs:
+        print(f"  input {i.name}: {i.dtype}{list(i.shape)} ({i.note})")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from service.errors import UserError
+    from service.settings import Settings
+    from workers.zoo.fetch import fetch_entry
+
+    settings = Settings.from_env()
+    entry = _zoo(args, settings).get(args.name)
+    fetched = fetch_entry(entry, Path(settings.cache_dir))
+    out = Path(args.output).expanduser()
+    if out.exists() and not args.force:
+        raise UserError(f"zoo export: {out} exists; pass --force to overwrite it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(fetched.path, out)
+    print(f"{entry.name}: wrote {out} (sha256 {fetched.sha256[:12]}…)")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add ``ampci zoo list`` and ``ampci zoo fetch``."""
-    zoo = subparsers.add_parser("zoo", help="the model zoo (list entries, fetch models into the cache)")
+    """Add ``ampci zoo list``, ``fetch``, ``add`` and ``export``."""
+    zoo = subparsers.add_parser("zoo", help="the model zoo (list, fetch into the cache, add your own models)")
     verbs = zoo.add_subparsers(dest="zoo_command", metavar="VERB")
     verbs.required = True
-    lst = verbs.add_parser("list", help="list the zoo's models")
+    manifest_help = "zoo manifest (default: zoo.toml of this checkout merged with the user zoo)"
+    lst = verbs.add_parser("list", help="list the zoo's models and where each comes from")
     lst.add_argument("--tag", default=None, help="only models with this tag (e.g. smoke)")
-    lst.add_argument("--zoo", type=Path, default=None, help="zoo manifest (default: zoo.toml of this checkout)")
+    lst.add_argument("--zoo", type=Path, default=None, help=manifest_help)
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(func=_list)
     fetch = verbs.add_parser("fetch", help="fetch models into the cache (AMPCI_CACHE_DIR), verifying sha256")
     fetch.add_argument("names", nargs="*", metavar="NAME", help="models to fetch (default: all)")
     fetch.add_argument("--tag", default=None, help="only models with this tag")
-    fetch.add_argument("--zoo", type=Path, default=None, help="zoo manifest (default: zoo.toml of this checkout)")
+    fetch.add_argument("--zoo", type=Path, default=None, help=manifest_help)
     fetch.add_argument("--json", action="store_true")
     fetch.set_defaults(func=_fetch)
+    add = verbs.add_parser("add", help="add an ONNX file of yours to the user zoo (AMPCI_DATA_DIR/user_zoo.toml)")
+    add.add_argument("path", type=Path, help="the ONNX model file (copied into AMPCI_CACHE_DIR)")
+    add.add_argument("--name", required=True, help="the zoo name sweeps and `ampci check` will use")
+    add.add_argument("--tags", action="append", default=[], metavar="TAG[,TAG...]",
+                     help="tags for sweeps (`models = [\"tag:NAME\"]`)")
+    add_input_arguments(add)
+    add.add_argument("--json", action="store_true")
+    add.set_defaults(func=_add)
+    export = verbs.add_parser("export", help="copy a zoo model's ONNX file out of the cache")
+    export.add_argument("name", metavar="NAME")
+    export.add_argument("-o", "--output", required=True, help="where to write the .onnx file")
+    export.add_argument("--force", action="store_true", help="overwrite an existing file")
+    export.add_argument("--zoo", type=Path, default=None, help=manifest_help)
+    export.set_defaults(func=_export)

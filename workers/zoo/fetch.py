@@ -1,7 +1,8 @@
 """Resolve a zoo entry to a verified local ONNX file in the cache.
 
 Guarantees for :func:`fetch_entry`: the returned file's sha256 is the one returned (and equals the
-manifest's for package/path/url sources, or the source file's for ``onnx_light``); a cached file is
+manifest's for package/path/url sources, or the source file's for ``onnx_light``); a ``path``
+source gives an absolute path (a relative one is relative to its manifest's folder); a cached file is
 never fetched or generated again; a downloaded file with the wrong checksum is deleted and reported
 as a :class:`~workers.zoo.registry.FetchError`; a partial file is never visible (atomic rename).
 """
@@ -54,6 +55,7 @@ def _local(entry: ZooEntry) -> FetchedModel:
     path = Path(entry.source.ref).expanduser()
     if not path.is_absolute():
         path = entry.base_dir / path
+    path = path.resolve()  # absolute: the conversion subprocess runs in another directory
     if not path.is_file():
         raise FetchError(f"{entry.name}: model file {path} does not exist")
     got = verified_sha256(path)

@@ -120,6 +120,33 @@ def make_feeds(entry: ZooEntry, seed: int, step: int = 0, only: Mapping[str, obj
     return {s.name: _one(entry, s, seed, step) for s in entry.inputs if only is None or s.name in only}
 
 
+def describe_values(spec: InputSpec) -> str:
+    """How an input's values are made, in words (``normal(mean=0, std=1)``, ``npz FILE``, ...)."""
+    if spec.dist == "npz":
+        return f"npz {spec.npz}"
+    if spec.dist == "normal":
+        return f"normal(mean={spec.mean:g}, std={spec.std:g})"
+    if spec.dist in ("uniform", "randint"):
+        return f"{spec.dist}[{spec.low:g}, {spec.high:g})"
+    if spec.dist == "constant":
+        return f"constant {spec.value:g}"
+    return spec.dist
+
+
+def describe_inputs(entry: ZooEntry, seed: int) -> dict[str, dict[str, object]]:
+    """What a job feeds the model, per input: ``shape``, ``dtype``, ``values`` (how they are made: see
+    :func:`describe_values`; generated values are seeded by ``seed``) and ``note`` (where the spec came
+    from: the zoo entry, the model's static dims, ``--input-shape``, the npz ...)."""
+    out: dict[str, dict[str, object]] = {}
+    for s in entry.inputs:
+        values = describe_values(s)
+        if s.dist in ("normal", "uniform", "randint"):
+            values += f", seed {seed}"
+        out[s.name] = {"shape": list(s.shape), "dtype": s.dtype, "values": values,
+                       "note": s.note or f"zoo entry {entry.name} ({entry.origin})"}
+    return out
+
+
 def feeds_digest(feeds: Mapping[str, np.ndarray]) -> str:
     """A short content hash of the feeds (names, dtypes, shapes, bytes)."""
     h = hashlib.sha256()

@@ -2,7 +2,10 @@
 
 Every problem in the manifest is a :class:`ZooError` naming the entry and the key, raised when the
 manifest is loaded, so a bad entry never gets as far as a job.  The format is documented at the
-top of ``zoo.toml``.
+top of ``zoo.toml``.  Relative paths in a manifest (``path`` sources, ``npz`` inputs) are relative to
+the manifest's own folder, whatever the current directory.  The default catalogue
+(``load_zoo(None, data_dir)``) is the built-in ``zoo.toml`` merged with the user zoo
+(``DATA_DIR/user_zoo.toml``, written by ``ampci zoo add``); a name in both is a ZooError.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ DISTS = ("normal", "uniform", "zeros", "ones", "constant", "randint", "npz")
 SOURCE_KINDS = ("package", "path", "url", "onnx_light", "synthetic")
 LOW_DTYPES = ("fp16", "bf16")
 _TOL_KEYS = {"atol", "rtol", "min_cosine", "task_min"}
+USER_ZOO_FILE = "user_zoo.toml"
+ORIGIN_BUILTIN, ORIGIN_USER = "builtin", "user"
 
 
 class ZooError(Exception):
@@ -44,6 +49,7 @@ class InputSpec:
     value: float = 0.0
     npz: str | None = None  # path relative to the manifest's directory; array key = input name
     per_step: bool = True   # stateful models: draw fresh values at every step (else keep step 0's)
+    note: str = ""          # where the spec came from (e.g. "shape from --input-shape"), for the result
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,7 @@ class ZooEntry:
     seed: int = 0
     description: str = ""
     base_dir: Path = REPO_ROOT
+    origin: str = ORIGIN_BUILTIN  # "builtin", "user" (the user zoo), "file" (a model checked by path) or a manifest path
 
     def tolerance_for(self, dtype: str) -> Tolerance:
         """The tolerance that applies to conversions to ``dtype`` (``fp16`` / ``bf16``)."""
@@ -130,7 +137,7 @@ def _check_keys(d: dict[str, Any], allowed: set[str], where: str) -> None:
 
 def _parse_input(name: str, d: dict[str, Any], where: str) -> InputSpec:
     w = f"{where}.inputs.{name}"
-    _check_keys(d, {"shape", "dtype", "dist", "mean", "std", "low", "high", "value", "npz", "per_step"}, w)
+    _check_keys(d, {"shape", "dtype", "dist", "mean", "std", "low", "high", "value", "npz", "per_step", "note"}, w)
     shape = _get(d, "shape", list, w)
     if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
         raise ZooError(f"{w}: shape must be a list of non-negative integers, got {shape!r}")
@@ -146,7 +153,7 @@ def _parse_input(name: str, d: dict[str, Any], where: str) -> InputSpec:
                      mean=_get(d, "mean", float, w, 0.0), std=_get(d, "std", float, w, 1.0),
                      low=_get(d, "low", float, w, 0.0), high=_get(d, "high", float, w, 1.0),
                      value=_get(d, "value", float, w, 0.0), npz=_get(d, "npz", str, w, None),
-                     per_step=_get(d, "per_step", bool, w, True))
+                     per_step=_get(d, "per_step", bool, w, True), note=_get(d, "note", str, w, ""))
 
 
 def _parse_source(d: dict[str, Any], where: str) -> Source:
@@ -190,7 +197,8 @@ def _parse_tolerances(defaults: dict[str, Any], own: dict[str, Any], where: str)
     return out
 
 
-def _parse_entry(name: str, d: dict[str, Any], defaults: dict[str, Any], base_dir: Path) -> ZooEntry:
+def _parse_entry(name: str, d: dict[str, Any], defaults: dict[str, Any], base_dir: Path,
+                 origin: str = ORIGIN_BUILTIN) -> ZooEntry:
     w = f"zoo entry {name!r}"
     _check_keys(d, {"source", "sha256", "inputs", "tolerance", "task", "task_outputs", "tags", "stateful",
                     "loop", "seed", "description"}, w)
@@ -224,15 +232,16 @@ def _parse_entry(name: str, d: dict[str, Any], defaults: dict[str, Any], base_di
     return ZooEntry(name=name, source=source, sha256=sha, inputs=inputs, tolerances=tolerances, task=task,
                     task_outputs=tuple(_get(d, "task_outputs", list, w, [])), tags=tuple(str(t) for t in tags),
                     stateful=stateful, loop=loop, seed=_get(d, "seed", int, w, int(defaults.get("seed", 0))),
-                    description=_get(d, "description", str, w, ""), base_dir=base_dir)
+                    description=_get(d, "description", str, w, ""), base_dir=base_dir, origin=origin)
 
 
 @dataclass(frozen=True)
 class Zoo:
-    """All entries of one manifest, by name."""
+    """All entries of one manifest (or of the built-in and the user zoo merged), by name."""
 
     entries: dict[str, ZooEntry]
     path: Path
+    defaults: dict[str, Any] = field(default_factory=dict)  # the manifest's [defaults] table
 
     def get(self, name: str) -> ZooEntry:
         """The entry called ``name``; ZooError listing the known names otherwise."""
@@ -246,41 +255,72 @@ class Zoo:
         return [e for e in chosen if tag is None or tag in e.tags]
 
 
+def user_zoo_path(data_dir: Path) -> Path:
+    """The user zoo file under ``data_dir`` (what ``ampci zoo add`` writes)."""
+    return Path(data_dir) / USER_ZOO_FILE
+
+
 #: Parsed manifests by (path, inode, size, mtime, ctime): a worker parses an unchanged manifest once.
 _PARSED: dict[tuple[str, int, int, int, int], Zoo] = {}
 
 
-def load_zoo(path: Path | None = None) -> Zoo:
-    """Parse and validate a manifest (default: ``zoo.toml`` at the repository root).
+def load_zoo(path: Path | None = None, data_dir: Path | None = None) -> Zoo:
+    """Parse and validate a manifest; with no ``path``, the built-in ``zoo.toml`` merged with the user
+    zoo under ``data_dir`` (when given and the file exists; its entries use the built-in defaults).
 
-    An unchanged file (same inode, size, mtime and ctime) is parsed once per process; the entries
-    are frozen dataclasses, shared by the callers.
+    Guarantees: entries carry an absolute ``base_dir`` (relative paths resolve against the manifest's
+    folder); a user entry named like a built-in one is a ZooError naming both files; an unchanged file
+    (same inode, size, mtime and ctime) is parsed once per process, the frozen entries shared.
     """
-    path = Path(path) if path else DEFAULT_MANIFEST
+    if path is not None:
+        path = Path(path).expanduser().resolve()
+        return _cached(path, "builtin" if path == DEFAULT_MANIFEST else str(path), None)
+    builtin = _cached(DEFAULT_MANIFEST, ORIGIN_BUILTIN, None)
+    user = user_zoo_path(data_dir) if data_dir is not None else None
+    if user is None or not user.is_file():
+        return builtin
+    extra = _cached(user.resolve(), ORIGIN_USER, builtin.defaults)
+    clash = sorted(set(extra.entries) & set(builtin.entries))
+    if clash:
+        raise ZooError(f"user zoo {user}: model(s) {', '.join(clash)} also in the built-in zoo {DEFAULT_MANIFEST}; "
+                       "rename them there")
+    return Zoo(entries={**builtin.entries, **extra.entries}, path=DEFAULT_MANIFEST, defaults=builtin.defaults)
+
+
+def entry_from_table(name: str, table: dict[str, Any], base_dir: Path, origin: str) -> ZooEntry:
+    """Validate one ``[models.NAME]`` table (as ``zoo.toml`` would hold it) under the built-in
+    ``[defaults]``; a ZooError naming the key otherwise."""
+    return _parse_entry(name, table, load_zoo().defaults, Path(base_dir).resolve(), origin)
+
+
+def _cached(path: Path, origin: str, defaults: dict[str, Any] | None) -> Zoo:
     try:
         st = path.stat()
     except FileNotFoundError:
         raise ZooError(f"zoo manifest {path} does not exist") from None
-    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    key = (f"{path}|{origin}", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if key not in _PARSED:
-        zoo = _parse_zoo(path)
+        zoo = _parse_zoo(path, origin, defaults)
         if len(_PARSED) >= 32:
             _PARSED.clear()
         _PARSED[key] = zoo
     return _PARSED[key]
 
 
-def _parse_zoo(path: Path) -> Zoo:
+def _parse_zoo(path: Path, origin: str = ORIGIN_BUILTIN, inherited: dict[str, Any] | None = None) -> Zoo:
+    """One manifest; ``inherited`` (the user zoo): these defaults, and no entries is not an error."""
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ZooError(f"zoo manifest {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ZooError(f"cannot read zoo manifest {path}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ZooError(f"zoo manifest {path} is not valid TOML: {exc}") from None
     _check_keys(data, {"defaults", "models"}, f"zoo manifest {path}")
-    defaults = data.get("defaults", {})
+    defaults = {**(inherited or {}), **data.get("defaults", {})}
     models = data.get("models", {})
-    if not isinstance(models, dict) or not models:
+    if not isinstance(models, dict) or (not models and inherited is None):
         raise ZooError(f"zoo manifest {path} has no [models.*] entries")
-    entries = {name: _parse_entry(name, d, defaults, path.parent) for name, d in models.items()}
-    return Zoo(entries=entries, path=path)
+    entries = {name: _parse_entry(name, d, defaults, path.parent, origin) for name, d in models.items()}
+    return Zoo(entries=entries, path=path, defaults=defaults)
