@@ -118,13 +118,17 @@ def _export(args: argparse.Namespace) -> int:
     from service.errors import UserError
     from service.settings import Settings
     from workers.zoo.fetch import fetch_entry
+    from workers.zoo.registry import sha256_file
 
     settings = Settings.from_env()
     entry = _zoo(args, settings).get(args.name)
     fetched = fetch_entry(entry, Path(settings.cache_dir))
     out = Path(args.output).expanduser()
+    if out.is_file() and sha256_file(out) == fetched.sha256:
+        print(f"{entry.name}: {out} is already this model (sha256 {fetched.sha256[:12]}…)")
+        return 0
     if out.exists() and not args.force:
-        raise UserError(f"zoo export: {out} exists; pass --force to overwrite it")
+        raise UserError(f"zoo export: {out} exists and is another file; pass --force to overwrite it")
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(fetched.path, out)
     print(f"{entry.name}: wrote {out} (sha256 {fetched.sha256[:12]}…)")

@@ -112,3 +112,20 @@ def test_zoo_add_with_npz_and_stateful_and_check_by_name(tmp_path: Path, monkeyp
     assert main(["check", "withnpz", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["model"] == "withnpz" and result["inputs"]["ids"]["values"] == f"npz {npz}"
+
+
+def test_zoo_export_writes_the_model_and_never_overwrites_another_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "m.onnx"
+    out.write_text("mine")
+    assert main(["zoo", "export", "conv_net", "-o", str(out)]) == 2
+    assert capsys.readouterr().err == (f"ampci: error: zoo export: {out} exists and is another file; "
+                                       "pass --force to overwrite it\n")
+    assert out.read_text() == "mine"
+    assert main(["zoo", "export", "conv_net", "-o", str(out), "--force"]) == 0
+    capsys.readouterr()
+    assert main(["zoo", "fetch", "conv_net", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert sha256_file(out) == row["sha256"]
+    assert main(["zoo", "export", "conv_net", "-o", str(out)]) == 0  # the same model again: nothing to do
+    assert "is already this model" in capsys.readouterr().out

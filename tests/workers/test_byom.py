@@ -163,3 +163,20 @@ def test_result_inputs_round_trip_and_old_results_read_empty() -> None:
     assert JobResult.from_dict(d).inputs == r.inputs
     del d["inputs"]
     assert JobResult.from_dict(d).inputs == {}
+
+
+def test_readme_quick_start_checks_an_own_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The quick start's third line runs as written (its /tmp file moved into tmp_path)."""
+    import re
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    quick = readme.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    (line,) = [ln for ln in quick.splitlines() if "ampci check" in ln]
+    commands = [shlex.split(part, comments=True) for part in line.split("&&")]
+    assert [c[:3] for c in commands] == [["python3", "dev.py", "ampci"]] * 2, line
+    assert [c[3:5] for c in commands] == [["zoo", "export"], ["check", "/tmp/model.onnx"]]
+    for argv in commands:
+        assert main([re.sub(r"^/tmp/", f"{tmp_path}/", a) for a in argv[3:]]) == 0
+    out = capsys.readouterr().out
+    assert "model.onnx fp16 policy=default target=cpu: PASS" in out and "  input x: float32[4, 3, 32, 32]" in out
