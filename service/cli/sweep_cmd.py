@@ -116,7 +116,8 @@ def _run_baseline(settings: Any, config: Any, store: Any, baseline: str, args: a
     from service.regressions.detect import cells_with_results
 
     have = cells_with_results(store, baseline)
-    missing = [c.cell for c in config.expand(scheduler.zoo_catalog(config.zoo_path())) if c.cell not in have]
+    catalog = scheduler.zoo_catalog(config.zoo_path(), settings.data_dir)
+    missing = [c.cell for c in config.expand(catalog) if c.cell not in have]
     if not missing:
         return None
     started = scheduler.start_sweep(settings, config, baseline, trigger="manual", store=store,
