@@ -1,16 +1,21 @@
 """``ampci db upgrade|downgrade|current``: manage the schema of the configured database.
 
     ampci db upgrade [--revision head]     # an empty database is brought to head
-    ampci db downgrade [--revision -1]     # ``base`` removes every table
+    ampci db downgrade [--revision -1] --yes   # ``base`` removes every table
     ampci db current [--json]
 
-The database is ``AMPCI_DATABASE_URL`` or the embedded SQLite file under the data dir.
+The database is ``AMPCI_DATABASE_URL`` or the embedded SQLite file under the data dir.  A downgrade
+drops tables and the results in them, so it needs ``--yes``, or a typed ``yes`` at the prompt when
+stdin is a terminal; otherwise it is a one-line error (exit 2) and nothing changes.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
+
+from service.errors import UserError
 
 
 def register(subparsers: Any) -> None:
@@ -23,6 +28,7 @@ def register(subparsers: Any) -> None:
     up.add_argument("--revision", default="head")
     down = sub.add_parser("downgrade", help="downgrade the schema (default: one step)")
     down.add_argument("--revision", default="-1")
+    down.add_argument("--yes", "-y", action="store_true", help="do not ask: dropping tables deletes their data")
     cur = sub.add_parser("current", help="show the schema revision")
     for q in (up, down, cur):
         q.add_argument("--json", action="store_true")
@@ -39,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if args.db_command == "upgrade":
         at = migrate.upgrade(url, args.revision)
     elif args.db_command == "downgrade":
+        confirm_downgrade(redact_url(url), args.revision, args.yes)
         at = migrate.downgrade(url, args.revision)
     else:
         at = migrate.current(url)
@@ -48,3 +55,16 @@ def run(args: argparse.Namespace) -> int:
     emit(args, {"url": where, "revision": at, "head": head},
          f"{where}: schema {at or '(none)'} ({state})")
     return 0
+
+
+def confirm_downgrade(where: str, revision: str, yes: bool) -> None:
+    """Return when the downgrade may go ahead: ``--yes`` was given, or stdin is a terminal and the user
+    typed ``yes``.  Otherwise raise UserError (exit 2) before anything is touched."""
+    if yes:
+        return
+    what = "every table and all stored results" if revision == "base" else "the tables and columns it removes"
+    if not sys.stdin.isatty():
+        raise UserError(f"db downgrade to {revision} drops {what} in {where}; pass --yes to confirm")
+    answer = input(f"Downgrade {where} to {revision}? This drops {what}. Type 'yes' to go on: ")
+    if answer.strip().lower() != "yes":
+        raise UserError("db downgrade: not confirmed; nothing changed")

@@ -20,7 +20,7 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
-from service.cli.argtypes import bounded_int
+from service.cli.argtypes import bounded_int, dtype_name, one_of, policy_name, target_name
 from service.errors import ConfigError, UserError
 
 
@@ -43,21 +43,40 @@ def open_store() -> Any:
     return store
 
 
-def emit(args: argparse.Namespace, data: Any, *renderables: Any) -> None:
-    """Print ``data`` as JSON with ``--json``, else the rich renderables/strings."""
+def console(args: argparse.Namespace | None = None) -> Any:
+    """The rich Console tables are printed on: the terminal's width, or for pipes and CI logs
+    ``$COLUMNS`` (default 200, so tables are not squeezed); ``--wide`` asks for 200 columns or more
+    anywhere.  Tables take its width (``render.NARROW``) to leave out low-value columns."""
+    from rich.console import Console
+
+    class PipeConsole(Console):  # type: ignore[misc]
+        def on_broken_pipe(self) -> None:  # rich's own handler exits 1 (our "gate failed")
+            self.quiet = True
+            raise BrokenPipeError("stdout closed by the reader")  # service.cli.main: exit 141, quietly
+
+    out = PipeConsole(highlight=False)
+    wide = bool(getattr(args, "wide", False))
+    if not out.is_terminal or wide:
+        try:
+            width = int(os.environ.get("COLUMNS") or 200)
+        except ValueError:
+            width = 200
+        out = PipeConsole(highlight=False, width=max(width, 200) if wide else max(width, 20))
+    return out
+
+
+def emit(args: argparse.Namespace, data: Any, *renderables: Any, out: Any = None) -> None:
+    """Print ``data`` as JSON with ``--json``, else the rich renderables/strings (on ``out``, default
+    :func:`console`)."""
     if getattr(args, "json", False):
         print(json.dumps(data, indent=2, sort_keys=True, default=str))
         return
-    from rich.console import Console
-
-    console = Console(highlight=False)
-    if not console.is_terminal:  # pipes and CI logs: wide enough that tables are not squeezed
-        console = Console(highlight=False, width=int(os.environ.get("COLUMNS") or 200))
+    console_ = out if out is not None else console(args)
     for r in renderables:
         if isinstance(r, str):
             print(r, flush=True)
         else:
-            console.print(r)
+            console_.print(r)
 
 
 def parse_since(text: str) -> datetime:
@@ -77,15 +96,42 @@ def parse_since(text: str) -> datetime:
 
 def _common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--wide", action="store_true", help="every column, at least 200 characters wide")
     return p
+
+
+def _triggers() -> tuple[str, ...]:
+    from service.db.runs import TRIGGERS
+
+    return TRIGGERS
+
+
+def _run_states() -> tuple[str, ...]:
+    from service.db.store import RUN_STATES
+
+    return RUN_STATES
+
+
+def _result_statuses() -> tuple[str, ...]:
+    from workers.result import STATUSES
+
+    return STATUSES
+
+
+def _cell_filters(p: argparse.ArgumentParser, dtype_required: bool = False) -> None:
+    """--dtype, --policy, --target, each refusing a value no cell can have (exit 2, the choices listed)."""
+    p.add_argument("--dtype", required=dtype_required, type=dtype_name, help="fp16 or bf16")
+    p.add_argument("--policy", type=policy_name, help="default, conservative, aggressive, auto or a policy file")
+    p.add_argument("--target", type=target_name, help="cpu, cuda or a queue of one (cuda-a100)")
 
 
 def register(subparsers: Any) -> None:
     """Add runs, run, results, regressions, compare, history and ack."""
     p = _common(subparsers.add_parser("runs", help="list runs, newest first"))
     p.add_argument("--revision")
-    p.add_argument("--trigger")
-    p.add_argument("--status")
+    p.add_argument("--trigger", type=one_of("trigger", _triggers), help="push, pull_request, nightly, manual or bisect")
+    p.add_argument("--status", type=one_of("run status", _run_states),
+                   help="queued, running, complete, partial, failed or cancelled")
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=50)
     p.set_defaults(func=cmd_runs)
 
@@ -95,8 +141,10 @@ def register(subparsers: Any) -> None:
 
     p = _common(subparsers.add_parser("results", help="stored results, filtered"))
     p.add_argument("--run", type=int, dest="run_id")
-    for opt in ("revision", "model", "dtype", "policy", "target", "status"):
-        p.add_argument(f"--{opt}")
+    p.add_argument("--revision")
+    p.add_argument("--model")
+    _cell_filters(p)
+    p.add_argument("--status", type=one_of("result status", _result_statuses), help="pass, fail_accuracy, ...")
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=5000)
     p.set_defaults(func=cmd_results)
 
@@ -116,9 +164,7 @@ def register(subparsers: Any) -> None:
 
     p = _common(subparsers.add_parser("history", help="a metric of a model over runs, with a plot"))
     p.add_argument("model", metavar="MODEL")
-    p.add_argument("--dtype", required=True)
-    p.add_argument("--policy")
-    p.add_argument("--target")
+    _cell_filters(p, dtype_required=True)
     p.add_argument("--metric", default="cosine")
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=200)
     p.set_defaults(func=cmd_history)
@@ -136,7 +182,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from service.regressions.render import runs_table
 
     runs = open_store().list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger, status=args.status)
-    emit(args, [r.to_dict() for r in runs], runs_table(runs))
+    out = console(args)
+    emit(args, [r.to_dict() for r in runs], runs_table(runs, out.width), out=out)
     return 0
 
 
@@ -146,8 +193,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     store = open_store()
     run, jobs, summary = store.get_run(args.run_id), store.jobs(args.run_id), store.run_summary(args.run_id)
+    messages = [f"{'/'.join(r.cell)} {r.status}: {r.message}" for r in store.results(run_id=args.run_id)
+                if r.message and r.status != "pass"]
+    out = console(args)
     emit(args, {"run": run.to_dict(), "summary": summary.to_dict(), "description": summary.describe(),
-                "jobs": [j.to_dict() for j in jobs]}, runs_table([run]), summary.describe(), jobs_table(jobs))
+                "jobs": [j.to_dict() for j in jobs]}, runs_table([run], out.width), summary.describe(),
+         jobs_table(jobs, out.width), *(["messages (full):", *messages] if messages else []), out=out)
     return 0
 
 
@@ -157,7 +208,8 @@ def cmd_results(args: argparse.Namespace) -> int:
 
     rows = open_store().results(run_id=args.run_id, revision=args.revision, model=args.model, dtype=args.dtype,
                                 policy=args.policy, target=args.target, status=args.status, limit=args.limit)
-    emit(args, [r.to_dict() for r in rows], results_table(rows))
+    out = console(args)
+    emit(args, [r.to_dict() for r in rows], results_table(rows, out.width), out=out)
     return 0
 
 
@@ -171,7 +223,8 @@ def cmd_regressions(args: argparse.Namespace) -> int:
     since = parse_since(args.since) if args.since else None
     regs = store.regressions(state="open" if args.open else None, since=since, revision=args.revision,
                              run_id=args.run_id, category=args.category, limit=args.limit)
-    emit(args, [r.to_dict() for r in regs], regressions_table(regs))
+    out = console(args)
+    emit(args, [r.to_dict() for r in regs], regressions_table(regs, out.width), out=out)
     gate = args.revision is not None or args.run_id is not None
     blocking = [r for r in regs if r.category == "regression" and r.state == "open"]
     return 1 if gate and blocking else 0
@@ -184,7 +237,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     store = open_store()
     a, b = store.resolve_revision(args.rev_a), store.resolve_revision(args.rev_b)
     rows = store.compare(a, b)
-    emit(args, {"a": a, "b": b, "cells": [r.to_dict() for r in rows]}, compare_table(rows, a, b))
+    out = console(args)
+    emit(args, {"a": a, "b": b, "cells": [r.to_dict() for r in rows]}, compare_table(rows, a, b, out.width), out=out)
     return 0
 
 
@@ -202,8 +256,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     plots = [plot(vals, label=f"{args.model} {args.dtype} {pol}/{tgt} {metric}{f' ({unit})' if unit else ''} "
                               "(oldest left)")
              for (pol, tgt, unit), vals in sorted(series.items())]
+    out = console(args)
     emit(args, {"model": args.model, "dtype": args.dtype, "metric": metric, "points": [p.to_dict() for p in points]},
-         history_table(points, metric), *plots)
+         history_table(points, metric, out.width), *plots, out=out)
     return 0
 
 

@@ -188,36 +188,65 @@ def _wait_with_progress(store: Any, run_id: int, total: int, timeout: float | No
                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
                   transient=False) as progress:
         task = progress.add_task("jobs", total=total, failed=0, running=0)
+        seen = {"final": -1, "failed": 0}
 
         def update(counts: Mapping[str, int]) -> None:
             final = sum(n for s, n in counts.items() if s not in ("queued", "running"))
-            progress.update(task, completed=final, failed=counts.get("crashed", 0) + counts.get("error", 0),
-                            running=counts.get("running", 0))
+            if final != seen["final"]:  # results only change when a job finishes
+                seen["final"], seen["failed"] = final, failed_cells(store.jobs(run_id), store.results(run_id=run_id))
+            progress.update(task, completed=final, failed=seen["failed"], running=counts.get("running", 0))
 
         return wait_for_run(store, run_id, update, timeout=timeout)
+
+
+#: Result statuses of a cell that did not pass: the job ran ("done") but the cell failed.
+FAILED_RESULT_STATUSES = frozenset({"convert_error", "timeout", "crash", "crashed", "bad_model", "bad_spec",
+                                    "reference_error", "fail_accuracy", "diverged"})
+
+
+def failed_cells(jobs: Any, results: Any) -> int:
+    """Cells of a run that failed so far: a result with a failing status (:data:`FAILED_RESULT_STATUSES`;
+    a job that ends ``done`` may carry a ``convert_error``), or a job that ended ``error``/``crashed``
+    without a result.  Each cell counts once."""
+    failed = {r.cell for r in results if r.status in FAILED_RESULT_STATUSES}
+    with_result = {r.cell for r in results}
+    failed |= {j.cell for j in jobs if j.status in ("error", "crashed") and j.cell not in with_result}
+    return len(failed)
 
 
 def _emit(args: argparse.Namespace, payload: dict[str, Any], table: tuple[Any, ...] | None) -> None:
     if args.json or table is None:
         print(json.dumps(payload, indent=None if not args.json else 2, sort_keys=True))
         return
-    from rich.console import Console
     from rich.table import Table
 
+    from service.cli.query_cmd import console as table_console
+    from service.regressions.render import NARROW
+
     run_info, results, regressions, started, comparison = table
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = table_console(args)
+    narrow = console.width < NARROW  # 80 columns: one cell column, no low %, messages below; text folds
     t = Table(title=f"run {run_info.id} · {run_info.sweep} · {started.revision[:12]} · {run_info.status}")
-    for col in ("model", "dtype", "policy", "target", "status", "cosine", "max_abs", "p50 ms", "speedup",
-                "low %"):
+    for col in (("cell", "status") if narrow else ("model", "dtype", "policy", "target", "status")):
+        t.add_column(col, overflow="fold")
+    for col in ("cosine", "max_abs", "p50 ms", "speedup", *(() if narrow else ("low %",))):
         t.add_column(col, no_wrap=True, min_width=len(col))
-    t.add_column("message", overflow="ellipsis", no_wrap=True, max_width=48)
+    if not narrow:
+        t.add_column("message", overflow="fold", min_width=12)
     for r in results:
-        t.add_row(r.model, r.dtype, r.policy, r.target,
-                  f"[green]{r.status}[/]" if r.status == "pass" else f"[red]{r.status}[/]",
-                  _num(r.cosine, ".5f"), _num(r.max_abs, ".3g"), _num(r.latency_p50_ms, ".2f"),
-                  _num(r.speedup, ".2f"), low_compute_cell(r),
-                  (r.message or "")[:80])
+        status = f"[green]{r.status}[/]" if r.status == "pass" else f"[red]{r.status}[/]"
+        cell = [f"{r.model} {r.dtype}/{r.policy}/{r.target}"] if narrow else [r.model, r.dtype, r.policy, r.target]
+        message = r.message or ""
+        t.add_row(*cell, status, _num(r.cosine, ".5f"), _num(r.max_abs, ".3g"), _num(r.latency_p50_ms, ".2f"),
+                  _num(r.speedup, ".2f"),
+                  *(() if narrow else (low_compute_cell(r), message if len(message) <= 200 else message[:199] + "…")))
     console.print(t)
+    if narrow:
+        for r in results:
+            if r.message:
+                console.print(f"{r.model} {r.dtype}/{r.policy}/{r.target} {r.status}: {r.message}", markup=False)
+    elif any(len(r.message or "") > 200 for r in results):
+        console.print(f"full messages: ampci run {run_info.id}")
     if regressions:
         rt = Table(title=comparison["message"])
         for col in ("model", "dtype", "policy", "target", "kind", "severity", "metric", "baseline", "value",

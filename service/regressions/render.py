@@ -6,7 +6,7 @@ Everything here is a pure function of records; nothing touches the database.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from rich.table import Table
 
@@ -30,50 +30,83 @@ def _ts(dt: object) -> str:
     return dt.strftime("%Y-%m-%d %H:%M") if dt is not None else "-"  # type: ignore[attr-defined]
 
 
-def runs_table(runs: Sequence[RunInfo]) -> Table:
-    """One row per run, newest first as given."""
-    t = Table(title="runs")
-    for col in ("id", "revision", "trigger", "sweep", "status", "baseline", "created", "finished"):
-        t.add_column(col, justify="right" if col == "id" else "left", no_wrap=True)
-    for r in runs:
-        t.add_row(str(r.id), r.revision_sha[:12], r.trigger, r.sweep, r.status,
-                  (r.baseline_sha or "-")[:12], _ts(r.created_at), _ts(r.finished_at))
+#: Below this console width (columns) the tables leave out low-value columns and merge a cell's
+#: model/dtype/policy/target into one ``cell`` column; text always folds instead of being cut.
+NARROW = 120
+
+
+def _table(title: str, columns: Sequence[tuple[str, str]], rows: Iterable[Mapping[str, str]]) -> Table:
+    """A table of ``columns`` (name, kind) whose rows map column names to text.  Kind ``text`` folds
+    onto more lines when the console is too narrow (never ``mini…``); ``num`` never wraps (numbers
+    stay whole); ``id`` is a right-aligned number."""
+    t = Table(title=title)
+    for name, kind in columns:
+        t.add_column(name, justify="right" if kind == "id" else "left", no_wrap=kind != "text",
+                     overflow="fold", min_width=len(name) if kind != "text" else None)
+    for row in rows:
+        t.add_row(*(row[name] for name, _ in columns))
     return t
 
 
-def jobs_table(jobs: Sequence[JobInfo]) -> Table:
-    """The jobs of one run."""
-    t = Table(title="jobs")
-    for col in ("id", "model", "dtype", "policy", "target", "status", "attempts", "worker", "error"):
-        t.add_column(col, no_wrap=col != "error")
-    for j in jobs:
-        t.add_row(str(j.id), j.model, j.dtype, j.policy, j.target, j.status, str(j.attempts), j.worker or "-",
-                  (j.error or "")[:60])
-    return t
+def _pick(width: int | None, wide: Sequence[tuple[str, str]], narrow: Sequence[tuple[str, str]]) -> \
+        Sequence[tuple[str, str]]:
+    return narrow if width is not None and width < NARROW else wide
 
 
-def results_table(rows: Sequence[ResultRow]) -> Table:
-    """One row per result with the compared metrics."""
-    t = Table(title="results")
-    for col in ("run", "revision", "model", "dtype", "policy", "target", "status", "cosine", "max_abs",
-                "p50 ms", "speedup", "low-prec", "casts"):
-        t.add_column(col, no_wrap=True)
-    for r in rows:
-        t.add_row(str(r.run_id), r.revision_sha[:10], r.model, r.dtype, r.policy, r.target, r.status,
-                  fmt(r.cosine, 6), fmt(r.max_abs, 3), fmt(r.latency_p50_ms, 4), fmt(r.speedup, 3),
-                  fmt(r.low_precision_fraction, 3), fmt(r.casts_inserted))
-    return t
+def _cell_text(model: str, dtype: str, policy: str, target: str) -> str:
+    return f"{model} {dtype}/{policy}/{target}"
 
 
-def regressions_table(regs: Sequence[RegressionInfo]) -> Table:
-    """Findings newest first as given."""
-    t = Table(title="regressions")
-    for col in ("id", "run", "revision", "cell", "kind", "category", "severity", "state", "detail"):
-        t.add_column(col, no_wrap=col not in ("detail", "cell"))
-    for r in regs:
-        t.add_row(str(r.id), str(r.run_id), r.revision_sha[:10], "/".join(r.cell), r.kind, r.category,
-                  r.severity, r.state, r.detail)
-    return t
+_CELL = (("model", "text"), ("dtype", "text"), ("policy", "text"), ("target", "text"))
+
+
+def runs_table(runs: Sequence[RunInfo], width: int | None = None) -> Table:
+    """One row per run, newest first as given (narrow: no sweep, baseline or finish time)."""
+    wide = (("id", "id"), ("revision", "text"), ("trigger", "text"), ("sweep", "text"), ("status", "text"),
+            ("baseline", "text"), ("created", "text"), ("finished", "text"))
+    narrow = (("id", "id"), ("revision", "num"), ("trigger", "text"), ("status", "text"), ("created", "text"))
+    return _table("runs", _pick(width, wide, narrow), (
+        {"id": str(r.id), "revision": r.revision_sha[:12], "trigger": r.trigger, "sweep": r.sweep,
+         "status": r.status, "baseline": (r.baseline_sha or "-")[:12], "created": _ts(r.created_at),
+         "finished": _ts(r.finished_at)} for r in runs))
+
+
+def jobs_table(jobs: Sequence[JobInfo], width: int | None = None) -> Table:
+    """The jobs of one run; the error text folds, whole (narrow: one ``cell`` column, no worker)."""
+    wide = (("id", "num"), *_CELL, ("status", "text"), ("attempts", "num"), ("worker", "text"), ("error", "text"))
+    narrow = (("id", "num"), ("cell", "text"), ("status", "text"), ("attempts", "num"), ("error", "text"))
+    return _table("jobs", _pick(width, wide, narrow), (
+        {"id": str(j.id), "model": j.model, "dtype": j.dtype, "policy": j.policy, "target": j.target,
+         "cell": _cell_text(*j.cell), "status": j.status, "attempts": str(j.attempts), "worker": j.worker or "-",
+         "error": j.error or ""} for j in jobs))
+
+
+def results_table(rows: Sequence[ResultRow], width: int | None = None) -> Table:
+    """One row per result with the compared metrics (narrow: one ``cell`` column, no revision,
+    low-precision share or casts)."""
+    wide = (("run", "num"), ("revision", "text"), *_CELL, ("status", "text"), ("cosine", "num"),
+            ("max_abs", "num"), ("p50 ms", "num"), ("speedup", "num"), ("low-prec", "num"), ("casts", "num"))
+    narrow = (("run", "num"), ("cell", "text"), ("status", "text"), ("cosine", "num"), ("max_abs", "num"),
+              ("p50 ms", "num"), ("speedup", "num"))
+    return _table("results", _pick(width, wide, narrow), (
+        {"run": str(r.run_id), "revision": r.revision_sha[:10], "model": r.model, "dtype": r.dtype,
+         "policy": r.policy, "target": r.target, "cell": _cell_text(*r.cell), "status": r.status,
+         "cosine": fmt(r.cosine, 6), "max_abs": fmt(r.max_abs, 3), "p50 ms": fmt(r.latency_p50_ms, 4),
+         "speedup": fmt(r.speedup, 3), "low-prec": fmt(r.low_precision_fraction, 3),
+         "casts": fmt(r.casts_inserted)} for r in rows))
+
+
+def regressions_table(regs: Sequence[RegressionInfo], width: int | None = None) -> Table:
+    """Findings newest first as given; cell and detail fold (narrow: no run, revision or state)."""
+    wide = (("id", "num"), ("run", "num"), ("revision", "text"), ("cell", "text"), ("kind", "text"),
+            ("category", "text"), ("severity", "text"), ("state", "text"), ("detail", "text"))
+    narrow = (("id", "num"), ("cell", "text"), ("kind", "text"), ("category", "text"), ("state", "text"),
+              ("detail", "text"))
+    return _table("regressions", _pick(width, wide, narrow), (
+        {"id": str(r.id), "run": str(r.run_id), "revision": r.revision_sha[:10],
+         "cell": "/".join(r.cell) if width is None or width >= NARROW else _cell_text(*r.cell),
+         "kind": r.kind, "category": r.category, "severity": r.severity, "state": r.state, "detail": r.detail}
+        for r in regs))
 
 
 def _pct(a: float | None, b: float | None) -> str:
@@ -82,38 +115,40 @@ def _pct(a: float | None, b: float | None) -> str:
     return f"{(b - a) / a * 100:+.1f}%"
 
 
-def compare_table(rows: Sequence[CompareRow], rev_a: str, rev_b: str) -> Table:
-    """Cell-by-cell comparison of two revisions with deltas (b - a)."""
-    t = Table(title=f"compare {rev_a[:10]} -> {rev_b[:10]}")
-    for col in ("model", "dtype", "policy", "target", "status", "cosine", "Δcosine", "max_abs", "Δmax_abs",
-                "p50 ms", "Δp50", "low-prec", "Δcasts"):
-        t.add_column(col, no_wrap=True)
+def compare_table(rows: Sequence[CompareRow], rev_a: str, rev_b: str, width: int | None = None) -> Table:
+    """Cell-by-cell comparison of two revisions with deltas (b - a) (narrow: one ``cell`` column, no
+    low-precision share or cast delta)."""
+    wide = (*_CELL, ("status", "text"), ("cosine", "num"), ("Δcosine", "num"), ("max_abs", "num"),
+            ("Δmax_abs", "num"), ("p50 ms", "num"), ("Δp50", "num"), ("low-prec", "num"), ("Δcasts", "num"))
+    narrow = (("cell", "text"), ("status", "text"), ("cosine", "num"), ("Δcosine", "num"), ("max_abs", "num"),
+              ("p50 ms", "num"), ("Δp50", "num"))
+    out = []
     for r in rows:
         a, b = r.a, r.b
         status = f"{a.status if a else '-'} -> {b.status if b else '-'}" if (a and b and a.status != b.status) \
             or not (a and b) else (b.status if b else "-")
-        t.add_row(r.model, r.dtype, r.policy, r.target, status,
-                  fmt(b.cosine if b else None, 6), fmt(r.deltas.get("cosine"), 3),
-                  fmt(b.max_abs if b else None, 3), fmt(r.deltas.get("max_abs"), 3),
-                  fmt(b.latency_p50_ms if b else None, 4),
-                  _pct(a.latency_p50_ms if a else None, b.latency_p50_ms if b else None),
-                  fmt(b.low_precision_fraction if b else None, 3), fmt(r.deltas.get("casts_inserted")))
-    return t
+        out.append({"model": r.model, "dtype": r.dtype, "policy": r.policy, "target": r.target,
+                    "cell": _cell_text(r.model, r.dtype, r.policy, r.target), "status": status,
+                    "cosine": fmt(b.cosine if b else None, 6), "Δcosine": fmt(r.deltas.get("cosine"), 3),
+                    "max_abs": fmt(b.max_abs if b else None, 3), "Δmax_abs": fmt(r.deltas.get("max_abs"), 3),
+                    "p50 ms": fmt(b.latency_p50_ms if b else None, 4),
+                    "Δp50": _pct(a.latency_p50_ms if a else None, b.latency_p50_ms if b else None),
+                    "low-prec": fmt(b.low_precision_fraction if b else None, 3),
+                    "Δcasts": fmt(r.deltas.get("casts_inserted"))})
+    return _table(f"compare {rev_a[:10]} -> {rev_b[:10]}", _pick(width, wide, narrow), out)
 
 
-def history_table(points: Sequence[HistoryPoint], metric: str) -> Table:
-    """The points of a history, oldest first."""
-    t = Table(title=f"history of {metric}")
-    for col in ("run", "revision", "trigger", "created", "policy", "target", "status", metric):
-        t.add_column(col, no_wrap=True)
+def history_table(points: Sequence[HistoryPoint], metric: str, width: int | None = None) -> Table:
+    """The points of a history, oldest first (narrow: no trigger, revision to 8 characters)."""
     units = any(p.unit for p in points)
-    if units:
-        t.add_column("unit", no_wrap=True)
-    for p in points:
-        row = [str(p.run_id), p.revision_sha[:10], p.trigger, _ts(p.created_at), p.policy, p.target, p.status,
-               fmt(p.value, 6)]
-        t.add_row(*row, *([p.unit or "-"] if units else []))
-    return t
+    wide = (("run", "num"), ("revision", "text"), ("trigger", "text"), ("created", "text"), ("policy", "text"),
+            ("target", "text"), ("status", "text"), (metric, "num"), *((("unit", "text"),) if units else ()))
+    narrow = (("run", "num"), ("revision", "text"), ("created", "text"), ("policy", "text"), ("target", "text"),
+              ("status", "text"), (metric, "num"), *((("unit", "text"),) if units else ()))
+    return _table(f"history of {metric}", _pick(width, wide, narrow), (
+        {"run": str(p.run_id), "revision": p.revision_sha[:10], "trigger": p.trigger, "created": _ts(p.created_at),
+         "policy": p.policy, "target": p.target, "status": p.status, metric: fmt(p.value, 6), "unit": p.unit or "-"}
+        for p in points))
 
 
 def plot(values: Sequence[float | None], height: int = 8, width: int = 60, label: str = "") -> str:

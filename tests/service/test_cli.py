@@ -137,3 +137,81 @@ def test_out_of_range_arguments_are_usage_errors(argv: list[str], capsys: pytest
     err = capsys.readouterr().err
     assert info.value.code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith(f"ampci {argv[0]}: error: argument {argv[1]}")
+
+
+UNKNOWN_FILTERS = [
+    (["runs", "--status", "bogus"], "unknown run status 'bogus'", "complete"),
+    (["runs", "--trigger", "cron"], "unknown trigger 'cron'", "pull_request"),
+    (["results", "--status", "nope"], "unknown result status 'nope'", "convert_error"),
+    (["results", "--dtype", "fp8"], "unknown dtype 'fp8'", "bf16"),
+    (["results", "--target", "tpu"], "unknown target 'tpu'", "cuda"),
+    (["results", "--policy", "agressive"], "did you mean 'aggressive'", "conservative"),
+    (["history", "tiny_mlp", "--dtype", "fp8"], "unknown dtype 'fp8'", "fp16"),
+    (["history", "tiny_mlp", "--dtype", "fp16", "--target", "gpu"], "unknown target 'gpu'", "cpu"),
+    (["history", "tiny_mlp", "--dtype", "fp16", "--policy", "fast"], "unknown policy 'fast'", "default"),
+    (["regressions", "--category", "bug"], "invalid choice: 'bug'", "improvement"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message", "choice"), UNKNOWN_FILTERS)
+def test_unknown_filter_values_are_one_line_errors_listing_the_choices(
+        cli, argv: list[str], message: str, choice: str) -> None:  # type: ignore[no-untyped-def]
+    """A filter no row can match (once: an empty table and exit 0) is refused before any query."""
+    with pytest.raises(SystemExit) as info:
+        cli(*argv)
+    assert info.value.code == 2
+
+
+@pytest.mark.parametrize(("argv", "message", "choice"), UNKNOWN_FILTERS)
+def test_unknown_filter_message(argv: list[str], message: str, choice: str,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(argv)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith(f"ampci {argv[0]}: error: argument ") and message in captured.err
+    assert choice in captured.err  # the choices are listed
+
+
+def test_known_filter_values_still_filter(cli) -> None:  # type: ignore[no-untyped-def]
+    rows = json.loads(cli("results", "--status", "convert_error", "--target", "cpu", "--policy", "default",
+                          "--json")[1])
+    assert {(r["model"], r["status"]) for r in rows} == {("conv", "convert_error")} and len(rows) == 2
+    assert json.loads(cli("runs", "--status", "complete", "--trigger", "push", "--json")[1])
+    assert json.loads(cli("results", "--target", "cuda-a100", "--json")[1]) == []  # a queue name is a target
+
+
+NARROW_COMMANDS = [
+    (["runs"], ("00000002c0ff", "complete", "2026-11-01")),
+    (["run", "2"], ("tiny_mlp fp16/default/cpu", "done", "complete")),
+    (["results"], ("tiny_mlp", "fail_accuracy", "convert_error", "0.9999", "2.005", "0.898")),
+    (["regressions"], ("conversion", "improvement", "resolved", "regression")),
+    (["history", "tiny_mlp", "--dtype", "fp16"], ("fail_accuracy", "0.9999", "default")),
+    (["compare", "00000000", "00000001"], ("convert_error", "fail_accuracy", "+99.5%", "0.9999")),
+]
+
+
+@pytest.mark.parametrize(("argv", "whole"), NARROW_COMMANDS)
+def test_tables_are_readable_at_80_columns(cli, monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                           whole: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    """At 80 columns nothing is cut to ``mini…``/``0.9…``: low-value columns go, text folds, numbers
+    stay whole, and no line runs past the width."""
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = cli(*argv)
+    assert (code, err) == (0, "")
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines() if set(line) & set("│┃┏└")) <= 80  # tables fit
+    for text in whole:
+        assert text in out, (argv, text)
+    if argv[0] == "regressions":  # the detail is there in full, folded over lines
+        detail = " ".join(line.split("│")[-2].strip() for line in out.splitlines() if line.count("│") > 2)
+        assert "converted at baseline (pass), now convert_error" in " ".join(detail.split())
+
+
+def test_run_shows_full_messages_and_wide_shows_every_column(cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("COLUMNS", "80")
+    out = cli("run", "2")[1]
+    assert "conv/fp16/default/cpu convert_error: convert_error: boom" in out
+    wide = cli("results", "--wide")[1]
+    assert "low-prec" in wide and "casts" in wide and "revision" in wide
+    assert "low-prec" not in cli("results")[1]

@@ -53,13 +53,13 @@ def test_db_cli(sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest
     assert json.loads(capsys.readouterr().out) == {"head": "0004", "revision": None, "url": sqlite_url}
     assert main(["db", "upgrade"]) == 0
     assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0004 (head)"
-    assert main(["db", "downgrade"]) == 0
+    assert main(["db", "downgrade", "--yes"]) == 0
     assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0003 (behind head 0004)"
-    assert main(["db", "downgrade"]) == 0
+    assert main(["db", "downgrade", "--yes"]) == 0
     assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0002 (behind head 0004)"
-    assert main(["db", "downgrade"]) == 0
+    assert main(["db", "downgrade", "--yes"]) == 0
     assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0001 (behind head 0004)"
-    assert main(["db", "downgrade"]) == 0
+    assert main(["db", "downgrade", "--yes"]) == 0
     assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema (none) (empty)"
 
 
