@@ -49,15 +49,18 @@ def test_zoo_add_then_an_embedded_sweep_runs_the_added_model(tmp_path: Path,
     env = {k: v for k, v in os.environ.items() if not k.startswith("AMPCI_")}
     env.update(AMPCI_DATA_DIR=str(tmp_path / "data"), AMPCI_CACHE_DIR=str(tmp_path / "cache"),
                AMPCI_CONVERT_REPEATS="1")
+    # the baseline (HEAD) has no result for the cell: ampci sweep runs it first, over the same catalogue
     proc = subprocess.run([sys.executable, "-m", "service.cli.main", "sweep", "--config", str(sweep), "--json",
-                           "--workers", "1", "--no-baseline-run"],
+                           "--workers", "1"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["run"]["status"] == "complete" and out["summary"]["cells"] == 1
+    assert out["baseline_run"] is not None
     with sqlite3.connect(tmp_path / "data" / "ampci.sqlite3") as c:
-        rows = c.execute("select model, dtype, status from results where run_id = ?", (out["run"]["id"],)).fetchall()
-    assert rows == [("my_sym", "fp16", "pass")]  # the worker subprocess found the user zoo entry
+        for run_id in (out["baseline_run"], out["run"]["id"]):
+            rows = c.execute("select model, dtype, status from results where run_id = ?", (run_id,)).fetchall()
+            assert rows == [("my_sym", "fp16", "pass")]  # the worker subprocess found the user zoo entry
     assert "local pool" in proc.stderr
 
 
