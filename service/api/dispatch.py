@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from service.github.events import RunRequest
@@ -26,8 +27,9 @@ Planner = Callable[[str], Sequence[Any]]  # sweep name -> PlannedCell list (cell
 Dispatch = Callable[[Settings, str, Sequence[Any]], None]  # (settings, revision, jobs) -> enqueue
 
 
-def sweep_planner() -> Planner:
-    """Expand built-in sweeps over the zoo manifest, once per sweep name per process."""
+def sweep_planner(data_dir: Path | None = None) -> Planner:
+    """Expand built-in sweeps over the zoo manifest (merged with the user zoo under ``data_dir``), once
+    per sweep name per process."""
     cache: dict[str, Sequence[Any]] = {}
     lock = threading.Lock()
 
@@ -36,7 +38,7 @@ def sweep_planner() -> Planner:
             if sweep not in cache:
                 from service.scheduler import load_sweep, zoo_catalog
 
-                cache[sweep] = load_sweep(sweep=sweep).expand(zoo_catalog())
+                cache[sweep] = load_sweep(sweep=sweep).expand(zoo_catalog(None, data_dir))
             return cache[sweep]
 
     return plan
@@ -101,7 +103,7 @@ class RunDispatcher:
 
         self.settings = settings
         self.store = store
-        self.planner = planner or sweep_planner()
+        self.planner = planner or sweep_planner(settings.data_dir)
         self.dispatch = dispatch or (embedded_dispatch if settings.embedded else CeleryDispatch())
         # recorded on every run this creates (runs.dispatch): reconcile re-sends only broker jobs
         if mode is None:

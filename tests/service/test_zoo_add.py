@@ -132,3 +132,15 @@ def test_zoo_export_writes_the_model_and_never_overwrites_another_file(
     assert sha256_file(out) == row["sha256"]
     assert main(["zoo", "export", "conv_net", "-o", str(out)]) == 0  # the same model again: nothing to do
     assert "is already this model" in capsys.readouterr().out
+
+
+def test_webhook_sweep_plans_include_user_models_with_the_sweeps_tag(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from service.api.dispatch import RunDispatcher
+    from service.settings import Settings
+
+    symbolic_model(tmp_path / "sym.onnx")
+    assert main(["zoo", "add", str(tmp_path / "sym.onnx"), "--name", "my_smoke", *SHAPES, "--tags", "smoke"]) == 0
+    settings = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
+    planned = {c.model for c in RunDispatcher(settings, store=None).planner("smoke")}
+    assert "my_smoke" in planned and "conv_net" in planned
