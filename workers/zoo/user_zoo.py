@@ -91,11 +91,12 @@ def add_model(name: str, model: Path, options: InputOptions, data_dir: Path, cac
     sha = sha256_file(model)
     table = entry_table(model, sha, options, tags=tags, state=state,
                         description=f"added with ampci zoo add from {model}")  # validates before copying
-    npz_ref = None
     if options.npz is not None:
         npz_ref = str(_cache_copy(Path(options.npz).resolve(), cache_dir, sha256_file(Path(options.npz))))
-    table = entry_table(model, sha, options, ref=str(_cache_copy(model, cache_dir, sha)), npz_ref=npz_ref,
-                        tags=tags, state=state, description=f"added with ampci zoo add from {model}")
+        for spec in table["inputs"].values():
+            if spec.get("dist") == "npz":
+                spec["npz"] = npz_ref
+    table["source"] = {"path": str(_cache_copy(model, cache_dir, sha))}
     entry = entry_from_table(name, table, data_dir, ORIGIN_USER)
     path = user_zoo_path(data_dir)
     old = path.read_text() if path.is_file() else "# ampci user zoo: written by `ampci zoo add`, merged with zoo.toml\n"
