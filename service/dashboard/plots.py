@@ -62,7 +62,8 @@ class _LineChart(pygal.Line):  # type: ignore[misc]
     def line(self, serie: Any, rescale: bool = False) -> None:
         svg, view = self.svg, self.view
         serie_node = svg.serie(serie)
-        view_values = [view(p) for p in serie.points]
+        # a gap is a gap on every axis (a logarithmic view maps a missing value to the top, not to None)
+        view_values = [(None, None) if p[1] is None else view(p) for p in serie.points]
         if serie.show_dots:
             overlay, radius, metas = serie_node["overlay"], serie.dots_size, serie.metadata
             for i, (x, y) in enumerate(view_values):
@@ -108,6 +109,8 @@ class Metric:
     value: Callable[[HistoryRow], float | None]
     kinds: tuple[str, ...]
     digits: int = 4
+    log: bool = False  # a logarithmic y axis (pygal draws only positive values on it)
+    shown: Callable[[HistoryRow], str] | None = None  # the value named in a point's tooltip (default: plotted)
 
 
 def _finite(x: float | int | None) -> float | None:
@@ -120,8 +123,10 @@ def _finite(x: float | int | None) -> float | None:
 def metrics_for(points: Sequence[HistoryRow]) -> list[Metric]:
     """The five charts of a cell history (accuracy uses cosine, or the error ratio without cosines)."""
     use_cosine = any(p.cosine is not None for p in points) or not any(p.error_ratio is not None for p in points)
-    accuracy = (Metric("cosine", "Accuracy: worst-output cosine similarity vs fp32", lambda p: _finite(p.cosine),
-                       ("accuracy", "convergence", "conversion"), 6) if use_cosine else
+    accuracy = (Metric("cosine", "Accuracy: 1 − worst-output cosine similarity vs fp32 (log scale, lower is better)",
+                       _one_minus_cosine, ("accuracy", "convergence", "conversion"), 3, log=True,
+                       shown=lambda p: f"cosine {_cosine_text(p.cosine)}, 1 − cosine "
+                                       f"{_fmt(_one_minus_cosine(p), 3)}") if use_cosine else
                 Metric("error_ratio", "Accuracy: error ratio vs fp32 rerun noise", lambda p: _finite(p.error_ratio),
                        ("accuracy", "convergence", "conversion"), 4))
     return [
@@ -136,12 +141,30 @@ def metrics_for(points: Sequence[HistoryRow]) -> list[Metric]:
     ]
 
 
+#: The floor of a plotted 1 − cosine: a cosine of exactly 1 (or rounding above it) sits on the axis floor.
+COSINE_FLOOR = 1e-9
+
+
+def _one_minus_cosine(p: HistoryRow) -> float | None:
+    """``1 − cosine`` of a point (None without one), at least :data:`COSINE_FLOOR` so a log axis can draw
+    it: cosines such as 0.999990 and 0.999998 differ by a factor 5 here, not in the 6th digit."""
+    c = _finite(p.cosine)
+    return None if c is None else max(1.0 - c, COSINE_FLOOR)
+
+
+def _cosine_text(c: float | None) -> str:
+    if c is None:
+        return "–"
+    return f"{c:.8f}".rstrip("0") if c > 0.999 else f"{c:.6g}"
+
+
 def _fmt(x: float | None, digits: int) -> str:
     return "–" if x is None else f"{x:.{digits}g}"
 
 
 def _label(p: HistoryRow, metric: Metric, value: float | None, extra: str = "") -> str:
-    text = f"{p.revision_sha[:10]} · run {p.run_id} · {p.status} · {metric.key} {_fmt(value, metric.digits)}"
+    shown = metric.shown(p) if metric.shown is not None else f"{metric.key} {_fmt(value, metric.digits)}"
+    text = f"{p.revision_sha[:10]} · run {p.run_id} · {p.status} · {shown}"
     if metric.key == "latency_p50_ms" and p.latency_min_ms is not None and p.latency_max_ms is not None:
         text += f" (min {_fmt(p.latency_min_ms, 4)}, max {_fmt(p.latency_max_ms, 4)})"
     if p.message:
@@ -158,7 +181,7 @@ def chart_svg(points: Sequence[HistoryRow], findings: dict[int, list[RegressionI
                        x_labels_major_every=max(1, math.ceil(len(points) / 10)), truncate_label=-1,
                        value_formatter=lambda v: _fmt(v, metric.digits), margin=8, spacing=8,
                        print_values=False, include_x_axis=False, show_y_guides=True, show_x_guides=False,
-                       range=(lo_hi := _range(points, metric)), y_labels=_ticks(lo_hi, metric))
+                       logarithmic=metric.log, range=(lo_hi := _range(points, metric)), y_labels=_ticks(lo_hi, metric))
     chart.x_labels = [p.revision_sha[:7] for p in points]
     values: list[Any] = []
     markers: dict[str, list[Any]] = {name: [] for name, _, _ in MARKERS}
@@ -229,10 +252,16 @@ def _range(points: Sequence[HistoryRow], metric: Metric) -> tuple[float, float] 
     if not vals:
         return None
     lo, hi = min(vals), max(vals)
+    if metric.log:  # whole decades around the values (a hair wider, so the decade ticks are inside)
+        low, high = 10.0 ** math.floor(math.log10(lo) + 1e-9), 10.0 ** math.ceil(math.log10(hi) - 1e-9)
+        if high <= low:
+            high = low * 10
+        return (low / 1.001, high * 1.001)
     if metric.key == "casts_inserted":
         return (max(0.0, lo - 1), hi + 1)
     pad = (hi - lo) * 0.08 or abs(hi) * 0.01 or 1.0
-    return (lo - pad, hi + pad)
+    # latency, speed-up, casts and fractions are never negative: the axis does not start below 0
+    return (max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + pad)
 
 
 def _ticks(span: tuple[float, float] | None, metric: Metric, count: int = 5) -> list[float] | None:
@@ -240,6 +269,10 @@ def _ticks(span: tuple[float, float] | None, metric: Metric, count: int = 5) -> 
     if span is None:
         return None
     lo, hi = span
+    if metric.log:  # one tick per decade, each readable (1e-05, 0.0001, ...)
+        first, last = math.ceil(math.log10(lo)), math.floor(math.log10(hi))
+        step = max(1, math.ceil((last - first) / (count + 1)))
+        return [10.0 ** e for e in range(first, last + 1, step)]
     if metric.key == "casts_inserted":
         step = max(1, math.ceil((hi - lo) / (count - 1)))
         return [float(v) for v in range(math.floor(lo), math.ceil(hi) + 1, step)]

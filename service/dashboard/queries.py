@@ -5,6 +5,7 @@
 - :func:`branches` — the branches revisions were seen on (for the filter);
 - :func:`cell_history` — every plotted metric of one cell at each revision of a branch, one point
   per revision (the newest result there), with the latency range from the raw samples;
+- :func:`cells_of` — the cells (policy/target) of a model and dtype that have results;
 - :func:`cell_findings` — the findings of one cell at the plotted runs;
 - :func:`baseline_results` — each cell's baseline result, found exactly as the detector finds it;
 - :func:`bisect_runs` — the bisect runs (by dedup key) of a list of revisions for one cell.
@@ -189,7 +190,9 @@ def cell_history(store: Store, cell: Cell, branch: str | None = "main", limit: i
     out = []
     for r in rows:
         samples = _floats(r.samples)
-        lo = min(samples) if samples else (float(r.min_ms) if isinstance(r.min_ms, int | float) else None)
+        # an unmeasured latency (no samples: stored as p50 NULL, min_ms 0.0) has no range either, not "0"
+        measured = r.latency_p50_ms is not None and isinstance(r.min_ms, int | float) and r.min_ms > 0
+        lo = min(samples) if samples else (float(r.min_ms) if measured else None)
         out.append(HistoryRow(result_id=r.id, run_id=r.run_id, revision_sha=r.revision_sha, message=r.message,
                               trigger=r.trigger, created_at=utc(r.created_at),  # type: ignore[arg-type]
                               status=r.status, cosine=r.cosine, error_ratio=r.error_ratio, max_abs=r.max_abs,
@@ -198,6 +201,18 @@ def cell_history(store: Store, cell: Cell, branch: str | None = "main", limit: i
                               speedup=r.speedup, casts_inserted=r.casts_inserted,
                               low_precision_fraction=r.low_precision_fraction))
     return out, int(total)
+
+
+def cells_of(store: Store, model: str, dtype: str, policy: str | None = None,
+             target: str | None = None) -> list[Cell]:
+    """The cells with results for ``model``/``dtype`` (and ``policy``/``target`` when given), sorted."""
+    q = sa.select(t_res.c.policy, t_res.c.target).where(t_res.c.model == model, t_res.c.dtype == dtype).distinct()
+    if policy:
+        q = q.where(t_res.c.policy == policy)
+    if target:
+        q = q.where(t_res.c.target == target)
+    with store.transaction() as conn:
+        return sorted((model, dtype, p, t) for p, t in conn.execute(q).all())
 
 
 def cell_findings(store: Store, cell: Cell, run_ids: Sequence[int]) -> list[Any]:

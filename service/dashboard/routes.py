@@ -7,7 +7,11 @@ Routes (not in the OpenAPI schema):
   commit statuses link to).  Content-negotiated: a client whose ``Accept`` header does not name
   HTML (curl, scripts) is redirected (307) to the JSON at ``/api/runs/{id}``, as before the
   dashboard existed; browsers get the page;
-- ``GET /history?model=&dtype=&policy=&target=[&branch=main][&limit=50]`` — a cell across revisions;
+- ``GET /history?model=&dtype=&policy=&target=[&branch=main|all|NAME][&limit=50]`` — a cell across
+  revisions.  Without ``branch`` it shows ``main``, or every branch when ``main`` has no result of the
+  cell (a run started from the CLI has no branch); ``branch=all`` (or empty) is every branch.  Without
+  ``policy`` or ``target`` it lists every policy/target of the model and dtype that has results (one
+  of them: that cell's history).  Matrix and diff links of a run keep the run's branch;
 - ``GET /regressions/{id}`` — one finding, baseline vs offending numbers, bisection state;
 - ``POST /regressions/{id}/triage`` — the acknowledge / false-positive form (fields ``token``,
   ``action``, ``by``, ``note``).  The token is the API bearer token (``AMPCI_API_TOKEN``), compared
@@ -53,10 +57,24 @@ env.globals.update(fmt=views.fmt, fmt_cosine=views.fmt_cosine, pct=views.pct, du
                    states=views.STATES, urlencode=urlencode)
 
 
+ALL_BRANCHES = "all"
+
+
 def history_href(cell: tuple[str, str, str, str], **extra: Any) -> str:
-    """The history page of a cell."""
+    """The history page of a cell (``branch=None`` in ``extra``: every branch)."""
+    if "branch" in extra and not extra["branch"]:
+        extra["branch"] = ALL_BRANCHES
     return "/history?" + urlencode({"model": cell[0], "dtype": cell[1], "policy": cell[2], "target": cell[3],
                                     **extra})
+
+
+def _branch_filter(branch: str) -> str | None:
+    """The branch a page filters on: None for every branch (``all`` or empty)."""
+    if branch in ("", ALL_BRANCHES):
+        return None
+    if not _NAME.match(branch):
+        raise UserError("branch: letters, digits and ._:+/- only")
+    return branch
 
 
 env.globals["history_href"] = history_href
@@ -103,12 +121,11 @@ def runs_page(request: Request, branch: str = "", trigger: str = "", limit: str 
     """Recent runs with revision, trigger, status, counts and duration."""
     if trigger and trigger not in TRIGGERS:
         raise UserError(f"unknown trigger {trigger!r}; expected one of {', '.join(TRIGGERS)}")
-    if branch and not _NAME.match(branch):
-        raise UserError("branch: letters, digits and ._:+/- only")
+    chosen = _branch_filter(branch)
     n = query_int(limit, "limit", 1, 1000, 50)
     store = _store(request)
-    rows = queries.runs_overview(store, limit=n, branch=branch or None, trigger=trigger or None)
-    return render("runs.html", rows=rows, branches=queries.branches(store), branch=branch, trigger=trigger,
+    rows = queries.runs_overview(store, limit=n, branch=chosen, trigger=trigger or None)
+    return render("runs.html", rows=rows, branches=queries.branches(store), branch=chosen or "", trigger=trigger,
                   triggers=TRIGGERS, limit=n)
 
 
@@ -140,19 +157,32 @@ def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
 @read.get("/history", response_class=HTMLResponse)
 @html_errors
 def history_page(request: Request, model: str = "", dtype: str = "", policy: str = "", target: str = "",
-                 branch: str = "main", limit: str = "") -> Response:
-    """A cell's metrics across revisions of a branch, with findings marked and points linking to runs."""
-    for name, value in (("model", model), ("dtype", dtype), ("policy", policy), ("target", target)):
+                 branch: str | None = None, limit: str = "") -> Response:
+    """A cell's metrics across revisions of a branch, with findings marked and points linking to runs
+    (branch and missing policy/target: see the module docstring)."""
+    for name, value in (("model", model), ("dtype", dtype), ("policy", policy or "x"), ("target", target or "x")):
         if not _NAME.match(value):
             raise UserError(f"{name}: give a name (letters, digits and ._:+/- only)")
-    if branch and not _NAME.match(branch):
-        raise UserError("branch: letters, digits and ._:+/- only")
+    chosen = "main" if branch is None else _branch_filter(branch)
     n = query_int(limit, "limit", 2, 200, HISTORY_DEFAULT)
     store = _store(request)
+    if not policy or not target:
+        cells = queries.cells_of(store, model, dtype, policy or None, target or None)
+        if not cells:
+            raise NotFoundError(f"no results for {model} {dtype}" + "".join(f" {v}" for v in (policy, target) if v))
+        if len(cells) > 1:
+            return render("history_cells.html", model=model, dtype=dtype, cells=cells,
+                          branch=branch if branch is not None else "")
+        policy, target = cells[0][2], cells[0][3]
     cell = (model, dtype, policy, target)
-    points, total = queries.cell_history(store, cell, branch or None, n)
+    points, total = queries.cell_history(store, cell, chosen, n)
+    fell_back = not points and branch is None
+    if fell_back:  # no branch asked for and nothing on main: every branch
+        chosen = None
+        points, total = queries.cell_history(store, cell, None, n)
     if not points and not store.results(model=model, dtype=dtype, policy=policy, target=target, limit=1):
         raise NotFoundError(f"no results for cell {'/'.join(cell)}")
+    branch = chosen or ""
     found = queries.cell_findings(store, cell, [p.run_id for p in points])
     by_result: dict[int, list[Any]] = {}
     for f in found:
@@ -160,6 +190,7 @@ def history_page(request: Request, model: str = "", dtype: str = "", policy: str
             by_result.setdefault(f.result_id, []).append(f)
     charts = plots.history_charts(points, by_result, lambda run_id: f"/runs/{run_id}") if points else []
     return render("history.html", cell=cell, points=points, total=total, limit=n, branch=branch, charts=charts,
+                  fell_back=fell_back,
                   findings=list(reversed(found)), by_result=by_result, branches=queries.branches(store))
 
 

@@ -252,6 +252,11 @@ def main_baseline(baselines: dict[Cell, Any]) -> tuple[str | None, int]:
     return sha, n
 
 
+#: Latency fields that mean nothing (stored as 0.0) unless the named sample list is non-empty.
+_UNMEASURED_UNLESS = {"latency.p50_ms": "samples_ms", "latency.p90_ms": "samples_ms", "latency.min_ms": "samples_ms",
+                      "latency.speedup": "samples_ms", "latency.fp32_p50_ms": "fp32_samples_ms"}
+
+
 def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
     """(name, baseline, offending, change) rows comparing two full JobResults (either may be None).
 
@@ -259,6 +264,9 @@ def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
     from service.db.extract import env_fingerprint
 
     def get(r: Any, path: str) -> Any:
+        samples = _UNMEASURED_UNLESS.get(path)  # an unmeasured latency is stored as 0.0: show "–", not "0"
+        if samples is not None and r is not None and not getattr(getattr(r, "latency", None), samples, None):
+            return None
         for part in path.split("."):
             r = getattr(r, part, None) if r is not None else None
         return r
