@@ -3,10 +3,13 @@
 
     python3 dev.py sweep     # install into .venv if needed, then run the embedded smoke sweep
     python3 dev.py test      # install into .venv if needed, start PostgreSQL/Redis if down, run pytest
+                             # (as root with apt-get: also installs Debian's chromium for the browser tests)
+    python3 dev.py test -m "not browser"   # the same without the browser tests: installs no chromium
     python3 dev.py ampci ARGS...   # any ampci command inside the project's virtual environment
 
 The virtual environment lives in ``.venv`` next to this file and is reinstalled only when
-``pyproject.toml`` changes (a hash stamp is kept inside the venv).  Standard library only.
+``pyproject.toml`` changes (a hash stamp is kept inside the venv).  ``AMPCI_NO_BROWSER=1`` also
+skips the chromium install (the browser tests then fail unless deselected).  Standard library only.
 """
 
 from __future__ import annotations
@@ -95,6 +98,22 @@ def ensure_browser() -> None:
                    check=False, env=env, stdout=subprocess.DEVNULL)
 
 
+def wants_browser(pytest_args: list[str], env: dict[str, str]) -> bool:
+    """False when the browser tests are deselected (``-m`` with an expression containing ``not browser``)
+    or ``AMPCI_NO_BROWSER`` is set to 1/true/yes: then no chromium is installed."""
+    if env.get("AMPCI_NO_BROWSER", "").strip().lower() in {"1", "true", "yes"}:
+        return False
+    for i, arg in enumerate(pytest_args):
+        expr = None
+        if arg == "-m" and i + 1 < len(pytest_args):
+            expr = pytest_args[i + 1]
+        elif arg.startswith("-m") and arg != "-m":
+            expr = arg[2:].lstrip("=")
+        if expr is not None and "not browser" in " ".join(expr.split()):
+            return False
+    return True
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in {"-h", "--help"}:
         print(__doc__)
@@ -104,7 +123,10 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ)
     if cmd == "test":
         ensure_services()
-        ensure_browser()
+        if wants_browser(rest, env):
+            ensure_browser()
+        else:
+            _log("browser tests deselected or AMPCI_NO_BROWSER=1: not installing chromium")
         env.setdefault("AMPCI_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
         env.setdefault("AMPCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
         proc = subprocess.run([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)

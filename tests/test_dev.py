@@ -1,0 +1,42 @@
+"""dev.py installs chromium (as root, with apt-get) only when the browser tests may run."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _dev() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("ampci_dev_script", ROOT / "dev.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize(("args", "env", "expected"), [
+    ([], {}, True),
+    (["tests/dashboard"], {}, True),
+    (["-m", "not browser"], {}, False),
+    (["-q", "-m", "not browser and not slow"], {}, False),
+    (["-m", "not  browser"], {}, False),
+    (["-mnot browser"], {}, False),
+    (["-m", "browser"], {}, True),
+    (["-m", "slow"], {}, True),
+    ([], {"AMPCI_NO_BROWSER": "1"}, False),
+    ([], {"AMPCI_NO_BROWSER": "0"}, True),
+])
+def test_chromium_is_installed_only_when_browser_tests_may_run(args: list[str], env: dict[str, str],
+                                                               expected: bool) -> None:
+    assert _dev().wants_browser(args, env) is expected
+
+
+def test_readme_says_dev_test_installs_chromium_and_how_to_skip_it() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert "chromium" in text.lower() and 'python3 dev.py test -m "not browser"' in text
+    assert "AMPCI_NO_BROWSER=1" in text
