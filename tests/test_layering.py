@@ -207,3 +207,16 @@ def test_the_real_tree_had_the_problems_this_test_guards(tmp_path: Path) -> None
     graph["service.db.store"] = graph["service.db.store"] | {"service.regressions.detect"}
     assert ("workers.cell", "service.settings") in upward_imports(graph)
     assert ["service.db.store", "service.regressions.detect"] in cycles(graph)
+
+
+def test_amp_pass_public_names_load_lazily() -> None:
+    """Every public name of ``amp_pass`` resolves, and a light submodule does not pull in the converter."""
+    import amp_pass
+
+    for name in amp_pass.__all__:
+        assert getattr(amp_pass, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        amp_pass.nope  # noqa: B018
+    code = "import sys, amp_pass.policy, amp_pass.errors; print('onnx_ir' in sys.modules or 'amp_pass.converter' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
