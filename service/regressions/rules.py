@@ -241,6 +241,21 @@ def latency_comparable(base: CellSample, new: CellSample, th: Thresholds) -> boo
             and min(len(base.latency_samples), len(new.latency_samples)) >= th.latency_min_samples)
 
 
+def timing_shift(base: Sequence[float], new: Sequence[float], ratio: float, change: float, ratio_limit: float,
+                 floor: float, p_limit: float) -> tuple[str, float] | None:
+    """``("regression"|"improvement", p)`` when timing samples ``new`` moved from ``base``: their median
+    ``ratio`` beyond ``ratio_limit`` (below its inverse), the raw median ``change`` beyond ``floor`` in the
+    same direction, and one-sided Mann-Whitney U p < ``p_limit``; None otherwise."""
+    if ratio > ratio_limit and change > floor:
+        category, alternative = "regression", "greater"
+    elif ratio < 1 / ratio_limit and -change > floor:
+        category, alternative = "improvement", "less"
+    else:
+        return None
+    p = mann_whitney_p(new, base, alternative)
+    return (category, p) if p < p_limit else None
+
+
 def latency_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, dtype: str) -> list[Finding]:
     """asv's rule, made robust to machine drift: same environment fingerprint, enough samples, and then
 
@@ -259,15 +274,10 @@ def latency_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, 
     if ma <= 0 or mb <= 0 or ma_raw <= 0 or mb_raw <= 0:
         return []
     ratio = mb / ma
-    if ratio > th.latency_ratio and mb_raw - ma_raw > th.latency_floor_ms:
-        category, alternative = "regression", "greater"
-    elif ratio < 1 / th.latency_ratio and ma_raw - mb_raw > th.latency_floor_ms:
-        category, alternative = "improvement", "less"
-    else:
+    shift = timing_shift(a, b, ratio, mb_raw - ma_raw, th.latency_ratio, th.latency_floor_ms, th.latency_p)
+    if shift is None:
         return []
-    p = mann_whitney_p(b, a, alternative)
-    if p >= th.latency_p:
-        return []
+    category, p = shift
     severity = "info" if category == "improvement" else ("major" if ratio > 1.5 else "minor")
     detail = (f"p50 {ma_raw:.4g} ms -> {mb_raw:.4g} ms (x{ratio:.2f} {unit}, n={len(a)}/{len(b)}, "
               f"Mann-Whitney p={p:.2g})")
@@ -318,15 +328,10 @@ def conversion_time_rule(base: CellSample, new: CellSample, th: Thresholds, mode
     if ma <= 0 or mb <= 0:
         return []
     ratio = mb / ma
-    if ratio > th.convert_time_ratio and mb - ma > th.convert_time_floor_s:
-        category, alternative = "regression", "greater"
-    elif ratio < 1 / th.convert_time_ratio and ma - mb > th.convert_time_floor_s:
-        category, alternative = "improvement", "less"
-    else:
+    shift = timing_shift(a, b, ratio, mb - ma, th.convert_time_ratio, th.convert_time_floor_s, th.convert_time_p)
+    if shift is None:
         return []
-    p = mann_whitney_p(b, a, alternative)
-    if p >= th.convert_time_p:
-        return []
+    category, p = shift
     severity = "info" if category == "improvement" else ("major" if ratio > 2 else "minor")
     return [Finding("conversion_time", category, severity, "convert_s", ma, mb,
                     f"conversion {ma:.4g} s -> {mb:.4g} s (x{ratio:.2f}, n={len(a)}/{len(b)}, "
