@@ -113,6 +113,10 @@ class Metric:
     shown: Callable[[HistoryRow], str] | None = None  # the value named in a point's tooltip (default: plotted)
 
 
+#: Charts of whole numbers: a unit of headroom either side and whole-number ticks.
+INTEGER_METRICS = frozenset({"casts_inserted", "pass_iterations"})
+
+
 def _finite(x: float | int | None) -> float | None:
     if x is None:
         return None
@@ -121,7 +125,8 @@ def _finite(x: float | int | None) -> float | None:
 
 
 def metrics_for(points: Sequence[HistoryRow]) -> list[Metric]:
-    """The five charts of a cell history (accuracy uses cosine, or the error ratio without cosines)."""
+    """The charts of a cell history: accuracy (cosine, or the error ratio without cosines), latency, speed-up,
+    casts, coverage, and conversion time and pass iterations where results recorded them."""
     use_cosine = any(p.cosine is not None for p in points) or not any(p.error_ratio is not None for p in points)
     accuracy = (Metric("cosine", "Accuracy: 1 − worst-output cosine similarity vs fp32 (log scale, lower is better)",
                        _one_minus_cosine, ("accuracy", "convergence", "conversion"), 3, log=True,
@@ -138,6 +143,12 @@ def metrics_for(points: Sequence[HistoryRow]) -> list[Metric]:
         Metric("casts_inserted", "Casts inserted", lambda p: _finite(p.casts_inserted), ("coverage", "conversion")),
         Metric("low_precision_fraction", "Low-precision compute fraction", lambda p: _finite(p.low_precision_fraction),
                ("coverage", "conversion"), 3),
+        *([Metric("convert_s", "Conversion time (s, median of the worker's timed conversions)",
+                  lambda p: _finite(p.convert_s), ("conversion_time",), 4)]
+          if any(p.convert_s is not None for p in points) else []),
+        *([Metric("pass_iterations", "Pass painting fixpoint iterations", lambda p: _finite(p.pass_iterations),
+                  ("pass_convergence",), 0)]
+          if any(p.pass_iterations is not None for p in points) else []),
     ]
 
 
@@ -257,7 +268,7 @@ def _range(points: Sequence[HistoryRow], metric: Metric) -> tuple[float, float] 
         if high <= low:
             high = low * 10
         return (low / 1.001, high * 1.001)
-    if metric.key == "casts_inserted":
+    if metric.key in INTEGER_METRICS:
         return (max(0.0, lo - 1), hi + 1)
     pad = (hi - lo) * 0.08 or abs(hi) * 0.01 or 1.0
     # latency, speed-up, casts and fractions are never negative: the axis does not start below 0
@@ -273,7 +284,7 @@ def _ticks(span: tuple[float, float] | None, metric: Metric, count: int = 5) -> 
         first, last = math.ceil(math.log10(lo)), math.floor(math.log10(hi))
         step = max(1, math.ceil((last - first) / (count + 1)))
         return [10.0 ** e for e in range(first, last + 1, step)]
-    if metric.key == "casts_inserted":
+    if metric.key in INTEGER_METRICS:
         step = max(1, math.ceil((hi - lo) / (count - 1)))
         return [float(v) for v in range(math.floor(lo), math.ceil(hi) + 1, step)]
     return [lo + (hi - lo) * i / (count - 1) for i in range(count)]

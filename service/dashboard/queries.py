@@ -152,6 +152,8 @@ class HistoryRow:
     speedup: float | None
     casts_inserted: int | None
     low_precision_fraction: float | None
+    convert_s: float | None = None
+    pass_iterations: int | None = None
 
 
 def _floats(raw: Any) -> list[float]:
@@ -181,7 +183,7 @@ def cell_history(store: Store, cell: Cell, branch: str | None = "main", limit: i
         q = (sa.select(t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_rev.c.message, t_run.c.trigger,
                        t_run.c.created_at, t_res.c.status, t_res.c.cosine, t_res.c.error_ratio, t_res.c.max_abs,
                        t_res.c.latency_p50_ms, t_res.c.speedup, t_res.c.casts_inserted,
-                       t_res.c.low_precision_fraction, picked.c.first,
+                       t_res.c.low_precision_fraction, t_res.c.convert_s, t_res.c.pass_iterations, picked.c.first,
                        t_res.c.data[("latency", "samples_ms")].label("samples"),
                        t_res.c.data[("latency", "min_ms")].label("min_ms"))
              .join(picked, picked.c.last == t_res.c.id).join(t_run, t_run.c.id == t_res.c.run_id)
@@ -199,7 +201,8 @@ def cell_history(store: Store, cell: Cell, branch: str | None = "main", limit: i
                               latency_p50_ms=r.latency_p50_ms,
                               latency_min_ms=lo, latency_max_ms=max(samples) if samples else None,
                               speedup=r.speedup, casts_inserted=r.casts_inserted,
-                              low_precision_fraction=r.low_precision_fraction))
+                              low_precision_fraction=r.low_precision_fraction, convert_s=r.convert_s,
+                              pass_iterations=r.pass_iterations))
     return out, int(total)
 
 

@@ -60,3 +60,26 @@ def test_regression_page_numbers_show_conversion_and_fixpoint() -> None:
             result_numbers(_timed([0.1, 0.1], 3), _timed([0.5, 0.5], 7, seed=1))}
     assert rows["pass fixpoint iterations"][:2] == ("3", "7")
     assert rows["conversion s (first run)"][2] not in ("", "–")
+
+
+def test_history_page_charts_conversion_time_and_iterations(store: Store, db_url: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from tests.dashboard.conftest import BROWSER, make_app
+
+    a, b = chain(store, 2)
+    run_with(store, a, [_timed([0.10, 0.11, 0.09], 3)])
+    run_with(store, b, [_timed([0.70, 0.71, 0.69], 5, seed=1)])
+    with TestClient(make_app(store, db_url), raise_server_exceptions=False, headers=BROWSER) as client:
+        page = client.get("/history", params={"model": "tiny_mlp", "dtype": "fp16", "policy": "default",
+                                              "target": "cpu", "branch": "all"})
+    assert page.status_code == 200, page.text[:300]
+    assert "Conversion time (s" in page.text and "Pass painting fixpoint iterations" in page.text
+    # results without the figures (stored before 0004) get no empty chart
+    from service.dashboard.plots import metrics_for
+    from service.dashboard.queries import cell_history
+
+    points, _ = cell_history(store, ("tiny_mlp", "fp16", "default", "cpu"), None)
+    assert [p.convert_s for p in points] == [pytest.approx(0.10), pytest.approx(0.70)]
+    old = [p.__class__(**{**p.__dict__, "convert_s": None, "pass_iterations": None}) for p in points]
+    assert {m.key for m in metrics_for(old)}.isdisjoint({"convert_s", "pass_iterations"})
