@@ -42,6 +42,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from service.api.auth import require_read
 from service.api.params import path_id, query_int
 from service.dashboard import bisection, plots, queries, views
+from service.db.deliveries import DELIVERY_STATES
 from service.db.store import TRIGGERS
 from service.errors import NotFoundError, UserError
 
@@ -127,6 +128,15 @@ def runs_page(request: Request, branch: str = "", trigger: str = "", limit: str 
     rows = queries.runs_overview(store, limit=n, branch=chosen, trigger=trigger or None)
     return render("runs.html", rows=rows, branches=queries.branches(store), branch=chosen or "", trigger=trigger,
                   triggers=TRIGGERS, limit=n)
+
+
+@read.get("/deliveries", response_class=HTMLResponse)
+@html_errors
+def deliveries_page(request: Request, status: str = "", limit: str = "100") -> Response:
+    """Recorded webhook deliveries, newest first; rejected and failed ones show the reason."""
+    n = query_int(limit, "limit", 1, 1000, 100)
+    rows = _store(request).list_deliveries(status=status or None, limit=n)  # UserError for an unknown status
+    return render("deliveries.html", rows=rows, states=DELIVERY_STATES, status=status, limit=n)
 
 
 @read.get("/runs/{run_id}", response_class=HTMLResponse)
