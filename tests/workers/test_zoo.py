@@ -155,3 +155,12 @@ def test_input_spec_is_checked_against_the_model(tmp_path: Path) -> None:
         entry = load_zoo(write_manifest(tmp_path / "b.toml", base + body)).get("m")
         with pytest.raises(SpecError, match=match):
             check_spec(entry, model)
+
+
+def test_selecting_an_unknown_tag_is_an_error_naming_the_tags() -> None:
+    from workers.zoo.manifest import ZooError, load_zoo
+
+    zoo = load_zoo()
+    assert {e.name for e in zoo.select(None, "smoke")} >= {"conv_net"}
+    with pytest.raises(ZooError, match=r"no zoo model has tag 'nosuchtag'; tags: .*smoke"):
+        zoo.select(None, "nosuchtag")

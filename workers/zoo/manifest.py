@@ -250,8 +250,12 @@ class Zoo:
         return self.entries[name]
 
     def select(self, names: list[str] | None = None, tag: str | None = None) -> list[ZooEntry]:
-        """Entries by name (all when empty), optionally only those carrying ``tag``."""
+        """Entries by name (all when empty), optionally only those carrying ``tag``; a tag that no entry of
+        the zoo carries is a ZooError listing the tags there are (an empty answer would look like "none")."""
         chosen = [self.get(n) for n in names] if names else list(self.entries.values())
+        if tag is not None and not any(tag in e.tags for e in self.entries.values()):
+            known = sorted({t for e in self.entries.values() for t in e.tags})
+            raise ZooError(f"no zoo model has tag {tag!r}; tags: {', '.join(known)}")
         return [e for e in chosen if tag is None or tag in e.tags]
 
 
