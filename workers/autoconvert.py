@@ -152,6 +152,7 @@ def _save(model: onnx.ModelProto, dst: Path, external: bool) -> None:
                       location=f"{dst.name}.data", size_threshold=1024)
         else:
             onnx.save(model, tmp)
+        _mode_as_created(tmp)
         os.replace(tmp, dst)
     finally:
         Path(tmp).unlink(missing_ok=True)
@@ -162,7 +163,16 @@ def _write_json(data: dict[str, Any], path: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=2, sort_keys=True)
+    _mode_as_created(tmp)
     os.replace(tmp, path)
+
+
+def _mode_as_created(path: str) -> None:
+    """Give a ``tempfile.mkstemp`` file (0600) the mode the umask gives a newly created file (0644 under 022).
+    Not ``amp_pass.io.chmod_as_created``: this module runs beside the pass of any revision, which may predate it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def run_auto_convert(args: argparse.Namespace) -> int:

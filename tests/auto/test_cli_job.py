@@ -196,3 +196,17 @@ def test_job_policy_auto_searches_to_the_jobs_own_acceptance_rule(tmp_path: Path
         per, _ = compare_outputs(ref, got, base)
         job_ok, _ = judge(per, ref, JobTolerance(**{**vars(entry.tolerance_for("fp16")), "min_cosine": 0.0}), 3.0)
         assert job_ok is ok and tol.meets([(per["y"], 256)], ["y"]) is ok
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_autoconvert_outputs_honour_the_umask(hot: Path, tmp_path: Path, umask: int) -> None:
+    """The auto path writes its model and report like a new file (0o666 & ~umask), not mkstemp's 0600."""
+    out, rep = tmp_path / f"o{umask:o}.onnx", tmp_path / f"r{umask:o}.json"
+    code = ("import os, runpy, sys; os.umask(int(sys.argv[1], 8)); sys.argv = ['autoconvert', *sys.argv[2:]]; "
+            "runpy.run_module('workers.autoconvert', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code, oct(umask), str(hot), "-o", str(out), "--report", str(rep),
+                           "--calibration-data", str(tmp_path / "hot.npz"), "--tolerance", "cosine=0.9995"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for path in (out, rep):
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask, (path, oct(path.stat().st_mode))
