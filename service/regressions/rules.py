@@ -38,6 +38,10 @@ class CellSample:
     casts_inserted: int | None = None
     latency_samples: tuple[float, ...] = ()
     fp32_latency_samples: tuple[float, ...] = ()  # the fp32 model timed interleaved with latency_samples
+    # a pooled baseline (:func:`pooled`): the median of each pooled result's own samples, relative to fp32
+    # (when every result carried paired fp32 samples) and in ms; empty for a single result
+    run_medians: tuple[float, ...] = ()
+    run_medians_ms: tuple[float, ...] = ()
     env_fingerprint: str | None = None
     error_unit: str = CONVERGENCE_ERROR_UNIT  # unit of final_error (workers.result.ConvergenceStats)
     # measured by the worker from the converted model (workers.graph_facts); None for results whose graph
@@ -263,7 +267,10 @@ def latency_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, 
       samples (:func:`relative_latency`), else the raw milliseconds;
     * a regression (improvement) needs their median ratio beyond ``latency_ratio`` (below its inverse),
       one-sided Mann-Whitney U p < ``latency_p``, **and** a raw p50 change of more than
-      ``latency_floor_ms`` in the same direction (a few microseconds are timer noise, whatever the ratio).
+      ``latency_floor_ms`` in the same direction (a few microseconds are timer noise, whatever the ratio);
+    * against a pooled baseline (several results), the new median must also lie outside the range of the
+      baseline results' own medians (``run_medians``): samples of one job share its conditions, so the
+      test alone over-trusts them, and a swing the baseline shows between its own runs is not a change.
     """
     if not latency_comparable(base, new, th):
         return []
@@ -278,6 +285,11 @@ def latency_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, 
     if shift is None:
         return []
     category, p = shift
+    medians = base.run_medians if unit != "ms" else base.run_medians_ms
+    if len(medians) >= 2 and (min(medians) <= mb <= max(medians)):
+        # within the spread of the baseline's own results: samples of one job are not independent of that
+        # job's conditions, so a run-to-run swing the baseline itself shows is not a change of the model
+        return []
     severity = "info" if category == "improvement" else ("major" if ratio > 1.5 else "minor")
     detail = (f"p50 {ma_raw:.4g} ms -> {mb_raw:.4g} ms (x{ratio:.2f} {unit}, n={len(a)}/{len(b)}, "
               f"Mann-Whitney p={p:.2g})")
@@ -297,7 +309,13 @@ def pooled(base: CellSample, others: Sequence[CellSample]) -> CellSample:
     paired = all(len(s.fp32_latency_samples) == len(s.latency_samples) for s in timed)
     fp32 = tuple(x for s in timed for x in s.fp32_latency_samples) if paired else ()
     conv = tuple(x for s in (base, *same) for x in s.convert_samples)
-    return replace(base, latency_samples=lat, fp32_latency_samples=fp32, convert_samples=conv)
+    with_samples = [s for s in timed if s.latency_samples]
+    run_ms = tuple(statistics.median(s.latency_samples) for s in with_samples)
+    rel = [relative_latency(s) for s in with_samples]
+    run_rel = tuple(statistics.median(r) for r in rel) if paired and all(rel) else ()
+    return replace(base, latency_samples=lat, fp32_latency_samples=fp32, convert_samples=conv,
+                   run_medians=run_rel if len(with_samples) > 1 else (),
+                   run_medians_ms=run_ms if len(with_samples) > 1 else ())
 
 
 def _can_reach(n: int, m: int, p: float) -> bool:

@@ -161,3 +161,25 @@ def test_baseline_samples_are_pooled_over_its_recent_runs(store: Store) -> None:
 
     (reg1,) = detect_run(store, new, off)
     assert "n=6/6" in reg1.detail
+
+
+def test_a_pooled_baseline_spread_bounds_what_counts_as_a_change() -> None:
+    # five baseline jobs whose medians swing 0.90-1.15 between runs (machine conditions), each tight within
+    fp32 = _jitter(2.0, 20, 0.005, 99)
+    runs = [_sample(tuple(m * 2.0 * x for x in _jitter(1.0, 20, 0.005, i)), fp32) for i, m in
+            enumerate((1.0, 0.90, 0.95, 1.05, 1.15))]
+    base = pooled(runs[0], runs[1:])
+    assert len(base.run_medians) == len(base.run_medians_ms) == 5
+    assert max(base.run_medians) == pytest.approx(1.15, rel=0.01)
+    # a new job at 1.12: beyond the pooled median x1.10, with tight samples (p tiny), but inside the baseline's
+    # own spread: not a regression
+    new = _sample(tuple(1.12 * 2.0 * x for x in _jitter(1.0, 20, 0.005, 50)), fp32)
+    assert statistics.median(relative_latency(new)) / statistics.median(relative_latency(base)) > TH.latency_ratio
+    assert latency_rule(base, new, TH, "m", "fp16") == []
+    # the same job against one baseline result (no spread known) fires, and a real 25 % slowdown fires anyway
+    assert [f.category for f in latency_rule(runs[0], new, TH, "m", "fp16")] == ["regression"]
+    slow = _sample(tuple(1.25 * 2.0 * x for x in _jitter(1.0, 20, 0.005, 51)), fp32)
+    assert [f.category for f in latency_rule(base, slow, TH, "m", "fp16")] == ["regression"]
+    # and the other way: a new job faster than every baseline job, by more than the ratio, is an improvement
+    fast = _sample(tuple(0.8 * 2.0 * x for x in _jitter(1.0, 20, 0.005, 52)), fp32)
+    assert [f.category for f in latency_rule(base, fast, TH, "m", "fp16")] == ["improvement"]
