@@ -38,6 +38,8 @@ from workers.zoo.manifest import ZooEntry, ZooError, load_zoo
 from workers.zoo.registry import FetchError
 
 DTYPES = ("fp16", "bf16")
+#: File under the cache dir whose lock makes the jobs of one machine time their models one at a time.
+TIMING_LOCK = "timing.lock"
 TARGETS = ("cpu", "cuda")
 
 
@@ -321,7 +323,8 @@ class _Job:
             fp32 = self.fp32() if target == "cpu" else SessionRunner(self.model_bytes, target, self.clock)
             self._held.append(fp32)
             self.result.latency = measure_latency(conv, fp32, self.feeds, self.settings.latency_runs,
-                                                  self.settings.latency_warmup)
+                                                  self.settings.latency_warmup,
+                                                  lock_file=Path(self.settings.cache_dir) / TIMING_LOCK)
         except SessionError as exc:
             self.result.latency = LatencyStats(provider=provider, error=f"converted model not timed: {exc}")
 

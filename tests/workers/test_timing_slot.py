@@ -1,0 +1,58 @@
+"""Jobs of one machine time their models one at a time (an flock under the cache dir), so concurrent jobs'
+thread pools never compete while either is timed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.workers.fakes import fake_pass, write_manifest
+from tests.workers.test_job import MANIFEST
+from workers.config import WorkerConfig
+from workers.job import TIMING_LOCK, JobSpec, run_job
+from workers.latency import timing_slot
+
+HOLD = ("import fcntl, sys, time, pathlib; p = pathlib.Path(sys.argv[1]); p.parent.mkdir(parents=True, exist_ok=True)\n"
+        "f = open(p, 'a+'); fcntl.flock(f, fcntl.LOCK_EX); pathlib.Path(sys.argv[2]).touch(); time.sleep(float(sys.argv[3]))")
+
+
+def _hold(lock: Path, ready: Path, seconds: float) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(lock), str(ready), str(seconds)])
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "lock holder did not start"
+        time.sleep(0.02)
+    return proc
+
+
+def test_timing_slot_waits_for_another_process(tmp_path: Path) -> None:
+    lock = tmp_path / "slot.lock"
+    holder = _hold(lock, tmp_path / "ready", 1.0)
+    try:
+        t0 = time.monotonic()
+        with timing_slot(lock):
+            waited = time.monotonic() - t0
+    finally:
+        holder.wait(timeout=30)
+    assert waited > 0.5
+    with timing_slot(None):  # no lock file: no waiting
+        pass
+
+
+def test_a_job_times_its_models_only_in_the_slot(tmp_path: Path) -> None:
+    config = WorkerConfig(cache_dir=tmp_path / "cache", latency_runs=2, latency_warmup=1, convert_timeout=120.0)
+    zoo = write_manifest(tmp_path / "zoo.toml", MANIFEST)
+    root = fake_pass(tmp_path / "naive", "naive_fp16")
+    run_job(JobSpec(model="conv", dtype="fp16", pass_root=root, zoo_path=zoo), config)  # warm caches
+    holder = _hold(config.cache_dir / TIMING_LOCK, tmp_path / "ready", 2.0)
+    try:
+        t0 = time.monotonic()
+        r = run_job(JobSpec(model="conv", dtype="fp16", pass_root=root, zoo_path=zoo), config)
+        took = time.monotonic() - t0
+    finally:
+        holder.wait(timeout=30)
+    assert r.status == "pass", r.message
+    assert r.latency is not None and len(r.latency.samples_ms) == 2
+    assert took > 1.5  # it waited for the holder before timing
