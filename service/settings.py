@@ -97,7 +97,7 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
-_MAY_BE_ZERO = frozenset({"db_max_overflow", "local_workers"})
+_MAY_BE_ZERO = frozenset({"db_max_overflow", "local_workers", "latency_threads"})
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,7 @@ class Settings:
     accuracy_k: float = 3.0
     worktree_cache_size: int = 8
     convert_repeats: int = 5          # conversions per job timed for the conversion-time rule
+    latency_threads: int = 1          # intra-op threads of the timed sessions (0: onnxruntime's default)
     max_body_bytes: int = 1024 * 1024
     nightly_cron: str = "0 2 * * *"
     nightly_sweep: str = "full"      # sweep name the nightly beat runs
@@ -199,7 +200,7 @@ class Settings:
                             job_timeout=self.job_timeout, latency_runs=self.latency_runs,
                             latency_warmup=self.latency_warmup, convergence_steps=self.convergence_steps,
                             accuracy_k=self.accuracy_k, worktree_cache_size=self.worktree_cache_size,
-                            convert_repeats=self.convert_repeats)
+                            convert_repeats=self.convert_repeats, latency_threads=self.latency_threads)
 
     def db_pool(self) -> dict[str, int]:
         """The connection bounds of one engine (``make_engine(url, **settings.db_pool())``): at most

@@ -36,7 +36,10 @@ class WorkerConfig:
     stateful model is rolled forward; ``accuracy_k``: the k of the accuracy rule;
     ``worktree_cache_size``: pass worktrees kept; ``convert_repeats``: conversions per job timed for
     the conversion-time rule (the first one's model is the job's; repeats stop once the conversions
-    took more than ~5 s in all, see :func:`workers.convert.convert_in_subprocess`).
+    took more than ~5 s in all, see :func:`workers.convert.convert_in_subprocess`); ``latency_threads``:
+    onnxruntime intra-op threads of the timed sessions (0: its default, one per core).  One thread by
+    default: with the default pool on two cores a converted/fp32 latency ratio swung 2.4x from session to
+    session of one model (0.7-1.7), with one thread 1.02x, so results of one revision are comparable.
     """
 
     cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
@@ -51,6 +54,7 @@ class WorkerConfig:
     accuracy_k: float = 3.0
     worktree_cache_size: int = 8
     convert_repeats: int = 5
+    latency_threads: int = 1
 
     def for_cell(self, options: dict[str, Any] | None) -> WorkerConfig:
         """This config with a cell's sweep options applied: ``repeats`` -> latency runs, ``timeout`` ->

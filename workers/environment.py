@@ -83,11 +83,11 @@ FINGERPRINT_KEYS: tuple[str, ...] = ("onnxruntime", "provider", "device", "cuda_
 THREAD_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "ORT_NUM_THREADS")
 
 
-def thread_settings() -> str:
-    """The thread settings latency depends on: onnxruntime's intra-op default (all cores) and the thread
-    environment variables that are set (``intra=default;OMP_NUM_THREADS=1`` ...)."""
+def thread_settings(intra_op_threads: int = 0) -> str:
+    """The thread settings latency depends on: the timed sessions' intra-op threads (``default``: one per
+    core) and the thread environment variables that are set (``intra=1;OMP_NUM_THREADS=1`` ...)."""
     set_vars = [f"{k}={os.environ[k]}" for k in THREAD_VARS if os.environ.get(k)]
-    return ";".join(["intra=default", *set_vars])
+    return ";".join([f"intra={intra_op_threads or 'default'}", *set_vars])
 
 
 def fingerprint_of(environment: dict[str, str]) -> str:
@@ -96,7 +96,7 @@ def fingerprint_of(environment: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def fingerprint(provider: str, pass_root: Path, revision: str | None) -> dict[str, str]:
+def fingerprint(provider: str, pass_root: Path, revision: str | None, intra_op_threads: int = 0) -> dict[str, str]:
     """The environment of a job: onnxruntime version and provider, device (GPU name or CPU model), CPU count,
     thread settings, python, onnx, platform, plus (information only) the pass revision and root; its
     ``fingerprint`` entry hashes the machine and runtime keys only (see the module doc)."""
@@ -110,7 +110,7 @@ def fingerprint(provider: str, pass_root: Path, revision: str | None) -> dict[st
         "onnx": onnx.__version__,
         "platform": f"{sys.platform}-{platform.machine()}",
         "cpu_count": str(os.cpu_count() or 0),
-        "threads": thread_settings(),
+        "threads": thread_settings(intra_op_threads),
         "pass_revision": revision or pass_revision(pass_root),
         "pass_root": str(pass_root),
     }

@@ -90,7 +90,7 @@ def run_job(spec: JobSpec, settings: WorkerConfig) -> JobResult:
     job.close()
     with clock.phase("fingerprint"):
         provider = result.latency.provider if result.latency and result.latency.provider else CPU
-        result.environment = fingerprint(provider, pass_root, spec.revision)
+        result.environment = fingerprint(provider, pass_root, spec.revision, settings.latency_threads)
     result.timings = clock.finish()
     return result
 
@@ -317,10 +317,12 @@ class _Job:
         if target == "cuda" and not cuda_usable():
             self.result.latency = LatencyStats(provider=provider, error="no usable CUDA device on this worker")
             return
+        threads = self.settings.latency_threads
         try:
-            conv = SessionRunner(self.converted_bytes, target, self.clock)
+            conv = SessionRunner(self.converted_bytes, target, self.clock, intra_op_threads=threads)
             self._held.append(conv)
-            fp32 = self.fp32() if target == "cpu" else SessionRunner(self.model_bytes, target, self.clock)
+            fp32 = self.fp32() if target == "cpu" and not threads else \
+                SessionRunner(self.model_bytes, target, self.clock, intra_op_threads=threads)
             self._held.append(fp32)
             self.result.latency = measure_latency(conv, fp32, self.feeds, self.settings.latency_runs,
                                                   self.settings.latency_warmup,

@@ -48,13 +48,14 @@ def _widen(v: np.ndarray) -> np.ndarray:
 
 
 class SessionRunner(Runner):
-    """An onnxruntime session on ``target`` (``cpu``/``cuda``), optimizations on unless told otherwise."""
+    """An onnxruntime session on ``target`` (``cpu``/``cuda``), optimizations on unless told otherwise;
+    ``intra_op_threads`` 0 keeps onnxruntime's default thread pool."""
 
     def __init__(self, model: onnx.ModelProto | bytes, target: str, clock: JobClock | None = None,
-                 optimize: bool = True) -> None:
+                 optimize: bool = True, intra_op_threads: int = 0) -> None:
         super().__init__(clock)
         with self.clock.executing():
-            self.session = make_session(model, target, optimize=optimize)
+            self.session = make_session(model, target, optimize=optimize, intra_op_threads=intra_op_threads)
         self.provider = self.session.get_providers()[0]
         self.mode = target
         self._types = {i.name: i.type for i in self.session.get_inputs()}

@@ -32,3 +32,10 @@ def test_thread_settings_are_part_of_the_environment(tmp_path: Path, monkeypatch
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     pinned = fingerprint("CPUExecutionProvider", tmp_path, "a" * 40)
     assert "OMP_NUM_THREADS=1" in pinned["threads"] and pinned["fingerprint"] != plain["fingerprint"]
+
+
+def test_the_timed_sessions_thread_count_is_in_the_fingerprint(tmp_path: Path) -> None:
+    one = fingerprint("CPUExecutionProvider", tmp_path, "a" * 40, 1)
+    default = fingerprint("CPUExecutionProvider", tmp_path, "a" * 40, 0)
+    assert one["threads"].startswith("intra=1") and default["threads"].startswith("intra=default")
+    assert one["fingerprint"] != default["fingerprint"]

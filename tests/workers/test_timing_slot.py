@@ -57,3 +57,33 @@ def test_a_job_times_its_models_only_in_the_slot(tmp_path: Path) -> None:
     # the latency phase (a few ms of model runs) waited for the holder; the phases before it did not
     assert r.timings["latency_s"] > 1.0, r.timings
     assert r.timings["accuracy_s"] < 1.0, r.timings
+
+
+def test_timed_sessions_use_the_configured_thread_count(tmp_path: Path) -> None:
+    """Latency sessions run with ``latency_threads`` intra-op threads (default 1), recorded in the result."""
+    from workers.runners import SessionRunner
+
+    zoo = write_manifest(tmp_path / "zoo.toml", MANIFEST)
+    root = fake_pass(tmp_path / "naive", "naive_fp16")
+    made: list[int] = []
+    original = SessionRunner.__init__
+
+    def spy(self, model, target, clock=None, optimize=True, intra_op_threads=0):  # type: ignore[no-untyped-def]
+        original(self, model, target, clock, optimize, intra_op_threads)
+        made.append(int(self.session.get_session_options().intra_op_num_threads))
+
+    SessionRunner.__init__ = spy  # type: ignore[method-assign]
+    try:
+        for threads in (1, 0):
+            made.clear()
+            config = WorkerConfig(cache_dir=tmp_path / f"c{threads}", latency_runs=2, latency_warmup=1,
+                                  convert_repeats=1, latency_threads=threads)
+            r = run_job(JobSpec(model="conv", dtype="fp16", pass_root=root, zoo_path=zoo), config)
+            assert r.status == "pass" and r.latency is not None and r.latency.samples_ms
+            assert r.environment["threads"].startswith(f"intra={threads or 'default'}")
+            if threads:
+                assert made.count(threads) >= 2  # the converted and the fp32 session that are timed
+            else:
+                assert set(made) == {0}  # onnxruntime's default pool everywhere
+    finally:
+        SessionRunner.__init__ = original  # type: ignore[method-assign]
