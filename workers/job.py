@@ -138,8 +138,9 @@ class _Job:
         s = self.spec
         if s.dtype not in DTYPES:
             raise JobFailed("bad_spec", f"unknown dtype {s.dtype!r}; expected one of {', '.join(DTYPES)}")
-        if s.target not in TARGETS:
-            raise JobFailed("bad_spec", f"unknown target {s.target!r}; expected one of {', '.join(TARGETS)}")
+        if target_kind(s.target) not in TARGETS:
+            raise JobFailed("bad_spec", f"unknown target {s.target!r}; expected one of {', '.join(TARGETS)} "
+                            "(or a queue of one, e.g. cuda-a100)")
         if not s.policy or not s.policy.strip():
             raise JobFailed("bad_spec", "empty policy name")
 
@@ -220,7 +221,7 @@ class _Job:
             inputs = tmp / "inputs.npz"
             np.savez(inputs, **self.feeds)
             tolerance = search_tolerance(self.entry, s.dtype, self.settings.accuracy_k, ref, baseline)
-        outcome = convert_in_subprocess(src, dst, report, s.dtype, s.policy, s.target, s.pass_root,
+        outcome = convert_in_subprocess(src, dst, report, s.dtype, s.policy, target_kind(s.target), s.pass_root,
                                         self.settings.convert_timeout, self.settings.convert_memory,
                                         inputs=inputs, tolerance=tolerance,
                                         repeats=self.settings.convert_repeats)
@@ -312,7 +313,7 @@ class _Job:
             raise JobFailed("convert_error", f"converted model fails during the convergence rollout: {exc}") from None
 
     def _latency(self, converted: onnx.ModelProto) -> None:
-        target = self.spec.target
+        target = target_kind(self.spec.target)
         provider = "CUDAExecutionProvider" if target == "cuda" else CPU
         if target == "cuda" and not cuda_usable():
             self.result.latency = LatencyStats(provider=provider, error="no usable CUDA device on this worker")
@@ -342,6 +343,12 @@ class _Job:
             r.status = "pass"
         if r.latency is not None and r.latency.error:
             r.message = f"{r.message}; latency: {r.latency.error}" if r.message else f"latency: {r.latency.error}"
+
+
+def target_kind(target: str) -> str:
+    """The device kind of a job target: ``cpu``/``cuda``, also for a queue of one (``cuda-a100`` -> ``cuda``),
+    as ``AMPCI_EXTRA_QUEUES`` and sweeps name them; the cell keeps the queue name."""
+    return target.partition("-")[0]
 
 
 def search_tolerance(entry: ZooEntry, dtype: str, k: float, ref: Mapping[str, np.ndarray],
