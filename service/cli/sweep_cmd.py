@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from service.errors import UserError
+from workers.result import GOOD_STATUSES, STATUSES
 
 
 class SweepTimeout(Exception):
@@ -199,9 +200,9 @@ def _wait_with_progress(store: Any, run_id: int, total: int, timeout: float | No
         return wait_for_run(store, run_id, update, timeout=timeout)
 
 
-#: Result statuses of a cell that did not pass: the job ran ("done") but the cell failed.
-FAILED_RESULT_STATUSES = frozenset({"convert_error", "timeout", "crash", "crashed", "bad_model", "bad_spec",
-                                    "reference_error", "fail_accuracy", "diverged"})
+#: Result statuses of a cell that did not pass (every status but the green ones): the job ran ("done") but
+#: the cell failed.
+FAILED_RESULT_STATUSES = frozenset(STATUSES) - GOOD_STATUSES
 
 
 def failed_cells(jobs: Any, results: Any) -> int:
