@@ -41,7 +41,7 @@ from service.db import models as m
 from service.db.queries import ERROR_UNIT, ancestors, stored_error_unit
 from service.db.records import Cell, RegressionInfo
 from service.db.runs import dialect_insert
-from service.regressions.measured import graph_columns, graph_fields
+from service.regressions.measured import floats, graph_columns, graph_fields
 from service.regressions.rules import KINDS, CellSample, Finding, compare_cells, pooled, returned_to_baseline
 from service.regressions.stats import count_flips, shift_violations
 from service.regressions.thresholds import Thresholds
@@ -72,14 +72,9 @@ def sample(row: Any) -> CellSample:
     return CellSample(status=row.status, max_abs=row.max_abs, cosine=row.cosine, final_error=row.final_error,
                       diverged=row.diverged, low_precision_fraction=row.low_precision_fraction,
                       casts_inserted=row.casts_inserted,
-                      latency_samples=_floats(row.samples), fp32_latency_samples=_floats(row.fp32_samples),
+                      latency_samples=floats(row.samples), fp32_latency_samples=floats(row.fp32_samples),
                       env_fingerprint=row.env_fingerprint, error_unit=stored_error_unit(row.error_unit),
                       **graph_fields(row))
-
-
-def _floats(values: Any) -> tuple[float, ...]:
-    """The numbers of a stored JSON list (anything else: none)."""
-    return tuple(float(x) for x in values if isinstance(x, int | float)) if isinstance(values, list) else ()
 
 
 def _cell(row: Any) -> Cell:

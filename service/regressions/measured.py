@@ -43,10 +43,15 @@ def graph_fields(row: Any) -> dict[str, Any]:
         "compute_low": _int(getattr(row, "compute_low", None)) if measured else None,
         "compute_nodes": _int(getattr(row, "compute_nodes", None)) if measured else None,
         "compute_ops_version": _str(getattr(row, "compute_ops_version", None)) if measured else None,
-        "convert_samples": tuple(float(x) for x in samples if _number(x)) if isinstance(samples, list) else (),
+        "convert_samples": floats(samples),
         "pass_iterations": _int(getattr(row, "pass_iterations", None)),
         "pass_converged": v if isinstance(v := getattr(row, "pass_converged", None), bool) else None,
     }
+
+
+def floats(values: Any) -> tuple[float, ...]:
+    """The numbers of a stored JSON list (booleans and other values skipped; anything but a list: none)."""
+    return tuple(float(x) for x in values if _number(x)) if isinstance(values, list) else ()
 
 
 def _number(x: Any) -> bool:
