@@ -27,8 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service import tasks  # noqa: E402
-from service.celery_app import app  # noqa: E402,F401  - `celery -A bench.bench_dispatch` loads `app`
+from service.orchestration import tasks  # noqa: E402
+from service.orchestration.celery_app import app  # noqa: E402,F401  - `celery -A bench.bench_dispatch` loads `app`
 from workers.result import JobResult  # noqa: E402
 
 _real_run_cell = tasks.run_cell
@@ -75,7 +75,7 @@ def _fresh_pg() -> tuple[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from service import scheduler
+    from service.orchestration import scheduler
     from service.settings import Settings
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -55,7 +55,7 @@ def bench_app() -> Any:
     from service.db import Store
     from service.github.outbox import RedisOutbox
     from service.github.reporter import StatusReporter
-    from service.scheduler import SweepConfig
+    from service.orchestration.scheduler import SweepConfig
     from service.settings import Settings
 
     database_url, broker_url = os.environ["BENCH_DATABASE_URL"], os.environ["BENCH_BROKER_URL"]

@@ -1,6 +1,6 @@
 """Create runs for webhook and API requests and dispatch their jobs through the scheduler.
 
-Unlike :func:`service.scheduler.start_sweep` this never touches git: the revision is the 40-hex
+Unlike :func:`service.orchestration.scheduler.start_sweep` this never touches git: the revision is the 40-hex
 sha GitHub (or the API caller) gave, stored as sent; the worker checks it out when it runs a job.
 The webhook intake hands it batches (:meth:`RunDispatcher.submit_many`): all revisions, runs and
 job rows of a batch in one transaction of a few multi-row statements, then one broker message
@@ -36,7 +36,7 @@ def sweep_planner(data_dir: Path | None = None) -> Planner:
     def plan(sweep: str) -> Sequence[Any]:
         with lock:
             if sweep not in cache:
-                from service.scheduler import load_sweep, zoo_catalog
+                from service.orchestration.scheduler import load_sweep, zoo_catalog
 
                 cache[sweep] = load_sweep(sweep=sweep).expand(zoo_catalog(None, data_dir))
             return cache[sweep]
@@ -47,13 +47,13 @@ def sweep_planner(data_dir: Path | None = None) -> Planner:
 class CeleryDispatch:
     """Sends one ``ampci.run_job`` message per job to the queue named by its target.
 
-    :func:`service.scheduler.enqueue` over the process's cached Celery app
-    (:func:`service.scheduler.celery_app`, built once, its producer pool reused): a run's
+    :func:`service.orchestration.scheduler.enqueue` over the process's cached Celery app
+    (:func:`service.orchestration.scheduler.celery_app`, built once, its producer pool reused): a run's
     messages take a few milliseconds.
     """
 
     def __call__(self, settings: Settings, revision: str, jobs: Sequence[Any]) -> None:
-        from service.broker import celery_app, enqueue
+        from service.orchestration.broker import celery_app, enqueue
 
         enqueue(settings, revision, jobs, app=celery_app(settings))
 
@@ -71,7 +71,7 @@ def local_pool(settings: Settings) -> Any:
     with _LOCAL_POOLS_LOCK:
         pool = _LOCAL_POOLS.get(key)
         if pool is None:
-            from service.scheduler import LocalPool, open_store
+            from service.orchestration.scheduler import LocalPool, open_store
 
             pool = _LOCAL_POOLS[key] = LocalPool(settings, open_store(settings),
                                                  workers=settings.local_workers or None)
@@ -99,7 +99,7 @@ class RunDispatcher:
 
     def __init__(self, settings: Settings, store: Any, planner: Planner | None = None,
                  dispatch: Dispatch | None = None, mode: str | None = None) -> None:
-        from service.scheduler import dispatch_mode
+        from service.orchestration.scheduler import dispatch_mode
 
         self.settings = settings
         self.store = store
@@ -120,7 +120,7 @@ class RunDispatcher:
                 self.planner(sweep)
             self._compile_statements()
             if isinstance(self.dispatch, CeleryDispatch):
-                from service.broker import celery_app
+                from service.orchestration.broker import celery_app
 
                 app = celery_app(self.settings)
                 with app.producer_or_acquire() as producer:

@@ -38,12 +38,12 @@ class ManualRun(BaseModel):
 def resolve_api_revision(settings: Settings, revision: str) -> str:
     """The full sha a request names: a full 40-hex sha as it is (a deployment whose API cannot reach the
     pass repository still takes webhook-style shas), anything else resolved through the pass repository
-    (:func:`service.scheduler.resolve_revision`); an unknown name is a UserError (400), nothing stored."""
+    (:func:`service.orchestration.scheduler.resolve_revision`); an unknown name is a UserError (400), nothing stored."""
     if SHA40.fullmatch(revision):
         return revision.lower()
     if revision == "WORKTREE":
         raise UserError("revision WORKTREE names a local working tree; the API takes committed revisions only")
-    from service.scheduler import resolve_revision
+    from service.orchestration.scheduler import resolve_revision
 
     return resolve_revision(settings, revision)
 

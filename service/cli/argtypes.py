@@ -46,7 +46,7 @@ def one_of(what: str, choices: Sequence[str] | Callable[[], Sequence[str]]) -> C
 
 def dtype_name(raw: str) -> str:
     """An argparse ``type``: a low-precision dtype the service sweeps (``fp16``, ``bf16``)."""
-    from service.sweeps import DTYPES
+    from service.orchestration.sweeps import DTYPES
 
     return one_of("dtype", DTYPES)(raw)
 
@@ -65,7 +65,7 @@ def target_name(raw: str) -> str:
 def policy_name(raw: str) -> str:
     """An argparse ``type``: a named policy, ``auto``, or a policy file path (results store a file policy
     by its path), so a misspelt name (``agressive``) is refused rather than matching nothing."""
-    from service.sweeps import POLICY_NAMES
+    from service.orchestration.sweeps import POLICY_NAMES
 
     if raw in POLICY_NAMES or "/" in raw or raw.endswith((".toml", ".yaml", ".yml", ".json")):
         return raw

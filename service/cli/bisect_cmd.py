@@ -52,9 +52,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """See the module docstring for the exit codes."""
-    from service.bisect import bisect_step
     from service.cli.query_cmd import emit
-    from service.jobs import open_store
+    from service.orchestration.jobs import open_store
+    from service.regressions.bisect import bisect_step
     from service.settings import Settings
 
     if args.parallel < 1:
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     drive = settings.embedded and not args.step
     enqueue = None
     if args.dispatch:
-        from service import scheduler
+        from service.orchestration import scheduler
 
         enqueue = scheduler.dispatcher(settings, store)
 
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _drive(store: Any, settings: Any, reg: Any, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """Bisect ``reg`` to its end on the local pool; its JSON form and the lines for people."""
-    from service.bisect_run import bisect_to_end
+    from service.regressions.bisect_run import bisect_to_end
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

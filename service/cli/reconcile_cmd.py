@@ -39,8 +39,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Exit 0 whether or not jobs were lost (they are re-sent); 2 bad input or a non-Redis broker;
     3 the broker or database is unavailable (nothing sent)."""
-    from service import reconcile, scheduler
     from service.cli.query_cmd import emit
+    from service.orchestration import reconcile, scheduler
     from service.settings import Settings
 
     if args.grace is not None and not args.grace >= 0:
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def describe(report: Any) -> list[str]:
-    """The human-readable lines for a :class:`service.reconcile.ReconcileReport`."""
+    """The human-readable lines for a :class:`service.orchestration.reconcile.ReconcileReport`."""
     if report.skipped:
         return [report.skipped]
     i = report.inspection

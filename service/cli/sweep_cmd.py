@@ -9,7 +9,7 @@ of the sweep it runs the baseline revision for those cells first (as ``asv conti
 ``--no-baseline-run`` turns it off).  Then creates the run, dispatches its jobs (embedded local pool,
 or Celery when ``AMPCI_BROKER_URL`` is set), shows live progress on stderr (jobs done/failed, ETA),
 waits, prints the result table and the regressions against the baseline, and exits 1 when there are
-any, or when a cell with no baseline result fails (a CI gate: :mod:`service.gate`).
+any, or when a cell with no baseline result fails (a CI gate: :mod:`service.regressions.gate`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     """Exit 0: no regressions; 1: regressions found, or a cell without a baseline result fails;
     2: bad input (an unknown revision or baseline: nothing stored); 3: a service is unavailable;
     4: ``--timeout`` passed before the run finished."""
-    from service import scheduler
+    from service.orchestration import scheduler
     from service.settings import Settings
 
     settings = Settings.from_env()
@@ -101,10 +101,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def gate_decision(store: Any, run_id: int, results: Any, regressions: int) -> Any:
-    """The gate (:func:`service.gate.decide`) over the run's results, the cells that had a baseline
+    """The gate (:func:`service.regressions.gate.decide`) over the run's results, the cells that had a baseline
     result to compare with, and its open regressions: a new cell that fails fails the gate too."""
-    from service.gate import CellOutcome, decide
     from service.regressions.detect import baseline_revisions
+    from service.regressions.gate import CellOutcome, decide
 
     outcomes = [CellOutcome((r.model, r.dtype, r.policy, r.target), r.status, r.message or "") for r in results]
     return decide(outcomes, baseline_revisions(store, run_id), regressions)
@@ -113,7 +113,7 @@ def gate_decision(store: Any, run_id: int, results: Any, regressions: int) -> An
 def _run_baseline(settings: Any, config: Any, store: Any, baseline: str, args: argparse.Namespace) -> int | None:
     """Run ``baseline`` for the sweep's cells that have no result there yet (``asv continuous``), and wait
     for it unless ``--no-wait``; return its run id (None: nothing was missing)."""
-    from service import scheduler
+    from service.orchestration import scheduler
     from service.regressions.detect import cells_with_results
 
     have = cells_with_results(store, baseline)
@@ -181,7 +181,7 @@ def _wait_with_progress(store: Any, run_id: int, total: int, timeout: float | No
         TimeRemainingColumn,
     )
 
-    from service.scheduler import wait_for_run
+    from service.orchestration.scheduler import wait_for_run
 
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),

@@ -55,7 +55,7 @@ def _app() -> Any:
 
     settings = Settings.from_env()
     settings.require("broker_url")
-    from service.celery_app import app  # built from the same environment
+    from service.orchestration.celery_app import app  # built from the same environment
 
     return settings, app
 

@@ -1,7 +1,7 @@
 """Where the bisection of a regression stands, read-only (the regression page shows it).
 
-:func:`service.bisect.bisect_step` advances a bisection and *creates* runs; a page must not.
-This module applies the same classification (:func:`service.bisect.classify`, the same dedup keys
+:func:`service.regressions.bisect.bisect_step` advances a bisection and *creates* runs; a page must not.
+This module applies the same classification (:func:`service.regressions.bisect.classify`, the same dedup keys
 of bisect runs) to what is stored and reports the verdict per commit on the first-parent path
 from the baseline to the regressed revision, without creating or queueing anything.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.bisect import cell_samples, classify, dedup_key, newest_by_revision
 from service.dashboard.queries import bisect_runs
 from service.db.records import RegressionInfo
 from service.db.store import Store
 from service.errors import NotFoundError
+from service.regressions.bisect import cell_samples, classify, dedup_key, newest_by_revision
 from service.regressions.thresholds import Thresholds
 
 MAX_PATH = 2000

@@ -62,7 +62,7 @@ class RunWritesMixin:
 
     ``run_dispatch`` is how runs created without an explicit ``dispatch`` are dispatched (recorded
     in ``runs.dispatch``): ``broker`` unless the Store was opened for an embedded process (see
-    :func:`service.scheduler.open_store`), so runs a process creates on its own (bisection steps)
+    :func:`service.orchestration.scheduler.open_store`), so runs a process creates on its own (bisection steps)
     are recorded with its mode.
     """
 

@@ -23,7 +23,7 @@ errors in different units (a baseline stored before the job recorded ``relative`
 compared (see :mod:`service.regressions.rules`): such a baseline yields only diverged-status findings,
 and resolves a divergence regression by the diverged status alone, never a final-error one.
 
-``bisect`` runs store no findings: bisection classifies their *results* (:mod:`service.bisect`),
+``bisect`` runs store no findings: bisection classifies their *results* (:mod:`service.regressions.bisect`),
 and a midpoint of a known regression is not a new regression to triage, so nothing of theirs shows
 in ``ampci regressions --open``, the CI gate or the dashboard's regression lists.
 """

@@ -46,7 +46,7 @@ def queue(redis_url: str, unique_prefix: str) -> Iterator[str]:
 
 def test_planner(target: str) -> Callable[[str], list[Any]]:
     """Plan sweeps as two models x fp16/bf16 on ``target`` (an isolated queue)."""
-    from service.scheduler import SweepConfig
+    from service.orchestration.scheduler import SweepConfig
 
     def plan(sweep: str) -> list[Any]:
         config = SweepConfig.from_dict({"name": sweep, "models": ["mlp_small", "conv_small"],

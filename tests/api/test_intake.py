@@ -78,7 +78,7 @@ def test_a_dispatch_failure_leaves_the_delivery_pending_and_a_retry_sends_the_jo
 
 
 def test_an_unknown_sweep_is_rejected_with_the_reason(make_client, make_settings, store):
-    from service.scheduler import SweepConfigError
+    from service.orchestration.scheduler import SweepConfigError
 
     def planner(sweep: str) -> Any:
         raise SweepConfigError(f"unknown sweep {sweep!r}")

@@ -238,7 +238,7 @@ def test_default_planner_runs_the_real_smoke_sweep(make_settings, store):
     here instead of sent, so the real ``cpu`` queue stays untouched)."""
     from service.api.dispatch import RunDispatcher
     from service.github.webhook import WebhookProcessor
-    from service.scheduler import load_sweep, zoo_catalog
+    from service.orchestration.scheduler import load_sweep, zoo_catalog
 
     sent: list[tuple[str, list[int]]] = []
     settings = make_settings()

@@ -1,4 +1,4 @@
-"""The regression page's read-only bisection state follows the real bisection (``service.bisect``)."""
+"""The regression page's read-only bisection state follows the real bisection (``service.regressions.bisect``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from service.bisect import bisect_step
 from service.dashboard.bisection import bisect_view
+from service.regressions.bisect import bisect_step
 from service.regressions.detect import detect_run
 from tests.dashboard.seed import ACC_CELL, make_result, sha
 

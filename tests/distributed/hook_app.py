@@ -14,8 +14,8 @@ import signal
 import time
 from typing import Any
 
-from service import tasks
-from service.celery_app import app  # noqa: F401  - `celery -A` looks for `app`
+from service.orchestration import tasks
+from service.orchestration.celery_app import app  # noqa: F401  - `celery -A` looks for `app`
 from workers.result import JobResult
 from workers.revisions import RevisionCache
 

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from service import tasks
-from service.celery_app import app  # noqa: F401  - `celery -A` looks for `app`
+from service.orchestration import tasks
+from service.orchestration.celery_app import app  # noqa: F401  - `celery -A` looks for `app`
 from workers import job as job_module
 from workers.result import JobResult
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from service import jobs, scheduler, tasks
-from service.bisect import bisect_step
 from service.cli.main import main
+from service.orchestration import jobs, scheduler, tasks
+from service.regressions.bisect import bisect_step
 from service.settings import Settings
 from tests.service.factories import make_result
 from workers.revisions import RevisionCache
@@ -153,7 +153,7 @@ def test_manual_first_step_then_continues_and_auto_start_is_off_by_default(sqlit
 def test_embedded_pool_runs_the_whole_bisection(sqlite_url: str, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """No broker: the LocalPool that ran the push run also runs every midpoint it leads to."""
-    from service import localpool
+    from service.orchestration import localpool
 
     h = Harness(sqlite_url, tmp_path, monkeypatch, auto_bisect=True, first_bad=3, broker_url="")
     assert h.settings.embedded

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from service.celery_app import make_app, time_limits, transport_options, visibility_timeout
 from service.errors import ConfigError
+from service.orchestration.celery_app import make_app, time_limits, transport_options, visibility_timeout
 from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +47,8 @@ def test_bad_nightly_cron_is_a_config_error(cron: str) -> None:
 
 
 def test_tasks_are_named_thin_adapters() -> None:
-    from service import tasks
-    from service.celery_app import app
+    from service.orchestration import tasks
+    from service.orchestration.celery_app import app
 
     assert app.tasks["ampci.run_job"].name == tasks.run_job_task.name == "ampci.run_job"
     assert app.tasks["ampci.nightly_sweep"].name == "ampci.nightly_sweep"
@@ -57,7 +57,7 @@ def test_tasks_are_named_thin_adapters() -> None:
 
 def test_worker_parent_imports_no_job_code() -> None:
     """What the prefork parent imports (app, tasks, CLI) must not pull in onnxruntime (CUDA init)."""
-    code = ("import sys, service.celery_app, service.tasks, service.scheduler, service.cli.worker_cmd\n"
+    code = ("import sys, service.orchestration.celery_app, service.orchestration.tasks, service.orchestration.scheduler, service.cli.worker_cmd\n"
             "print(','.join(m for m in ('onnxruntime', 'workers.job', 'onnx') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

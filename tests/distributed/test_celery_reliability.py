@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from service.scheduler import SweepConfig, open_store, start_sweep, wait_for_run
+from service.orchestration.scheduler import SweepConfig, open_store, start_sweep, wait_for_run
 from tests.distributed.conftest import git
 
 pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]

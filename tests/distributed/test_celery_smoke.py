@@ -9,7 +9,7 @@ import sys
 import pytest
 import sqlalchemy as sa
 
-from service.scheduler import load_sweep, zoo_catalog
+from service.orchestration.scheduler import load_sweep, zoo_catalog
 from tests.distributed.procs import ROOT
 
 pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]

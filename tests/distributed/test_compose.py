@@ -56,8 +56,8 @@ def test_worker_commands_and_celery_app_entry_point(compose: dict[str, Any]) -> 
         argv = worker_argv(args.queues, args.concurrency, args.name, "INFO")
         assert queue in argv[argv.index("-Q") + 1].split(",")
     assert parser.parse_args(services["worker-cuda"]["command"][1:]).concurrency == 1
-    # health checks and `celery -A service.celery_app` need the module-level app
-    assert importlib.import_module("service.celery_app").app.main == "ampci"
+    # health checks and `celery -A service.orchestration.celery_app` need the module-level app
+    assert importlib.import_module("service.orchestration.celery_app").app.main == "ampci"
     gpu = services["worker-cuda"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert "gpu" in gpu["capabilities"]
     assert "cpu" in services["worker-cpu"]["command"][services["worker-cpu"]["command"].index("--queues") + 1]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from service import scheduler, tasks
+from service.orchestration import scheduler, tasks
 from service.settings import Settings
 from workers.result import JobResult
 

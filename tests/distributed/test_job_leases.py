@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from service import reconcile as rc
-from service.scheduler import SweepConfig, open_store, start_sweep, wait_for_run
+from service.orchestration import reconcile as rc
+from service.orchestration.scheduler import SweepConfig, open_store, start_sweep, wait_for_run
 from tests.distributed.procs import ROOT
 
 pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]

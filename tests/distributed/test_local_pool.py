@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from service import scheduler
+from service.orchestration import scheduler
 from service.settings import Settings
 from workers.revisions import RevisionCache
 

@@ -9,7 +9,7 @@ from datetime import date
 import pytest
 import redis
 
-from service import scheduler
+from service.orchestration import scheduler
 from service.settings import Settings
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.celery]
@@ -45,7 +45,7 @@ def test_nightly_is_deduplicated_per_date_and_sweep(cluster_settings: Settings, 
 
 def test_nightly_task_runs_on_the_control_queue(cluster_settings: Settings, cluster_env, start_worker,
                                                 fresh_redis) -> None:
-    from service.celery_app import NIGHTLY_TASK, make_app
+    from service.orchestration.celery_app import NIGHTLY_TASK, make_app
 
     w = start_worker("wn", queues="control")
     w.wait_ready()

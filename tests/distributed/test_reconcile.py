@@ -22,9 +22,9 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from service import reconcile as rc
-from service import scheduler
-from service.scheduler import SweepConfig, celery_app, open_store, start_sweep, wait_for_run
+from service.orchestration import reconcile as rc
+from service.orchestration import scheduler
+from service.orchestration.scheduler import SweepConfig, celery_app, open_store, start_sweep, wait_for_run
 from service.settings import Settings
 from tests.distributed.procs import ROOT, free_port, stop
 

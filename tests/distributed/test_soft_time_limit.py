@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from service import scheduler, tasks
-from service.scheduler import SweepConfig, open_store, start_sweep, wait_for_run
+from service.orchestration import scheduler, tasks
+from service.orchestration.scheduler import SweepConfig, open_store, start_sweep, wait_for_run
 from service.settings import Settings
 from workers import job as job_module
 from workers.result import JobResult

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.scheduler import SweepConfig, SweepConfigError, load_sweep, nightly_dedup_key
+from service.orchestration.scheduler import SweepConfig, SweepConfigError, load_sweep, nightly_dedup_key
 
 CATALOG = {"a": {"smoke", "cnn"}, "b": {"smoke"}, "c": {"big"}}
 
@@ -86,7 +86,7 @@ def test_builtin_sweeps_expand_over_the_real_zoo() -> None:
     zoo = pytest.importorskip("workers.zoo.manifest")
     if not zoo.DEFAULT_MANIFEST.exists():
         pytest.skip("zoo.toml not present")
-    from service.scheduler import zoo_catalog
+    from service.orchestration.scheduler import zoo_catalog
 
     catalog = zoo_catalog()
     smoke = load_sweep(sweep="smoke").expand(catalog)

@@ -85,7 +85,7 @@ def sweep(capsys: pytest.CaptureFixture[str], env: Path, *args: str) -> tuple[in
 
 
 def store_of(env: Path) -> Store:
-    from service.jobs import open_store
+    from service.orchestration.jobs import open_store
 
     return open_store(Settings(data_dir=env / "data"))
 

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from service.bisect import bisect_step, classify, pick
 from service.cli.main import main
 from service.db import Store
 from service.errors import NotFoundError
+from service.regressions.bisect import bisect_step, classify, pick
 from service.regressions.detect import detect_run
 from service.regressions.rules import CellSample
 from service.regressions.thresholds import Thresholds

@@ -15,7 +15,7 @@ import pytest
 from service.cli.main import BROKEN_PIPE_EXIT, main
 from service.cli.sweep_cmd import _emit, _wait_with_progress, compared_cells
 from service.db import migrate
-from service.scheduler import StartedRun
+from service.orchestration.scheduler import StartedRun
 from tests.service.factories import CELL, chain, make_result, migrated_store, run_with
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ def test_settings_parse_the_bounds() -> None:
 
 
 def test_engines_built_from_settings_hold_the_bound(pg_url: str) -> None:
-    from service.jobs import open_store
+    from service.orchestration.jobs import open_store
 
     store = open_store(Settings(database_url=pg_url, **{"db_pool_size": 1, "db_max_overflow": 1}))
     try:

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.bisect import bisect_step, classify
 from service.db import Store
 from service.db import models as m
+from service.regressions.bisect import bisect_step, classify
 from service.regressions.detect import detect_run
 from service.regressions.rules import CellSample, comparable, compare_cells, returned_to_baseline
 from service.regressions.thresholds import Thresholds

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.gate import NEW_CELL_FAILURES, CellOutcome, decide
+from service.regressions.gate import NEW_CELL_FAILURES, CellOutcome, decide
 
 A = ("conv_net", "fp16", "default", "cpu")
 B = ("conv_net", "bf16", "default", "cpu")

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from service import reconcile as rc
 from service.cli.reconcile_cmd import describe
 from service.db import Store
 from service.db.migrate import upgrade
+from service.orchestration import reconcile as rc
 from service.settings import Settings
 from tests.service.factories import sha
 
@@ -50,7 +50,7 @@ def broker(redis_url: str, unique_prefix: str) -> Iterator[tuple[Any, str]]:
 
 
 def _setup(db_url: str, redis_url: str, prefix: str, max_attempts: int = 3) -> tuple[Settings, Store, Clock, Any]:
-    from service.celery_app import make_app
+    from service.orchestration.celery_app import make_app
 
     upgrade(db_url)
     settings = Settings(database_url=db_url, broker_url=redis_url, job_timeout=100.0, max_attempts=max_attempts)
@@ -138,7 +138,7 @@ def test_a_job_in_unacked_or_of_a_local_run_is_never_resent(db_url: str, redis_u
 def test_a_poison_job_resent_past_its_lease_still_ends_crashed(db_url: str, redis_url: str,
                                                                broker: tuple[Any, str]) -> None:
     """Every delivery counts: after max_attempts deliveries whose workers died, the re-sent one ends it."""
-    from service.tasks import execute_job
+    from service.orchestration.tasks import execute_job
 
     client, prefix = broker
     settings, store, clock, app = _setup(db_url, redis_url, prefix, max_attempts=2)

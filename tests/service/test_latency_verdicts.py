@@ -12,11 +12,11 @@ import statistics
 import pytest
 
 from service.db import Store
+from service.orchestration.sweeps import load_sweep
 from service.regressions.power import UnderpoweredSweep, check_repeats, required_repeats
 from service.regressions.rules import CellSample, latency_rule, pooled, relative_latency
 from service.regressions.stats import mann_whitney_p, min_samples_for
 from service.regressions.thresholds import Thresholds
-from service.sweeps import load_sweep
 from tests.service.factories import chain, make_result, migrated_store, run_with
 
 TH = Thresholds()
@@ -123,7 +123,7 @@ def test_underpowered_sweeps_are_refused_with_the_minimum_named() -> None:
 
 @pytest.mark.parametrize("name", ["smoke", "full"])
 def test_shipped_sweeps_can_show_latency_regressions(name: str) -> None:
-    from service.scheduler import zoo_catalog
+    from service.orchestration.scheduler import zoo_catalog
 
     config = load_sweep(sweep=name)
     cells = config.expand(zoo_catalog(config.zoo_path()))

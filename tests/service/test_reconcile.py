@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from service import reconcile as rc
 from service.db import Store
 from service.db.migrate import upgrade
 from service.errors import ConfigError
+from service.orchestration import reconcile as rc
 from service.settings import Settings
 from tests.service.factories import make_result, sha
 
@@ -148,8 +148,8 @@ def test_runs_record_how_the_creating_process_dispatches(pg_url: str) -> None:
     dispatcher (whose mode follows what its dispatch function does).  ``start_sweep``: see
     tests/distributed/test_reconcile.py."""
     from service.api.dispatch import CeleryDispatch, RunDispatcher, embedded_dispatch
-    from service.scheduler import dispatch_mode, open_store
-    from service.sweeps import SweepConfig
+    from service.orchestration.scheduler import dispatch_mode, open_store
+    from service.orchestration.sweeps import SweepConfig
 
     embedded = Settings(database_url=pg_url)
     distributed = Settings(database_url=pg_url, broker_url="redis://127.0.0.1:1/0")
@@ -204,7 +204,7 @@ def test_reconcile_settings() -> None:
 
 
 def test_beat_schedules_reconcile_on_the_control_queue() -> None:
-    from service.celery_app import CONTROL_QUEUE, RECONCILE_TASK, make_app
+    from service.orchestration.celery_app import CONTROL_QUEUE, RECONCILE_TASK, make_app
 
     app = make_app(Settings.from_env({"AMPCI_RECONCILE_EVERY": "45s", "AMPCI_BROKER_URL": "redis://h:1/0"}))
     entry = app.conf.beat_schedule["reconcile-lost-jobs"]
@@ -214,6 +214,6 @@ def test_beat_schedules_reconcile_on_the_control_queue() -> None:
     assert "nightly-full-sweep" in app.conf.beat_schedule
     off = make_app(Settings.from_env({"AMPCI_RECONCILE_EVERY": "0"}))
     assert "reconcile-lost-jobs" not in off.conf.beat_schedule
-    from service import tasks
+    from service.orchestration import tasks
 
     assert app.tasks[RECONCILE_TASK].name == tasks.reconcile_task.name

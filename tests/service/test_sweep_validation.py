@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from service.cli.main import main
 from service.db import Store
-from service.sweeps import SweepConfig, SweepConfigError, zoo_node_names
+from service.orchestration.sweeps import SweepConfig, SweepConfigError, zoo_node_names
 from tests.service.factories import migrated_store
 
 

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from service.cli.main import main
-from service.sweeps import SweepConfig
+from service.orchestration.sweeps import SweepConfig
 from workers.result import JobResult
 
 
@@ -144,11 +144,11 @@ def test_sweep_zoo_path_resolves_against_the_sweep_file(tmp_path: Path, monkeypa
     monkeypatch.chdir(tmp_path / "elsewhere")
     config = SweepConfig.from_file(Path("../s/sweep.toml"))
     assert config.zoo_path() == (tmp_path / "s" / "my_zoo.toml").resolve()
-    from service.scheduler import zoo_catalog
+    from service.orchestration.scheduler import zoo_catalog
 
     (cell,) = config.expand(zoo_catalog(config.zoo_path()))
     assert cell.cell == ("mine", "fp16", "default", "cpu") and cell.options()["zoo"] == str(config.zoo_path())
-    from service.sweeps import SweepConfigError
+    from service.orchestration.sweeps import SweepConfigError
 
     (tmp_path / "s" / "bad.toml").write_text('zoo = "nope.toml"\nmodels = ["mine"]\ndtypes = ["fp16"]\n'
                                              'policies = ["default"]\ntargets = ["cpu"]\n')

@@ -39,10 +39,10 @@ from amp_pass.converter import convert_model
 from amp_pass.opset import MAX_OPSET
 from amp_pass.options import ConversionOptions
 from amp_pass.policy import DATA_FILE, DENY, load_policy, policy_data
+from service.orchestration.scheduler import zoo_catalog
+from service.orchestration.sweeps import load_sweep
 from service.regressions.rules import CellSample, compare_cells
 from service.regressions.thresholds import Thresholds
-from service.scheduler import zoo_catalog
-from service.sweeps import load_sweep
 from tests.workers.cell_verdicts import Measured, Reference, measure, model_opset, op_types
 from workers.config import WorkerConfig
 from workers.convert import convert_in_subprocess

@@ -1,7 +1,7 @@
 """Driving one bisection to its end in this process (embedded mode: no broker).
 
-:func:`bisect_to_end` repeats :func:`service.bisect.bisect_step` and runs each midpoint ``bisect``
-run on a :class:`service.localpool.LocalPool` of this process, waiting for it, until the first bad
+:func:`bisect_to_end` repeats :func:`service.regressions.bisect.bisect_step` and runs each midpoint ``bisect``
+run on a :class:`service.orchestration.localpool.LocalPool` of this process, waiting for it, until the first bad
 commit is found.
 
 Guarantees: this loop is the only driver (the pool does not advance the bisection by itself, so no
@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from service.bisect import BisectState, bisect_step, dedup_key
 from service.errors import ServiceError
-from service.localpool import LocalPool
-from service.scheduler import wait_for_run
+from service.orchestration.localpool import LocalPool
+from service.orchestration.scheduler import wait_for_run
+from service.regressions.bisect import BisectState, bisect_step, dedup_key
 from service.settings import Settings
 
 Progress = Callable[[str], None]

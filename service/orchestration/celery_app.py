@@ -1,7 +1,7 @@
 """The Celery application: Redis broker and result backend, one queue per target, reliable delivery.
 
 ``make_app(settings)`` builds the app from one :class:`service.settings.Settings`; the module-level
-``app`` (what ``celery -A service.celery_app`` and ``ampci worker`` load) is built from the
+``app`` (what ``celery -A service.orchestration.celery_app`` and ``ampci worker`` load) is built from the
 environment.  Importing this module imports no onnxruntime and touches no GPU, so the prefork
 parent never initialises CUDA; job code is imported lazily inside each child's task call.
 
@@ -15,7 +15,7 @@ Reliability guarantees (see DESIGN.md):
 * attempts are counted in the database by the task (poison jobs end ``crashed``), and results
   are written idempotently on (run, cell) by the store;
 * beat re-sends jobs whose message the broker lost (``ampci.reconcile`` on the control queue every
-  ``AMPCI_RECONCILE_EVERY`` seconds, :mod:`service.reconcile`).
+  ``AMPCI_RECONCILE_EVERY`` seconds, :mod:`service.orchestration.reconcile`).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def nightly_schedule(cron: str) -> crontab:
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     """Beat entries: the nightly sweep (UTC crontab) and, unless ``AMPCI_RECONCILE_EVERY`` is 0, the
-    periodic re-sending of lost job messages (:mod:`service.reconcile`) every that many seconds;
+    periodic re-sending of lost job messages (:mod:`service.orchestration.reconcile`) every that many seconds;
     a reconcile message not started within one period expires, so they never pile up."""
     schedule: dict[str, dict[str, Any]] = {
         "nightly-full-sweep": {
@@ -105,7 +105,7 @@ def make_app(settings: Settings) -> Celery:
     """A configured Celery app for ``settings`` (needs ``AMPCI_BROKER_URL`` to be usable)."""
     broker = settings.broker_url or "redis://127.0.0.1:6379/0"
     soft, hard = time_limits(settings)
-    app = Celery("ampci", broker=broker, backend=broker, include=["service.tasks"])
+    app = Celery("ampci", broker=broker, backend=broker, include=["service.orchestration.tasks"])
     queues = [Queue(q) for q in (*DEFAULT_QUEUES, *extra_queues(settings), CONTROL_QUEUE)]
     app.conf.update(
         task_acks_late=True,

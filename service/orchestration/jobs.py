@@ -1,7 +1,7 @@
 """The life of one job after dispatch: its options, its recorded result, and its run's finish.
 
-Shared by every execution path (the Celery tasks of :mod:`service.tasks`, the embedded
-:class:`service.localpool.LocalPool` and :func:`service.scheduler.wait_for_run`), so a result is
+Shared by every execution path (the Celery tasks of :mod:`service.orchestration.tasks`, the embedded
+:class:`service.orchestration.localpool.LocalPool` and :func:`service.orchestration.scheduler.wait_for_run`), so a result is
 recorded, a poison job ended and a run finished the same way whoever ran the job.
 """
 
@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from service.broker import enqueue
+from service.orchestration.broker import enqueue
 from service.regressions.detect import detect_run
 from service.settings import Settings
 
@@ -76,7 +76,7 @@ def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None
     """If no job of the run is pending: finish the run and detect its regressions (both idempotent).
 
     With ``settings`` (the worker paths: Celery tasks and the embedded pool) bisection continues
-    too (:func:`service.bisect.continue_bisection`): a finished ``bisect`` run advances its
+    too (:func:`service.regressions.bisect.continue_bisection`): a finished ``bisect`` run advances its
     bisection one step and the next midpoint run is dispatched with ``dispatch`` (default:
     :func:`dispatcher` of ``settings``), until the first bad commit is found; with
     ``settings.auto_bisect`` a ``push``/``nightly`` run's regressions start bisections.  Safe when
@@ -89,7 +89,7 @@ def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None
     store.finish_run(run_id)
     detect_run(store, run_id)
     if settings is not None:
-        from service.bisect import continue_bisection
+        from service.regressions.bisect import continue_bisection
 
         send = dispatch if dispatch is not None else dispatcher(settings, store)
         continue_bisection(store, run_id, send, auto_start=settings.auto_bisect)

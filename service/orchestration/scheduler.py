@@ -26,27 +26,29 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from service.broker import celery_app as celery_app  # re-exported
-from service.broker import enqueue as enqueue
 from service.errors import UserError
-from service.jobs import FINAL_JOB_STATUSES as FINAL_JOB_STATUSES
-from service.jobs import PENDING_JOB_STATUSES as PENDING_JOB_STATUSES
-from service.jobs import cell_options as cell_options
-from service.jobs import dispatch_mode as dispatch_mode
-from service.jobs import dispatcher as dispatcher
-from service.jobs import finish_if_complete as finish_if_complete
-from service.jobs import open_store as open_store
-from service.jobs import record_crashed as record_crashed
-from service.jobs import record_result as record_result
-from service.localpool import LocalPool
+from service.orchestration.broker import celery_app as celery_app  # re-exported
+from service.orchestration.broker import enqueue as enqueue
+from service.orchestration.jobs import FINAL_JOB_STATUSES as FINAL_JOB_STATUSES
+from service.orchestration.jobs import PENDING_JOB_STATUSES as PENDING_JOB_STATUSES
+from service.orchestration.jobs import cell_options as cell_options
+from service.orchestration.jobs import dispatch_mode as dispatch_mode
+from service.orchestration.jobs import dispatcher as dispatcher
+from service.orchestration.jobs import finish_if_complete as finish_if_complete
+from service.orchestration.jobs import open_store as open_store
+from service.orchestration.jobs import record_crashed as record_crashed
+from service.orchestration.jobs import record_result as record_result
+from service.orchestration.localpool import LocalPool
+from service.orchestration.sweeps import (
+    DTYPES as DTYPES,  # re-exported: callers find sweeps through the scheduler
+)
+from service.orchestration.sweeps import SWEEPS_DIR as SWEEPS_DIR
+from service.orchestration.sweeps import Override as Override
+from service.orchestration.sweeps import PlannedCell, SweepConfig, load_sweep, nightly_dedup_key
+from service.orchestration.sweeps import SweepConfigError as SweepConfigError
 from service.regressions.power import check_repeats
 from service.regressions.thresholds import Thresholds
 from service.settings import Settings
-from service.sweeps import DTYPES as DTYPES  # re-exported: callers find sweeps through the scheduler
-from service.sweeps import SWEEPS_DIR as SWEEPS_DIR
-from service.sweeps import Override as Override
-from service.sweeps import PlannedCell, SweepConfig, load_sweep, nightly_dedup_key
-from service.sweeps import SweepConfigError as SweepConfigError
 
 ProgressCallback = Callable[[Mapping[str, int]], None]
 Cell = tuple[str, str, str, str]

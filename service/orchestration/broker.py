@@ -27,7 +27,7 @@ def celery_app(settings: Settings) -> Any:
     key = (os.getpid(), settings)
     app = _CELERY_APPS.get(key)
     if app is None:
-        from service.celery_app import make_app
+        from service.orchestration.celery_app import make_app
 
         with _CELERY_APPS_LOCK:
             app = _CELERY_APPS.get(key)
@@ -42,7 +42,7 @@ def enqueue(settings: Settings, revision: str, jobs: Iterable[Any], app: Any = N
     ``app`` is the Celery app to send with (default: :func:`celery_app` of ``settings``, cached
     per process); all messages of one call share one producer (one broker connection).
     """
-    from service.celery_app import RUN_JOB_TASK
+    from service.orchestration.celery_app import RUN_JOB_TASK
 
     app = app if app is not None else celery_app(settings)
     n = 0

@@ -26,9 +26,16 @@ from typing import Any
 
 from celery import Task
 
-from service import reconcile, scheduler
-from service.celery_app import NIGHTLY_TASK, RECONCILE_TASK, RUN_JOB_TASK, app, app_settings, time_limits
 from service.errors import DatabaseUnavailableError
+from service.orchestration import reconcile, scheduler
+from service.orchestration.celery_app import (
+    NIGHTLY_TASK,
+    RECONCILE_TASK,
+    RUN_JOB_TASK,
+    app,
+    app_settings,
+    time_limits,
+)
 from service.settings import Settings
 from workers.cell import run_cell as _run_cell
 from workers.result import JobResult
@@ -186,13 +193,13 @@ def run_job_task(self: Any, job_id: int, revision: str) -> str:
 
 @app.task(name=NIGHTLY_TASK, acks_late=True)
 def nightly_sweep_task(sweep: str) -> int | None:
-    """Celery adapter of :func:`service.scheduler.start_nightly` (deduplicated per UTC date)."""
+    """Celery adapter of :func:`service.orchestration.scheduler.start_nightly` (deduplicated per UTC date)."""
     return scheduler.start_nightly(app_settings(app), sweep)
 
 
 @app.task(name=RECONCILE_TASK, ignore_result=True)
 def reconcile_task() -> list[int]:
-    """Celery adapter of :func:`service.reconcile.resend_lost_jobs` (grace ``AMPCI_RECONCILE_GRACE``),
+    """Celery adapter of :func:`service.orchestration.reconcile.resend_lost_jobs` (grace ``AMPCI_RECONCILE_GRACE``),
     run by beat on the control queue; returns the ids re-sent.  A broker that cannot be inspected
     is logged as one line and nothing is sent; the next period tries again."""
     settings = app_settings(app)

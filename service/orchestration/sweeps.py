@@ -17,7 +17,7 @@ from amp_pass.policy import NAMED_POLICIES, TARGETS, load_policy, unmatched_node
 from service.errors import UserError
 from service.settings import parse_duration
 
-SWEEPS_DIR = Path(__file__).resolve().parents[1] / "sweeps"
+SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
 DTYPES = ("fp16", "bf16")
 _KEYS = {"name", "description", "models", "dtypes", "policies", "targets", "repeats", "zoo", "override"}
 _MATCH_KEYS = ("model", "dtype", "policy", "target")

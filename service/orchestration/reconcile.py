@@ -10,7 +10,7 @@ restarted, or a process that died between committing the job rows and sending th
 Such a job stays ``queued`` forever and its run never finishes.
 
 :func:`resend_lost_jobs` finds those jobs and sends each one the message
-:func:`service.scheduler.enqueue` sent originally.  A job is **lost** when all of these hold:
+:func:`service.orchestration.scheduler.enqueue` sent originally.  A job is **lost** when all of these hold:
 
 * its run was dispatched through the broker (``runs.dispatch`` is ``broker``: a run created by an
   embedded process, whose local pool runs its jobs, is not this reconciler's to re-send even when
@@ -33,7 +33,7 @@ its lease plus the grace period has no live delivery: its worker died, and if th
 the message kombu would have handed it out again by now.  When such a job's message is in no queue
 list nor the ``unacked`` hash either (a worker killed while Redis restarted empty, the double fault
 that used to leave a run unfinished forever) it is **lost** too and re-sent.  The delivery of the
-re-sent message counts an attempt like any other (``service.tasks.execute_job``), so a poison job
+re-sent message counts an attempt like any other (``service.orchestration.tasks.execute_job``), so a poison job
 still ends ``crashed`` after ``AMPCI_MAX_ATTEMPTS`` deliveries.  These jobs are reported as
 :attr:`Inspection.stale`.
 
@@ -46,7 +46,7 @@ run; the broker is read before anything is sent, so a broker that cannot be insp
 unreachable, a message that cannot be decoded) raises :class:`BrokerInspectionError` (one line)
 and nothing is sent; embedded mode (no broker) does nothing; reconcilers sharing a broker are
 serialised by a Redis lock with a time-to-live, and if two ever overlap the worst outcome is a
-duplicate message, which ``service.tasks.execute_job`` tolerates (final jobs are skipped, result
+duplicate message, which ``service.orchestration.tasks.execute_job`` tolerates (final jobs are skipped, result
 writes are idempotent).
 """
 
@@ -151,7 +151,7 @@ def run_job_id(message: Mapping[str, Any]) -> int | None:
     protocol 1 (body ``{"task", "args", "kwargs"}``), JSON bodies, base64 body encoding.  The job id
     is ``args[0]`` (or ``kwargs["job_id"]``).  Raises ValueError for a message it cannot decode.
     """
-    from service.celery_app import RUN_JOB_TASK
+    from service.orchestration.celery_app import RUN_JOB_TASK
 
     headers = message.get("headers") or {}
     props = message.get("properties") or {}
@@ -295,8 +295,8 @@ def candidate_jobs(store: Any, grace_s: float, now: datetime | None = None,
 
 def job_lease_s(settings: Settings) -> float:
     """Seconds one delivery may hold a ``running`` job: the broker's visibility timeout
-    (:func:`service.celery_app.visibility_timeout`, strictly longer than the hard time limit)."""
-    from service.celery_app import visibility_timeout
+    (:func:`service.orchestration.celery_app.visibility_timeout`, strictly longer than the hard time limit)."""
+    from service.orchestration.celery_app import visibility_timeout
 
     return visibility_timeout(settings)
 
@@ -343,7 +343,7 @@ def lost_jobs(settings: Settings, store: Any, app: Any = None, grace_s: float | 
     if grace < 0:
         raise UserError(f"grace must be >= 0 seconds, got {grace}")
     if app is None:
-        from service.broker import celery_app
+        from service.orchestration.broker import celery_app
 
         app = celery_app(settings)
     client = client if client is not None else redis_client(settings)
@@ -370,7 +370,7 @@ def lost_jobs(settings: Settings, store: Any, app: Any = None, grace_s: float | 
 
 def reconcile(settings: Settings, store: Any, app: Any = None, grace_s: float | None = None,
               dry_run: bool = False, lock_wait_s: float = LOCK_WAIT_S, client: Any = None) -> ReconcileReport:
-    """Find lost jobs and (unless ``dry_run``) re-send each with :func:`service.scheduler.enqueue`.
+    """Find lost jobs and (unless ``dry_run``) re-send each with :func:`service.orchestration.scheduler.enqueue`.
 
     See the module docstring for what counts as lost and the guarantees.  Re-sending holds a Redis
     lock (``ampci:reconcile:lock``) so a second reconciler waits ``lock_wait_s`` and then inspects
@@ -381,7 +381,7 @@ def reconcile(settings: Settings, store: Any, app: Any = None, grace_s: float | 
         return ReconcileReport(dry_run=dry_run, grace_s=grace,
                                skipped="no broker configured (AMPCI_BROKER_URL): nothing to reconcile")
     if app is None:
-        from service.broker import celery_app
+        from service.orchestration.broker import celery_app
 
         app = celery_app(settings)
     client = client if client is not None else redis_client(settings)
@@ -408,7 +408,7 @@ def reconcile(settings: Settings, store: Any, app: Any = None, grace_s: float | 
 
 def _resend(settings: Settings, app: Any, lost: Sequence[LostJob]) -> list[int]:
     """Send the original message of each lost job, grouped by revision; return the ids sent."""
-    from service.broker import enqueue
+    from service.orchestration.broker import enqueue
 
     by_revision: dict[str, list[JobInfo]] = {}
     for item in lost:
