@@ -23,6 +23,9 @@ from workers.result import CONVERGENCE_ERROR_UNIT, CONVERSION_OK_STATUSES
 #: Statuses that blame the pass under test (conversion failed, hung or died).
 PASS_FAULT_STATUSES = frozenset({"convert_error", "timeout", "crash"})
 KINDS = ("conversion", "accuracy", "convergence", "coverage", "latency", "conversion_time", "pass_convergence")
+#: The categories a stored finding can have, the one source of truth every rendering (dashboard, CLI, commit
+#: status, API) is tested against: ``regression`` fails the gate; ``improvement`` and ``flaky`` never do.
+CATEGORIES = ("regression", "improvement", "flaky")
 
 
 @dataclass(frozen=True)
