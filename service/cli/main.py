@@ -1,7 +1,10 @@
 """``ampci`` entry point.  ``main(argv)`` returns an exit code; ``entry()`` is the console script.
 
 Each command module in COMMAND_MODULES exposes ``register(subparsers)`` which adds its
-sub-commands and sets ``func(args) -> int`` on each parser.  Expected errors from any layer
+sub-commands and sets ``func(args) -> int`` on each parser.  Commands register lazily: :data:`COMMANDS`
+names each command's module and its one-line help, so ``ampci --help`` imports no command module and
+``ampci runs`` imports only ``query_cmd`` (tests/service/test_cli_imports.py holds the import sets and
+that this table matches what the modules register).  Expected errors from any layer
 (``UserError``-like: they carry ``exit_code``) are printed as one line without a traceback, and so
 are usage errors (:class:`OneLineParser`: exit 2).  A reader that goes away (``ampci zoo list --json |
 head``) ends the command quietly with exit 141, as a unix tool killed by SIGPIPE, for every command.
@@ -14,7 +17,8 @@ import argparse
 import importlib
 import os
 import sys
-from typing import NoReturn
+from collections.abc import Iterable
+from typing import NamedTuple, NoReturn
 
 COMMAND_MODULES: tuple[str, ...] = (
     "service.cli.convert_cmd",
@@ -31,6 +35,38 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class Command(NamedTuple):
+    """Where a command is registered and the help line ``ampci --help`` shows for it."""
+
+    module: str
+    help: str
+
+
+_Q = "service.cli.query_cmd"
+#: Every command, in ``ampci --help`` order, with its module and help line -- what the top-level parser
+#: knows without importing the command modules (a test keeps it equal to what the modules register).
+COMMANDS: dict[str, Command] = {
+    "convert": Command("service.cli.convert_cmd", "convert an fp32 ONNX model to fp16/bf16 mixed precision"),
+    "sweep": Command("service.cli.sweep_cmd", "run a sweep for one pass revision and report regressions"),
+    "worker": Command("service.cli.worker_cmd", "run a Celery worker for one or more target queues"),
+    "beat": Command("service.cli.worker_cmd", "run Celery beat: schedules the nightly sweep"),
+    "serve": Command("service.cli.serve_cmd", "run the GitHub webhook and JSON API (uvicorn)"),
+    "db": Command("service.cli.db_cmd", "database schema: upgrade, downgrade, current"),
+    "runs": Command(_Q, "list runs, newest first"),
+    "run": Command(_Q, "one run: summary and jobs"),
+    "results": Command(_Q, "stored results, filtered"),
+    "regressions": Command(_Q, "regressions, improvements and flaky cells"),
+    "compare": Command(_Q, "cell-by-cell comparison of two revisions"),
+    "history": Command(_Q, "a metric of a model over runs, with a plot"),
+    "ack": Command(_Q, "acknowledge a regression (or mark it a false positive)"),
+    "bisect": Command("service.cli.bisect_cmd", "bisect a run's regressions to their first bad commit"),
+    "zoo": Command("service.cli.zoo_cmd", "the model zoo (list, fetch into the cache, add your own models)"),
+    "check": Command("service.cli.check_cmd", "run one regression job (model x dtype x policy x target) locally"),
+    "reconcile": Command("service.cli.reconcile_cmd", "re-send queued jobs whose broker message was lost"),
+    "deliveries": Command("service.cli.deliveries_cmd", "recorded webhook deliveries (why one made no run)"),
+}
+
+
 #: Exit status of a command whose output pipe was closed by the reader (128 + SIGPIPE, as ``yes | head``).
 BROKEN_PIPE_EXIT = 141
 
@@ -45,14 +81,28 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every registered command."""
+def build_parser(modules: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser: every command module registered (``modules`` None), or only ``modules``
+    with each other command a stub that carries its :data:`COMMANDS` help line (enough for ``ampci
+    --help`` and for choosing a command; a stub is never run: :func:`main` loads the chosen command's
+    module)."""
     parser = OneLineParser(prog="ampci", description="Mixed-precision regression CI for ONNX models.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMAND_MODULES:
+    for name in COMMAND_MODULES if modules is None else modules:
         importlib.import_module(name).register(sub)
+    for command, spec in COMMANDS.items():
+        if command not in sub.choices:
+            sub.add_parser(command, help=spec.help)
     return parser
+
+
+def command_modules(argv: list[str]) -> list[str]:
+    """The command module :func:`main` needs for ``argv``: the chosen command's (its first word not
+    an option: the top-level parser has no option taking a value), none for ``--help`` or an unknown
+    command (argparse answers those from the stubs)."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return [COMMANDS[word].module] if word in COMMANDS else []
 
 
 def _is_expected_error(exc: BaseException) -> bool:
@@ -62,7 +112,8 @@ def _is_expected_error(exc: BaseException) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one ampci command; return its exit code (0 ok, 1 gate failed, 2 bad input, 3 unavailable)."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(command_modules(argv))
     try:
         args = parser.parse_args(argv)
         return int(args.func(args) or 0)

@@ -26,14 +26,14 @@ from service.errors import ConfigError, UserError
 
 def open_store() -> Any:
     """The Store of this process's settings; the schema must be at head (embedded SQLite is upgraded)."""
-    from service.db.migrate import current, head
+    from service.db.migrate import head, stored_revision  # no Alembic import while the schema is current
     from service.db.store import Store
     from service.settings import Settings, redact_url
 
     settings = Settings.from_env()
     url = settings.effective_database_url
     store = Store.from_url(url)
-    at, want = current(url), head()
+    at, want = stored_revision(store.engine), head()
     if at != want:
         if not settings.database_url:
             store.upgrade()

@@ -3,21 +3,31 @@
 ``upgrade(url)`` brings any database (an empty one included) to head; ``downgrade(url, rev)``
 goes back; ``current(url)`` names the revision the database is at.  On PostgreSQL the migration
 holds an advisory lock, so concurrent upgrades from several processes run one after another.
+
+Checking that a database is current costs no Alembic import: :func:`current` reads the
+``alembic_version`` table with SQLAlchemy and :func:`head` reads the ``revision`` and
+``down_revision`` lines of the shipped migration files (tests/service/test_cli_imports.py holds it
+equal to Alembic's own head).  Alembic is imported only to upgrade or downgrade.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+import sqlalchemy as sa
 
 from service.db.engine import connect, make_engine
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+VERSION_TABLE = "alembic_version"  # Alembic's default; migrations/env.py does not rename it
+_REVISION_LINE = re.compile(r"^(revision|down_revision)\s*(?::[^=]*)?=\s*(.+?)\s*$", re.MULTILINE)
 
 
 def _script_location() -> str:
@@ -35,6 +45,8 @@ def _script_location() -> str:
 
 def alembic_config(url: str) -> Config:
     """An Alembic Config for ``url`` with the packaged ``migrations`` directory."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", _script_location())
     cfg.attributes["url"] = url
@@ -43,12 +55,16 @@ def alembic_config(url: str) -> Config:
 
 def upgrade(url: str, revision: str = "head") -> str | None:
     """Upgrade the database at ``url`` to ``revision``; returns the revision it is at afterwards."""
+    from alembic import command
+
     command.upgrade(alembic_config(url), revision)
     return current(url)
 
 
 def downgrade(url: str, revision: str = "-1") -> str | None:
     """Downgrade the database at ``url`` to ``revision`` (``base`` empties it)."""
+    from alembic import command
+
     command.downgrade(alembic_config(url), revision)
     return current(url)
 
@@ -57,12 +73,47 @@ def current(url: str) -> str | None:
     """The Alembic revision the database is at (None: not initialised)."""
     engine = make_engine(url)
     try:
-        with connect(engine) as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+        return stored_revision(engine)
     finally:
         engine.dispose()
 
 
+def stored_revision(engine: sa.Engine) -> str | None:
+    """The revision recorded in ``engine``'s ``alembic_version`` table (None: no table or no row), read
+    with SQLAlchemy alone, as Alembic's ``MigrationContext.get_current_revision`` reads it; several rows
+    (a branched history, which ampci never ships) raise RuntimeError."""
+    with connect(engine) as conn:
+        if not sa.inspect(conn).has_table(VERSION_TABLE):
+            return None
+        rows = [r[0] for r in conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}"))]
+    if len(rows) > 1:
+        raise RuntimeError(f"the database records several schema heads: {', '.join(sorted(rows))}")
+    return rows[0] if rows else None
+
+
 def head() -> str | None:
-    """The newest migration revision shipped with this code."""
+    """The newest migration revision shipped with this code, read from the ``revision`` /
+    ``down_revision`` lines of ``migrations/versions/*.py`` without importing Alembic: the one revision
+    no other names as its ``down_revision`` (None without migrations; several such heads raise
+    RuntimeError, as Alembic's ``get_current_head`` does)."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in sorted((Path(_script_location()) / "versions").glob("*.py")):
+        found = dict(m.groups() for m in _REVISION_LINE.finditer(path.read_text(encoding="utf-8")))
+        if "revision" not in found:
+            continue
+        revisions.add(ast.literal_eval(found["revision"]))
+        down = ast.literal_eval(found.get("down_revision", "None"))
+        parents.update((down,) if isinstance(down, str) else (down or ()))
+    heads = sorted(revisions - parents)
+    if len(heads) > 1:
+        raise RuntimeError(f"the migrations have several heads: {', '.join(heads)}")
+    return heads[0] if heads else None
+
+
+def alembic_head() -> str | None:
+    """The newest revision as Alembic's script directory computes it (imports Alembic; what
+    :func:`head` must equal)."""
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config("")).get_current_head()
