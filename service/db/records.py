@@ -94,6 +94,30 @@ class JobInfo(_Record):
 
 
 @dataclass(frozen=True)
+class RunRef:
+    """What a worker needs of a job's run: its id, revision and ``meta`` (the sweep options); duck-types
+    :class:`RunInfo` for :func:`service.orchestration.jobs.cell_options` and the result writers."""
+
+    id: int
+    revision_sha: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobStart:
+    """One delivery of a job as :meth:`service.db.store.Store.begin_job` counted it.
+
+    ``started`` False: the job was already final (a redelivery), nothing was counted and ``attempts``
+    is its stored count; otherwise ``attempts`` includes this delivery and ``job`` is the job row
+    after it (``running``)."""
+
+    job: JobInfo
+    run: RunRef
+    attempts: int
+    started: bool
+
+
+@dataclass(frozen=True)
 class ResultRow(_Record):
     """The queried columns of one stored result (the full JobResult: ``Store.get_result``)."""
 

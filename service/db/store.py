@@ -15,6 +15,7 @@ arguments raise ``UserError`` (exit 2).  The schema must be at head (``ampci db 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
@@ -31,7 +32,9 @@ from service.db.queries import QueriesMixin, job_info, run_info
 from service.db.records import (
     Cell,
     JobInfo,
+    JobStart,
     RunInfo,
+    RunRef,
     RunSummary,
     utc,
 )
@@ -142,6 +145,73 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
                          .values(status="running"))
             return int(row.attempts)
 
+    def begin_job(self, job_id: int, worker: str) -> JobStart:
+        """Start one delivery of a job: :meth:`start_attempt` plus the job and its run's revision and
+        options, in one transaction of one statement on PostgreSQL (SQLite: a second one while the run
+        is still ``queued``).
+
+        A job already ``done``/``error``/``crashed``/``cancelled`` is left alone (``started`` False,
+        nothing counted).  Otherwise ``attempts`` is incremented, the job becomes ``running`` and its
+        run ``running`` if it was ``queued``.  An unknown job raises NotFoundError.
+        """
+        now = self.clock()
+        final = tuple(sorted(JOB_TERMINAL))
+        of_run = t_run.alias("of_run")
+        run_col = functools.partial(_run_column, of_run)
+        with self.transaction() as conn:
+            stmt = (t_job.update().where(t_job.c.id == job_id, t_job.c.status.not_in(final))
+                    .values(attempts=t_job.c.attempts + 1, worker=worker, started_at=now, status="running")
+                    .returning(*t_job.c, run_col("revision_sha"), run_col("meta"), run_col("status")))
+            if conn.dialect.name == "postgresql":  # the run's queued -> running in the same statement
+                stmt = stmt.add_cte(t_run.update().where(
+                    t_run.c.id == sa.select(t_job.c.run_id).where(t_job.c.id == job_id, t_job.c.status.not_in(final))
+                    .scalar_subquery(), t_run.c.status == "queued").values(status="running").cte("run_started"))
+            row = conn.execute(stmt).first()
+            if row is None:  # unknown, or final already (a redelivery): read it, count nothing
+                row = conn.execute(sa.select(*t_job.c, run_col("revision_sha"), run_col("meta"), run_col("status"))
+                                   .where(t_job.c.id == job_id)).first()
+                if row is None:
+                    raise NotFoundError(f"no job with id {job_id}")
+                started = False
+            else:
+                started = True
+                if row.run_status == "queued" and conn.dialect.name != "postgresql":
+                    conn.execute(t_run.update().where(t_run.c.id == row.run_id, t_run.c.status == "queued")
+                                 .values(status="running"))
+        return JobStart(job=job_info(row), run=RunRef(row.run_id, row.run_revision_sha, dict(row.run_meta or {})),
+                        attempts=int(row.attempts), started=started)
+
+    def complete_job(self, run: RunRef, job_id: int, result: JobResult) -> bool:
+        """Record a job's result and end the job; return whether its run still has pending jobs.
+
+        One transaction of two statements: the result upsert (idempotent on (run, cell), as
+        :meth:`write_result`; the run's revision is ``run.revision_sha``) and the job's status
+        (``crashed`` for a crashed result, else ``done``).  Then one read, after the commit, of whether
+        any job of the run is still ``queued``/``running``: of workers finishing a run's last jobs at
+        once, at least the last to commit sees none (finishing is idempotent).  The model zoo entry is
+        refreshed when the run finishes (:meth:`finish_run`), not per job.
+        """
+        cols = result_columns(result)
+        now = self.clock()
+        with self.transaction() as conn:
+            ins = dialect_insert(conn, t_res).values(
+                run_id=run.id, job_id=job_id, revision_sha=run.revision_sha, model=result.model,
+                dtype=result.dtype, policy=result.policy, target=result.target, created_at=now,
+                updated_at=now, **cols)
+            update = {k: getattr(ins.excluded, k) for k in (*cols, "job_id", "updated_at")}
+            conn.execute(ins.on_conflict_do_update(
+                index_elements=[t_res.c.run_id, t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target],
+                set_=update))
+            conn.execute(t_job.update().where(t_job.c.id == job_id).values(
+                status="crashed" if result.status == "crashed" else "done", finished_at=now))
+        return self.has_pending_jobs(run.id)
+
+    def has_pending_jobs(self, run_id: int) -> bool:
+        """Whether any job of the run is ``queued`` or ``running`` (one indexed read, no transaction)."""
+        with self.engine.connect() as conn:
+            return bool(conn.execute(sa.select(sa.exists().where(
+                t_job.c.run_id == run_id, t_job.c.status.in_(("queued", "running"))))).scalar())
+
     def mark_job(self, job_id: int, status: str, error: str | None = None) -> JobInfo:
         """Set a job's status (one of JOB_STATES); terminal states stamp ``finished_at``."""
         if status not in JOB_STATES:
@@ -219,7 +289,21 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
                     status = "failed" if done == 0 else "partial"
             conn.execute(t_run.update().where(t_run.c.id == run_id)
                          .values(status=status, finished_at=finished_at))
+            if finished_at is not None:
+                self._record_run_models(conn, run_id, finished_at)
         return self.get_run(run_id)
+
+    def _record_run_models(self, conn: Connection, run_id: int, now: datetime) -> None:
+        """The models of a finished run's results into the zoo table (once per run, not per job)."""
+        seen = conn.execute(sa.select(t_res.c.model, sa.func.max(t_res.c.model_sha256))
+                            .where(t_res.c.run_id == run_id).group_by(t_res.c.model)).all()
+        if seen:
+            zins = dialect_insert(conn, t_zoo)
+            conn.execute(zins.on_conflict_do_update(index_elements=[t_zoo.c.name], set_={
+                "last_seen_at": zins.excluded.last_seen_at,
+                "sha256": sa.func.coalesce(zins.excluded.sha256, t_zoo.c.sha256)}),
+                [{"name": name, "sha256": sha, "meta": {}, "first_seen_at": now, "last_seen_at": now}
+                 for name, sha in seen])
 
     def set_run_status(self, run_id: int, status: str) -> RunInfo:
         """Force a run status (e.g. ``cancelled``); prefer :meth:`finish_run` otherwise."""
@@ -272,6 +356,13 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         if row is None:
             raise NotFoundError(f"no run with id {run_id}")
         return row
+
+
+def _run_column(runs: sa.Table | Any, name: str) -> Any:
+    """``runs.<name>`` of a job row's run, as a scalar subquery labelled ``run_<name>`` (usable in
+    RETURNING on PostgreSQL and SQLite alike)."""
+    return (sa.select(getattr(runs.c, name)).where(runs.c.id == t_job.c.run_id)
+            .scalar_subquery().label(f"run_{name}"))
 
 
 __all__ = ["Store", "TRIGGERS", "RUN_STATES", "JOB_STATES", "DELIVERY_STATES", "run_info", "check_sha"]

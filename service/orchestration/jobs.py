@@ -59,6 +59,17 @@ def record_result(store: Any, run: Any, job: Any, result: Any) -> str:
     return "crashed" if result.status == "crashed" else "done"
 
 
+def complete_job(store: Any, run: Any, job: Any, result: Any) -> tuple[str, bool]:
+    """The hot path of :func:`record_result` for a delivery started with ``Store.begin_job``: write
+    ``result`` and end the job in one commit (two statements), then read whether the run still has
+    pending jobs.  Returns (the job's final status, run still pending); only when the second is
+    False does the caller need :func:`finish_if_complete`."""
+    if result.cell != job.cell:  # a job runner returning another cell's result is our bug
+        raise RuntimeError(f"job {job.id} is {job.cell} but its result is for {result.cell}")
+    pending = store.complete_job(run, job.id, result)
+    return ("crashed" if result.status == "crashed" else "done"), pending
+
+
 def record_crashed(store: Any, run: Any, job: Any, attempts: int) -> str:
     """Mark a poison job: a ``crashed`` result and job status, saying how often it was delivered."""
     from workers.result import JobResult
@@ -83,8 +94,7 @@ def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None
     several workers finish runs at once (bisect runs are deduplicated; only their creator
     dispatches them).
     """
-    counts = store.run_summary(run_id).job_status
-    if any(counts.get(s) for s in PENDING_JOB_STATUSES):
+    if store.has_pending_jobs(run_id):  # one indexed read, not the run summary
         return False
     store.finish_run(run_id)
     detect_run(store, run_id)

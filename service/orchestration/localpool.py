@@ -15,10 +15,10 @@ from typing import Any
 
 from service.orchestration.jobs import (
     cell_options,
+    complete_job,
     dispatcher,
     finish_if_complete,
     record_crashed,
-    record_result,
 )
 from service.settings import Settings
 
@@ -158,9 +158,12 @@ class LocalPool:
     def _run_one(self, slot: _Slot, job: Any, worker: str) -> None:
         from workers.result import JobResult
 
-        run = self.store.get_run(job.run_id)
+        pending: bool | None = None  # whether the run still has pending jobs after this one (None: ask)
         while True:
-            attempts = self.store.start_attempt(job.id, worker)
+            start = self.store.begin_job(job.id, worker)  # the attempt, the job and its run: one statement
+            if not start.started:  # final already (e.g. cancelled meanwhile): nothing to run
+                break
+            run, attempts = start.run, start.attempts
             if attempts > self.settings.max_attempts:
                 record_crashed(self.store, run, job, attempts)
                 break
@@ -178,13 +181,17 @@ class LocalPool:
                                    message=f"job exceeded {self.settings.job_timeout:.0f}s; worker killed")
             else:
                 result = JobResult.from_json(text)
-            record_result(self.store, run, job, result)
+            _, pending = complete_job(self.store, run, job, result)
             break
+        if pending is None:
+            pending = self.store.has_pending_jobs(job.run_id)
+        if pending:  # not the run's last job: nothing to finish
+            return
         if not self.continue_bisections:
-            finish_if_complete(self.store, run.id)
+            finish_if_complete(self.store, job.run_id)
             return
         # a finished bisect run queues its next midpoint run on this pool (see finish_if_complete)
-        finish_if_complete(self.store, run.id, self.settings, dispatcher(self.settings, self.store, self))
+        finish_if_complete(self.store, job.run_id, self.settings, dispatcher(self.settings, self.store, self))
 
     def close(self) -> None:
         """Wait for the queued jobs' threads and stop every subprocess."""

@@ -36,6 +36,7 @@ from service.orchestration.celery_app import (
     app_settings,
     time_limits,
 )
+from service.orchestration.jobs import complete_job
 from service.settings import Settings
 from workers.cell import run_cell as _run_cell
 from workers.result import JobResult
@@ -62,27 +63,28 @@ def execute_job(job_id: int, settings: Settings, worker: str | None = None,
     limit) whatever the job code made of the exception (:func:`soft_limit_watch`).
     """
     store = store if store is not None else _process_store(settings)
-    job = store.get_job(job_id)
-    if job.status in scheduler.FINAL_JOB_STATUSES:
+    start = store.begin_job(job_id, worker or worker_name())  # one statement, one commit
+    job, run, attempts = start.job, start.run, start.attempts
+    if not start.started:
         return job.status
-    run = store.get_run(job.run_id)
-    attempts = store.start_attempt(job_id, worker or worker_name())
     if attempts > settings.max_attempts:
         status = scheduler.record_crashed(store, run, job, attempts)
-    else:
-        from celery.exceptions import SoftTimeLimitExceeded
+        scheduler.finish_if_complete(store, run.id, settings)
+        return status
+    from celery.exceptions import SoftTimeLimitExceeded
 
-        options = scheduler.cell_options(run, job.cell)
-        with soft_limit_watch() as fired:
-            try:
-                result = run_cell(job.cell, run.revision_sha, settings, options)
-            except SoftTimeLimitExceeded:
-                fired.append(True)
-                result = None
-        if fired:
-            result = timeout_result(job, run, settings, result)
-        status = scheduler.record_result(store, run, job, result)
-    scheduler.finish_if_complete(store, run.id, settings)
+    options = scheduler.cell_options(run, job.cell)
+    with soft_limit_watch() as fired:
+        try:
+            result = run_cell(job.cell, run.revision_sha, settings, options)
+        except SoftTimeLimitExceeded:
+            fired.append(True)
+            result = None
+    if fired:
+        result = timeout_result(job, run, settings, result)
+    status, pending = complete_job(store, run, job, result)  # two statements, one commit, one read
+    if not pending:
+        scheduler.finish_if_complete(store, run.id, settings)  # the run's last job only
     return status
 
 

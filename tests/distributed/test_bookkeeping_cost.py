@@ -1,0 +1,120 @@
+"""What a worker's bookkeeping costs the database per job, counted on the real PostgreSQL (issue 25).
+
+The budget: at most 4 SQL statements and 2 commits around each job's own work (start the attempt;
+write the result and end the job; ask whether the run is done), the run summary built once, by the
+run's last job only.  Counted with SQLAlchemy's engine events on the Store the worker uses, so any
+re-fetch of rows or per-job summary that comes back fails here.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from service.orchestration import scheduler, tasks
+from service.settings import Settings
+from workers.result import JobResult
+
+SHA = "cd" * 20
+MAX_STATEMENTS, MAX_COMMITS = 4, 2
+
+
+class Counter:
+    """Statements sent and commits made on one engine (all threads), resettable."""
+
+    def __init__(self, engine: sa.engine.Engine) -> None:
+        self.statements: list[str] = []
+        self.commits = 0
+        self._lock = threading.Lock()
+        sa.event.listen(engine, "before_cursor_execute", self._statement)
+        sa.event.listen(engine, "commit", self._commit)
+
+    def _statement(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        with self._lock:
+            self.statements.append(" ".join(statement.split())[:120])
+
+    def _commit(self, conn: Any) -> None:
+        with self._lock:
+            self.commits += 1
+
+    def take(self) -> tuple[list[str], int]:
+        with self._lock:
+            out = (self.statements, self.commits)
+            self.statements, self.commits = [], 0
+            return out
+
+
+@pytest.fixture
+def worker(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Settings, Counter]:
+    settings = Settings(database_url=pg_url, cache_dir=tmp_path / "cache", data_dir=tmp_path / "data")
+    store = scheduler.open_store(settings)
+
+    def noop_run_cell(cell, revision, settings, options=None):  # the job body is not what is measured
+        return JobResult(*cell, status="pass", revision=revision, message="noop")
+
+    monkeypatch.setattr(tasks, "run_cell", noop_run_cell)
+    return store, settings, Counter(store.engine)
+
+
+def _cells(n: int) -> list[tuple[str, str, str, str]]:
+    return [(f"m{i}", "fp16", "default", "cpu") for i in range(n)]
+
+
+def test_each_job_but_the_last_costs_at_most_4_statements_and_2_commits(worker) -> None:
+    store, settings, counter = worker
+    run_id = store.create_run(SHA, "push", cells=_cells(6), meta={"options": {}})
+    jobs = store.jobs(run_id)
+    counter.take()
+    for job in jobs[:-1]:
+        assert tasks.execute_job(job.id, settings, "w1", store=store) == "done"
+        statements, commits = counter.take()
+        assert len(statements) <= MAX_STATEMENTS, statements
+        assert commits <= MAX_COMMITS, statements
+        assert not any("regressions" in s for s in statements), statements  # no detection, no summary
+    assert store.get_run(run_id).status == "running"
+    counter.take()
+    assert tasks.execute_job(jobs[-1].id, settings, "w1", store=store) == "done"
+    statements, _ = counter.take()
+    assert len(statements) > MAX_STATEMENTS  # the last job finishes the run (and detects) once
+    assert store.get_run(run_id).status == "complete"
+    assert [m["name"] for m in store.zoo_models()] == [c[0] for c in _cells(6)]  # recorded at the finish
+
+
+def test_a_redelivered_finished_job_costs_one_statement(worker) -> None:
+    store, settings, counter = worker
+    run_id = store.create_run(SHA, "push", cells=_cells(2))
+    job = store.jobs(run_id)[0]
+    tasks.execute_job(job.id, settings, "w1", store=store)
+    counter.take()
+    assert tasks.execute_job(job.id, settings, "w2", store=store) == "done"
+    statements, commits = counter.take()
+    assert len(statements) <= 2 and commits <= 1, statements  # the refused update, then the row it read
+    assert store.get_job(job.id).attempts == 1
+
+
+def test_workers_finishing_the_last_jobs_at_once_finish_the_run(worker) -> None:
+    """The pending check reads after the commit, so of concurrent last jobs one always sees none left."""
+    store, settings, _ = worker
+    for _ in range(5):
+        run_id = store.create_run(SHA, "push", cells=_cells(4))
+        barrier = threading.Barrier(4)
+        errors: list[BaseException] = []
+
+        def deliver(job_id: int) -> None:
+            try:
+                barrier.wait()
+                tasks.execute_job(job_id, settings, f"w{job_id}", store=store)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=deliver, args=(j.id,)) for j in store.jobs(run_id)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors
+        assert store.get_run(run_id).status == "complete"
