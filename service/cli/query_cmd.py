@@ -227,7 +227,19 @@ def cmd_regressions(args: argparse.Namespace) -> int:
     emit(args, [r.to_dict() for r in regs], regressions_table(regs, out.width), out=out)
     gate = args.revision is not None or args.run_id is not None
     blocking = [r for r in regs if r.category == "regression" and r.state == "open"]
-    return 1 if gate and blocking else 0
+    failed = False
+    if args.run_id is not None:  # the run's whole verdict: cells that could not measure fail it too
+        import sys
+
+        from service.regressions.verdict import run_verdict
+
+        verdict = run_verdict(store, args.run_id)
+        failed = bool(verdict.exit_code)
+        print(f"run {args.run_id}: {verdict.headline()}", file=sys.stderr if args.json else sys.stdout)
+        if not args.json:
+            for reason in verdict.decision.reasons:
+                print(f"  {reason}")
+    return 1 if gate and (blocking or failed) else 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

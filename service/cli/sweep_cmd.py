@@ -101,13 +101,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def gate_decision(store: Any, run_id: int, results: Any, regressions: int) -> Any:
-    """The gate (:func:`service.regressions.gate.decide`) over the run's results, the cells that had a baseline
-    result to compare with, and its open regressions: a new cell that fails fails the gate too."""
-    from service.regressions.detect import baseline_revisions
-    from service.regressions.gate import CellOutcome, decide
+    """The gate (:func:`service.regressions.verdict.run_verdict`): its open regressions, and every cell that
+    could not measure (with or without a baseline result) unless its baseline failed the same way."""
+    from service.regressions.verdict import run_verdict
 
-    outcomes = [CellOutcome((r.model, r.dtype, r.policy, r.target), r.status, r.message or "") for r in results]
-    return decide(outcomes, baseline_revisions(store, run_id), regressions)
+    return run_verdict(store, run_id).decision
 
 
 def _run_baseline(settings: Any, config: Any, store: Any, baseline: str, args: argparse.Namespace) -> int | None:
@@ -164,8 +162,8 @@ def compared_cells(store: Any, run_id: int, cells: int, baseline: str | None, re
                    "results for them)" if baseline else f"no baseline results yet: first run of these cells "
                    f"({cells} cells; no baseline revision)")
     else:
-        message = f"no regressions ({n} cells compared against baseline {base}"
-        message += f"; {missing} without a baseline result)" if missing else ")"
+        message = f"no regressions in {n} compared cells (against baseline {base})"
+        message += f"; {missing} not compared (no baseline result)" if missing else ""
     return {"baseline": baseline, "cells": cells, "compared": n, "without_baseline": missing,
             "baseline_revisions": sorted(set(found.values())), "message": message}
 

@@ -45,6 +45,8 @@ from service.dashboard import bisection, plots, queries, views
 from service.db.deliveries import DELIVERY_STATES
 from service.db.store import TRIGGERS
 from service.errors import NotFoundError, UserError
+from service.regressions.rules import CATEGORIES
+from service.regressions.verdict import run_verdict
 
 HERE = Path(__file__).parent
 CSS = (HERE / "static" / "dashboard.css").read_text(encoding="utf-8")
@@ -55,7 +57,8 @@ _NAME = re.compile(r"^[\w.:+/-]{1,200}$")
 env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
                   trim_blocks=True, lstrip_blocks=True)
 env.globals.update(fmt=views.fmt, fmt_cosine=views.fmt_cosine, pct=views.pct, duration=views.duration,
-                   states=views.STATES, urlencode=urlencode)
+                   states=views.STATES, finding_state=views.finding_state,
+                   category_titles=views.CATEGORY_TITLES, urlencode=urlencode)
 
 
 ALL_BRANCHES = "all"
@@ -157,8 +160,10 @@ def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
     rows = views.diff_rows(results, baselines)
     base_sha, base_cells = views.main_baseline(baselines)
     summary = store.run_summary(run.id)
-    by_cat = {c: [f for f in findings if f.category == c] for c in ("regression", "flaky", "improvement")}
+    by_cat = {c: [f for f in findings if f.category == c] for c in CATEGORIES}
+    verdict = run_verdict(store, run.id)
     return render("run.html", run=run, revision=revision, matrix=matrix, findings=by_cat, summary=summary,
+                  verdict=verdict,
                   line=summary.describe(), diff_all=diff == "all", diff=[r for r in rows if r.changed or diff == "all"],
                   diff_changed=sum(r.changed for r in rows), diff_total=len(rows), base_sha=base_sha,
                   base_cells=base_cells, no_baseline=sum(r.base_sha is None for r in rows))

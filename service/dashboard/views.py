@@ -17,6 +17,7 @@ from typing import Any
 
 from service.dashboard.queries import ERROR_STATUSES
 from service.db.records import Cell, JobInfo, RegressionInfo, ResultRow
+from service.regressions.rules import KINDS
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ STATES: dict[str, State] = {s.css: s for s in (
     State("reg-accuracy", "▼", "acc", "accuracy regression"),
     State("reg-coverage", "▽", "cov", "coverage regression"),
     State("reg-latency", "◷", "slow", "latency regression"),
+    State("reg-conversion_time", "⏱", "ctime", "conversion time regression"),
+    State("reg-pass_convergence", "↻", "fixpt", "pass convergence regression"),
     State("flaky", "≈", "flaky", "flaky"),
     State("error", "✖", "error", "conversion/job error"),
     State("fail", "!", "fail", "accuracy failure (not new)"),
@@ -42,9 +45,25 @@ STATES: dict[str, State] = {s.css: s for s in (
     State("pending", "…", "pending", "queued or running"),
     State("missing", "–", "none", "no result"),
 )}
-_KIND_STATE = {"conversion": "reg-conversion", "accuracy": "reg-accuracy", "convergence": "reg-accuracy",
-               "coverage": "reg-coverage", "latency": "reg-latency"}
-_KIND_ORDER = ("conversion", "accuracy", "convergence", "coverage", "latency")
+#: The displayed state of a regression of each finding kind: every kind of the rules
+#: (:data:`service.regressions.rules.KINDS`) must be here (tests/service/test_finding_visibility.py).
+KIND_STATES = {"conversion": "reg-conversion", "accuracy": "reg-accuracy", "convergence": "reg-accuracy",
+               "coverage": "reg-coverage", "latency": "reg-latency", "conversion_time": "reg-conversion_time",
+               "pass_convergence": "reg-pass_convergence"}
+#: The displayed state of a finding of each category other than ``regression`` (whose state is its kind's);
+#: every category of :data:`service.regressions.rules.CATEGORIES` must be here or be ``regression``.
+CATEGORY_STATES = {"improvement": "improved", "flaky": "flaky"}
+#: The run page's heading of each list of findings other than regressions (default: the category, capitalised).
+CATEGORY_TITLES = {"improvement": "Improvements", "flaky": "Flaky"}
+_KIND_ORDER = KINDS  # the order in which one cell's regressions of several kinds pick its state
+
+
+def finding_state(finding: RegressionInfo) -> State:
+    """The displayed state of one finding: its category's (improvement, flaky, …), or for a regression its
+    kind's.  A kind or category without a state raises KeyError (a test enumerates them all)."""
+    if finding.category == "regression":
+        return STATES[KIND_STATES[finding.kind]]
+    return STATES[CATEGORY_STATES[finding.category]]
 
 
 def fmt(x: float | int | None, digits: int = 4) -> str:
@@ -96,7 +115,7 @@ def cell_state(result: ResultRow | None, job: JobInfo | None, findings: Iterable
     regs = [f for f in live if f.category == "regression"]
     if regs:
         kind = min((f.kind for f in regs), key=lambda k: _KIND_ORDER.index(k) if k in _KIND_ORDER else 99)
-        return STATES[_KIND_STATE.get(kind, "reg-accuracy")]
+        return STATES[KIND_STATES.get(kind, "reg-accuracy")]
     if any(f.category == "flaky" for f in live):
         return STATES["flaky"]
     if result is None:

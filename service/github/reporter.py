@@ -38,19 +38,35 @@ CONTEXT = "ampci/smoke"
 FINAL_RUN_STATES = frozenset({"complete", "partial", "failed", "cancelled"})
 
 
-def final_state(summary: Any) -> str:
+def final_state(summary: Any, verdict: Any = None) -> str:
     """Commit status state for a finished run's :class:`~service.db.records.RunSummary`.
 
     ``error``: the run failed or was cancelled, or a job errored/crashed (infrastructure, not the
-    pass); ``failure``: at least one open or acknowledged regression; ``success`` otherwise.
+    pass); ``failure``: at least one open or acknowledged regression; ``success`` otherwise.  With the
+    run's ``verdict`` (:class:`service.regressions.verdict.RunVerdict`) a cell that could not measure
+    fails too (``error`` or ``failure``: :attr:`RunVerdict.state`): never ``success``.
     """
     if summary.status in ("failed", "cancelled"):
         return "error"
     if any(summary.job_status.get(s, 0) for s in ("error", "crashed")):
         return "error"
+    if verdict is not None and verdict.state in ("error", "failure"):
+        return str(verdict.state)
     if sum(summary.regressions.values()):
         return "failure"
     return "success"
+
+
+def status_text(store: Any, run_id: int, summary: Any) -> tuple[str, str]:
+    """``(state, description)`` of the final commit status of run ``run_id``: the run's verdict
+    (:func:`service.regressions.verdict.run_verdict`: cells that could not measure first, with their count,
+    then regressions, known failures and cells not compared), then its counts as room allows."""
+    if store is None:
+        return final_state(summary), summary.describe()
+    from service.regressions.verdict import run_verdict
+
+    verdict = run_verdict(store, run_id)
+    return final_state(summary, verdict), verdict.description(summary.describe())
 
 
 def github_target(run: Any) -> tuple[str, str] | None:
@@ -120,7 +136,7 @@ class StatusReporter:
         except Exception:  # noqa: BLE001 - recover() finds unwatched runs again at start
             log.exception("could not watch run %s", run_id)
 
-    def finished(self, run: Any, summary: Any) -> bool:
+    def finished(self, run: Any, summary: Any, store: Any = None) -> bool:
         """Queue the final status of a finished ``run`` (a RunInfo) from its ``summary`` (a RunSummary).
 
         The run-finished hook of the scheduler may call this directly; :meth:`check_watched` calls it
@@ -130,7 +146,8 @@ class StatusReporter:
         if not self.enabled or target is None:
             return False
         repo, sha = target
-        self._put(CommitStatus(repo=repo, sha=sha, state=final_state(summary), description=summary.describe(),
+        state, description = status_text(store if store is not None else self.store, run.id, summary)
+        self._put(CommitStatus(repo=repo, sha=sha, state=state, description=description,
                                target_url=self.run_url(run.id), context=self.context))
         return True
 
@@ -147,7 +164,7 @@ class StatusReporter:
                 continue
             if run.status not in FINAL_RUN_STATES:
                 continue
-            self.finished(run, store.run_summary(run_id))
+            self.finished(run, store.run_summary(run_id), store)
             self.outbox.unwatch(run_id)
             done += 1
         return done

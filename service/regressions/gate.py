@@ -1,12 +1,15 @@
 """The CI gate's decision for one finished run: pure, so every rule is a row of a table test.
 
-Guarantees of :func:`decide`:
+Guarantees of :func:`decide` (no silent pass):
 
 * exit 1 when the run has any open/acknowledged regression against its baseline;
-* exit 1 when a cell that has **no baseline result** (a new cell, or a baseline that matches
-  nothing) ended in a failing status (:data:`NEW_CELL_FAILURES`): a first run that fails is never
-  "no regressions";
-* exit 0 otherwise.  Every reason that failed the gate is a line in ``reasons``, in cell order.
+* exit 1 when a cell **could not measure** (its status is one of :data:`UNMEASURED_STATUSES`:
+  ``bad_spec``, ``crash``, ``timeout``, ``convert_error``, an accuracy failure, …, or its job ended
+  without a result), whether or not it has a baseline result — unless its baseline result failed the
+  same way: then it is a **known failure**, listed as such and not failing the gate;
+* exit 0 otherwise.  Every reason that failed the gate is a line in ``reasons``, in cell order;
+* a cell with no baseline result is **not compared** (``not_compared``): never counted as "no
+  regressions" by the texts built on the decision (:mod:`service.regressions.verdict`).
 """
 
 from __future__ import annotations
@@ -16,46 +19,80 @@ from dataclasses import dataclass
 
 Cell = tuple[str, str, str, str]
 
-#: Statuses that fail the gate for a cell with nothing to compare with.  ``bad_model`` and
-#: ``reference_error`` are not listed: the model file or its fp32 reference is broken, not the pass.
-NEW_CELL_FAILURES = frozenset({"convert_error", "timeout", "crash", "crashed", "fail_accuracy", "diverged",
-                               "bad_spec"})
+#: The status given to a cell whose job ended ``error`` without a result (no worker answer at all).
+JOB_ERROR = "job_error"
+#: Statuses of a cell that could not measure: the gate fails on them unless the baseline failed the same
+#: way.  ``bad_model`` and ``reference_error`` are not listed: the model file or its fp32 reference is
+#: broken, not the pass, and the cell says so on the run page.
+UNMEASURED_STATUSES = frozenset({"convert_error", "timeout", "crash", "crashed", "fail_accuracy", "diverged",
+                                 "bad_spec", JOB_ERROR})
+#: Former name of :data:`UNMEASURED_STATUSES` (they once failed only a cell without a baseline).
+NEW_CELL_FAILURES = UNMEASURED_STATUSES
 
 
 @dataclass(frozen=True)
 class CellOutcome:
-    """What the gate needs of one result: its cell, status and message."""
+    """What the gate needs of one cell of a run: its cell, status and message, and the status of its
+    baseline result (None: the cell has no baseline result, or it is not known)."""
 
     cell: Cell
     status: str
     message: str = ""
+    baseline_status: str | None = None
 
 
 @dataclass(frozen=True)
 class GateDecision:
-    """Exit code of the gate (0 pass, 1 fail) and why it failed (empty when it passed)."""
+    """Exit code of the gate (0 pass, 1 fail), why it failed (empty when it passed), and the cells behind it:
+    ``unmeasured`` (could not measure, failing the gate), ``known_failures`` (failed as their baseline did),
+    ``not_compared`` (no baseline result)."""
 
     exit_code: int
     reasons: tuple[str, ...] = ()
     new_cell_failures: tuple[Cell, ...] = ()
+    unmeasured: tuple[tuple[Cell, str], ...] = ()
+    known_failures: tuple[tuple[Cell, str], ...] = ()
+    not_compared: tuple[Cell, ...] = ()
+    compared: int = 0
+    regressions: int = 0
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form."""
         return {"exit_code": self.exit_code, "reasons": list(self.reasons),
-                "new_cell_failures": [list(c) for c in self.new_cell_failures]}
+                "new_cell_failures": [list(c) for c in self.new_cell_failures],
+                "unmeasured": [{"cell": list(c), "status": s} for c, s in self.unmeasured],
+                "known_failures": [{"cell": list(c), "status": s} for c, s in self.known_failures],
+                "not_compared": [list(c) for c in self.not_compared], "compared": self.compared,
+                "regressions": self.regressions}
 
 
 def decide(outcomes: Sequence[CellOutcome], with_baseline: Iterable[Cell], regressions: int) -> GateDecision:
-    """The gate's decision (see the module docstring)."""
+    """The gate's decision (see the module docstring); ``with_baseline``: the cells that have a baseline
+    result to compare with."""
     based = set(with_baseline)
     reasons: list[str] = []
     if regressions:
         reasons.append(f"{regressions} regression(s) against the baseline")
-    failed: list[Cell] = []
+    new_failed: list[Cell] = []
+    unmeasured: list[tuple[Cell, str]] = []
+    known: list[tuple[Cell, str]] = []
+    not_compared: list[Cell] = []
     for o in sorted(outcomes, key=lambda o: o.cell):
-        if o.cell in based or o.status not in NEW_CELL_FAILURES:
+        has_base = o.cell in based
+        if not has_base:
+            not_compared.append(o.cell)
+        if o.status not in UNMEASURED_STATUSES:
             continue
-        failed.append(o.cell)
+        if has_base and o.baseline_status == o.status:
+            known.append((o.cell, o.status))
+            continue
+        unmeasured.append((o.cell, o.status))
         why = f": {o.message.splitlines()[0][:120]}" if o.message.strip() else ""
-        reasons.append(f"new cell fails: {'/'.join(o.cell)} {o.status} (no baseline result){why}")
-    return GateDecision(1 if reasons else 0, tuple(reasons), tuple(failed))
+        if has_base:
+            was = o.baseline_status or "unknown"
+            reasons.append(f"cell could not measure: {'/'.join(o.cell)} {o.status} (baseline: {was}){why}")
+        else:
+            new_failed.append(o.cell)
+            reasons.append(f"new cell fails: {'/'.join(o.cell)} {o.status} (no baseline result){why}")
+    return GateDecision(1 if reasons else 0, tuple(reasons), tuple(new_failed), tuple(unmeasured), tuple(known),
+                        tuple(not_compared), len(based & {o.cell for o in outcomes}), regressions)

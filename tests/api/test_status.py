@@ -20,6 +20,7 @@ from service.github.client import (
 from service.github.outbox import MemoryOutbox, RedisOutbox
 from service.github.reporter import StatusReporter, final_state
 from service.regressions.detect import detect_run
+from service.regressions.verdict import run_verdict
 from tests.api.conftest import make_reporter
 from tests.api.helpers import GITHUB_TOKEN, REPO, encode, push_payload, run_of, sha, webhook_headers
 from workers.result import JobResult
@@ -201,10 +202,13 @@ def test_webhook_run_reports_pending_then_its_outcome(httpserver: HTTPServer, ma
     assert reporter.drain() == 1
     final = seen[-1]["json"]
     summary = store.run_summary(run_id)
-    assert final == {"state": "failure", "description": summary.describe(), "context": "ampci/smoke",
-                     "target_url": url}
-    assert final["description"].startswith("4 cells: 3 pass, 1 convert_error")
+    verdict = run_verdict(store, run_id)
+    assert final == {"state": "failure", "description": verdict.description(summary.describe()),
+                     "context": "ampci/smoke", "target_url": url}
+    # the cell that could not measure comes first, with its count; cells without a baseline are not compared
+    assert final["description"].startswith("1 of 4 cells could not measure (1 convert_error)")
     assert "1 conversion regression" in final["description"]
+    assert "3 of 4 cells not compared" in final["description"] and "no regressions" not in final["description"]
     assert reporter.check_watched(store) == 0 and len(seen) == 2
 
 

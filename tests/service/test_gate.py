@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.regressions.gate import NEW_CELL_FAILURES, CellOutcome, decide
+from service.regressions.gate import NEW_CELL_FAILURES, UNMEASURED_STATUSES, CellOutcome, decide
 
 A = ("conv_net", "fp16", "default", "cpu")
 B = ("conv_net", "bf16", "default", "cpu")
@@ -21,8 +21,17 @@ CASES = [
     ([CellOutcome(A, "crashed")], [], 0, 1, ["crashed"]),
     ([CellOutcome(A, "timeout")], [], 0, 1, ["timeout"]),
     ([CellOutcome(A, "crash")], [], 0, 1, ["crash"]),
-    # a failing cell that has a baseline is judged by the regression rules, not here
-    ([CellOutcome(A, "convert_error")], [A], 0, 0, []),
+    # no silent pass: a cell that could not measure fails whether or not it has a baseline result ...
+    ([CellOutcome(A, "convert_error", "boom", "pass")], [A], 0, 1,
+     ["cell could not measure: conv_net/fp16/default/cpu convert_error (baseline: pass): boom"]),
+    ([CellOutcome(A, "bad_spec", "commit x is not in the pass repository", "pass")], [A], 0, 1, ["bad_spec"]),
+    ([CellOutcome(A, "timeout", "", "pass")], [A], 0, 1, ["timeout (baseline: pass)"]),
+    ([CellOutcome(A, "fail_accuracy", "", "pass")], [A], 1, 1, ["1 regression(s)", "fail_accuracy"]),
+    ([CellOutcome(A, "crash", "", "convert_error")], [A], 0, 1, ["crash (baseline: convert_error)"]),
+    ([CellOutcome(A, "job_error", "")], [], 0, 1, ["job_error"]),
+    # ... unless its baseline failed the same way: a known failure
+    ([CellOutcome(A, "convert_error", "", "convert_error")], [A], 0, 0, []),
+    ([CellOutcome(A, "bad_spec", "", "bad_spec")], [A], 0, 0, []),
     # the model or its reference is broken, not the pass
     ([CellOutcome(A, "bad_model")], [], 0, 0, []),
     ([CellOutcome(A, "reference_error")], [], 0, 0, []),
@@ -45,3 +54,21 @@ def test_gate_table(outcomes: list[CellOutcome], based: list[tuple[str, str, str
 def test_every_listed_status_fails_a_new_cell() -> None:
     for status in NEW_CELL_FAILURES:
         assert decide([CellOutcome(A, status)], [], 0).new_cell_failures == (A,)
+
+
+def test_every_listed_status_fails_a_compared_cell_unless_the_baseline_failed_alike() -> None:
+    for status in UNMEASURED_STATUSES:
+        got = decide([CellOutcome(A, status, "", "pass")], [A], 0)
+        assert got.exit_code == 1 and got.unmeasured == ((A, status),) and got.not_compared == ()
+        same = decide([CellOutcome(A, status, "", status)], [A], 0)
+        assert same.exit_code == 0 and same.known_failures == ((A, status),) and same.unmeasured == ()
+
+
+def test_the_issue_statuses_are_unmeasured() -> None:
+    assert {"bad_spec", "crash", "timeout", "convert_error", "fail_accuracy"} <= UNMEASURED_STATUSES
+    assert not {"pass", "bad_model", "reference_error"} & UNMEASURED_STATUSES
+
+
+def test_cells_without_a_baseline_are_not_compared() -> None:
+    got = decide([CellOutcome(A, "pass"), CellOutcome(B, "pass", "", "pass")], [B], 0)
+    assert got.exit_code == 0 and got.not_compared == (A,) and got.compared == 1

@@ -41,7 +41,8 @@ def test_first_run_compares_nothing_and_says_so(db_url: str, capsys: pytest.Capt
     second = run_with(store, shas[2], [make_result(CELL), make_result(third)], trigger="manual")
     assert baseline_revisions(store, second) == {CELL: shas[1]}
     out = _print(store, second, shas[1], False, capsys)
-    assert f"no regressions (1 cells compared against baseline {shas[1][:12]}; 1 without a baseline result)" in out
+    assert (f"no regressions in 1 compared cells (against baseline {shas[1][:12]}); 1 not compared (no baseline "
+            "result)") in out
     c = json.loads(_print(store, second, shas[1], True, capsys))["comparison"]
     assert (c["compared"], c["without_baseline"], c["baseline_revisions"]) == (1, 1, [shas[1]])
     store.dispose()

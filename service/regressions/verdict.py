@@ -1,0 +1,131 @@
+"""The verdict of one run, in every text people read: the gate decision plus what each surface says.
+
+:func:`run_verdict` gathers, for a run, its results, the status of each cell's baseline result, its
+jobs that ended without a result and its open/acknowledged regressions, and applies the gate
+(:func:`service.regressions.gate.decide`).  The same :class:`RunVerdict` then gives:
+
+* the commit status state (:meth:`RunVerdict.state`) and description (:meth:`RunVerdict.description`);
+* the run page's headline and the CLI's verdict line (:meth:`RunVerdict.headline`);
+* the exit code of ``ampci sweep`` and ``ampci regressions --run`` (``decision.exit_code``).
+
+Guarantees: a cell that could not measure is said **first**, with the count by status; a cell without a
+baseline result is "not compared", and "no regressions" is only ever said of cells that were compared.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.regressions.gate import JOB_ERROR, CellOutcome, GateDecision, decide
+
+#: Unmeasured statuses that say the run could not be carried out (a bad spec, a worker that died, a job
+#: without any result) rather than that the pass failed: the commit status is ``error`` for them.
+INFRA_STATUSES = frozenset({"bad_spec", "crashed", JOB_ERROR})
+#: GitHub's limit on a commit status description.
+DESCRIPTION_MAX = 140
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _by_status(pairs: tuple[tuple[Any, str], ...]) -> str:
+    counts = Counter(s for _, s in pairs)
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    """A run's gate decision with what the run page, the CLI and the commit status say about it."""
+
+    run_id: int
+    run_status: str
+    cells: int
+    pending: int
+    decision: GateDecision
+    regressions: Mapping[str, int] = field(default_factory=dict)   # open/acknowledged, by kind
+
+    @property
+    def exit_code(self) -> int:
+        """The gate's exit code (0 pass, 1 fail)."""
+        return self.decision.exit_code
+
+    @property
+    def state(self) -> str:
+        """The commit status state: ``pending`` while jobs run; ``error`` when the run failed or was
+        cancelled or a cell could not measure for a reason that is not the pass (:data:`INFRA_STATUSES`);
+        ``failure`` for a regression or any other cell that could not measure; ``success`` otherwise."""
+        if self.pending:
+            return "pending"
+        if self.run_status in ("failed", "cancelled"):
+            return "error"
+        if any(s in INFRA_STATUSES for _, s in self.decision.unmeasured):
+            return "error"
+        if self.decision.exit_code:
+            return "failure"
+        return "success"
+
+    def parts(self) -> list[str]:
+        """The verdict as short phrases, most important first (see the module docstring)."""
+        d = self.decision
+        out: list[str] = []
+        if d.unmeasured:
+            out.append(f"{len(d.unmeasured)} of {self.cells} cells could not measure ({_by_status(d.unmeasured)})")
+        for kind, n in sorted(self.regressions.items()):
+            out.append(f"{n} {kind} regression{'s' if n != 1 else ''}")
+        if d.known_failures:
+            out.append(f"{_plural(len(d.known_failures), 'known failure')} (failed the same way at the baseline: "
+                       f"{_by_status(d.known_failures)})")
+        if self.pending:
+            out.append(f"{self.pending} pending")
+        if d.not_compared:
+            out.append(f"{len(d.not_compared)} of {self.cells} cells not compared (no baseline result)")
+        if not d.exit_code and d.compared and not self.regressions:
+            out.append(f"no regressions in {d.compared} compared cell{'s' if d.compared != 1 else ''}")
+        if not out:
+            out.append("no results: nothing compared")
+        return out
+
+    def headline(self) -> str:
+        """One line for the run page and the CLI, e.g. ``gate fails: 6 of 6 cells could not measure
+        (6 bad_spec); 6 of 6 cells not compared (no baseline result)``."""
+        lead = "pending" if self.pending else ("gate fails" if self.decision.exit_code else "gate passes")
+        return f"{lead}: " + "; ".join(self.parts())
+
+    def description(self, summary_line: str = "") -> str:
+        """The commit status description (at most :data:`DESCRIPTION_MAX` characters): the verdict's
+        phrases first, then ``summary_line`` (the run's counts) as room allows."""
+        text = "; ".join(self.parts())
+        if summary_line and len(text) + 3 + len(summary_line) <= DESCRIPTION_MAX:
+            text += " · " + summary_line
+        return text if len(text) <= DESCRIPTION_MAX else text[:DESCRIPTION_MAX - 1] + "…"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"run_id": self.run_id, "state": self.state, "headline": self.headline(),
+                "gate": self.decision.to_dict(), "regressions": dict(self.regressions), "cells": self.cells,
+                "pending": self.pending}
+
+
+def run_verdict(store: Any, run_id: int) -> RunVerdict:
+    """The verdict of run ``run_id`` from the store (see the module docstring)."""
+    from service.regressions.detect import baseline_statuses
+
+    run = store.get_run(run_id)
+    results = store.results(run_id=run_id)
+    jobs = store.jobs(run_id)
+    base = baseline_statuses(store, run_id)
+    outcomes = [CellOutcome(r.cell, r.status, r.message or "", base[r.cell][1] if r.cell in base else None)
+                for r in results]
+    with_result = {r.cell for r in results}
+    outcomes += [CellOutcome(j.cell, JOB_ERROR if j.status == "error" else "crashed", j.error or "")
+                 for j in jobs if j.status in ("error", "crashed") and j.cell not in with_result]
+    regs = [g for g in store.regressions(run_id=run_id, category="regression")
+            if g.state in ("open", "acknowledged")]
+    by_kind = Counter(g.kind for g in regs)
+    pending = sum(j.status in ("queued", "running") for j in jobs)
+    decision = decide(outcomes, base, len(regs))
+    return RunVerdict(run_id, run.status, max(len(jobs), len(results)), pending, decision, dict(by_kind))

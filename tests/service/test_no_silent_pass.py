@@ -1,0 +1,126 @@
+"""No silent pass: a run whose cells could not measure fails the gate on every surface, with or without a
+baseline (the commit status, ``ampci regressions --run``, the run page's headline), unless the baseline
+failed the same way; a cell without a baseline is "not compared", never "no regressions"."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from service.cli.main import main
+from service.db import Store
+from service.github.reporter import final_state, status_text
+from service.regressions.verdict import run_verdict
+from tests.dashboard.conftest import BROWSER, make_app
+from tests.service.factories import chain, make_result, migrated_store, run_with
+from workers.result import JobResult
+
+A, B = ("tiny_mlp", "fp16", "default", "cpu"), ("tiny_mlp", "bf16", "default", "cpu")
+NOT_IN_REPO = "commit deadbeef is not in the pass repository"
+
+
+def _with_message(result: JobResult) -> JobResult:
+    return replace(result, message=NOT_IN_REPO)
+
+
+def _page(store: Store, url: str, run_id: int) -> str:
+    from fastapi.testclient import TestClient
+
+    with TestClient(make_app(store, url), raise_server_exceptions=True, headers=BROWSER) as c:
+        r = c.get(f"/runs/{run_id}")
+    assert r.status_code == 200
+    return r.text
+
+
+def _cli(url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str) -> \
+        tuple[int, str]:
+    monkeypatch.setenv("AMPCI_DATABASE_URL", url)
+    monkeypatch.setenv("COLUMNS", "170")
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_bad_spec_on_cells_with_a_baseline_fails_everywhere(db_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    store = migrated_store(db_url)
+    shas = chain(store, 2)
+    run_with(store, shas[0], [make_result(A), make_result(B)])
+    bad = run_with(store, shas[1], [_with_message(make_result(A, status="bad_spec")),
+                                    _with_message(make_result(B, status="bad_spec"))])
+    assert store.regressions(run_id=bad, category="regression") == []  # no finding: the rules see nothing
+    verdict = run_verdict(store, bad)
+    assert verdict.exit_code == 1 and verdict.state == "error"
+    summary = store.run_summary(bad)
+    state, description = status_text(store, bad, summary)
+    assert state == "error" == final_state(summary, verdict)
+    assert description.startswith("2 of 2 cells could not measure (2 bad_spec)") and len(description) <= 140
+    assert "no regressions" not in description
+    page = _page(store, db_url, bad)
+    headline = page.index('id="verdict"')
+    assert "gate fails: 2 of 2 cells could not measure (2 bad_spec)" in page
+    assert headline < page.index("Regressions (")  # the headline says it first
+    assert "No regressions" not in page
+    store.dispose()
+    code, out = _cli(db_url, monkeypatch, capsys, "regressions", "--run", str(bad))
+    assert code == 1
+    assert "could not measure" in out and NOT_IN_REPO in out
+
+
+@pytest.mark.parametrize("status", ["crash", "timeout", "convert_error", "fail_accuracy"])
+def test_every_unmeasured_status_fails_against_a_passing_baseline(sqlite_url: str, status: str) -> None:
+    store = migrated_store(sqlite_url)
+    shas = chain(store, 2)
+    run_with(store, shas[0], [make_result(A)])
+    run = run_with(store, shas[1], [make_result(A, status=status)])
+    verdict = run_verdict(store, run)
+    assert verdict.exit_code == 1 and verdict.state == "failure"
+    assert verdict.decision.unmeasured == ((A, status),)
+    store.dispose()
+
+
+def test_same_failure_at_the_baseline_is_a_known_failure(sqlite_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    store = migrated_store(sqlite_url)
+    shas = chain(store, 2)
+    run_with(store, shas[0], [make_result(A, status="convert_error"), make_result(B)])
+    run = run_with(store, shas[1], [make_result(A, status="convert_error"), make_result(B)])
+    verdict = run_verdict(store, run)
+    assert verdict.exit_code == 0 and verdict.state == "success"
+    assert verdict.decision.known_failures == ((A, "convert_error"),)
+    assert "1 known failure (failed the same way at the baseline: 1 convert_error)" in verdict.headline()
+    assert "1 known failure" in status_text(store, run, store.run_summary(run))[1]
+    assert "known failure" in _page(store, sqlite_url, run)
+    store.dispose()
+    code, out = _cli(sqlite_url, monkeypatch, capsys, "regressions", "--run", str(run))
+    assert code == 0 and "1 known failure" in out
+
+
+def test_cells_without_a_baseline_are_not_compared_never_no_regressions(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    store = migrated_store(sqlite_url)
+    shas = chain(store, 1)
+    run = run_with(store, shas[0], [make_result(A), make_result(B)])
+    verdict = run_verdict(store, run)
+    assert verdict.exit_code == 0
+    texts = {"headline": verdict.headline(), "status": status_text(store, run, store.run_summary(run))[1],
+             "page": _page(store, sqlite_url, run)}
+    store.dispose()
+    code, texts["cli"] = _cli(sqlite_url, monkeypatch, capsys, "regressions", "--run", str(run))
+    assert code == 0
+    for where, text in texts.items():
+        assert "2 of 2 cells not compared (no baseline result)" in text, where
+        assert "no regressions" not in text.lower(), where
+
+
+def test_mixed_run_says_what_was_compared(sqlite_url: str) -> None:
+    store = migrated_store(sqlite_url)
+    shas = chain(store, 2)
+    run_with(store, shas[0], [make_result(A)])
+    run = run_with(store, shas[1], [make_result(A), make_result(B)])
+    line = run_verdict(store, run).headline()
+    assert line == ("gate passes: 1 of 2 cells not compared (no baseline result); "
+                    "no regressions in 1 compared cell")
+    page = _page(store, sqlite_url, run)
+    assert "No regressions in the 1 cells compared against the baseline; 1 not compared" in page
+    store.dispose()
