@@ -1,14 +1,22 @@
 #!/usr/bin/env python3
 """Dispatch benchmark: a sweep of N no-op jobs through Redis to 2 local Celery worker processes.
 
-    python bench/bench_dispatch.py [--jobs 2000] [--workers 2]
+    python bench/bench_dispatch.py [--jobs 2000] [--workers 2] [--roundtrips 200] [--quick]
 
 Starts its own redis-server (AOF on, as in production) on a free loopback port and uses a fresh
 PostgreSQL database (``AMPCI_TEST_DATABASE_URL`` admin URL, default the local server; SQLite with
 ``--sqlite``).  Jobs go through the real path (``ampci.run_job`` task, attempt counting, idempotent
 result write, run finishing); only the job body is a no-op (this module, loaded by the workers as
 their Celery app, answers ``noop_*`` models at once).  Prints a table: dispatch overhead per job
-(target < 20 ms), worker throughput, and the time from the last job done to the run finished.
+(target < 20 ms), worker throughput, the time from the last job done to the run finished, and the
+median bookkeeping of one job in the worker (``execute_job`` around the no-op body, timed in the
+worker) beside the anchor of issue 25: a bare Celery round trip (a no-op task answering on a Redis
+list, sent one at a time) measured on the same Redis and workers in the same run.  Targets:
+bookkeeping <= 10 ms and <= 2x the bare round trip.
+
+``--quick`` (seconds: 40 jobs, 30 round trips) checks the invariants only: every job done, the run
+complete, a bookkeeping time from every job; it exits 1 when one fails.  The full run also exits
+1 when a target is missed.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from service.orchestration import tasks  # noqa: E402
-from service.orchestration.celery_app import app  # noqa: E402,F401  - `celery -A bench.bench_dispatch` loads `app`
+from service.orchestration.celery_app import app  # noqa: E402  - `celery -A bench.bench_dispatch` loads `app`
 from workers.result import JobResult  # noqa: E402
 
 _real_run_cell = tasks.run_cell
@@ -42,6 +50,42 @@ def _noop_run_cell(cell: tuple[str, str, str, str], revision: str, settings: Any
 
 
 tasks.run_cell = _noop_run_cell
+
+BOOKKEEPING_KEY = "bench:bookkeeping"  # seconds of each execute_job, pushed by the workers
+_real_execute_job = tasks.execute_job
+_redis: Any = None
+
+
+def _worker_redis() -> Any:
+    global _redis
+    if _redis is None:
+        import redis
+
+        _redis = redis.Redis.from_url(os.environ["AMPCI_BROKER_URL"])
+    return _redis
+
+
+def _timed_execute_job(job_id: int, settings: Any, worker: str | None = None, store: Any = None) -> str:
+    """execute_job, its wall time pushed to Redis (the body is a no-op: this is the bookkeeping)."""
+    t0 = time.perf_counter()
+    status = _real_execute_job(job_id, settings, worker, store)
+    _worker_redis().rpush(BOOKKEEPING_KEY, time.perf_counter() - t0)
+    return status
+
+
+tasks.execute_job = _timed_execute_job
+
+
+@app.task(name="bench.roundtrip", ignore_result=True)
+def roundtrip_task(reply_key: str) -> None:
+    """The anchor: a bare Celery task that only answers on a Redis list."""
+    _worker_redis().rpush(reply_key, 1)
+
+
+def _median(xs: list[float]) -> float:
+    import statistics
+
+    return statistics.median(xs) if xs else float("nan")
 
 
 def _free_port() -> int:
@@ -81,8 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--roundtrips", type=int, default=200, help="bare Celery round trips for the anchor")
     ap.add_argument("--sqlite", action="store_true", help="use a SQLite file instead of PostgreSQL")
+    ap.add_argument("--quick", action="store_true", help="seconds: 40 jobs, 30 round trips; invariants only")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.jobs, args.roundtrips = min(args.jobs, 40), min(args.roundtrips, 30)
 
     tmp = Path(tempfile.mkdtemp(prefix="ampci-bench-"))
     port = _free_port()
@@ -111,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         store = scheduler.open_store(settings)
         models = [f"noop_{i:05d}" for i in range(args.jobs)]
         config = scheduler.SweepConfig(name="bench", models=tuple(models), dtypes=("fp16",),
-                                       policies=("default",), targets=("cpu",), repeats=1)
+                                       policies=("default",), targets=("cpu",), repeats=6)  # the no-op ignores it
         catalog = {m: {"bench"} for m in models}
 
         # 1. dispatch with no worker running: run + job rows + one message per job
@@ -152,6 +200,22 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.05)
         seen_finished = time.perf_counter()
         jobs = store.jobs(started.run_id)
+        r = redis.Redis.from_url(env["AMPCI_BROKER_URL"])
+        bookkeeping = [float(x) for x in r.lrange(BOOKKEEPING_KEY, 0, -1)]
+        # 3. the anchor: bare Celery round trips, one at a time, on the same Redis and (now idle) workers
+        trips: list[float] = []
+        from service.orchestration.broker import celery_app
+
+        client = celery_app(settings)  # the private Redis (this module's ``app`` is the environment's)
+        for i in range(args.roundtrips):
+            key = f"bench:reply:{i}"
+            t0 = time.perf_counter()
+            client.send_task("bench.roundtrip", args=[key], queue="cpu")
+            if r.blpop([key], timeout=30) is None:
+                raise SystemExit("a bare round trip got no answer within 30 s")
+            trips.append(time.perf_counter() - t0)
+        trips = trips[min(5, len(trips) // 5):]  # the first ones warm the connections
+        book_ms, trip_ms = _median(bookkeeping) * 1000, _median(trips) * 1000
         last_job = max(j.finished_at for j in jobs)
         first_start = min(j.started_at for j in jobs)
         run = store.get_run(started.run_id)
@@ -170,14 +234,27 @@ def main(argv: list[str] | None = None) -> int:
             ("last job done -> run finished (DB)", f"{finish_gap * 1000:.1f} ms", "stamped by the last worker"),
             ("last job seen done -> finish seen by poller", f"{(seen_finished - (seen_done or seen_finished)) * 1000:.0f} ms",
              "50 ms poll"),
+            ("bookkeeping per job in the worker (median)", f"{book_ms:.2f} ms",
+             f"target <= 10 ms; p90 {sorted(bookkeeping)[int(len(bookkeeping) * 0.9)] * 1000:.2f} ms"
+             if bookkeeping else "no timings"),
+            ("anchor: bare Celery round trip (median)", f"{trip_ms:.2f} ms", f"{len(trips)} sequential no-op tasks"),
+            ("bookkeeping / bare round trip", f"{book_ms / trip_ms:.2f}x", "target <= 2x"),
         ]
         width = max(len(r[0]) for r in rows)
         print(f"{'metric'.ljust(width)} | value        | note")
         print(f"{'-' * width}-|--------------|{'-' * 40}")
         for name, value, note in rows:
             print(f"{name.ljust(width)} | {value.ljust(12)} | {note}")
-        ok = dispatch_s / args.jobs < 0.020 and run.status == "complete"
-        print(f"\nrun status: {run.status}; dispatch target {'met' if ok else 'MISSED'}")
+        invariants = {"run complete": run.status == "complete",
+                      "every job done": all(j.status == "done" for j in jobs) and len(jobs) == args.jobs,
+                      "a bookkeeping time from every job": len(bookkeeping) == args.jobs}
+        targets = {"dispatch < 20 ms per job": dispatch_s / args.jobs < 0.020,
+                   "bookkeeping <= 10 ms": book_ms <= 10.0,
+                   "bookkeeping <= 2x a bare round trip": book_ms <= 2 * trip_ms}
+        print(f"\nrun status: {run.status}")
+        for name, met in {**invariants, **targets}.items():
+            print(f"  {name}: {'met' if met else 'MISSED'}")
+        ok = all(invariants.values()) and (args.quick or all(targets.values()))
         return 0 if ok else 1
     finally:
         for p in reversed(procs):

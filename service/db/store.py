@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from service.db import models as m
 from service.db.deliveries import DELIVERY_STATES, DeliveriesMixin
-from service.db.engine import make_engine, transaction
+from service.db.engine import connect, make_engine, transaction
 from service.db.extract import result_columns
 from service.db.queries import QueriesMixin, job_info, run_info
 from service.db.records import (
@@ -154,30 +154,18 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         nothing counted).  Otherwise ``attempts`` is incremented, the job becomes ``running`` and its
         run ``running`` if it was ``queued``.  An unknown job raises NotFoundError.
         """
-        now = self.clock()
-        final = tuple(sorted(JOB_TERMINAL))
-        of_run = t_run.alias("of_run")
-        run_col = functools.partial(_run_column, of_run)
+        params = {"job_id": job_id, "worker": worker, "now": self.clock()}
         with self.transaction() as conn:
-            stmt = (t_job.update().where(t_job.c.id == job_id, t_job.c.status.not_in(final))
-                    .values(attempts=t_job.c.attempts + 1, worker=worker, started_at=now, status="running")
-                    .returning(*t_job.c, run_col("revision_sha"), run_col("meta"), run_col("status")))
-            if conn.dialect.name == "postgresql":  # the run's queued -> running in the same statement
-                stmt = stmt.add_cte(t_run.update().where(
-                    t_run.c.id == sa.select(t_job.c.run_id).where(t_job.c.id == job_id, t_job.c.status.not_in(final))
-                    .scalar_subquery(), t_run.c.status == "queued").values(status="running").cte("run_started"))
-            row = conn.execute(stmt).first()
+            pg = conn.dialect.name == "postgresql"
+            row = conn.execute(_begin_job_statement(pg), params).first()
+            started = row is not None
             if row is None:  # unknown, or final already (a redelivery): read it, count nothing
-                row = conn.execute(sa.select(*t_job.c, run_col("revision_sha"), run_col("meta"), run_col("status"))
-                                   .where(t_job.c.id == job_id)).first()
+                row = conn.execute(_job_with_run_statement(), params).first()
                 if row is None:
                     raise NotFoundError(f"no job with id {job_id}")
-                started = False
-            else:
-                started = True
-                if row.run_status == "queued" and conn.dialect.name != "postgresql":
-                    conn.execute(t_run.update().where(t_run.c.id == row.run_id, t_run.c.status == "queued")
-                                 .values(status="running"))
+            elif row.run_status == "queued" and not pg:  # (PostgreSQL: in the statement above)
+                conn.execute(t_run.update().where(t_run.c.id == row.run_id, t_run.c.status == "queued")
+                             .values(status="running"))
         return JobStart(job=job_info(row), run=RunRef(row.run_id, row.run_revision_sha, dict(row.run_meta or {})),
                         attempts=int(row.attempts), started=started)
 
@@ -186,31 +174,30 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
 
         One transaction of two statements: the result upsert (idempotent on (run, cell), as
         :meth:`write_result`; the run's revision is ``run.revision_sha``) and the job's status
-        (``crashed`` for a crashed result, else ``done``).  Then one read, after the commit, of whether
-        any job of the run is still ``queued``/``running``: of workers finishing a run's last jobs at
-        once, at least the last to commit sees none (finishing is idempotent).  The model zoo entry is
-        refreshed when the run finishes (:meth:`finish_run`), not per job.
+        (``crashed`` for a crashed result, else ``done``).  Then, on the same connection after the
+        commit, one read of whether any job of the run is still ``queued``/``running``: of workers
+        finishing a run's last jobs at once, at least the last to commit sees none (finishing is
+        idempotent).  The model zoo entry is refreshed when the run finishes (:meth:`finish_run`).
         """
         cols = result_columns(result)
         now = self.clock()
-        with self.transaction() as conn:
-            ins = dialect_insert(conn, t_res).values(
-                run_id=run.id, job_id=job_id, revision_sha=run.revision_sha, model=result.model,
-                dtype=result.dtype, policy=result.policy, target=result.target, created_at=now,
-                updated_at=now, **cols)
-            update = {k: getattr(ins.excluded, k) for k in (*cols, "job_id", "updated_at")}
-            conn.execute(ins.on_conflict_do_update(
-                index_elements=[t_res.c.run_id, t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target],
-                set_=update))
-            conn.execute(t_job.update().where(t_job.c.id == job_id).values(
-                status="crashed" if result.status == "crashed" else "done", finished_at=now))
-        return self.has_pending_jobs(run.id)
+        row = {"run_id": run.id, "job_id": job_id, "revision_sha": run.revision_sha, "model": result.model,
+               "dtype": result.dtype, "policy": result.policy, "target": result.target, "created_at": now,
+               "updated_at": now, **cols}
+        conn = connect(self.engine)
+        try:
+            with conn.begin():
+                conn.execute(_result_upsert(conn.dialect.name, tuple(cols)), row)
+                conn.execute(_END_JOB, {"job_id": job_id, "now": now,
+                                        "status": "crashed" if result.status == "crashed" else "done"})
+            return bool(conn.execute(_HAS_PENDING, {"run_id": run.id}).scalar())
+        finally:
+            conn.close()
 
     def has_pending_jobs(self, run_id: int) -> bool:
-        """Whether any job of the run is ``queued`` or ``running`` (one indexed read, no transaction)."""
-        with self.engine.connect() as conn:
-            return bool(conn.execute(sa.select(sa.exists().where(
-                t_job.c.run_id == run_id, t_job.c.status.in_(("queued", "running"))))).scalar())
+        """Whether any job of the run is ``queued`` or ``running`` (one indexed read)."""
+        with connect(self.engine) as conn:
+            return bool(conn.execute(_HAS_PENDING, {"run_id": run_id}).scalar())
 
     def mark_job(self, job_id: int, status: str, error: str | None = None) -> JobInfo:
         """Set a job's status (one of JOB_STATES); terminal states stamp ``finished_at``."""
@@ -358,11 +345,54 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         return row
 
 
-def _run_column(runs: sa.Table | Any, name: str) -> Any:
-    """``runs.<name>`` of a job row's run, as a scalar subquery labelled ``run_<name>`` (usable in
-    RETURNING on PostgreSQL and SQLite alike)."""
-    return (sa.select(getattr(runs.c, name)).where(runs.c.id == t_job.c.run_id)
-            .scalar_subquery().label(f"run_{name}"))
+_FINAL = tuple(sorted(JOB_TERMINAL))
+_HAS_PENDING = sa.select(sa.exists().where(t_job.c.run_id == sa.bindparam("run_id"),
+                                           t_job.c.status.in_(("queued", "running"))))
+_END_JOB = (t_job.update().where(t_job.c.id == sa.bindparam("job_id"))
+            .values(status=sa.bindparam("status"), finished_at=sa.bindparam("now")))
+
+
+def _run_columns() -> list[Any]:
+    """The run's revision, options and status beside a job row, as scalar subqueries labelled
+    ``run_<name>`` (usable in RETURNING on PostgreSQL and SQLite alike)."""
+    runs = t_run.alias("of_run")
+    return [sa.select(getattr(runs.c, name)).where(runs.c.id == t_job.c.run_id).scalar_subquery()
+            .label(f"run_{name}") for name in ("revision_sha", "meta", "status")]
+
+
+@functools.cache
+def _begin_job_statement(postgresql: bool) -> Any:
+    """``UPDATE jobs … RETURNING`` the job and its run (built once; params job_id, worker, now); on
+    PostgreSQL a CTE in the same statement turns a ``queued`` run ``running``."""
+    job_id = sa.bindparam("job_id")
+    stmt = (t_job.update().where(t_job.c.id == job_id, t_job.c.status.not_in(_FINAL))
+            .values(attempts=t_job.c.attempts + 1, worker=sa.bindparam("worker"), started_at=sa.bindparam("now"),
+                    status="running")
+            .returning(*t_job.c, *_run_columns()))
+    if postgresql:
+        run_of_job = sa.select(t_job.c.run_id).where(t_job.c.id == job_id, t_job.c.status.not_in(_FINAL))
+        stmt = stmt.add_cte(t_run.update().where(t_run.c.id == run_of_job.scalar_subquery(),
+                                                 t_run.c.status == "queued")
+                            .values(status="running").cte("run_started"))
+    return stmt
+
+
+@functools.cache
+def _job_with_run_statement() -> Any:
+    return sa.select(*t_job.c, *_run_columns()).where(t_job.c.id == sa.bindparam("job_id"))
+
+
+@functools.cache
+def _result_upsert(dialect: str, cols: tuple[str, ...]) -> Any:
+    """The results upsert of :meth:`Store.complete_job` for these result columns (built once)."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    ins = insert(t_res)
+    return ins.on_conflict_do_update(
+        index_elements=[t_res.c.run_id, t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target],
+        set_={k: getattr(ins.excluded, k) for k in (*cols, "job_id", "updated_at")})
 
 
 __all__ = ["Store", "TRIGGERS", "RUN_STATES", "JOB_STATES", "DELIVERY_STATES", "run_info", "check_sha"]
