@@ -285,13 +285,20 @@ def _baselines(conn: Connection, run: Any, cells: Sequence[Cell], th: Thresholds
 def baseline_revisions(store: Store, run_id: int, thresholds: Thresholds | None = None) -> dict[Cell, str]:
     """For each cell of run ``run_id`` that has a result, the revision of the baseline result detection
     compares it with; cells with no baseline result (a first run of the cell) are absent."""
+    return {c: sha for c, (sha, _) in baseline_statuses(store, run_id, thresholds).items()}
+
+
+def baseline_statuses(store: Store, run_id: int, thresholds: Thresholds | None = None) -> dict[Cell, tuple[str, str]]:
+    """For each cell of run ``run_id`` that has a result, ``(revision, status)`` of the baseline result
+    detection compares it with (the gate tells a known failure by the status); cells with no baseline
+    result are absent."""
     th = thresholds or store.thresholds or Thresholds()
     with store.transaction() as conn:
         run = store.run_row(conn, run_id)
         cells = sorted({_cell(r) for r in conn.execute(sa.select(*CELL).where(t_res.c.run_id == run_id))})
         if not cells:
             return {}
-        return {c: r.revision_sha for c, r in _baselines(conn, run, cells, th).items()}
+        return {c: (r.revision_sha, r.status) for c, r in _baselines(conn, run, cells, th).items()}
 
 
 def cells_with_results(store: Store, sha: str) -> set[Cell]:
