@@ -97,7 +97,7 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
-_MAY_BE_ZERO = frozenset({"db_max_overflow", "local_workers", "latency_threads"})
+_MAY_BE_ZERO = frozenset({"db_max_overflow", "local_workers", "latency_threads", "confirm_pairs"})
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,7 @@ class Settings:
     accuracy_k: float = 3.0
     worktree_cache_size: int = 8
     convert_repeats: int = 5          # conversions per job timed for the conversion-time rule
+    confirm_pairs: int = 8            # interleaved baseline/candidate pairs that confirm a timing regression (0: off)
     latency_threads: int = 1          # intra-op threads of the timed sessions (0: onnxruntime's default)
     max_body_bytes: int = 1024 * 1024
     nightly_cron: str = "0 2 * * *"

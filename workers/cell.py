@@ -37,6 +37,34 @@ def run_cell(cell: tuple[str, str, str, str], revision: str, config: WorkerConfi
 
     zoo = (options or {}).get("zoo")
     zoo_path = None if not zoo else (Path(zoo) if Path(zoo).is_absolute() else REPO_ROOT / zoo)
+    if (options or {}).get("confirm"):
+        return confirm_job(cell, revision, pass_root, dict(options["confirm"]), config.for_cell(options), zoo_path)
     spec = JobSpec(model=model, dtype=dtype, policy=policy, target=target, revision=revision,
                    pass_root=pass_root, zoo_path=zoo_path)
     return run_job(spec, config.for_cell(options))
+
+
+def confirm_job(cell: tuple[str, str, str, str], revision: str, pass_root: Path, confirm: dict[str, Any],
+                config: WorkerConfig, zoo_path: Path | None) -> JobResult:
+    """A confirmation job (``options["confirm"]`` = ``{"baseline": SHA, "kinds": [...], "pairs": N}``): the
+    cell timed at ``confirm["baseline"]`` and at ``revision`` interleaved (:mod:`workers.confirm`).  Returns a
+    ``pass`` result carrying ``confirmation``, or the failure's status and message (never raises)."""
+    from workers.confirm import ConfirmError, confirm_cell
+
+    model, dtype, policy, target = cell
+    result = JobResult(model=model, dtype=dtype, policy=policy, target=target, status="pass", revision=revision)
+    try:
+        base_root = RevisionCache.from_config(config).checkout(str(confirm.get("baseline")))
+        result.confirmation = confirm_cell(cell, {"baseline": base_root, "candidate": pass_root},
+                                           list(confirm.get("kinds") or []), int(confirm.get("pairs") or 1),
+                                           config, zoo_path)
+        result.confirmation["baseline"] = str(confirm.get("baseline"))
+        result.timings["total_s"] = float(result.confirmation.get("seconds", 0.0))
+        result.message = f"confirmation against {str(confirm.get('baseline'))[:12]}"
+    except RevisionError as exc:
+        result.status, result.message = "bad_spec", f"baseline revision: {exc}"
+    except ConfirmError as exc:
+        result.status, result.message = exc.status, f"confirmation: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a worker bug must still end as a result
+        result.status, result.message = "crash", f"confirmation: internal worker error: {type(exc).__name__}: {exc}"
+    return result

@@ -192,6 +192,8 @@ class JobResult:
     # the feeds, by input name: shape, dtype, values (how made), note (where the spec came from);
     # empty in results from before it was recorded
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # a confirmation job's interleaved timings (workers.confirm.confirm_cell); None for every other job
+    confirmation: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -241,7 +243,9 @@ class JobResult:
             if d.get("convergence") else None,
             graph=GraphFacts.from_dict(d["graph"]) if d.get("graph") else None,
             environment=dict(d.get("environment") or {}), timings=dict(d.get("timings") or {}),
-            inputs={k: dict(v) for k, v in (d.get("inputs") or {}).items()}, schema_version=SCHEMA_VERSION,
+            inputs={k: dict(v) for k, v in (d.get("inputs") or {}).items()},
+            confirmation=dict(d["confirmation"]) if isinstance(d.get("confirmation"), dict) else None,
+            schema_version=SCHEMA_VERSION,
         )
 
     @classmethod

@@ -183,7 +183,8 @@ class RunDispatcher:
                 github["baseline_is_base_tip"] = True  # the merge base is resolved by the worker
             specs.append(RunSpec(request.head_sha, request.trigger, request.baseline_sha, request.sweep,
                                  tuple(c.cell for c in planned), dedup_key,
-                                 {**_options_meta(planned, request.head_sha), "github": github}, self.mode))
+                                 {**_options_meta(planned, request.head_sha), "github": github,
+                                  "confirm_pairs": self.settings.confirm_pairs}, self.mode))
             spec_of.append(i)
         if specs:
             with self.store.transaction() as conn:
@@ -201,7 +202,7 @@ class RunDispatcher:
                extra_meta: dict[str, Any] | None = None, redispatch: bool = False) -> Submitted:
         """Create (or find by ``dedup_key``) a run of ``sweep`` at ``sha`` and dispatch its jobs."""
         planned = self.planner(sweep)
-        meta = {**_options_meta(planned, sha), **(extra_meta or {})}
+        meta = {**_options_meta(planned, sha), "confirm_pairs": self.settings.confirm_pairs, **(extra_meta or {})}
         new = self.store.create_run_with_jobs(sha, trigger, baseline, sweep, [c.cell for c in planned],
                                               dedup_key, meta, dispatch=self.mode)
         return self._dispatch(sha, new, redispatch)

@@ -24,7 +24,7 @@ from service.db.queries import job_info
 from service.db.records import Cell, JobInfo, NewRun, RevisionInfo, RevisionRow, RunSpec
 from service.errors import UserError
 
-TRIGGERS = ("push", "pull_request", "nightly", "manual", "bisect")
+TRIGGERS = ("push", "pull_request", "nightly", "manual", "bisect", "confirm")
 DISPATCH_MODES = ("broker", "local")  # runs.dispatch: Celery messages, or the creating process's local pool
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from service.orchestration.broker import enqueue
+from service.regressions import confirm
 from service.regressions.detect import detect_run
 from service.settings import Settings
 
@@ -84,7 +85,10 @@ def record_crashed(store: Any, run: Any, job: Any, attempts: int) -> str:
 
 def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None,
                        dispatch: Callable[[int], object] | None = None) -> bool:
-    """If no job of the run is pending: finish the run and detect its regressions (both idempotent).
+    """If no job of the run is pending: detect its regressions, confirm suspected timing regressions
+    (:func:`service.regressions.confirm.advance`: while a confirmation run is pending the run stays
+    unfinished and this returns False), then finish the run (all idempotent).  Returns True once the
+    run is finished.
 
     With ``settings`` (the worker paths: Celery tasks and the embedded pool) bisection continues
     too (:func:`service.regressions.bisect.continue_bisection`): a finished ``bisect`` run advances its
@@ -96,13 +100,18 @@ def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None
     """
     if store.has_pending_jobs(run_id):  # one indexed read, not the run summary
         return False
-    store.finish_run(run_id)
     detect_run(store, run_id)
+    send = None if settings is None else dispatch if dispatch is not None else dispatcher(settings, store)
+    if confirm.advance(store, run_id, send):
+        return False  # suspected timing regressions: the run finishes once its confirmation run is final
+    store.finish_run(run_id)
     if settings is not None:
         from service.regressions.bisect import continue_bisection
 
-        send = dispatch if dispatch is not None else dispatcher(settings, store)
         continue_bisection(store, run_id, send, auto_start=settings.auto_bisect)
+    parent = confirm.confirmed_run(store, run_id)
+    if parent is not None:  # a confirmation run is over: its run decides and finishes now
+        finish_if_complete(store, parent, settings, dispatch)
     return True
 
 

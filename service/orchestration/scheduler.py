@@ -203,6 +203,7 @@ def start_sweep(settings: Settings, config: SweepConfig, revision: str = "WORKTR
     store.upsert_revision(sha, parents=info.get("parents", []), branch=info.get("branch"),
                           author=info.get("author"), message=info.get("message"))
     meta = run_meta(cells, revision)
+    meta["confirm_pairs"] = settings.confirm_pairs  # timing regressions are confirmed before the run ends
     # [[nodes]] regexes matching nothing
     meta.update(config.warnings_meta(cells, settings.cache_dir, settings.data_dir))
     run_id, created = store.create_run_if_new(sha, trigger, base, config.name, [c.cell for c in cells],
@@ -242,7 +243,8 @@ def start_nightly(settings: Settings, sweep: str = "full", day: date | None = No
 
 def wait_for_run(store: Any, run_id: int, on_progress: ProgressCallback | None = None,
                  poll: float = 0.5, timeout: float | None = None) -> Any:
-    """Block until no job of the run is pending, then finish it; return its final RunInfo.
+    """Block until no job of the run is pending and its confirmation (if any) is over, then finish it;
+    return its final RunInfo.
 
     ``on_progress`` gets the job counts by status after every poll.  Raises TimeoutError after
     ``timeout`` seconds (the run is left as it is; workers keep going).
@@ -254,9 +256,8 @@ def wait_for_run(store: Any, run_id: int, on_progress: ProgressCallback | None =
             counts[job.status] = counts.get(job.status, 0) + 1
         if on_progress is not None:
             on_progress(counts)
-        if not any(counts.get(s) for s in PENDING_JOB_STATUSES):
-            finish_if_complete(store, run_id)
-            return store.get_run(run_id)
+        if not any(counts.get(s) for s in PENDING_JOB_STATUSES) and finish_if_complete(store, run_id):
+            return store.get_run(run_id)  # (not before its suspected timing regressions are confirmed)
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"run {run_id} still has pending jobs after {timeout:.0f}s")
         time.sleep(poll)

@@ -42,8 +42,17 @@ from service.db import models as m
 from service.db.queries import ancestors, stored_error_unit
 from service.db.records import Cell, RegressionInfo
 from service.db.runs import dialect_insert
+from service.regressions.confirm import CONFIRM_TRIGGER, confirmation_pairs
 from service.regressions.measured import GRAPH_PATHS, floats, graph_fields
-from service.regressions.rules import KINDS, CellSample, Finding, compare_cells, pooled, returned_to_baseline
+from service.regressions.rules import (
+    KINDS,
+    TIMING_KINDS,
+    CellSample,
+    Finding,
+    compare_cells,
+    pooled,
+    returned_to_baseline,
+)
 from service.regressions.stats import count_flips, shift_violations
 from service.regressions.thresholds import Thresholds
 
@@ -61,6 +70,8 @@ SAMPLE_COLS = (t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, *CELL, t_res.c.
                t_res.c.cosine, t_res.c.final_error, t_res.c.diverged, t_res.c.low_precision_fraction,
                t_res.c.casts_inserted, t_res.c.env_fingerprint, t_res.c.latency_p50_ms, t_res.c.data)
 LINEAGE_TRIGGERS = ("push", "nightly", "manual")
+#: Results of confirmation runs time two revisions at once: never a baseline (:mod:`service.regressions.confirm`).
+NOT_CONFIRMATION = t_res.c.run_id.not_in(sa.select(t_run.c.id).where(t_run.c.trigger == CONFIRM_TRIGGER))
 
 
 def sample(row: Any) -> CellSample:
@@ -127,7 +138,7 @@ def nearest_results(conn: Connection, start: str, include_self: bool, run_id: in
         depth = dict(chunk)
         i, size = i + size, size * 4
         q = sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(list(depth)), t_res.c.run_id != run_id,
-                                          _same_cell(t_res, run_id))
+                                          _same_cell(t_res, run_id), NOT_CONFIRMATION)
         if before_run is not None:
             q = q.where(t_res.c.run_id < before_run)
         best: dict[Cell, Any] = {}
@@ -208,7 +219,7 @@ def detect_run(store: Store, run_id: int, thresholds: Thresholds | None = None) 
 
 
 def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], th: Thresholds) -> None:
-    if run.trigger == "bisect":
+    if run.trigger in ("bisect", "confirm"):
         _store_findings(conn, run.id, [])  # drops open findings stored by older versions
         return
     branch = conn.execute(sa.select(t_rev.c.branch).where(t_rev.c.sha == run.revision_sha)).scalar()
@@ -220,6 +231,7 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
                     if nightly else {})
     already_open = _open_kinds(conn, run.id) if nightly else set()
     now = store.clock()
+    suspect = confirmation_pairs(run) > 0  # timing regressions wait for their confirmation run
 
     pools = _baseline_pools(conn, run.id, base, th.latency_pool)
     rows: list[dict[str, Any]] = []
@@ -248,7 +260,9 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
                          "kind": f.kind, "category": category, "severity": f.severity, "metric": f.metric,
                          "baseline_value": f.baseline_value, "value": f.value, "delta": f.delta,
                          "ratio": f.ratio, "p_value": f.p_value, "detail": detail, "result_id": cur.id,
-                         "baseline_result_id": base_id, "state": "open", "created_at": now})
+                         "baseline_result_id": base_id, "created_at": now,
+                         "state": "suspected" if suspect and category == "regression" and f.kind in TIMING_KINDS
+                         else "open"})
     _store_findings(conn, run.id, rows)
     if run.trigger in LINEAGE_TRIGGERS:
         _resolve(conn, run, current, th, now)
@@ -263,7 +277,7 @@ def _baseline_pools(conn: Connection, run_id: int, base: Mapping[Cell, Any], lim
     shas = {b.revision_sha for b in base.values()}
     used = {b.id for b in base.values()}
     q = (sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(shas), t_res.c.run_id != run_id,
-                                       _same_cell(t_res, run_id)).order_by(t_res.c.id.desc()))
+                                       _same_cell(t_res, run_id), NOT_CONFIRMATION).order_by(t_res.c.id.desc()))
     out: dict[Cell, list[CellSample]] = defaultdict(list)
     for r in conn.execute(q):
         c = _cell(r)
@@ -318,7 +332,7 @@ def _store_findings(conn: Connection, run_id: int, rows: list[dict[str, Any]]) -
     key_cols = ("model", "dtype", "policy", "target", "kind", "category")
     wanted = {tuple(r[k] for k in key_cols) for r in rows}
     stale = [r.id for r in conn.execute(sa.select(t_reg.c.id, *(t_reg.c[k] for k in key_cols))
-                                        .where(t_reg.c.run_id == run_id, t_reg.c.state == "open"))
+                                        .where(t_reg.c.run_id == run_id, t_reg.c.state.in_(("open", "suspected"))))
              if tuple(getattr(r, k) for k in key_cols) not in wanted]
     if stale:
         conn.execute(t_reg.delete().where(t_reg.c.id.in_(stale)))

@@ -26,6 +26,12 @@ KINDS = ("conversion", "accuracy", "convergence", "coverage", "latency", "conver
 #: The categories a stored finding can have, the one source of truth every rendering (dashboard, CLI, commit
 #: status, API) is tested against: ``regression`` fails the gate; ``improvement`` and ``flaky`` never do.
 CATEGORIES = ("regression", "improvement", "flaky")
+#: Kinds measured in time: their regressions are *suspected* until the baseline and the candidate revision are
+#: timed interleaved on one worker (:mod:`service.regressions.confirm`).
+TIMING_KINDS = ("latency", "conversion_time")
+#: Finding states of confirmation (``regressions.state``, beside open/acknowledged/resolved/false_positive):
+#: ``suspected`` awaits its confirmation run, ``dismissed`` was not confirmed by it (kept, never a gate failure).
+CONFIRMATION_STATES = ("suspected", "dismissed")
 
 
 @dataclass(frozen=True)

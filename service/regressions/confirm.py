@@ -1,0 +1,262 @@
+"""Confirm before you accuse: a timing regression is *suspected* until both revisions are timed interleaved.
+
+A timing finding (:data:`service.regressions.rules.TIMING_KINDS`) compares jobs that ran at different
+times, so load that came and went between them can look like a change.  Detection stores such a
+regression with state ``suspected`` (when the run asked for confirmation: ``run.meta["confirm_pairs"]``,
+the ``AMPCI_CONFIRM_PAIRS`` setting at sweep time).  Then, before the run finishes,
+:func:`advance` creates one *confirmation run* (trigger ``confirm``, dedup key ``confirm-<run id>``)
+whose jobs are the suspected cells only: each job times the cell at the finding's baseline revision
+and at the run's revision interleaved on one worker (:mod:`workers.confirm`), ``confirm_pairs`` pairs
+per suspected kind (raised to :func:`min_pairs` of ``confirm_p``, 7 for 0.01).  When that run is over, :func:`paired_verdict` decides each finding from the
+per-pair ratios: ``open`` (confirmed: it fails the gate and reaches the commit status) or
+``dismissed`` (kept, visible, with the paired figures in ``state_note``; never deleted).
+
+Guarantees: only suspected cells are re-measured, with at most ``confirm_pairs`` pairs per kind; a
+parent run is finished only after its confirmation run is final, so whoever waits for the run (the
+CLI gate, the commit status) sees confirmed verdicts only; a finding whose confirmation could not
+measure (the job failed, no dispatcher) is kept as a regression (``open``) with a note saying why (a
+gate never passes because the check of a slowdown broke); everything is idempotent (several
+finishers may call :func:`advance` at once).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from service.db import models as m
+from service.regressions.rules import TIMING_KINDS
+from service.regressions.thresholds import Thresholds
+
+#: Trigger of a confirmation run.
+CONFIRM_TRIGGER = "confirm"
+#: Finding states owned by confirmation: awaiting it, and cleared by it.
+SUSPECTED, DISMISSED = "suspected", "dismissed"
+CONFIRMED_BY = "ampci-confirm"
+_FINAL_RUN = frozenset({"complete", "partial", "failed", "cancelled"})
+
+t_run, t_res, t_reg = m.Run.__table__, m.Result.__table__, m.Regression.__table__
+
+
+@dataclass(frozen=True)
+class PairedVerdict:
+    """The decision on one suspected finding: ``confirmed``, the median per-pair ratio, the paired test's
+    p-value, the median per-pair difference (seconds or ms), and a one-line ``detail``."""
+
+    confirmed: bool
+    ratio: float
+    p_value: float
+    difference: float
+    detail: str
+
+
+def limits(kind: str, th: Thresholds) -> tuple[float, float, float]:
+    """(ratio limit, raw floor, p limit) of a timing ``kind``: the rule's own ratio and floor, ``confirm_p``."""
+    if kind == "latency":
+        return th.latency_ratio, th.latency_floor_ms, th.confirm_p
+    if kind == "conversion_time":
+        return th.convert_time_ratio, th.convert_time_floor_s, th.confirm_p
+    raise ValueError(f"{kind!r} is not a timing kind ({', '.join(TIMING_KINDS)})")
+
+
+def wilcoxon_greater(x: Sequence[float]) -> float:
+    """One-sided Wilcoxon signed-rank p-value that ``x`` is centred above 0 (zeros dropped; 1.0 when
+    nothing is left).  Exact for up to 25 non-zero values without ties, else scipy's approximation."""
+    vals = [v for v in x if v != 0 and math.isfinite(v)]
+    if not vals:
+        return 1.0
+    from scipy.stats import wilcoxon
+
+    exact = len(vals) <= 25 and len({abs(v) for v in vals}) == len(vals)
+    res = wilcoxon(vals, alternative="greater", method="exact" if exact else "approx")
+    return float(res.pvalue)
+
+
+def paired_verdict(kind: str, baseline: Sequence[float], candidate: Sequence[float], th: Thresholds,
+                   unit: str) -> PairedVerdict:
+    """Confirmed when, over the pairs timed interleaved, the median candidate/baseline ratio exceeds the
+    kind's ratio limit, the median per-pair difference exceeds its floor, and a one-sided Wilcoxon
+    signed-rank test on the log ratios gives p < ``confirm_p``; dismissed otherwise (also when no pair
+    has positive times on both sides)."""
+    ratio_limit, floor, p_limit = limits(kind, th)
+    pairs = [(b, c) for b, c in zip(baseline, candidate, strict=False) if b > 0 and c > 0]
+    if not pairs:
+        return PairedVerdict(False, 1.0, 1.0, 0.0, "no pair timed on both sides")
+    logs = [math.log(c / b) for b, c in pairs]
+    ratio = math.exp(statistics.median(logs))
+    diff = statistics.median(c - b for b, c in pairs)
+    p = wilcoxon_greater(logs)
+    confirmed = ratio > ratio_limit and diff > floor and p < p_limit
+    detail = (f"{'confirmed' if confirmed else 'dismissed'} by {len(pairs)} interleaved pairs: median ratio "
+              f"x{ratio:.3f} (limit x{ratio_limit:g}), median difference {diff:+.4g} {unit} (floor {floor:g}), "
+              f"Wilcoxon p={p:.2g} (limit {p_limit:g})")
+    return PairedVerdict(confirmed, ratio, p, diff, detail)
+
+
+def min_pairs(p: float) -> int:
+    """The fewest pairs with which the one-sided Wilcoxon signed-rank test can give p < ``p`` (its smallest
+    exact p-value with ``n`` pairs is ``2 ** -n``): fewer pairs could never confirm anything."""
+    if not 0 < p < 1:
+        raise ValueError(f"a significance level must lie in (0, 1), got {p!r}")
+    n = 1
+    while 0.5 ** n >= p:
+        n += 1
+    return n
+
+
+def confirmation_pairs(run: Any) -> int:
+    """How many interleaved pairs the run asked for (``run.meta["confirm_pairs"]``; 0: no confirmation).
+    A confirmation run itself is never confirmed."""
+    if getattr(run, "trigger", None) == CONFIRM_TRIGGER:
+        return 0
+    meta = getattr(run, "meta", None) or {}
+    try:
+        return max(0, int(meta.get("confirm_pairs") or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def dedup_key(run_id: int) -> str:
+    """The dedup key of run ``run_id``'s confirmation run."""
+    return f"confirm-{run_id}"
+
+
+def _suspected(store: Any, run_id: int) -> list[Any]:
+    with store.transaction() as conn:
+        return list(conn.execute(sa.select(t_reg).where(t_reg.c.run_id == run_id, t_reg.c.state == SUSPECTED)
+                                 .order_by(t_reg.c.id)))
+
+
+def _confirm_run(store: Any, run_id: int) -> Any:
+    with store.transaction() as conn:
+        return conn.execute(sa.select(t_run.c.id, t_run.c.status).where(
+            t_run.c.dedup_key == dedup_key(run_id), t_run.c.trigger == CONFIRM_TRIGGER)).first()
+
+
+def advance(store: Any, run_id: int, send: Callable[[int], object] | None) -> bool:
+    """Drive the confirmation of run ``run_id`` one step; True while it is pending (do not finish the run).
+
+    No suspected finding: False.  Suspected findings and no confirmation run yet: create it (suspected
+    cells only) and dispatch it with ``send``, True; without ``send`` (a waiter that cannot dispatch): True
+    when another finisher may still create it, except when the run asked for no confirmation (the findings
+    are then opened as unconfirmed).  Confirmation run not final: True.  Final: apply its verdicts, False.
+    """
+    suspected = _suspected(store, run_id)
+    if not suspected:
+        return False
+    run = store.get_run(run_id)
+    pairs = confirmation_pairs(run)
+    existing = _confirm_run(store, run_id)
+    if existing is None:
+        if pairs <= 0:
+            _open_unconfirmed(store, suspected, "confirmation is off (AMPCI_CONFIRM_PAIRS=0)")
+            return False
+        if send is None:
+            return True
+        th = store.thresholds or Thresholds()
+        confirm_id = _create(store, run, suspected, max(pairs, min_pairs(th.confirm_p)))
+        try:
+            send(confirm_id)
+        except Exception as exc:  # noqa: BLE001 - a broker error must not leave the run waiting forever
+            for job in store.jobs(confirm_id):
+                store.mark_job(job.id, "error", f"cannot dispatch: {type(exc).__name__}: {exc}")
+            store.finish_run(confirm_id)
+            _open_unconfirmed(store, suspected, f"confirmation could not be dispatched: {exc}")
+            return False
+        return True
+    if existing.status not in _FINAL_RUN:
+        store.finish_run(existing.id)  # derives its status from its jobs (idempotent)
+        if store.get_run(existing.id).status not in _FINAL_RUN:
+            return True
+    apply_verdicts(store, run_id, existing.id)
+    return False
+
+
+def _create(store: Any, run: Any, suspected: Sequence[Any], pairs: int) -> int:
+    """The confirmation run of ``run`` for the cells of ``suspected`` (created once; its id)."""
+    by_cell: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for reg in suspected:
+        cell = (reg.model, reg.dtype, reg.policy, reg.target)
+        entry = by_cell.setdefault(cell, {"baseline": reg.baseline_sha, "kinds": [], "pairs": pairs})
+        if reg.kind not in entry["kinds"]:
+            entry["kinds"].append(reg.kind)
+    parent_meta = run.meta or {}
+    options = {}
+    for cell, confirm in by_cell.items():
+        key = "|".join(cell)
+        base = dict(parent_meta.get("options", {}).get(key, parent_meta.get("cell_defaults", {})))
+        options[key] = {**base, "confirm": confirm}
+    meta = {"confirms": run.id, "options": options, "cell_defaults": {}, "pairs": pairs}
+    confirm_id, _ = store.create_run_if_new(run.revision_sha, CONFIRM_TRIGGER, run.baseline_sha, run.sweep,
+                                            sorted(by_cell), dedup_key(run.id), meta)
+    return int(confirm_id)
+
+
+def _open_unconfirmed(store: Any, suspected: Sequence[Any], why: str) -> None:
+    """Keep ``suspected`` findings as regressions (state ``open``), saying why they were not confirmed."""
+    with store.transaction() as conn:
+        for reg in suspected:
+            conn.execute(t_reg.update().where(t_reg.c.id == reg.id, t_reg.c.state == SUSPECTED).values(
+                state="open", state_by=CONFIRMED_BY, state_at=store.clock(), state_note=f"not confirmed: {why}"))
+
+
+def _confirm_results(conn: Any, confirm_run_id: int) -> dict[tuple[str, str, str, str], Any]:
+    rows = conn.execute(sa.select(t_res.c.id, t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target,
+                                  t_res.c.status, t_res.c.message, t_res.c.data)
+                        .where(t_res.c.run_id == confirm_run_id).order_by(t_res.c.id))
+    return {(r.model, r.dtype, r.policy, r.target): r for r in rows}
+
+
+def apply_verdicts(store: Any, run_id: int, confirm_run_id: int) -> dict[str, int]:
+    """Decide every suspected finding of ``run_id`` from the results of ``confirm_run_id`` (see module doc);
+    returns counts ``{"confirmed": n, "dismissed": n, "unconfirmed": n}``."""
+    th = store.thresholds or Thresholds()
+    counts = {"confirmed": 0, "dismissed": 0, "unconfirmed": 0}
+    with store.transaction() as conn:
+        results = _confirm_results(conn, confirm_run_id)
+        for reg in conn.execute(sa.select(t_reg).where(t_reg.c.run_id == run_id, t_reg.c.state == SUSPECTED)):
+            res = results.get((reg.model, reg.dtype, reg.policy, reg.target))
+            data = (res.data or {}) if res is not None else {}
+            got = ((data.get("confirmation") or {}).get("kinds") or {}).get(reg.kind)
+            if not got:
+                why = (f"the confirmation job ended {res.status}: {res.message or ''}" if res is not None
+                       else "no confirmation result")
+                values = {"state": "open", "state_note": f"not confirmed: {why}"[:2000]}
+                counts["unconfirmed"] += 1
+            else:
+                v = paired_verdict(reg.kind, got.get("baseline") or [], got.get("candidate") or [], th,
+                                   str(got.get("unit", "")))
+                values = {"state": "open" if v.confirmed else DISMISSED, "state_note": v.detail}
+                counts["confirmed" if v.confirmed else "dismissed"] += 1
+            conn.execute(t_reg.update().where(t_reg.c.id == reg.id).values(
+                state_by=CONFIRMED_BY, state_at=store.clock(), **values))
+    return counts
+
+
+def confirmation_cost(store: Any, run_id: int) -> dict[str, float]:
+    """``{"runs": 0|1, "cells": n, "job_seconds": s}`` of run ``run_id``'s confirmation (the total time
+    its jobs measured)."""
+    existing = _confirm_run(store, run_id)
+    if existing is None:
+        return {"runs": 0, "cells": 0, "job_seconds": 0.0}
+    with store.transaction() as conn:
+        results = _confirm_results(conn, existing.id)
+    seconds = sum(float(((r.data or {}).get("timings") or {}).get("total_s") or 0.0) for r in results.values())
+    return {"runs": 1, "cells": len(results), "job_seconds": round(seconds, 3)}
+
+
+
+
+def confirmed_run(store: Any, run_id: int) -> int | None:
+    """The run that confirmation run ``run_id`` confirms (None when ``run_id`` is no confirmation run)."""
+    with store.transaction() as conn:
+        row = conn.execute(sa.select(t_run.c.trigger, t_run.c.meta).where(t_run.c.id == run_id)).first()
+    if row is None or row.trigger != CONFIRM_TRIGGER:
+        return None
+    parent = (row.meta or {}).get("confirms")
+    return int(parent) if isinstance(parent, int) else None
