@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -159,3 +160,40 @@ def test_confirmation_off_opens_timing_regressions_at_once(
     assert reg.state == "open" and code == 1
     assert store.list_runs(trigger="confirm") == []
     store.dispose()
+
+
+@pytest.mark.celery
+@pytest.mark.redis
+@pytest.mark.postgres
+def test_a_real_slowdown_is_confirmed_on_a_celery_worker(cluster_env: dict[str, str], start_worker: Any,
+                                                          tmp_path: Path) -> None:
+    """The same through `ampci sweep` with a broker: the worker that finishes the run dispatches the
+    confirmation run, a worker runs it, and the CLI's gate waits for the verdict."""
+    import sys
+
+    import sqlalchemy as sa
+
+    repo = tmp_path / "slowrepo"
+    base = make_repo(repo)
+    slow = commit_with(repo, SLOW, "slow")
+    (tmp_path / "confirm.toml").write_text(SWEEP)
+    env = {**cluster_env, "AMPCI_PASS_REPO": str(repo), "AMPCI_JOB_TIMEOUT": "240s", "AMPCI_CONVERT_REPEATS": "5",
+           "AMPCI_CONFIRM_PAIRS": "7"}
+    worker = start_worker("wc0", queues="cpu", extra_env=env, use_cli=True)
+    worker.wait_ready()
+    proc = subprocess.run([sys.executable, "-m", "service.cli.main", "sweep", "--config", str(tmp_path / "confirm.toml"),
+                           "--revision", slow, "--baseline", base, "--json", "--timeout", "400"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=450)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert [(r["kind"], r["state"]) for r in out["regressions"]] == [("conversion_time", "open")]
+    eng = sa.create_engine(env["AMPCI_DATABASE_URL"])
+    with eng.connect() as c:
+        confirm = c.execute(sa.text("select id, status, meta from runs where trigger = 'confirm'")).all()
+        note = c.execute(sa.text("select state_note from regressions where run_id = :r"),
+                         {"r": out["run"]["id"]}).scalar()
+        workers = c.execute(sa.text("select worker from jobs where run_id = :r"), {"r": confirm[0].id}).all()
+    eng.dispose()
+    assert [(r.status, r.meta["confirms"]) for r in confirm] == [("complete", out["run"]["id"])]
+    assert note.startswith("confirmed by 7 interleaved pairs")
+    assert [w.worker.split("@")[0] for w in workers] == ["wc0"]
