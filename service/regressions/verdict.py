@@ -47,6 +47,8 @@ class RunVerdict:
     pending: int
     decision: GateDecision
     regressions: Mapping[str, int] = field(default_factory=dict)   # open/acknowledged, by kind
+    #: open/acknowledged findings of every other category (improvement, flaky, …): category -> kind -> count
+    others: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -79,6 +81,8 @@ class RunVerdict:
         if d.known_failures:
             out.append(f"{_plural(len(d.known_failures), 'known failure')} (failed the same way at the baseline: "
                        f"{_by_status(d.known_failures)})")
+        for category, kinds in sorted(self.others.items()):
+            out.append(f"{sum(kinds.values())} {category} ({', '.join(sorted(kinds))})")
         if self.pending:
             out.append(f"{self.pending} pending")
         if d.not_compared:
@@ -106,7 +110,8 @@ class RunVerdict:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"run_id": self.run_id, "state": self.state, "headline": self.headline(),
-                "gate": self.decision.to_dict(), "regressions": dict(self.regressions), "cells": self.cells,
+                "gate": self.decision.to_dict(), "regressions": dict(self.regressions),
+                "others": {c: dict(k) for c, k in self.others.items()}, "cells": self.cells,
                 "pending": self.pending}
 
 
@@ -123,9 +128,14 @@ def run_verdict(store: Any, run_id: int) -> RunVerdict:
     with_result = {r.cell for r in results}
     outcomes += [CellOutcome(j.cell, JOB_ERROR if j.status == "error" else "crashed", j.error or "")
                  for j in jobs if j.status in ("error", "crashed") and j.cell not in with_result]
-    regs = [g for g in store.regressions(run_id=run_id, category="regression")
-            if g.state in ("open", "acknowledged")]
+    live = [g for g in store.regressions(run_id=run_id) if g.state in ("open", "acknowledged")]
+    regs = [g for g in live if g.category == "regression"]
     by_kind = Counter(g.kind for g in regs)
+    others: dict[str, Counter[str]] = {}
+    for g in live:
+        if g.category != "regression":
+            others.setdefault(g.category, Counter())[g.kind] += 1
     pending = sum(j.status in ("queued", "running") for j in jobs)
     decision = decide(outcomes, base, len(regs))
-    return RunVerdict(run_id, run.status, max(len(jobs), len(results)), pending, decision, dict(by_kind))
+    return RunVerdict(run_id, run.status, max(len(jobs), len(results)), pending, decision, dict(by_kind),
+                      {c: dict(k) for c, k in others.items()})

@@ -216,3 +216,60 @@ def test_acknowledge_needs_the_token(page: Any, server: str, world: Any, shots: 
     assert "acknowledged" in page.inner_text("#reg-state")
     got = store.get_regression(rid)
     assert (got.state, got.state_by) == ("acknowledged", "Grace")
+
+
+@pytest.fixture(scope="module")
+def kinds_world() -> Iterator[tuple[str, Any]]:
+    """(base URL, seeded findings): one finding of every kind and category (tests.dashboard.seed_kinds) in a
+    database of its own, served by a second service subprocess."""
+    from service.db import Store
+    from tests.dashboard.seed_kinds import seed_every_finding
+
+    for url in fresh_pg_database():
+        store = Store.from_url(url)
+        store.upgrade()
+        try:
+            seeded = seed_every_finding(store)
+            proc, base = start_server(url)
+            try:
+                yield base, seeded
+            finally:
+                stop_server(proc)
+        finally:
+            store.dispose()
+
+
+def test_every_finding_kind_is_visible_in_the_browser(browser: Any, kinds_world: Any, shots: Path) -> None:
+    """Each kind x category of the rules: its run page and regression page load without error and show the
+    finding, visible, in its state's colour, told by a word and an icon too; the history page lists them all."""
+    from service.dashboard import views
+
+    base, seeded = kinds_world
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    try:
+        for (kind, category), f in seeded.items():
+            state = views.finding_state(f)  # type: ignore[arg-type]
+            resp = pg.goto(f"{base}/runs/{f.run_id}")
+            assert resp is not None and resp.status == 200, (kind, category)
+            li = pg.locator("ul.findings li", has_text=f.detail)
+            assert li.count() == 1 and li.is_visible(), (kind, category)
+            assert kind in li.inner_text() and state.icon in li.inner_text()
+            colour = li.evaluate("e => getComputedStyle(e).backgroundColor")
+            assert colour not in ("rgba(0, 0, 0, 0)", "transparent"), (kind, category, "no state colour")
+            assert pg.locator("#verdict").is_visible()
+            resp = pg.goto(f"{base}/regressions/{f.regression_id}")
+            assert resp is not None and resp.status == 200, (kind, category)
+            assert category in pg.inner_text("#reg-state") and kind in pg.inner_text("h1")
+            assert pg.locator("#reg-state").evaluate("e => getComputedStyle(e).backgroundColor") == colour
+        from tests.dashboard.seed_kinds import CELL
+
+        pg.goto(f"{base}/history?model={CELL[0]}&dtype={CELL[1]}&policy={CELL[2]}&target={CELL[3]}&limit=200")
+        for f in seeded.values():
+            assert pg.locator("ul.findings li", has_text=f.detail).is_visible()
+        screenshot(pg, shots, "history-every-kind.png")
+        assert not errors, errors
+    finally:
+        context.close()
