@@ -97,6 +97,8 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
+#: What a GitHub run can report: the commit status, the PR comment, a check run (AMPCI_GITHUB_REPORT).
+GITHUB_REPORTS = frozenset({"status", "comment", "check"})
 _MAY_BE_ZERO = frozenset({"db_max_overflow", "local_workers", "latency_threads", "confirm_pairs"})
 
 
@@ -112,6 +114,7 @@ class Settings:
     webhook_secret: str = ""
     github_token: str = ""
     github_api_url: str = "https://api.github.com"
+    github_report: str = "status,comment"  # what runs of webhooks report: status, comment, check (comma list)
     api_token: str = ""
     public_url: str = "http://127.0.0.1:8000"
     insecure_dev: bool = False        # allow the webhook without a secret (development only)
@@ -211,6 +214,15 @@ class Settings:
     def allowed_repo_set(self) -> set[str]:
         """The webhook repository allowlist as a set of lower-case ``owner/name``."""
         return {r.strip().lower() for r in self.allowed_repos.split(",") if r.strip()}
+
+    def github_report_set(self) -> frozenset[str]:
+        """What GitHub runs report (:data:`GITHUB_REPORTS`); an unknown word is a ConfigError."""
+        chosen = frozenset(r.strip().lower() for r in self.github_report.split(",") if r.strip())
+        unknown = sorted(chosen - GITHUB_REPORTS)
+        if unknown:
+            raise ConfigError(f"AMPCI_GITHUB_REPORT: unknown report {unknown[0]!r}; expected a comma list of "
+                              f"{', '.join(sorted(GITHUB_REPORTS))}")
+        return chosen
 
     def tracked_branch_set(self) -> set[str]:
         """Branches whose pushes trigger a run."""

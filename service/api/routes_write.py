@@ -77,8 +77,9 @@ def trigger_run(request: Request, body: ManualRun,
 
 def _triage(request: Request, regression_id: int, body: Triage | None, false_positive: bool) -> dict[str, Any]:
     body = body or Triage()
-    found = request.app.state.ctx.store.ack(regression_id, by=body.by, false_positive=false_positive,
-                                            note=body.note)
+    ctx = request.app.state.ctx
+    found = ctx.store.ack(regression_id, by=body.by, false_positive=false_positive, note=body.note)
+    ctx.reporter.refresh(ctx.store, found.run_id)  # the PR report shows the new state (queued; never raises)
     return found.to_dict()
 
 

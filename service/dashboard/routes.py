@@ -246,8 +246,9 @@ async def triage(request: Request, regression_id: str) -> Response:
             raise UserError("action: expected 'ack' or 'false_positive'")
         by = form.get("by", "").strip()[:200].replace("\x00", "") or None
         note = form.get("note", "").strip()[:2000].replace("\x00", "") or None
-        await run_in_threadpool(_store(request).ack, rid, by=by, false_positive=action == "false_positive",
-                                note=note)
+        found = await run_in_threadpool(_store(request).ack, rid, by=by,
+                                        false_positive=action == "false_positive", note=note)
+        await run_in_threadpool(request.app.state.ctx.reporter.refresh, _store(request), found.run_id)
     except NotFoundError as exc:
         return render("error.html", 404, title="Not found", message=str(exc))
     except UserError as exc:

@@ -1,10 +1,16 @@
-"""A small GitHub REST client for commit statuses, with retry and exponential backoff.
+"""A small GitHub REST client for commit statuses, the pull-request report comment and check runs,
+with retry and exponential backoff.
 
 ``POST {api}/repos/{owner}/{repo}/statuses/{sha}`` with ``Authorization: Bearer <token>`` and a
 JSON body ``{"state", "target_url", "description", "context"}``.  Transient failures (network
 errors, 5xx, 429, 403 with an exhausted rate limit) raise :class:`TransientStatusError` after the
 in-call retries; the caller (the outbox reporter) schedules further attempts.  Permanent failures
 (other 4xx: bad token, unknown repository or sha) raise :class:`PermanentStatusError`.
+
+The PR comment is one per pull request: :meth:`GitHubStatusClient.upsert_comment` lists the
+comments (``GET /repos/{repo}/issues/{n}/comments``), edits the one carrying
+:data:`COMMENT_MARKER` (``PATCH /repos/{repo}/issues/comments/{id}``) or adds it (``POST``).
+A check run is ``POST /repos/{repo}/check-runs``; GitHub shows the newest of a name per commit.
 """
 
 from __future__ import annotations
@@ -77,6 +83,93 @@ class CommitStatus:
                    target_url=d.get("target_url"), context=d.get("context", "ampci/smoke"))
 
 
+#: The hidden marker that identifies ampci's report comment on a pull request (found again by it).
+COMMENT_MARKER = "<!-- ampci:pr-report -->"
+MAX_COMMENT = 65536      # GitHub refuses longer comment bodies
+MAX_CHECK_TEXT = 65535   # and longer check-run output fields
+CHECK_CONCLUSIONS = frozenset({"success", "failure", "neutral", "cancelled", "timed_out", "action_required"})
+
+
+@dataclass(frozen=True)
+class PullRequestComment:
+    """The report comment of one pull request.  ``key`` is (repo, PR): a newer body supersedes an
+    unsent older one, and :meth:`GitHubStatusClient.upsert_comment` edits the comment carrying
+    :data:`COMMENT_MARKER` instead of adding a second one."""
+
+    repo: str
+    pr: int
+    body: str
+    sha: str = ""   # the head the report is about (for logs and the dead list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.repo.lower()}#pr{int(self.pr)}#comment"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": "comment", "repo": self.repo, "pr": self.pr, "body": self.body, "sha": self.sha}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PullRequestComment:
+        return cls(repo=d["repo"], pr=int(d["pr"]), body=d["body"], sha=d.get("sha", ""))
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    """A completed check run (Checks API) for ``sha``: its conclusion and the report as output."""
+
+    repo: str
+    sha: str
+    name: str
+    conclusion: str
+    title: str
+    summary: str
+    text: str = ""
+    details_url: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.conclusion not in CHECK_CONCLUSIONS:
+            raise ValueError(f"unknown check run conclusion {self.conclusion!r}")
+
+    @property
+    def key(self) -> str:
+        return f"{self.repo.lower()}@{self.sha}#check:{self.name}"
+
+    def body(self) -> dict[str, object]:
+        """The JSON body of ``POST /repos/{repo}/check-runs``."""
+        output: dict[str, str] = {"title": self.title[:MAX_DESCRIPTION], "summary": self.summary[:MAX_CHECK_TEXT]}
+        if self.text:
+            output["text"] = self.text[:MAX_CHECK_TEXT]
+        out: dict[str, object] = {"name": self.name, "head_sha": self.sha, "status": "completed",
+                                  "conclusion": self.conclusion, "output": output}
+        if self.details_url:
+            out["details_url"] = self.details_url
+        return out
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": "check", "repo": self.repo, "sha": self.sha, "name": self.name,
+                "conclusion": self.conclusion, "title": self.title, "summary": self.summary, "text": self.text,
+                "details_url": self.details_url}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CheckRun:
+        return cls(repo=d["repo"], sha=d["sha"], name=d["name"], conclusion=d["conclusion"], title=d["title"],
+                   summary=d["summary"], text=d.get("text", ""), details_url=d.get("details_url"))
+
+
+#: Everything the outbox delivers to GitHub.
+Report = CommitStatus | PullRequestComment | CheckRun
+
+
+def report_from_dict(d: dict) -> Report:
+    """The report a ``to_dict`` stored (``kind`` absent: a commit status, as stored before reports had kinds)."""
+    kind = d.get("kind", "status")
+    if kind == "comment":
+        return PullRequestComment.from_dict(d)
+    if kind == "check":
+        return CheckRun.from_dict(d)
+    return CommitStatus.from_dict(d)
+
+
 def backoff_delay(attempt: int, base: float = 1.0, cap: float = 300.0,
                   rng: Callable[[], float] = random.random) -> float:
     """Exponential backoff with full jitter: uniform in [0.5, 1] x min(cap, base * 2**attempt)."""
@@ -110,7 +203,48 @@ class GitHubStatusClient:
 
         Raises :class:`TransientStatusError` or :class:`PermanentStatusError` when it did not land.
         """
-        url = f"{self.api_url}/repos/{status.repo}/statuses/{status.sha}"
+        self._request("POST", f"{self.api_url}/repos/{status.repo}/statuses/{status.sha}", status.body())
+
+    def upsert_comment(self, comment: PullRequestComment, max_pages: int = 10) -> int:
+        """Edit the pull request's comment that carries :data:`COMMENT_MARKER` to ``comment.body``, or
+        add it when there is none; return the comment id.  Never adds a second marked comment when
+        one exists in the first ``max_pages`` pages of 100 comments.  Errors as :meth:`post_status`.
+        """
+        base = f"{self.api_url}/repos/{comment.repo}/issues"
+        body = comment.body if COMMENT_MARKER in comment.body else f"{COMMENT_MARKER}\n{comment.body}"
+        for page in range(1, max_pages + 1):
+            listed = self._request("GET", f"{base}/{int(comment.pr)}/comments?per_page=100&page={page}")
+            items = listed.json() if listed.content else []
+            if not isinstance(items, list):
+                raise PermanentStatusError(f"GET {base}/{comment.pr}/comments: expected a list")
+            for item in items:
+                if isinstance(item, dict) and COMMENT_MARKER in str(item.get("body") or "") and "id" in item:
+                    self._request("PATCH", f"{base}/comments/{int(item['id'])}", {"body": body[:MAX_COMMENT]})
+                    return int(item["id"])
+            if len(items) < 100:
+                break
+        made = self._request("POST", f"{base}/{int(comment.pr)}/comments", {"body": body[:MAX_COMMENT]})
+        try:
+            return int(made.json().get("id", 0))
+        except (ValueError, AttributeError):
+            return 0
+
+    def post_check_run(self, check: CheckRun) -> None:
+        """Create a completed check run (needs a token with the ``checks: write`` permission, i.e. a
+        GitHub App installation token).  Errors as :meth:`post_status`."""
+        self._request("POST", f"{self.api_url}/repos/{check.repo}/check-runs", check.body())
+
+    def deliver(self, report: Report) -> None:
+        """Send any report the outbox holds (status, PR comment or check run)."""
+        if isinstance(report, PullRequestComment):
+            self.upsert_comment(report)
+        elif isinstance(report, CheckRun):
+            self.post_check_run(report)
+        else:
+            self.post_status(report)
+
+    def _request(self, method: str, url: str, body: object = None) -> httpx.Response:
+        """One GitHub call with the in-call retries; the 2xx response, or Transient/PermanentStatusError."""
         last: TransientStatusError | None = None
         for attempt in range(self.attempts):
             if attempt:
@@ -119,13 +253,14 @@ class GitHubStatusClient:
                     delay = max(delay, min(last.retry_after, 10.0))
                 self._sleep(delay)
             try:
-                resp = self._http.post(url, json=status.body())
+                resp = self._http.request(method, url, json=body) if body is not None else \
+                    self._http.request(method, url)
             except httpx.HTTPError as exc:
-                last = TransientStatusError(f"POST {url}: {type(exc).__name__}: {exc}")
+                last = TransientStatusError(f"{method} {url}: {type(exc).__name__}: {exc}")
                 continue
-            if resp.status_code in (200, 201):
-                return
-            last_or_perm = _classify(url, resp)
+            if 200 <= resp.status_code < 300:
+                return resp
+            last_or_perm = _classify(url, resp, method)
             if isinstance(last_or_perm, PermanentStatusError):
                 raise last_or_perm
             last = last_or_perm
@@ -133,7 +268,7 @@ class GitHubStatusClient:
         raise last
 
 
-def _classify(url: str, resp: httpx.Response) -> StatusPostError:
+def _classify(url: str, resp: httpx.Response, method: str = "POST") -> StatusPostError:
     text = resp.text[:200].replace("\n", " ")
     retry_after: float | None = None
     if "retry-after" in resp.headers:
@@ -143,5 +278,5 @@ def _classify(url: str, resp: httpx.Response) -> StatusPostError:
             retry_after = None
     limited = resp.status_code == 403 and (resp.headers.get("x-ratelimit-remaining") == "0" or retry_after)
     if resp.status_code >= 500 or resp.status_code in (408, 429) or limited:
-        return TransientStatusError(f"POST {url}: HTTP {resp.status_code}: {text}", retry_after)
-    return PermanentStatusError(f"POST {url}: HTTP {resp.status_code}: {text}")
+        return TransientStatusError(f"{method} {url}: HTTP {resp.status_code}: {text}", retry_after)
+    return PermanentStatusError(f"{method} {url}: HTTP {resp.status_code}: {text}")

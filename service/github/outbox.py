@@ -1,4 +1,5 @@
-"""Durable outbox of commit statuses still to post, so a GitHub outage never loses a report.
+"""Durable outbox of commit statuses (and PR report comments, check runs: any
+:data:`~service.github.client.Report`) still to post, so a GitHub outage never loses a report.
 
 Two implementations with one contract: :class:`RedisOutbox` (shared by the API process and the
 workers; survives restarts) and :class:`MemoryOutbox` (embedded mode, one process).
@@ -23,16 +24,17 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from service.github.client import CommitStatus
+from service.github.client import Report, report_from_dict
 
 DEAD_KEEP = 1000
 
 
 @dataclass(frozen=True)
 class OutboxItem:
-    """A claimed status with its version (``seq``) and how many posts already failed."""
+    """A claimed report (``status``: a commit status, PR comment or check run) with its version
+    (``seq``) and how many posts already failed."""
 
-    status: CommitStatus
+    status: Report
     seq: int
     attempts: int
 
@@ -40,7 +42,7 @@ class OutboxItem:
 class StatusOutbox(Protocol):
     """See the module docstring for the contract."""
 
-    def put(self, status: CommitStatus) -> None: ...
+    def put(self, status: Report) -> None: ...
     def claim(self, now: float, limit: int, lease: float) -> list[OutboxItem]: ...
     def complete(self, item: OutboxItem, ok: bool, next_due: float) -> None: ...
     def drop(self, item: OutboxItem, reason: str) -> None: ...
@@ -56,13 +58,13 @@ class MemoryOutbox:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._items: dict[str, tuple[CommitStatus, int, int]] = {}  # key -> (status, seq, attempts)
+        self._items: dict[str, tuple[Report, int, int]] = {}  # key -> (status, seq, attempts)
         self._due: dict[str, float] = {}
         self._leased: set[str] = set()
         self._dead: list[dict] = []
         self._watched: set[int] = set()
 
-    def put(self, status: CommitStatus) -> None:
+    def put(self, status: Report) -> None:
         with self._lock:
             old = self._items.get(status.key)
             self._items[status.key] = (status, (old[1] + 1) if old else 1, 0)
@@ -196,7 +198,7 @@ class RedisOutbox:
     def _keys(self) -> list[str]:
         return [self._items, self._zset, self._leases]
 
-    def put(self, status: CommitStatus) -> None:
+    def put(self, status: Report) -> None:
         self._put(keys=self._keys(), args=[status.key, json.dumps(status.to_dict()), time.time()])
 
     def claim(self, now: float, limit: int, lease: float) -> list[OutboxItem]:
@@ -204,7 +206,7 @@ class RedisOutbox:
         out = []
         for v in raw:
             d = json.loads(v)
-            out.append(OutboxItem(CommitStatus.from_dict(d["status"]), int(d["seq"]), int(d["attempts"])))
+            out.append(OutboxItem(report_from_dict(d["status"]), int(d["seq"]), int(d["attempts"])))
         return out
 
     def complete(self, item: OutboxItem, ok: bool, next_due: float) -> None:

@@ -13,6 +13,14 @@ seconds) queues the outcome of each watched run once it reaches a final state, s
 workers is needed; a run-finished hook may call :meth:`finished` directly as well (idempotent: the
 newer status for a commit supersedes the older).  :meth:`recover` re-watches unfinished webhook runs
 after a restart.
+
+Pull requests also get the report people read (``reports`` holds ``comment`` and/or ``check``, from
+``AMPCI_GITHUB_REPORT``): when a run of a PR finishes, one comment per pull request
+(:mod:`service.github.comment`) is queued in the same outbox, superseding an unsent older one and
+edited in place on GitHub; a check run likewise.  :meth:`refresh` re-queues them after a finding
+was acknowledged.  Only the newest run of a pull request writes its comment, so a slow run of an
+older head never overwrites the report of the newer one.  Building or posting a report never
+affects the run.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from service.github.client import (
     CommitStatus,
     GitHubStatusClient,
     PermanentStatusError,
+    Report,
     TransientStatusError,
     backoff_delay,
 )
@@ -89,7 +98,8 @@ class StatusReporter:
     def __init__(self, outbox: StatusOutbox, client: GitHubStatusClient | None, *, public_url: str,
                  context: str = CONTEXT, max_attempts: int = 12, backoff_base: float = 2.0,
                  backoff_cap: float = 600.0, lease: float = 60.0, poll_interval: float = 1.0,
-                 store: Any = None, watch_interval: float = 5.0) -> None:
+                 store: Any = None, watch_interval: float = 5.0,
+                 reports: frozenset[str] = frozenset({"status"})) -> None:
         self.outbox = outbox
         self.client = client
         self.public_url = public_url.rstrip("/")
@@ -101,6 +111,7 @@ class StatusReporter:
         self.poll_interval = poll_interval
         self.store = store
         self.watch_interval = watch_interval
+        self.reports = frozenset(reports)
         self._last_watch = 0.0
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -115,6 +126,7 @@ class StatusReporter:
         else:
             outbox = MemoryOutbox()
         client = GitHubStatusClient(settings.github_api_url, settings.github_token) if settings.github_token else None
+        kwargs.setdefault("reports", settings.github_report_set())
         return cls(outbox, client, public_url=settings.public_url, **kwargs)  # type: ignore[arg-type]
 
     @property
@@ -146,10 +158,75 @@ class StatusReporter:
         if not self.enabled or target is None:
             return False
         repo, sha = target
-        state, description = status_text(store if store is not None else self.store, run.id, summary)
-        self._put(CommitStatus(repo=repo, sha=sha, state=state, description=description,
-                               target_url=self.run_url(run.id), context=self.context))
+        if "status" in self.reports:
+            state, description = status_text(store if store is not None else self.store, run.id, summary)
+            self._put(CommitStatus(repo=repo, sha=sha, state=state, description=description,
+                                   target_url=self.run_url(run.id), context=self.context))
+        self.report_pull_request(run, store if store is not None else self.store)
         return True
+
+    def report_pull_request(self, run: Any, store: Any) -> bool:
+        """Queue the PR comment and/or check run of a finished ``run`` (per ``reports``); False when
+        nothing was queued (not configured, no store, not the newest run of its pull request)."""
+        if not self.enabled or store is None or not (self.reports & {"comment", "check"}):
+            return False
+        from service.github import comment as md
+        from service.github.pr_report import build_report
+
+        try:
+            if not self._is_newest_of_pr(store, run):
+                return False
+            report = build_report(store, run.id, self.public_url, final_state)
+            items = [md.comment(report) if "comment" in self.reports else None,
+                     md.check_run(report, self.context) if "check" in self.reports else None]
+        except Exception:  # noqa: BLE001 - a report that cannot be built never affects the run
+            log.exception("could not build the pull-request report of run %s", run.id)
+            return False
+        queued = False
+        for item in items:
+            if item is not None:
+                self._put(item)
+                queued = True
+        return queued
+
+    def refresh(self, store: Any, run_id: int) -> bool:
+        """Re-queue the PR report after a finding of run ``run_id`` changed state (acknowledged):
+        the report of the newest finished run of the same pull request.  Never raises."""
+        if not self.enabled or not (self.reports & {"comment", "check"}):
+            return False
+        try:
+            run = store.get_run(run_id)
+            newest = self._newest_pr_run(store, run, final_only=True)
+            if newest is None or newest.status not in FINAL_RUN_STATES:
+                return False
+            return self.report_pull_request(newest, store)
+        except Exception:  # noqa: BLE001 - triage must succeed even when reporting cannot
+            log.exception("could not refresh the pull-request report of run %s", run_id)
+            return False
+
+    @staticmethod
+    def _pr_of(run: Any) -> tuple[str, int] | None:
+        gh = (getattr(run, "meta", None) or {}).get("github")
+        if not isinstance(gh, dict) or not isinstance(gh.get("pr"), int) or not isinstance(gh.get("repo"), str):
+            return None
+        return gh["repo"].lower(), gh["pr"]
+
+    def _newest_pr_run(self, store: Any, run: Any, final_only: bool = False, limit: int = 500) -> Any:
+        """The newest run (by id) of ``run``'s pull request, or ``run`` itself when it belongs to none."""
+        key = self._pr_of(run)
+        if key is None:
+            return run
+        best = None
+        for other in store.list_runs(limit=limit, trigger="pull_request"):
+            if self._pr_of(other) != key or (final_only and other.status not in FINAL_RUN_STATES):
+                continue
+            if best is None or other.id > best.id:
+                best = other
+        return best
+
+    def _is_newest_of_pr(self, store: Any, run: Any) -> bool:
+        newest = self._newest_pr_run(store, run)
+        return newest is None or newest.id <= run.id
 
     def check_watched(self, store: Any) -> int:
         """Queue final statuses for watched runs that have finished; return how many."""
@@ -181,7 +258,7 @@ class StatusReporter:
                     n += 1
         return n
 
-    def _put(self, status: CommitStatus) -> None:
+    def _put(self, status: Report) -> None:
         try:
             self.outbox.put(status)
         except Exception:  # noqa: BLE001 - reporting must never break the caller (the run is stored)
@@ -202,7 +279,7 @@ class StatusReporter:
     def _post(self, item: OutboxItem) -> bool:
         assert self.client is not None
         try:
-            self.client.post_status(item.status)
+            self.client.deliver(item.status)
         except PermanentStatusError as exc:
             log.error("commit status %s dropped: %s", item.status.key, exc)
             self.outbox.drop(item, str(exc))

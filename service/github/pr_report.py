@@ -1,0 +1,171 @@
+"""What the pull-request report says about one finished run: the facts, gathered from the store.
+
+:func:`build_report` reads a run, its jobs, results, findings and the baseline revision of each cell
+and puts every cell in exactly one bucket (:data:`BUCKETS`), so the counts of the summary line add up
+to the run's cells and the table lists the findings the counts come from.  Rendering is
+:mod:`service.github.comment` (Markdown for the PR comment and the check run).
+
+Buckets, first match wins:
+
+* ``regression``: an open or acknowledged finding of category ``regression``;
+* any other finding category of :data:`service.regressions.rules.CATEGORIES` in an open or
+  acknowledged state (``improvement``, ``flaky``, … in that order), except :data:`QUIET_CATEGORIES`;
+* ``not_measured``: the gate's "could not measure" cells (:attr:`GateDecision.unmeasured
+  <service.regressions.gate.GateDecision>`: ``bad_spec``, ``crash``, ``convert_error``, a job without
+  a result, …) and cells with no result yet (cancelled or pending jobs);
+* ``known_failure``: failed the same way as its baseline result (the gate's ``known_failures``);
+* ``new``: a result but no baseline result to compare with (the gate's ``not_compared``);
+* ``unchanged``: compared with a baseline result, and no finding.
+
+The counts therefore come from the same :func:`service.regressions.verdict.run_verdict` as the
+commit status, the run page and the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from service.regressions.rules import CATEGORIES
+
+Cell = tuple[str, str, str, str]
+
+#: Finding states that count (the others are shown in the table, struck through, but count nowhere).
+LIVE_STATES = frozenset({"open", "acknowledged"})
+#: Finding categories that never put a cell in their own bucket (a dismissed timing suspicion).
+QUIET_CATEGORIES = frozenset({"dismissed"})
+#: The summary buckets in display order; categories added to CATEGORIES later join after ``flaky``.
+BUCKETS: tuple[str, ...] = (*(c for c in CATEGORIES if c not in QUIET_CATEGORIES), "not_measured",
+                            "known_failure", "new", "unchanged")
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """One finding of the run as the table shows it."""
+
+    id: int
+    cell: Cell
+    kind: str
+    metric: str
+    category: str
+    severity: str
+    state: str
+    baseline_value: float | None
+    value: float | None
+    delta: float | None
+    ratio: float | None
+    history_url: str
+    finding_url: str
+
+
+@dataclass(frozen=True)
+class PullRequestReport:
+    """Everything the PR comment and the check run say about one run of a pull request."""
+
+    repo: str
+    pr: int | None
+    run_id: int
+    run_url: str
+    run_status: str
+    head_sha: str
+    head_subject: str
+    baseline_sha: str | None          # the PR base's tip (what the run was asked to compare with)
+    baseline_revisions: tuple[str, ...]  # the revisions the compared cells were actually compared with
+    cells: int
+    counts: dict[str, int]
+    rows: tuple[ReportRow, ...]
+    not_measured: tuple[tuple[Cell, str], ...] = field(default_factory=tuple)  # (cell, why)
+    state: str = "success"            # the commit status state (service.github.reporter.final_state)
+
+    @property
+    def fallback(self) -> bool:
+        """True when some cell was compared with another revision than the PR base's tip."""
+        return any(r != self.baseline_sha for r in self.baseline_revisions)
+
+    @property
+    def not_compared(self) -> int:
+        """Cells that have no comparison: new ones and those not measured."""
+        return self.counts.get("new", 0) + self.counts.get("not_measured", 0)
+
+
+def history_url(public_url: str, cell: Cell) -> str:
+    """The dashboard history page of ``cell`` (every branch)."""
+    return f"{public_url.rstrip('/')}/history?" + urlencode(
+        {"model": cell[0], "dtype": cell[1], "policy": cell[2], "target": cell[3], "branch": "all"})
+
+
+def _order(category: str) -> int:
+    return CATEGORIES.index(category) if category in CATEGORIES else len(CATEGORIES)
+
+
+def bucket_cells(cells: list[Cell], results: set[Cell], decision: Any, findings: list[Any]) -> dict[Cell, str]:
+    """The bucket of each cell (see the module docstring) given the gate's ``decision``; pure."""
+    live: dict[Cell, list[str]] = {}
+    for f in findings:
+        if f.state in LIVE_STATES and f.category not in QUIET_CATEGORIES:
+            live.setdefault(f.cell, []).append(f.category)
+    unmeasured = {c for c, _ in decision.unmeasured}
+    known = {c for c, _ in decision.known_failures}
+    not_compared = set(decision.not_compared)
+    out: dict[Cell, str] = {}
+    for cell in cells:
+        if cell in live:
+            out[cell] = min(live[cell], key=_order)
+        elif cell in unmeasured or cell not in results:
+            out[cell] = "not_measured"
+        elif cell in known:
+            out[cell] = "known_failure"
+        elif cell in not_compared:
+            out[cell] = "new"
+        else:
+            out[cell] = "unchanged"
+    return out
+
+
+def build_report(store: Any, run_id: int, public_url: str,
+                 final_state: Callable[[Any, Any], str] | None = None) -> PullRequestReport:
+    """Gather the report of run ``run_id`` (NotFoundError if unknown); ``final_state(summary, verdict)``
+    gives its commit status state (the reporter passes :func:`service.github.reporter.final_state`;
+    without it: the verdict's state)."""
+    from service.regressions.detect import baseline_revisions
+    from service.regressions.verdict import run_verdict
+
+    run = store.get_run(run_id)
+    gh = (run.meta or {}).get("github")
+    gh = gh if isinstance(gh, dict) else {}
+    repo = gh.get("repo") if isinstance(gh.get("repo"), str) else ""
+    jobs = store.jobs(run_id)
+    results = {r.cell: r.status for r in store.results(run_id=run_id, limit=100_000)}
+    based = baseline_revisions(store, run_id) if results else {}
+    findings = store.regressions(run_id=run_id, limit=100_000)
+    verdict = run_verdict(store, run_id)
+    cells = sorted({j.cell for j in jobs} | set(results))
+    buckets = bucket_cells(cells, set(results), verdict.decision, findings)
+    counts = {b: 0 for b in BUCKETS}
+    for b in buckets.values():
+        counts[b] = counts.get(b, 0) + 1
+    public = public_url.rstrip("/")
+    rows = tuple(sorted(
+        (ReportRow(id=f.id, cell=f.cell, kind=f.kind, metric=f.metric, category=f.category, severity=f.severity,
+                   state=f.state, baseline_value=f.baseline_value, value=f.value, delta=f.delta, ratio=f.ratio,
+                   history_url=history_url(public, f.cell), finding_url=f"{public}/regressions/{f.id}")
+         for f in findings),
+        key=lambda r: (r.state not in LIVE_STATES, _order(r.category), r.severity != "major", r.cell, r.kind)))
+    job_status = {j.cell: j.status for j in jobs}
+    why = dict(verdict.decision.unmeasured)
+    missing = tuple((c, why.get(c) or results.get(c) or f"job {job_status.get(c, 'missing')}, no result")
+                    for c in cells if c in why or c not in results)
+    try:
+        subject = (store.get_revision(run.revision_sha).message or "").splitlines()[0]
+    except Exception:  # noqa: BLE001 - a revision row is optional for the report
+        subject = ""
+    pr = gh.get("pr")
+    return PullRequestReport(
+        repo=repo, pr=int(pr) if isinstance(pr, int) else None, run_id=run.id,
+        run_url=f"{public}/runs/{run.id}", run_status=run.status, head_sha=run.revision_sha,
+        head_subject=subject, baseline_sha=run.baseline_sha,
+        baseline_revisions=tuple(sorted(set(based.values()))), cells=len(cells), counts=counts, rows=rows,
+        not_measured=missing,
+        state=final_state(store.run_summary(run_id), verdict) if final_state is not None else verdict.state)
