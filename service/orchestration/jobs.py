@@ -101,7 +101,7 @@ def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None
     if store.has_pending_jobs(run_id):  # one indexed read, not the run summary
         return False
     detect_run(store, run_id)
-    send = None if settings is None else dispatch if dispatch is not None else dispatcher(settings, store)
+    send = dispatch if dispatch is not None else dispatcher(settings, store) if settings is not None else None
     if confirm.advance(store, run_id, send):
         return False  # suspected timing regressions: the run finishes once its confirmation run is final
     store.finish_run(run_id)

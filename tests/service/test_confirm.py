@@ -1,0 +1,177 @@
+"""Confirm before you accuse: the paired decision, and the run lifecycle around a confirmation run.
+
+The decision (:func:`service.regressions.confirm.paired_verdict`) is pure; the lifecycle runs on the real
+database (SQLite and PostgreSQL) through :func:`service.orchestration.jobs.finish_if_complete`, with a
+stand-in for the worker that timed the pairs (its measurements are the test's input).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from service.db import Store
+from service.orchestration.jobs import finish_if_complete
+from service.regressions.confirm import confirmation_cost, min_pairs, paired_verdict
+from service.regressions.thresholds import Thresholds
+from tests.service.factories import chain, make_result, migrated_store
+
+TH = Thresholds()
+CELL = ("tiny_mlp", "fp16", "default", "cpu")
+OTHER = ("conv_net", "fp16", "default", "cpu")
+
+
+def drifting(n: int, seed: int = 0) -> list[float]:
+    """Per-pair machine speed factors: load that comes and goes between pairs (x1 .. x2)."""
+    rng = random.Random(seed)
+    return [1 + rng.random() for _ in range(n)]
+
+
+def test_a_slowdown_timed_interleaved_is_confirmed_through_drift_that_fools_an_unpaired_test() -> None:
+    speed = drifting(8)
+    base = [1.0 * s for s in speed]
+    cand = [1.2 * s * (1 + 0.01 * (-1) ** i) for i, s in enumerate(speed)]  # +20 %, 1 % jitter
+    v = paired_verdict("latency", base, cand, TH, "ms")
+    assert v.confirmed and v.ratio == pytest.approx(1.2, rel=0.02) and v.p_value < TH.confirm_p
+    assert v.detail.startswith("confirmed by 8 interleaved pairs")
+    # the same drift without a change: dismissed, although the raw samples differ by up to x2
+    same = [1.0 * s * (1 + 0.01 * (-1) ** i) for i, s in enumerate(speed)]
+    v = paired_verdict("latency", base, same, TH, "ms")
+    assert not v.confirmed and v.detail.startswith("dismissed by 8 interleaved pairs")
+
+
+def test_each_condition_of_a_confirmation_is_needed() -> None:
+    base = [0.30 + 0.001 * i for i in range(8)]
+    slow = [b + 0.5 for b in base]
+    assert paired_verdict("conversion_time", base, slow, TH, "s").confirmed
+    # below the ratio limit (x1.20 for conversion time), though every pair is slower
+    assert not paired_verdict("conversion_time", [5.0] * 8, [5.5 + 0.001 * i for i in range(8)], TH, "s").confirmed
+    # below the floor (0.1 s), though x1.5
+    assert not paired_verdict("conversion_time", [0.1] * 8, [0.15 + 0.001 * i for i in range(8)], TH, "s").confirmed
+    # one pair of eight against: p = 2/256 still < 0.01; two against: not significant
+    mixed = [b * (0.5 if i == 0 else 3.0) for i, b in enumerate(base)]
+    assert paired_verdict("conversion_time", base, mixed, TH, "s").confirmed
+    mixed2 = [b * (0.5 if i < 2 else 3.0) for i, b in enumerate(base)]
+    v = paired_verdict("conversion_time", base, mixed2, TH, "s")
+    assert not v.confirmed and v.p_value > TH.confirm_p
+    # nothing timed on both sides
+    assert not paired_verdict("latency", [0.0] * 8, [1.0] * 8, TH, "ms").confirmed
+    with pytest.raises(ValueError):
+        paired_verdict("accuracy", base, slow, TH, "")
+
+
+def test_fewer_pairs_than_min_pairs_can_never_confirm() -> None:
+    assert min_pairs(0.01) == 7 and min_pairs(0.002) == 9 and min_pairs(0.5) == 2
+    base = [1.0] * 6
+    huge = [10.0 + i for i in range(6)]
+    assert not paired_verdict("latency", base, huge, TH, "ms").confirmed  # 6 pairs: smallest p = 1/64
+    assert paired_verdict("latency", [1.0] * 7, [10.0 + i for i in range(7)], TH, "ms").confirmed
+
+
+@pytest.fixture
+def store(db_url: str) -> Store:
+    s = migrated_store(db_url)
+    yield s
+    s.dispose()
+
+
+def slow_conversion(seed: int, seconds: float) -> object:
+    r = make_result(CELL, seed=seed)
+    assert r.graph is not None
+    rng = random.Random(seed)
+    r.graph.convert_samples_s = [seconds * (1 + rng.uniform(-0.01, 0.01)) for _ in range(5)]
+    return r
+
+
+def make_run(store: Store, revision: str, results: list, confirm_pairs: int, baseline: str | None = None) -> int:
+    run_id = store.create_run(revision, "push", baseline_sha=baseline, cells=[r.cell for r in results],
+                              meta={"confirm_pairs": confirm_pairs})
+    for job, r in zip(store.jobs(run_id), sorted(results, key=lambda r: r.cell), strict=True):
+        store.write_result(run_id, r, job_id=job.id)
+        store.mark_job(job.id, "done")
+    return run_id
+
+
+class StandInWorker:
+    """Dispatch of a confirmation run: records it; ``work`` then answers its jobs with the given pairs
+    (what :mod:`workers.confirm` would have timed), as a worker delivering them would."""
+
+    def __init__(self, store: Store, pairs: dict[str, tuple[list[float], list[float]]]) -> None:
+        self.store, self.pairs, self.sent = store, pairs, []
+
+    def __call__(self, run_id: int) -> None:
+        self.sent.append(run_id)
+
+    def work(self) -> None:
+        for run_id in self.sent:
+            run = self.store.get_run(run_id)
+            for job in self.store.jobs(run_id):
+                confirm = run.meta["options"]["|".join(job.cell)]["confirm"]
+                r = make_result(job.cell)
+                r.latency = r.graph = r.accuracy = None
+                r.confirmation = {"pairs": confirm["pairs"], "kinds": {
+                    k: {"baseline": self.pairs[k][0], "candidate": self.pairs[k][1], "unit": "s"}
+                    for k in confirm["kinds"]}}
+                r.timings = {"total_s": 3.5}
+                self.store.write_result(run_id, r, job_id=job.id)
+                self.store.mark_job(job.id, "done")
+            finish_if_complete(self.store, run_id, dispatch=self)
+
+
+@pytest.mark.parametrize("confirmed", [True, False])
+def test_a_suspected_regression_holds_its_run_open_until_the_confirmation_run_decides(
+        store: Store, confirmed: bool) -> None:
+    a, b = chain(store, 2)
+    make_run(store, a, [slow_conversion(1, 0.3), make_result(OTHER, seed=1)], confirm_pairs=8)
+    finish_if_complete(store, store.list_runs()[0].id)
+    run_id = make_run(store, b, [slow_conversion(2, 0.9), make_result(OTHER, seed=2)], confirm_pairs=8)
+    base = [0.3 + 0.001 * i for i in range(8)]
+    worker = StandInWorker(store, {"conversion_time": (base, [x + (0.6 if confirmed else 0.0) for x in base])})
+
+    assert finish_if_complete(store, run_id, dispatch=worker) is False  # confirming: not finished
+    (reg,) = store.regressions(run_id=run_id)
+    assert (reg.kind, reg.category, reg.state) == ("conversion_time", "regression", "suspected")
+    assert store.get_run(run_id).status in ("queued", "running") and store.get_run(run_id).finished_at is None
+    assert finish_if_complete(store, run_id, dispatch=worker) is False  # idempotent: one confirmation run
+    (confirm_id,) = worker.sent
+    confirm_run = store.get_run(confirm_id)
+    assert confirm_run.trigger == "confirm" and confirm_run.meta["confirms"] == run_id
+    assert [j.cell for j in store.jobs(confirm_id)] == [CELL]  # only the suspected cell
+    assert confirm_run.meta["options"]["|".join(CELL)]["confirm"] == {"baseline": a, "kinds": ["conversion_time"],
+                                                                       "pairs": 8}
+    worker.work()  # the confirmation run's last job finishes it, and then its parent
+
+    (reg,) = store.regressions(run_id=run_id)
+    assert reg.state == ("open" if confirmed else "dismissed") and reg.state_by == "ampci-confirm"
+    assert reg.state_note.startswith(("confirmed" if confirmed else "dismissed") + " by 8 interleaved pairs")
+    assert store.get_run(run_id).status == "complete"
+    assert store.run_summary(run_id).regressions == ({"conversion_time": 1} if confirmed else {})
+    assert store.regressions(run_id=confirm_id) == []
+    assert confirmation_cost(store, run_id) == {"runs": 1, "cells": 1, "job_seconds": 3.5}
+    assert finish_if_complete(store, run_id, dispatch=worker) is True and len(worker.sent) == 1
+    assert store.regressions(run_id=run_id)[0].state == reg.state  # re-detection keeps the verdict
+
+
+def test_a_failed_confirmation_keeps_the_regression_and_says_why(store: Store) -> None:
+    a, b = chain(store, 2)
+    make_run(store, a, [slow_conversion(1, 0.3)], confirm_pairs=8)
+    run_id = make_run(store, b, [slow_conversion(2, 0.9)], confirm_pairs=8)
+    sent: list[int] = []
+    assert finish_if_complete(store, run_id, dispatch=sent.append) is False
+    for job in store.jobs(sent[0]):
+        store.write_result(sent[0], make_result(job.cell, status="convert_error"), job_id=job.id)
+        store.mark_job(job.id, "done")
+    assert finish_if_complete(store, sent[0], dispatch=sent.append) is True
+    (reg,) = store.regressions(run_id=run_id)
+    assert reg.state == "open" and reg.state_note.startswith("not confirmed: the confirmation job ended convert_error")
+    assert store.get_run(run_id).status == "complete"
+
+
+def test_without_confirmation_a_timing_regression_is_open_at_once(store: Store) -> None:
+    a, b = chain(store, 2)
+    make_run(store, a, [slow_conversion(1, 0.3)], confirm_pairs=0)
+    run_id = make_run(store, b, [slow_conversion(2, 0.9)], confirm_pairs=0)
+    assert finish_if_complete(store, run_id, dispatch=lambda _: pytest.fail("nothing to confirm")) is True
+    (reg,) = store.regressions(run_id=run_id)
+    assert reg.state == "open" and reg.state_note is None
