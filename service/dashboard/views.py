@@ -17,7 +17,7 @@ from typing import Any
 
 from service.dashboard.queries import ERROR_STATUSES
 from service.db.records import Cell, JobInfo, RegressionInfo, ResultRow
-from service.regressions.rules import KINDS
+from service.regressions.rules import CONFIRMATION_STATES, KINDS
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ STATES: dict[str, State] = {s.css: s for s in (
     State("reg-latency", "◷", "slow", "latency regression"),
     State("reg-conversion_time", "⏱", "ctime", "conversion time regression"),
     State("reg-pass_convergence", "↻", "fixpt", "pass convergence regression"),
+    State("suspected", "?", "suspect", "suspected timing regression (confirming)"),
+    State("dismissed", "○", "dismissed", "timing change dismissed by confirmation"),
     State("flaky", "≈", "flaky", "flaky"),
     State("error", "✖", "error", "conversion/job error"),
     State("fail", "!", "fail", "accuracy failure (not new)"),
@@ -59,8 +61,11 @@ _KIND_ORDER = KINDS  # the order in which one cell's regressions of several kind
 
 
 def finding_state(finding: RegressionInfo) -> State:
-    """The displayed state of one finding: its category's (improvement, flaky, …), or for a regression its
-    kind's.  A kind or category without a state raises KeyError (a test enumerates them all)."""
+    """The displayed state of one finding: a timing finding under or after confirmation shows that state
+    (suspected, dismissed); otherwise its category's (improvement, flaky, …), or for a regression its kind's.
+    A kind, category or confirmation state without a state raises KeyError (a test enumerates them all)."""
+    if getattr(finding, "state", None) in CONFIRMATION_STATES:
+        return STATES[finding.state]
     if finding.category == "regression":
         return STATES[KIND_STATES[finding.kind]]
     return STATES[CATEGORY_STATES[finding.category]]
@@ -111,8 +116,10 @@ def duration(seconds: float | None) -> str:
 
 def cell_state(result: ResultRow | None, job: JobInfo | None, findings: Iterable[RegressionInfo]) -> State:
     """The displayed state of one cell (see the module docstring for the priority)."""
-    live = [f for f in findings if f.state != "false_positive"]
-    regs = [f for f in live if f.category == "regression"]
+    live = [f for f in findings if f.state not in ("false_positive", "dismissed")]
+    regs = [f for f in live if f.category == "regression" and f.state != "suspected"]
+    if not regs and any(f.category == "regression" for f in live):
+        return STATES["suspected"]  # only a timing finding still being confirmed
     if regs:
         kind = min((f.kind for f in regs), key=lambda k: _KIND_ORDER.index(k) if k in _KIND_ORDER else 99)
         return STATES[KIND_STATES.get(kind, "reg-accuracy")]

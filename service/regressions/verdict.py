@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.regressions.gate import JOB_ERROR, CellOutcome, GateDecision, decide
+from service.regressions.rules import CONFIRMATION_STATES
 
 #: Unmeasured statuses that say the run could not be carried out (a bad spec, a worker that died, a job
 #: without any result) rather than that the pass failed: the commit status is ``error`` for them.
@@ -47,7 +48,8 @@ class RunVerdict:
     pending: int
     decision: GateDecision
     regressions: Mapping[str, int] = field(default_factory=dict)   # open/acknowledged, by kind
-    #: open/acknowledged findings of every other category (improvement, flaky, …): category -> kind -> count
+    #: open/acknowledged findings of every other category (improvement, flaky, …) and timing findings being
+    #: confirmed or dismissed (``suspected``, ``dismissed``): category or state -> kind -> count
     others: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
@@ -128,13 +130,17 @@ def run_verdict(store: Any, run_id: int) -> RunVerdict:
     with_result = {r.cell for r in results}
     outcomes += [CellOutcome(j.cell, JOB_ERROR if j.status == "error" else "crashed", j.error or "")
                  for j in jobs if j.status in ("error", "crashed") and j.cell not in with_result]
-    live = [g for g in store.regressions(run_id=run_id) if g.state in ("open", "acknowledged")]
+    found = store.regressions(run_id=run_id)
+    live = [g for g in found if g.state in ("open", "acknowledged")]
     regs = [g for g in live if g.category == "regression"]
     by_kind = Counter(g.kind for g in regs)
     others: dict[str, Counter[str]] = {}
     for g in live:
         if g.category != "regression":
             others.setdefault(g.category, Counter())[g.kind] += 1
+    for g in found:  # timing findings being confirmed, or dismissed by their confirmation: shown, never failing
+        if g.state in CONFIRMATION_STATES:
+            others.setdefault(g.state, Counter())[g.kind] += 1
     pending = sum(j.status in ("queued", "running") for j in jobs)
     decision = decide(outcomes, base, len(regs))
     return RunVerdict(run_id, run.status, max(len(jobs), len(results)), pending, decision, dict(by_kind),

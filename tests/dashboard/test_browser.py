@@ -240,7 +240,7 @@ def kinds_world() -> Iterator[tuple[str, Any]]:
 
 
 def test_every_finding_kind_is_visible_in_the_browser(browser: Any, kinds_world: Any, shots: Path) -> None:
-    """Each kind x category of the rules: its run page and regression page load without error and show the
+    """Each kind x category of the rules (and each timing kind in each confirmation state): its run page and regression page load without error and show the
     finding, visible, in its state's colour, told by a word and an icon too; the history page lists them all."""
     from service.dashboard import views
 
@@ -250,7 +250,7 @@ def test_every_finding_kind_is_visible_in_the_browser(browser: Any, kinds_world:
     errors: list[str] = []
     pg.on("console", lambda m: m.type == "error" and errors.append(m.text))
     try:
-        for (kind, category), f in seeded.items():
+        for (kind, category, fstate), f in seeded.items():
             state = views.finding_state(f)  # type: ignore[arg-type]
             resp = pg.goto(f"{base}/runs/{f.run_id}")
             assert resp is not None and resp.status == 200, (kind, category)
@@ -263,6 +263,7 @@ def test_every_finding_kind_is_visible_in_the_browser(browser: Any, kinds_world:
             resp = pg.goto(f"{base}/regressions/{f.regression_id}")
             assert resp is not None and resp.status == 200, (kind, category)
             assert category in pg.inner_text("#reg-state") and kind in pg.inner_text("h1")
+            assert fstate in pg.inner_text("#reg-state")
             assert pg.locator("#reg-state").evaluate("e => getComputedStyle(e).backgroundColor") == colour
         from tests.dashboard.seed_kinds import CELL
 
