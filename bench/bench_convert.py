@@ -12,7 +12,12 @@ the pass of another checkout (e.g. a copy of an older revision), timed in a subp
 run, so before/after figures share the machine's load.
 
     python bench/bench_convert.py [--repeat 5] [--rounds 3] [--light light_resnet50 ...] [--dtype fp16]
-                                  [--baseline DIR]
+                                  [--baseline DIR] [--quick]
+
+``--quick`` (seconds; no registry download: one light model, light_squeezenet, one repeat and one round)
+checks the invariants: ampci's conversion is valid (checker + onnxruntime load), its emulated cosine is
+at least 0.99 and it converts some compute to low precision; exit 1 otherwise.  Its timings are printed,
+not judged.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from tests.amp_pass.models import cosine, light_model, proto_graphs, random_feed
 DIMS = {"x": [1, 3, 48, 320], "input": [1, 512], "state": [2, 1, 128]}
 INTS = {"sr": 16000}
 LOW = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+QUICK_MODEL, QUICK_COSINE = "light_squeezenet", 0.99
 
 
 def real_models() -> dict[str, Path]:
@@ -257,13 +263,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="fresh subprocesses per converter (best kept)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a checkout (holding amp_pass/) whose pass is timed alongside, e.g. an older copy")
+    parser.add_argument("--quick", action="store_true",
+                        help="seconds: light_squeezenet only, one repeat and round; invariants only")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.light, args.repeat, args.rounds = [QUICK_MODEL], 1, 1
     header = ["model", "converter", "convert s", "no-check s", "load+save s", "ratio", "check floor s", "opset", "casts",
               "compute low", "valid", "cosine (emulated)"]
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        models = real_models()
+        models = {} if args.quick else real_models()
         for name in args.light:
             path = tmp / f"{name}.onnx"
             onnx.save(light_model(name), str(path))
@@ -276,7 +286,20 @@ def main(argv: list[str] | None = None) -> int:
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for r in rows:
         print(line(r))
-    return 0
+    broken = [r for r in rows if r[1] == "ampci" and not quick_ok(r)]
+    for r in broken:
+        print(f"FAILED: ampci on {r[0]}: valid {r[10]!r}, compute low {r[9]}, cosine {r[11]}", file=sys.stderr)
+    return 1 if broken else 0
+
+
+def quick_ok(row: list[str]) -> bool:
+    """The invariants of an ampci row: a valid model, some compute in low precision, cosine >= QUICK_COSINE."""
+    low, _, total = row[9].partition("/")
+    try:
+        cosine_ok = float(row[11]) >= QUICK_COSINE
+    except ValueError:
+        cosine_ok = False
+    return row[10] == "yes" and low.isdigit() and total.isdigit() and 0 < int(low) <= int(total) and cosine_ok
 
 
 if __name__ == "__main__":

@@ -1,11 +1,17 @@
 """Query speed of the results store on PostgreSQL with 100,000 synthetic results over 200 revisions.
 
-    python bench/bench_queries.py [--admin-url URL] [--revisions 200] [--cells 500] [--repeat 15]
+    python bench/bench_queries.py [--admin-url URL] [--revisions 200] [--small-revisions 20] [--cells 500]
+                                  [--repeat 15] [--quick]
 
 Creates a fresh database (dropped at the end), brings it to head with Alembic, bulk-loads a linear
 history of revisions with one push run of every cell per revision (COPY), runs ANALYZE, then
 prints p50/p90 over repeated calls of the Store API behind ``ampci results``, ``compare``,
-``history`` and regression detection for one new run of 200 cells.  Target: each p50 < 200 ms.
+``history`` and regression detection for one new run of 200 cells -- at the anchor size (20
+revisions: 10,000 results) and the full size (200 revisions: 100,000 results), with the growth
+between them.  Targets at the full size: detection of the 200-cell run <= 100 ms, every other p50
+<= 200 ms.  Exit 1 when one is missed or an invariant fails (detection finds the planted accuracy
+regressions, compare lists every cell).  ``--quick`` (seconds: 3 and 6 revisions x 10 cells, 3
+repeats) checks the invariants only and prints its timings without judging them.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from service.db import Store  # noqa: E402
 from service.db import models as m  # noqa: E402
 from service.db.admin import create_database, drop_database  # noqa: E402
 from service.db.extract import result_columns  # noqa: E402
-from service.db.migrate import upgrade
+from service.db.migrate import upgrade  # noqa: E402
 from service.regressions.detect import detect_run  # noqa: E402
 from workers.result import (  # noqa: E402
     AccuracyReport,
@@ -41,6 +47,7 @@ from workers.result import (  # noqa: E402
 )
 
 TARGET_MS = 200.0
+DETECT, DETECT_TARGET_MS = "detect regressions, 200-cell run", 100.0
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 
 
@@ -130,30 +137,24 @@ def timed(fn: Callable[[], object], repeat: int) -> tuple[float, float, float, o
     return statistics.median(times), times[int(0.9 * (len(times) - 1))], statistics.median(cpu), out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--admin-url", default=os.environ.get("AMPCI_TEST_DATABASE_URL",
-                                                          "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"))
-    ap.add_argument("--revisions", type=int, default=200)
-    ap.add_argument("--cells", type=int, default=500)
-    ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--keep", action="store_true", help="keep the database (its URL is printed)")
-    args = ap.parse_args()
-
-    url = create_database(args.admin_url, "ampci_bench")
+def measure(admin_url: str, revisions: int, n_cells: int, repeat: int, keep: bool = False
+            ) -> tuple[int, list[tuple[str, int, float, float, float]], list[str]]:
+    """Seed a fresh database with ``revisions`` x ``n_cells`` results, add one new run of up to 200 cells
+    (every 25th slower, every 40th less accurate) and time each operation: (results seeded, rows, broken
+    invariants)."""
+    url = create_database(admin_url, "ampci_bench")
+    broken: list[str] = []
     try:
         upgrade(url)
-        t = time.perf_counter()
-        shas = seed(url, args.revisions, args.cells)
-        load_s = time.perf_counter() - t
+        shas = seed(url, revisions, n_cells)
         store = Store.from_url(url)
         n = len(store.results(revision=shas[-1]))
-        print(f"seeded {args.revisions} revisions x {n} cells = {args.revisions * n:,} results in {load_s:.1f}s")
+        if n != n_cells:
+            broken.append(f"results at the head revision: {n}, seeded {n_cells}")
 
-        # one new run of 200 cells on a child of the head, some of them slower / less accurate
         new = sha(10_000)
         store.upsert_revision(new, [shas[-1]], "main", "bench", "new commit")
-        grid = cells(args.cells)[:200]
+        grid = cells(n_cells)[:200]
         run_id = store.create_run(new, "push", cells=grid)
         rng = random.Random(99)
         for i, c in enumerate(grid):
@@ -167,30 +168,65 @@ def main() -> int:
         for label, fn in [
             ("results for one revision", lambda: store.results(revision=mid[:10])),
             ("compare two revisions", lambda: store.compare(prev[:10], mid[:10])),
-            ("history of one cell (200 points)", lambda: store.history(grid[0][0], grid[0][1], grid[0][2],
-                                                                      grid[0][3], metric="latency_p50")),
-            ("detect regressions, 200-cell run", lambda: detect_run(store, run_id)),
+            (f"history of one cell ({revisions} points)", lambda: store.history(
+                grid[0][0], grid[0][1], grid[0][2], grid[0][3], metric="latency_p50")),
+            (DETECT, lambda: detect_run(store, run_id)),
             ("open regressions list", lambda: store.regressions(state="open")),
         ]:
-            p50, p90, cpu, out = timed(fn, args.repeat)
+            p50, p90, cpu, out = timed(fn, repeat)
             rows.append((label, len(out), p50, p90, cpu))  # type: ignore[arg-type]
+        found = {(r.model, r.kind) for r in store.regressions(run_id=run_id, category="regression")}
+        for i, c in enumerate(grid):  # what the new run must be found to regress, whatever the timing
+            if i % 40 == 0 and (c[0], "accuracy") not in found:
+                broken.append(f"detection missed the accuracy regression of {c}")
+        if len(store.compare(prev[:10], mid[:10])) != n_cells:
+            broken.append("compare does not list every cell")
         store.dispose()
     finally:
-        if args.keep:
+        if keep:
             print(f"kept {url}")
         else:
-            drop_database(args.admin_url, url)
+            drop_database(admin_url, url)
+    return revisions * n_cells, rows, broken
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure at the small and the full size, print the table; exit 1 when a target or invariant fails."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--admin-url", default=os.environ.get("AMPCI_TEST_DATABASE_URL",
+                                                          "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"))
+    ap.add_argument("--revisions", type=int, default=200)
+    ap.add_argument("--small-revisions", type=int, default=20, help="the anchor size (20 x 500 = 10,000 results)")
+    ap.add_argument("--cells", type=int, default=500)
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--keep", action="store_true", help="keep the full-size database (its URL is printed)")
+    ap.add_argument("--quick", action="store_true", help="seconds: 3 and 6 revisions x 10 cells; invariants only")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.revisions, args.small_revisions, args.cells, args.repeat = 6, 3, 10, 3
+
+    t = time.perf_counter()
+    small_n, small, broken = measure(args.admin_url, args.small_revisions, args.cells, args.repeat)
+    big_n, big, broken_big = measure(args.admin_url, args.revisions, args.cells, args.repeat, args.keep)
+    broken += broken_big
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"\n(load average {load:.1f} on {os.cpu_count()} CPUs; client CPU = this process only)")
-    print("| operation | rows | p50 ms | p90 ms | client CPU p50 ms | target | ok |\n"
-          "|---|---:|---:|---:|---:|---:|:--:|")
+    print(f"{small_n:,} and {big_n:,} results seeded and measured in {time.perf_counter() - t:.0f}s "
+          f"(load average {load:.1f} on {os.cpu_count()} CPUs; client CPU = this process only)")
+    print(f"| operation | rows | p50 ms at {small_n:,} | p50 ms at {big_n:,} | p90 ms | client CPU p50 ms | "
+          "growth | target | met |\n|---|---:|---:|---:|---:|---:|---:|---:|:--:|")
     ok = True
-    for label, n, p50, p90, cpu in rows:
-        ok &= p50 < TARGET_MS
-        print(f"| {label} | {n} | {p50:.1f} | {p90:.1f} | {cpu:.1f} | < {TARGET_MS:.0f} | "
-              f"{'yes' if p50 < TARGET_MS else 'NO'} |")
-    return 0 if ok else 1
+    for (_, _, p50_small, _, _), (label, n, p50, p90, cpu) in zip(small, big, strict=True):
+        target = DETECT_TARGET_MS if label == DETECT else TARGET_MS
+        met = p50 <= target
+        ok &= met
+        print(f"| {label} | {n} | {p50_small:.1f} | {p50:.1f} | {p90:.1f} | {cpu:.1f} | {p50 / p50_small:.2f}x | "
+              f"<= {target:.0f} ms | {'PASS' if met else 'FAIL'} |")
+    for b in broken:
+        print(f"FAILED: {b}", file=sys.stderr)
+    if args.quick:
+        print("(--quick: timings printed, not judged)")
+        return 1 if broken else 0
+    return 0 if ok and not broken else 1
 
 
 if __name__ == "__main__":

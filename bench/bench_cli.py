@@ -1,0 +1,196 @@
+"""Start-up cost of the ampci CLI beside its anchors, whole processes timed in alternation (issue 25).
+
+    python bench/bench_cli.py [--admin-url URL] [--revisions 200] [--cells 500] [--rounds 15] [--quick]
+
+Seeds a fresh PostgreSQL database (dropped at the end) with ``bench/bench_queries.py``'s history
+(200 revisions x 500 cells = 100,000 results by default), then times, round after round and in
+alternation so that load on the machine hits every command alike, the whole processes
+
+    python -c pass                    (anchor of ``ampci --help``)
+    python -c "import sqlalchemy"     (anchor of the query commands)
+    ampci --help
+    ampci runs --json
+    ampci compare REV_A REV_B
+
+and, in this process, "the query itself" of each query command: opening the store, checking its
+schema, the Store call (``list_runs`` / ``resolve_revision`` + ``compare``) and serialising its
+rows, on a fresh engine each time.  Prints medians, ratios and PASS/FAIL per target:
+
+    ampci --help       <= 3 x (python -c pass) + 0.1 s
+    ampci runs --json  <= 1.5 x (python -c "import sqlalchemy") + the query itself
+    ampci compare      <= 1.5 x (python -c "import sqlalchemy") + the query itself
+
+Exit 1 when a target is missed or a command fails.  ``--quick`` (seconds: 3 revisions x 10 cells, 3
+rounds) checks what must hold on any machine: each command exits 0, ``runs --json`` lists the seeded
+runs, ``compare`` names both revisions, ``--help`` lists every command; the timing table is printed
+but not judged (three rounds on a busy machine are not a measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_queries import seed  # noqa: E402
+
+from service.db.admin import create_database, drop_database  # noqa: E402
+from service.db.migrate import upgrade  # noqa: E402
+
+HELP_FACTOR, HELP_SLACK_S = 3.0, 0.1
+QUERY_FACTOR = 1.5
+
+
+def ampci_argv() -> list[str]:
+    """The installed console script next to this interpreter (what a user runs), else ``-m``."""
+    script = Path(sys.executable).with_name("ampci")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "service.cli.main"]
+
+
+def run_timed(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Wall seconds of one whole process, and what it printed."""
+    t = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    return time.perf_counter() - t, proc
+
+
+def in_process(fn: Callable[[], object], rounds: int) -> float:
+    """Median wall seconds of ``fn`` after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def query_runs(url: str) -> Callable[[], object]:
+    """What ``ampci runs --json`` does once its modules are imported."""
+    from service.db.migrate import head, stored_revision
+    from service.db.store import Store
+
+    def call() -> object:
+        store = Store.from_url(url)
+        try:
+            assert stored_revision(store.engine) == head()
+            return json.dumps([r.to_dict() for r in store.list_runs(limit=50)], default=str)
+        finally:
+            store.dispose()
+    return call
+
+
+def query_compare(url: str, rev_a: str, rev_b: str) -> Callable[[], object]:
+    """What ``ampci compare REV_A REV_B --json`` does once its modules are imported."""
+    from service.db.migrate import head, stored_revision
+    from service.db.store import Store
+
+    def call() -> object:
+        store = Store.from_url(url)
+        try:
+            assert stored_revision(store.engine) == head()
+            a, b = store.resolve_revision(rev_a), store.resolve_revision(rev_b)
+            return json.dumps([r.to_dict() for r in store.compare(a, b)], default=str)
+        finally:
+            store.dispose()
+    return call
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Seed, time, print the table; exit 1 when an invariant or (full mode) a target fails."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--admin-url", default=os.environ.get("AMPCI_TEST_DATABASE_URL",
+                                                          "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"))
+    ap.add_argument("--revisions", type=int, default=200)
+    ap.add_argument("--cells", type=int, default=500)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--quick", action="store_true", help="seconds, tiny inputs: check invariants only")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.revisions, args.cells, args.rounds = 3, 10, 3
+
+    url = create_database(args.admin_url, "ampci_bench_cli")
+    failures: list[str] = []
+    try:
+        upgrade(url)
+        shas = seed(url, args.revisions, args.cells)
+        rev_a, rev_b = shas[len(shas) // 2 - 1][:10], shas[len(shas) // 2][:10]
+        env = {**os.environ, "AMPCI_DATABASE_URL": url, "COLUMNS": "200"}
+        py = sys.executable
+        commands: dict[str, list[str]] = {
+            "python -c pass": [py, "-c", "pass"],
+            "ampci --help": [*ampci_argv(), "--help"],
+            'python -c "import sqlalchemy"': [py, "-c", "import sqlalchemy"],
+            "ampci runs --json": [*ampci_argv(), "runs", "--json"],
+            "ampci compare A B": [*ampci_argv(), "compare", rev_a, rev_b],
+        }
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        last: dict[str, subprocess.CompletedProcess[str]] = {}
+        for i in range(args.rounds + 1):  # round 0 warms the page cache and is not counted
+            order = list(commands) if i % 2 else list(reversed(commands))  # alternate who goes first
+            for name in order:
+                seconds, proc = run_timed(commands[name], env)
+                if i:
+                    times[name].append(seconds)
+                last[name] = proc
+        for name, proc in last.items():
+            if proc.returncode != 0:
+                failures.append(f"`{name}` exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+        if not failures:
+            listed = json.loads(last["ampci runs --json"].stdout)
+            if len(listed) != min(50, args.revisions):
+                failures.append(f"`ampci runs --json` listed {len(listed)} runs, expected {min(50, args.revisions)}")
+            if rev_a not in last["ampci compare A B"].stdout or rev_b not in last["ampci compare A B"].stdout:
+                failures.append("`ampci compare` does not name both revisions")
+            from service.cli.main import COMMANDS
+
+            missing = [c for c in COMMANDS if c not in last["ampci --help"].stdout]
+            if missing:
+                failures.append(f"`ampci --help` does not list {missing}")
+        q_runs = in_process(query_runs(url), args.rounds)
+        q_compare = in_process(query_compare(url, rev_a, rev_b), args.rounds)
+    finally:
+        drop_database(args.admin_url, url)
+
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    bare, sqla = med["python -c pass"], med['python -c "import sqlalchemy"']
+    targets = [
+        ("ampci --help", "python -c pass", bare, HELP_FACTOR * bare + HELP_SLACK_S,
+         f"<= {HELP_FACTOR:g} x anchor + {HELP_SLACK_S:g} s"),
+        ("ampci runs --json", 'python -c "import sqlalchemy"', sqla, QUERY_FACTOR * sqla + q_runs,
+         f"<= {QUERY_FACTOR:g} x anchor + query {q_runs * 1000:.0f} ms"),
+        ("ampci compare A B", 'python -c "import sqlalchemy"', sqla, QUERY_FACTOR * sqla + q_compare,
+         f"<= {QUERY_FACTOR:g} x anchor + query {q_compare * 1000:.0f} ms"),
+    ]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    n_results = args.revisions * args.cells
+    print(f"{n_results:,} results on PostgreSQL; {args.rounds} alternating rounds, medians; load average "
+          f"{load:.1f} on {os.cpu_count()} CPUs")
+    print("| command | anchor | command s | anchor s | ratio | limit s | target | met |\n"
+          "|---|---|---:|---:|---:|---:|---|:--:|")
+    for name, anchor, anchor_s, limit, rule in targets:
+        value = med[name]
+        met = value <= limit
+        if not met and not args.quick:
+            failures.append(f"{name}: {value:.3f} s > {limit:.3f} s")
+        print(f"| `{name}` | `{anchor}` | {value:.3f} | {anchor_s:.3f} | {value / anchor_s:.2f} | {limit:.3f} | "
+              f"{rule} | {'PASS' if met else 'FAIL'} |")
+    if args.quick:
+        print("(--quick: timings printed, not judged)")
+    for f in failures:
+        print(f"FAILED: {f}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
