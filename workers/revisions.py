@@ -170,7 +170,9 @@ class RevisionCache:
         sha = validate_sha(revision)
         with self._locked():
             path = self.trees / sha
-            if (path / ".git").exists():
+            # complete only once `worktree add` returned: its .git file appears before the files are
+            # checked out, and the use stamp is written after (a worker killed in between left it half made)
+            if (path / ".git").exists() and (path / _LAST_USED).exists():
                 _touch(path)
                 return path
             self._ensure_commit(sha)

@@ -157,3 +157,16 @@ def test_each_repository_gets_its_own_clone(tmp_path: Path) -> None:
     _git(cb.bare, "config", "remote.origin.url", str(a))
     with pytest.raises(RevisionError, match="is a clone of"):
         cb.resolve("HEAD")
+
+
+def test_a_worktree_half_made_by_a_killed_worker_is_made_again(repo: Path, tmp_path: Path) -> None:
+    """`git worktree add` writes the worktree's .git file before the files: a worker killed in between
+    (the compose deploy test kills one mid-job) must not leave a tree without the pass for later jobs."""
+    sha = _commit(repo, "one")
+    cache = RevisionCache(str(repo), tmp_path / "cache", size=4)
+    tree = cache.checkout(sha)
+    for item in tree.iterdir():  # what a kill during the checkout leaves: .git, no files, no use stamp
+        if item.name != ".git":
+            subprocess.run(["rm", "-rf", str(item)], check=True)
+    again = RevisionCache(str(repo), tmp_path / "cache", size=4).checkout(sha)
+    assert "VALUE = 'one'" in (again / "amp_pass" / "__init__.py").read_text()
