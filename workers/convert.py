@@ -47,6 +47,8 @@ class ConvertOutcome:
     wall_s: float = 0.0
     returncode: int | None = None
     samples_s: list[float] = field(default_factory=list)  # wall time of each successful conversion
+    # wall time of the reference workload timed right after each sample (:func:`reference_workload`)
+    reference_s: list[float] = field(default_factory=list)
 
 
 def _limit_memory(max_bytes: int) -> Any:
@@ -84,6 +86,10 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
     if first.status != "ok":
         return first
     first.samples_s = [first.wall_s]
+    timed = repeats > 1  # the conversion-time rule compares these samples: pair each with a reference
+    scratch = dst.with_name(f".reference-{dst.name}")
+    if timed:
+        first.reference_s = [reference_workload(src, scratch)]
     for i in range(1, max(1, repeats)):
         if sum(first.samples_s) > repeat_budget_s:
             break
@@ -97,7 +103,30 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
         if again.status != "ok":
             break
         first.samples_s.append(again.wall_s)
+        first.reference_s.append(reference_workload(src, scratch))
+    scratch.unlink(missing_ok=True)
     return first
+
+
+def reference_workload(src: Path, scratch: Path) -> float:
+    """Seconds of a conversion-shaped workload that no pass revision changes, timed right after each
+    conversion sample so that the conversion-time rule can divide drift out (as latency divides by the fp32
+    run): read and parse ``src``, walk every node and value in Python, serialise it and write it to
+    ``scratch`` (what slows a conversion on a busy machine, CPU, memory and file I/O, slows this alike)."""
+    import onnx
+
+    start = time.perf_counter()
+    model = onnx.load_model_from_string(src.read_bytes())
+    producers: dict[str, str] = {}
+    for node in model.graph.node:
+        for name in node.output:
+            producers[name] = node.op_type
+        for name in node.input:
+            producers.setdefault(name, "")
+    for init in model.graph.initializer:
+        producers.setdefault(init.name, "initializer")
+    scratch.write_bytes(model.SerializeToString())
+    return time.perf_counter() - start
 
 
 def _convert_once(src: Path, dst: Path, report: Path, dtype: str, policy: str, target: str,

@@ -109,12 +109,14 @@ PASS_REPORT_KEYS = ("nodes_total", "nodes_low", "casts_inserted", "casts_removed
                     "low_precision_compute_fraction", "iterations", "converged", "seconds", "opset_in", "opset_out")
 
 
-def attach_report(measured: GraphFacts, report: dict[str, Any], samples_s: list[float]) -> GraphFacts:
+def attach_report(measured: GraphFacts, report: dict[str, Any], samples_s: list[float],
+                  reference_s: list[float] | None = None) -> GraphFacts:
     """``measured`` (from :func:`measure_graph`) with the pass report's information
     attached: its fp32 reasons (``kept_fp32``), its own counts (``pass_report``), its painting fixpoint
     (``pass_iterations``; ``pass_converged`` from the report's ``converged``, else whether the iterations
-    stayed below :data:`PAINT_MAX_ITERATIONS`; None when the report has no ``iterations``), and the
-    conversion wall times this worker measured (``convert_seconds`` the first, ``convert_samples_s`` all).
+    stayed below :data:`PAINT_MAX_ITERATIONS`; None when the report has no ``iterations``), the
+    conversion wall times this worker measured (``convert_seconds`` the first, ``convert_samples_s`` all) and
+    the reference workload timed after each (``convert_reference_s``, kept only when paired one to one).
     The measured counts are never replaced by the report's."""
     iterations = report.get("iterations")
     iterations = int(iterations) if isinstance(iterations, int | float) and not isinstance(iterations, bool) else None
@@ -128,6 +130,8 @@ def attach_report(measured: GraphFacts, report: dict[str, Any], samples_s: list[
     measured.pass_iterations, measured.pass_converged = iterations, converged
     measured.convert_samples_s = [round(float(x), 6) for x in samples_s]
     measured.convert_seconds = measured.convert_samples_s[0] if measured.convert_samples_s else 0.0
+    ref = [round(float(x), 6) for x in (reference_s or [])]
+    measured.convert_reference_s = ref if len(ref) == len(measured.convert_samples_s) else []
     return measured
 
 

@@ -150,6 +150,8 @@ class GraphFacts:
     pass_iterations: int | None = None
     pass_converged: bool | None = None
     convert_samples_s: list[float] = field(default_factory=list)
+    # the reference workload timed right after each conversion sample (workers.convert.reference_workload)
+    convert_reference_s: list[float] = field(default_factory=list)
 
     @property
     def measured(self) -> bool:

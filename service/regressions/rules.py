@@ -59,6 +59,7 @@ class CellSample:
     compute_nodes: int | None = None
     compute_ops_version: str | None = None
     convert_samples: tuple[float, ...] = ()   # conversion wall times in seconds, timed by the worker
+    convert_reference: tuple[float, ...] = ()  # a fixed reference workload timed right after each of them
     pass_iterations: int | None = None        # the pass's painting fixpoint iterations (its report)
     pass_converged: bool | None = None        # whether that painting reached its fixpoint (its report)
 
@@ -318,11 +319,14 @@ def pooled(base: CellSample, others: Sequence[CellSample]) -> CellSample:
     paired = all(len(s.fp32_latency_samples) == len(s.latency_samples) for s in timed)
     fp32 = tuple(x for s in timed for x in s.fp32_latency_samples) if paired else ()
     conv = tuple(x for s in (base, *same) for x in s.convert_samples)
+    refs_paired = all(len(s.convert_reference) == len(s.convert_samples) for s in (base, *same))
+    conv_ref = tuple(x for s in (base, *same) for x in s.convert_reference) if refs_paired else ()
     with_samples = [s for s in timed if s.latency_samples]
     run_ms = tuple(statistics.median(s.latency_samples) for s in with_samples)
     rel = [relative_latency(s) for s in with_samples]
     run_rel = tuple(statistics.median(r) for r in rel) if paired and all(rel) else ()
     return replace(base, latency_samples=lat, fp32_latency_samples=fp32, convert_samples=conv,
+                   convert_reference=conv_ref,
                    run_medians=run_rel if len(with_samples) > 1 else (),
                    run_medians_ms=run_ms if len(with_samples) > 1 else ())
 
@@ -331,6 +335,16 @@ def _can_reach(n: int, m: int, p: float) -> bool:
     """True when a one-sided Mann-Whitney U test with sample sizes ``n`` and ``m`` can give a p below ``p``
     (its smallest exact p-value is ``1 / C(n + m, n)``)."""
     return n > 0 and m > 0 and 1 / math.comb(n + m, n) < p
+
+
+def relative_conversion(s: CellSample) -> tuple[float, ...]:
+    """Each conversion sample divided by the reference workload timed right after it in the same job (empty
+    unless paired one to one and positive): what slows the whole machine slows both, what the pass itself
+    costs does not slow the reference."""
+    a, b = s.convert_samples, s.convert_reference
+    if not a or len(a) != len(b) or min(b) <= 0:
+        return ()
+    return tuple(x / y for x, y in zip(a, b, strict=True))
 
 
 def conversion_time_comparable(base: CellSample, new: CellSample, th: Thresholds) -> bool:
@@ -347,7 +361,9 @@ def conversion_time_rule(base: CellSample, new: CellSample, th: Thresholds, mode
     """Conversion wall time (the worker's samples of the conversion subprocess) compared like latency: only
     when :func:`conversion_time_comparable`; a regression (improvement) needs the median ratio beyond
     ``convert_time_ratio`` (below its inverse), the median to move by more than ``convert_time_floor_s``
-    in the same direction, and one-sided Mann-Whitney U p < ``convert_time_p``."""
+    in the same direction, and one-sided Mann-Whitney U p < ``convert_time_p``; when both sides carry a
+    reference workload timed after each sample (:func:`relative_conversion`), the same test must also hold on
+    the samples relative to it (a slowdown of the whole machine between the two jobs is not the pass's)."""
     if not conversion_time_comparable(base, new, th):
         return []
     a, b = base.convert_samples, new.convert_samples
@@ -358,10 +374,19 @@ def conversion_time_rule(base: CellSample, new: CellSample, th: Thresholds, mode
     shift = timing_shift(a, b, ratio, mb - ma, th.convert_time_ratio, th.convert_time_floor_s, th.convert_time_p)
     if shift is None:
         return []
+    ra, rb = relative_conversion(base), relative_conversion(new)
+    relative = ""
+    if ra and rb:  # drift divided out: the change must show relative to the reference workload too
+        rel = statistics.median(rb) / statistics.median(ra)
+        rel_shift = timing_shift(ra, rb, rel, mb - ma, th.convert_time_ratio, th.convert_time_floor_s,
+                                 th.convert_time_p)
+        if rel_shift is None or rel_shift[0] != shift[0]:
+            return []
+        relative = f", x{rel:.2f} relative to the reference workload"
     category, p = shift
     severity = "info" if category == "improvement" else ("major" if ratio > 2 else "minor")
     return [Finding("conversion_time", category, severity, "convert_s", ma, mb,
-                    f"conversion {ma:.4g} s -> {mb:.4g} s (x{ratio:.2f}, n={len(a)}/{len(b)}, "
+                    f"conversion {ma:.4g} s -> {mb:.4g} s (x{ratio:.2f}{relative}, n={len(a)}/{len(b)}, "
                     f"Mann-Whitney p={p:.2g})", p)]
 
 

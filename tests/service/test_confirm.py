@@ -14,6 +14,7 @@ import pytest
 from service.db import Store
 from service.orchestration.jobs import finish_if_complete
 from service.regressions.confirm import confirmation_cost, min_pairs, paired_verdict
+from service.regressions.rules import CellSample, conversion_time_rule, pooled
 from service.regressions.thresholds import Thresholds
 from tests.service.factories import chain, make_result, migrated_store
 
@@ -175,3 +176,30 @@ def test_without_confirmation_a_timing_regression_is_open_at_once(store: Store) 
     assert finish_if_complete(store, run_id, dispatch=lambda _: pytest.fail("nothing to confirm")) is True
     (reg,) = store.regressions(run_id=run_id)
     assert reg.state == "open" and reg.state_note is None
+
+
+def conversion(seconds: list[float], reference: list[float] | None = None) -> CellSample:
+    return CellSample(status="pass", env_fingerprint="env-a", convert_samples=tuple(seconds),
+                      convert_reference=tuple(reference or ()))
+
+
+def test_conversion_time_divides_out_a_machine_slowed_between_the_two_jobs() -> None:
+    """Job-like load that came between the parent's job and the child's slows the conversion and the reference
+    workload timed beside it alike: no finding; a slower pass slows the conversion only: a finding."""
+    base = conversion([0.250, 0.252, 0.248, 0.251, 0.249], [0.050, 0.051, 0.049, 0.050, 0.050])
+    busy = conversion([0.370, 0.366, 0.372, 0.368, 0.371], [0.074, 0.073, 0.075, 0.074, 0.074])
+    assert conversion_time_rule(base, busy, TH, "m", "fp16") == []
+    # without references (results stored before them) the wall times alone decide, as before
+    assert [f.category for f in conversion_time_rule(conversion(list(base.convert_samples)),
+                                                     conversion(list(busy.convert_samples)), TH, "m", "fp16")] == \
+        ["regression"]
+    slow = conversion([0.750, 0.752, 0.748, 0.751, 0.749], [0.050, 0.051, 0.049, 0.050, 0.050])
+    (f,) = conversion_time_rule(base, slow, TH, "m", "fp16")
+    assert f.category == "regression" and "relative to the reference workload" in f.detail
+    # a slower pass on a busy machine: still a finding (x3 against x1.48 of the machine)
+    slow_busy = conversion([1.11, 1.12, 1.10, 1.11, 1.11], [0.074, 0.073, 0.075, 0.074, 0.074])
+    assert [f.category for f in conversion_time_rule(base, slow_busy, TH, "m", "fp16")] == ["regression"]
+    # references pool with their samples
+    pooled_base = pooled(base, [conversion([0.25] * 5, [0.05] * 5)])
+    assert len(pooled_base.convert_reference) == len(pooled_base.convert_samples) == 10
+    assert pooled(base, [conversion([0.25] * 5)]).convert_reference == ()  # one result without: none paired

@@ -194,3 +194,24 @@ def test_job_result_carries_measured_facts_not_the_report(tmp_path: Path) -> Non
     assert r.graph.pass_report["low_precision_compute_fraction"] == 1.0  # what the pass claimed
     assert len(r.graph.convert_samples_s) == 2 and r.graph.convert_seconds == r.graph.convert_samples_s[0]
     assert JobResult.from_json(r.to_json()) == r
+
+
+def test_each_conversion_sample_is_paired_with_a_reference_workload(tmp_path: Path) -> None:
+    """The conversion-time rule divides drift out by a revision-independent workload timed right after each
+    conversion sample (as latency divides by the fp32 run); its scratch file does not stay behind."""
+    src, _ = synthetic_model_path("conv_net", 0, tmp_path / "cache")
+    out = convert_in_subprocess(src, tmp_path / "out.onnx", tmp_path / "report.json", "fp16", "default", "cpu",
+                                fake_pass(tmp_path / "pass", "perturb"), timeout_s=60.0, memory_bytes=1024**3,
+                                repeats=3)
+    assert out.status == "ok" and len(out.reference_s) == len(out.samples_s) == 3
+    assert all(0 < r < 5 for r in out.reference_s)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["out.onnx", "pass.stderr",
+                                                                           "pass.stdout", "report.json"]
+    f = attach_report(GraphFacts(), out.report, out.samples_s, out.reference_s)
+    assert f.convert_reference_s == [round(r, 6) for r in out.reference_s]
+    assert attach_report(GraphFacts(), {}, [0.5, 0.6], [0.1]).convert_reference_s == []  # unpaired: dropped
+    single = convert_in_subprocess(src, tmp_path / "one.onnx", tmp_path / "one.json", "fp16", "default", "cpu",
+                                   fake_pass(tmp_path / "pass", "perturb"), timeout_s=60.0, memory_bytes=1024**3)
+    assert single.reference_s == []  # one conversion: nothing for the conversion-time rule, no reference
+    r = JobResult(model="m", dtype="fp16", policy="default", target="cpu", status="pass", graph=f)
+    assert JobResult.from_json(r.to_json()).graph.convert_reference_s == f.convert_reference_s  # type: ignore[union-attr]
