@@ -244,10 +244,11 @@ def cmd_regressions(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Compare two revisions."""
+    from service.cli.revision_lookup import resolve_with_results
     from service.regressions.render import compare_table
 
-    store = open_store()
-    a, b = store.resolve_revision(args.rev_a), store.resolve_revision(args.rev_b)
+    store = open_store()  # branch, tag or short sha, like --revision; a revision without results says so
+    a, b = resolve_with_results(store, args.rev_a), resolve_with_results(store, args.rev_b)
     rows = store.compare(a, b)
     out = console(args)
     emit(args, {"a": a, "b": b, "cells": [r.to_dict() for r in rows]}, compare_table(rows, a, b, out.width), out=out)
