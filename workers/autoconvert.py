@@ -61,8 +61,14 @@ def add_auto_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_feeds(path: Path, model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
     """Feed sets from an .npz (see the module docstring); DataError naming the problem."""
+    import zipfile
+
     from workers.zoo.inputs import model_inputs
 
+    if path.is_dir() or (path.is_file() and not zipfile.is_zipfile(path)):
+        what = "a directory" if path.is_dir() else "not an .npz file"
+        raise DataError(f"calibration data {path} is {what} (write one with numpy.savez(PATH, NAME=array, ...), "
+                        "one array per model input)")
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: np.asarray(data[k]) for k in data.files}

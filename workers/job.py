@@ -10,6 +10,7 @@ takes a worker down.
 from __future__ import annotations
 
 import hashlib
+import re
 import tempfile
 import traceback
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from workers.environment import fingerprint
 from workers.graph_facts import attach_report, measure_graph
 from workers.latency import measure_latency
 from workers.metrics import compare_outputs, judge
-from workers.result import AccuracyReport, JobResult, LatencyStats
+from workers.result import LATENCY_UNSUPPORTED, AccuracyReport, JobResult, LatencyStats
 from workers.runners import EmulatedRunner, Runner, SessionRunner
 from workers.sessions import CPU, SessionError, cuda_usable
 from workers.timing import JobClock
@@ -329,7 +330,7 @@ class _Job:
                                                   self.settings.latency_warmup,
                                                   lock_file=Path(self.settings.cache_dir) / TIMING_LOCK)
         except SessionError as exc:
-            self.result.latency = LatencyStats(provider=provider, error=f"converted model not timed: {exc}")
+            self.result.latency = LatencyStats(provider=provider, error=latency_error(exc, target, self.spec.dtype))
 
     def _verdict(self) -> None:
         r = self.result
@@ -341,8 +342,21 @@ class _Job:
             r.status, r.message = "diverged", r.convergence.reason
         else:
             r.status = "pass"
-        if r.latency is not None and r.latency.error:
+        if r.latency is not None and r.latency.error and not r.latency.error.startswith(LATENCY_UNSUPPORTED):
             r.message = f"{r.message}; latency: {r.latency.error}" if r.message else f"latency: {r.latency.error}"
+
+
+def latency_error(exc: BaseException, target: str, dtype: str) -> str:
+    """Why the converted model was not timed.  onnxruntime's CPU provider has no bf16 kernels for most ops
+    (NOT_IMPLEMENTED): that is information (:data:`workers.result.LATENCY_UNSUPPORTED`), said once, not a
+    failure of the model; anything else is the session's error."""
+    text = str(exc)
+    if target == "cpu" and dtype == "bf16" and "NOT_IMPLEMENTED" in text:
+        ops = sorted(set(re.findall(r"implementation for (\w+)\(", text)))
+        first = f" (first missing: {', '.join(ops)})" if ops else ""
+        return (f"{LATENCY_UNSUPPORTED}onnxruntime's CPU provider has no bf16 kernels for these ops{first}; "
+                "bf16 latency is measured on CUDA workers (--target cuda)")
+    return f"converted model not timed: {text}"
 
 
 def target_kind(target: str) -> str:

@@ -71,6 +71,11 @@ class AccuracyReport:
     not_judged: dict[str, str] = field(default_factory=dict)
 
 
+#: Prefix of a ``LatencyStats.error`` that is information, not a problem: the provider has no kernels for the
+#: dtype (onnxruntime's CPU provider and bf16), so latency is measured elsewhere (CUDA workers).
+LATENCY_UNSUPPORTED = "unsupported here: "
+
+
 @dataclass
 class LatencyStats:
     """Latency of the converted and fp32 models on the job's target provider, in milliseconds."""

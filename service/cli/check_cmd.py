@@ -64,8 +64,12 @@ def format_result(r: Any) -> str:
                      f"max {_fmt(c.max_error)}, "
                      f"{'DIVERGED: ' + c.reason if c.diverged else 'bounded'}")
     if r.latency is not None:
+        from workers.result import LATENCY_UNSUPPORTED
+
         lat = r.latency
-        if lat.error:
+        if lat.error.startswith(LATENCY_UNSUPPORTED):
+            lines.append(f"  info: latency not measured: {lat.error[len(LATENCY_UNSUPPORTED):]}")
+        elif lat.error:
             lines.append(f"  latency ({lat.provider}): not measured - {lat.error}")
         else:
             rss = f", peak RSS {lat.peak_rss_mb:.0f} MiB" if lat.peak_rss_mb else ""
@@ -153,27 +157,180 @@ def validated_policy(dtype: str, policy: str, target: str) -> str:
     return resolve_policy(policy, Path.cwd(), "--policy")
 
 
+def error_json(message: str, status: str = "bad_spec", exit_code: int = 2,
+               result: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one shape of an error of ``check --json`` on stdout (the same line also goes to stderr):
+    ``{"error", "status", "message", "exit_code"}``, plus ``result`` when a job ran and found the input bad."""
+    out: dict[str, Any] = {"error": "bad_input" if exit_code == 2 else "error", "status": status,
+                           "message": " ".join(message.split()), "exit_code": exit_code}
+    if result is not None:
+        out["result"] = result
+    return out
+
+
 def _run(args: argparse.Namespace) -> int:
+    try:
+        return _check(args)
+    except Exception as exc:  # the JSON twin of the one line main() prints for an expected error
+        code = getattr(exc, "exit_code", None)
+        if getattr(args, "json", False) and isinstance(code, int):
+            print(json.dumps(error_json(str(exc), exit_code=code), sort_keys=True))
+        raise
+
+
+def _check(args: argparse.Namespace) -> int:
+    import sys
+
     from service.settings import Settings
     from workers.job import JobSpec, run_job  # lazy: onnxruntime only when a job runs
 
     settings = Settings.from_env()
     policy = validated_policy(args.dtype, args.policy, args.target)
     entry = None
+    if Path(args.model).expanduser().is_dir():
+        raise UserError(f"{args.model} is a directory; give an ONNX model file (PATH.onnx) or a zoo name "
+                        "(see `ampci zoo list`)")
     if is_model_file(args.model):
         entry = file_entry(args)
     elif args.inputs is not None or args.input_shape or args.input_range or args.stateful:
         raise UserError(f"--inputs/--input-shape/--input-range/--stateful describe a model file; {args.model!r} "
                         "is a zoo name (its inputs are in the zoo entry)")
+    else:
+        from workers.zoo.manifest import load_zoo
+
+        load_zoo(args.zoo, settings.data_dir).get(args.model)  # unknown: ZooError with a "did you mean"
     spec = JobSpec(model=entry.name if entry else args.model, dtype=args.dtype, policy=policy, target=args.target,
                    revision=args.revision, pass_root=args.pass_root, seed=args.seed, steps=args.steps,
                    zoo_path=args.zoo, entry=entry)
     result = run_job(spec, settings.worker_config())
+    memory = AutoMemory(settings.data_dir)
+    if policy == "auto":
+        memory.remember(result)
+    code = exit_code(result.status)
     if args.json:
-        print(json.dumps(result.to_dict(), sort_keys=True, indent=2, allow_nan=False))
+        if code == 2:
+            print(json.dumps(error_json(result.message, result.status, 2, result.to_dict()), sort_keys=True,
+                             indent=2, allow_nan=False))
+            print(f"ampci: error: {' '.join(result.message.split())}", file=sys.stderr)
+        else:
+            print(json.dumps(result.to_dict(), sort_keys=True, indent=2, allow_nan=False))
     else:
         print(format_result(result))
-    return exit_code(result.status)
+        for line in next_steps(result, args, memory.recall(result)):
+            print(line)
+    return code
+
+
+#: Statuses after which ``policy auto`` is the next thing to try (it keeps nodes fp32 until accurate).
+AUTO_HELPS = frozenset({"fail_accuracy", "diverged"})
+#: How the pass's fp32 reasons name a node the auto search forced (``auto: search: …``, or
+#: amp_pass.calibration.FORCED_REASON; not imported: the CLI stays light).
+FORCED = ("auto:", "forced fp32")
+
+
+def kept_nodes(result: Any) -> list[dict[str, str]]:
+    """The nodes a result kept in fp32 (the pass's reasons), with ``forced``: "1" for those the auto
+    search forced (the others follow from them or from the policy)."""
+    graph = getattr(result, "graph", None)
+    return [{**k, "forced": "1" if any(f in k.get("reason", "") for f in FORCED) else ""}
+            for k in (graph.kept_fp32 if graph is not None else [])]
+
+
+def _nodes_text(kept: list[dict[str, str]], limit: int = 12) -> str:
+    """``mm (MatMul, forced by the search), add (Add)``, at most ``limit`` of them."""
+    shown = ", ".join(f"{k.get('node')} ({k.get('op_type')}{', forced by the search' if k.get('forced') else ''})"
+                      for k in kept[:limit])
+    return shown + (f" and {len(kept) - limit} more" if len(kept) > limit else "")
+
+
+class AutoMemory:
+    """What ``ampci check --policy auto`` kept in fp32, per (model sha256, dtype, target), under
+    ``AMPCI_DATA_DIR/check_auto.json``, so that a later FAIL of another policy can say it.  Best effort:
+    an unreadable or unwritable file is the same as an empty one."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = Path(data_dir) / "check_auto.json"
+
+    @staticmethod
+    def key(result: Any) -> str:
+        return f"{result.model_sha256 or result.model}|{result.dtype}|{result.target}"
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text())
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def remember(self, result: Any) -> None:
+        """Record a finished ``policy auto`` result (nothing when it did not convert)."""
+        if getattr(result, "graph", None) is None:
+            return
+        import datetime as dt
+        import os
+
+        data = self._load()
+        data[self.key(result)] = {"status": result.status, "kept": kept_nodes(result),
+                                  "at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+            tmp.replace(self.path)
+        except OSError:
+            pass
+
+    def recall(self, result: Any) -> dict[str, Any] | None:
+        """The recorded ``policy auto`` outcome for ``result``'s model, dtype and target, if any."""
+        got = self._load().get(self.key(result))
+        return got if isinstance(got, dict) else None
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def next_steps(result: Any, args: argparse.Namespace, auto: dict[str, Any] | None) -> list[str]:
+    """What to try after ``result``: for an accuracy failure with a policy other than ``auto``, the
+    ``ampci check --policy auto`` and ``ampci convert --policy auto`` commands, with what ``auto`` kept in
+    fp32 when it ran on this model here before; for a ``policy auto`` result, the nodes it kept in fp32."""
+    if args.policy == "auto":
+        if getattr(result, "graph", None) is None:
+            return []
+        kept = kept_nodes(result)
+        return [f"  auto kept {len(kept)} node(s) in fp32: {_nodes_text(kept)}" if kept
+                else "  auto kept no node in fp32"]
+    if result.status not in AUTO_HELPS:
+        return []
+    model, dtype = args.model, args.dtype
+    is_file = is_model_file(model)
+    src = model if is_file else f"{model}.onnx"
+    target = ["--target", args.target] if args.target in ("cpu", "cuda") else []
+    file_inputs = [["--inputs", str(args.inputs)]] if is_file and args.inputs is not None else []
+    check = [model, "--dtype", dtype, *target, *(x for pair in file_inputs for x in pair)]
+    if is_file:
+        check += [x for flag in ("input_shape", "input_range") for v in getattr(args, flag) or []
+                  for x in (f"--{flag.replace('_', '-')}", v)]
+    convert = [src, "-o", f"{Path(model).stem if is_file else model}_{dtype}.onnx", "--dtype", dtype, *target,
+               *(x for pair in file_inputs for x in pair)]
+    lines = [f"next step: policy auto keeps the fewest nodes in fp32 that make {model} {dtype} accurate:",
+             f"  ampci check {' '.join(map(_quote, check))} --policy auto",
+             "  and to write the passing model:"]
+    if not is_file:
+        lines.append(f"  ampci zoo export {_quote(model)} -o {_quote(src)}")
+    lines.append(f"  ampci convert {' '.join(map(_quote, convert))} --policy auto")
+    if is_file and args.inputs is None and (args.input_shape or args.input_range):
+        lines.append("  (auto measures on real inputs: give it --inputs FILE.npz for a model with symbolic dims "
+                     "or integer inputs)")
+    if auto:
+        kept = [k for k in auto.get("kept") or [] if isinstance(k, dict)]
+        lines.append(f"  when auto ran here ({auto.get('at')}: {str(auto.get('status', '')).upper()}) it kept "
+                     + (f"{len(kept)} node(s) in fp32: {_nodes_text(kept)}" if kept else "no node in fp32"))
+    else:
+        lines.append("  (auto has not run on this model here yet; the first command shows what it keeps in fp32)")
+    return lines
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -66,10 +66,12 @@ def _list(args: argparse.Namespace) -> int:
                            "description": e.description} for e in entries], indent=2))
         return 0
     width = max((len(e.name) for e in entries), default=4)
+    tags = max((len(",".join(e.tags)) for e in entries), default=4)
+    print(f"{'NAME':<{width}}  {'ORIGIN':<8}  {'SOURCE':<10}  {'TAGS':<{tags}}  INPUTS")
     for e in entries:
         shapes = ", ".join(f"{i.name}{list(i.shape)}" for i in e.inputs)
         origin = e.origin if e.origin in ("builtin", "user") else "manifest"
-        print(f"{e.name:<{width}}  {origin:<8}  {e.source.kind:<10}  {','.join(e.tags):<28}  {shapes}")
+        print(f"{e.name:<{width}}  {origin:<8}  {e.source.kind:<10}  {','.join(e.tags):<{tags}}  {shapes}")
     return 0
 
 

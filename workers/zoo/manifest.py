@@ -246,7 +246,11 @@ class Zoo:
     def get(self, name: str) -> ZooEntry:
         """The entry called ``name``; ZooError listing the known names otherwise."""
         if name not in self.entries:
-            raise ZooError(f"unknown model {name!r}; the zoo has: {', '.join(sorted(self.entries))}")
+            import difflib
+
+            close = difflib.get_close_matches(name, list(self.entries), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ZooError(f"unknown model {name!r}{hint}; the zoo has: {', '.join(sorted(self.entries))}")
         return self.entries[name]
 
     def select(self, names: list[str] | None = None, tag: str | None = None) -> list[ZooEntry]:

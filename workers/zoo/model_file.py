@@ -75,6 +75,15 @@ def _fmt_dims(dims: list[int | str | None]) -> str:
 
 
 def _npz_arrays(path: Path, label: str) -> dict[str, np.ndarray]:
+    import zipfile
+
+    if not path.exists():
+        raise SpecError(f"{label}: --inputs {path} does not exist")
+    if path.is_dir():
+        raise SpecError(f"{label}: --inputs {path} is a directory, not an .npz file")
+    if not zipfile.is_zipfile(path):  # np.load would try a pickle and advise allow_pickle
+        raise SpecError(f"{label}: --inputs {path} is not an .npz file (write one with numpy.savez(PATH, "
+                        "NAME=array, ...), one array per model input)")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: np.asarray(data[k]) for k in data.files}
@@ -156,10 +165,19 @@ def input_tables(model: onnx.ModelProto, options: InputOptions, label: str, npz_
     return tables
 
 
+def missing_file(path: Path) -> SpecError | None:
+    """The error for a model path that is not a readable file (a directory, nothing), else None."""
+    if path.is_dir():
+        return SpecError(f"model file {path} is a directory; give the .onnx file in it")
+    if not path.is_file():
+        return SpecError(f"model file {path} does not exist")
+    return None
+
+
 def load_graph(path: Path) -> onnx.ModelProto:
     """The model at ``path`` without its weights (enough for its inputs); SpecError if unreadable."""
-    if not path.is_file():
-        raise SpecError(f"model file {path} does not exist")
+    if (err := missing_file(path)) is not None:
+        raise err
     try:
         return onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - protobuf raises several types
@@ -194,7 +212,7 @@ def file_entry(path: Path, options: InputOptions, state: Mapping[str, str] | Non
     """A zoo entry (origin ``file``, named by the file name) for checking the model file at ``path`` as
     it is, its sha256 computed from the file; SpecError/ZooError (exit 2) for what cannot be run."""
     path = Path(path).expanduser().resolve()
-    if not path.is_file():
-        raise SpecError(f"model file {path} does not exist")
+    if (err := missing_file(path)) is not None:
+        raise err
     table = entry_table(path, verified_sha256(path), options, state=state, description=f"model file {path}")
     return entry_from_table(path.name, table, path.parent, "file")

@@ -86,6 +86,8 @@ def add_model(name: str, model: Path, options: InputOptions, data_dir: Path, cac
         raise ZooError(f"zoo add: model {name!r} is already in the {where} zoo "
                        f"({user_zoo_path(data_dir) if where == ORIGIN_USER else zoo.path}); choose another --name")
     model = Path(model).expanduser().resolve()
+    if model.is_dir():
+        raise ZooError(f"zoo add: model file {model} is a directory; give the .onnx file in it")
     if not model.is_file():
         raise ZooError(f"zoo add: model file {model} does not exist")
     sha = sha256_file(model)
