@@ -35,6 +35,29 @@ def _store(request: Request) -> Any:
     return request.app.state.ctx.store
 
 
+def check_filters(**values: str | None) -> None:
+    """A 400 for a cell filter value the CLI refuses too (``dtype=fp8``, ``status=passs``): the same
+    vocabularies and one-line messages as the CLI's (:mod:`service.cli.argtypes`), listing the choices,
+    so a typo is an error instead of an empty ``200 []``."""
+    import argparse
+
+    from service.cli.argtypes import dtype_name, one_of, policy_name, target_name
+
+    def statuses() -> tuple[str, ...]:
+        from workers.result import STATUSES
+
+        return STATUSES
+
+    parsers = {"dtype": dtype_name, "policy": policy_name, "target": target_name, "status": one_of("status", statuses)}
+    for name, raw in values.items():
+        if raw is None:
+            continue
+        try:
+            parsers[name](raw)
+        except argparse.ArgumentTypeError as exc:
+            raise ApiError(400, f"{name}: {exc}") from None
+
+
 @router.get("/runs", summary="Runs, newest first")
 def list_runs(request: Request, limit: Limit = 50, revision: Rev = None, trigger: Trigger | None = None,
               status: RunState | None = None) -> dict[str, Any]:
@@ -57,6 +80,7 @@ def get_run(request: Request, run_id: Id) -> dict[str, Any]:
 def list_results(request: Request, run_id: OptId = None, revision: Rev = None, model: Name = None,
                  dtype: Name = None, policy: Name = None, target: Name = None, status: Name = None,
                  latest_only: bool = True, limit: Limit = 1000) -> dict[str, Any]:
+    check_filters(dtype=dtype, policy=policy, target=target, status=status)
     rows = _store(request).results(run_id=run_id, revision=revision, model=model, dtype=dtype, policy=policy,
                                    target=target, status=status, latest_only=latest_only, limit=limit)
     return {"results": [r.to_dict() for r in rows]}
@@ -89,6 +113,7 @@ def history(request: Request,
             dtype: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^[\w.:+/-]+$")],
             policy: Name = None, target: Name = None, metric: Metric = "cosine",
             limit: Annotated[int, StrictInt, Query(ge=1, le=2000)] = 200) -> dict[str, Any]:
+    check_filters(dtype=dtype, policy=policy, target=target)
     points = _store(request).history(model, dtype, policy=policy, target=target, metric=metric, limit=limit)
     return {"model": model, "dtype": dtype, "metric": metric, "points": [p.to_dict() for p in points]}
 
