@@ -179,9 +179,12 @@ def register(subparsers: Any) -> None:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """List runs."""
+    runs = open_store().list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger, status=args.status)
+    if args.json:  # no table: rich is not imported
+        emit(args, [r.to_dict() for r in runs])
+        return 0
     from service.regressions.render import runs_table
 
-    runs = open_store().list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger, status=args.status)
     out = console(args)
     emit(args, [r.to_dict() for r in runs], runs_table(runs, out.width), out=out)
     return 0
@@ -245,11 +248,15 @@ def cmd_regressions(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Compare two revisions."""
     from service.cli.revision_lookup import resolve_with_results
-    from service.regressions.render import compare_table
 
     store = open_store()  # branch, tag or short sha, like --revision; a revision without results says so
     a, b = resolve_with_results(store, args.rev_a), resolve_with_results(store, args.rev_b)
     rows = store.compare(a, b)
+    if args.json:  # no table: rich is not imported
+        emit(args, {"a": a, "b": b, "cells": [r.to_dict() for r in rows]})
+        return 0
+    from service.regressions.render import compare_table
+
     out = console(args)
     emit(args, {"a": a, "b": b, "cells": [r.to_dict() for r in rows]}, compare_table(rows, a, b, out.width), out=out)
     return 0

@@ -50,14 +50,14 @@ def _command_paths(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) 
                 yield from _command_paths(sub, (*path, name))
 
 
-def _imports(argv: list[str], env: dict[str, str]) -> tuple[int, set[str]]:
+def _imports(argv: list[str], env: dict[str, str], forbidden: frozenset[str] = FORBIDDEN) -> tuple[int, set[str]]:
     """(exit status, forbidden modules in sys.modules) of ``ampci ARGV`` in a fresh interpreter."""
     proc = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=120)
     assert "@@" in proc.stdout, proc.stderr
     report = json.loads(proc.stdout.rsplit("@@", 1)[1])
     return report["rc"], {m for m in report["modules"]
-                          if m.split(".")[0] in FORBIDDEN and m not in LIGHT_AMP_PASS}
+                          if m.split(".")[0] in forbidden and m not in LIGHT_AMP_PASS}
 
 
 def _env(tmp_path: Path, db_url: str = "") -> dict[str, str]:
@@ -131,3 +131,12 @@ def test_queries_import_no_model_stack_nor_alembic(tmp_path: Path) -> None:
         rc, heavy = _imports(argv, _env(tmp_path, url))
         assert rc in (0, 1), f"`ampci {' '.join(argv)}` exited {rc}"  # regressions exits 1 when open ones exist
         assert not heavy, f"`ampci {' '.join(argv)}` imports {sorted(heavy)}"
+
+
+def test_json_answers_build_no_table(tmp_path: Path) -> None:
+    """``runs --json`` and ``compare --json`` print JSON without importing rich (its console and tables)."""
+    url = f"sqlite:///{tmp_path / 'q.sqlite3'}"
+    argvs = _query_argvs(url)
+    for argv in (argvs["runs"], [*argvs["compare"], "--json"]):
+        rc, heavy = _imports(argv, _env(tmp_path, url), FORBIDDEN | {"rich"})
+        assert rc == 0 and not heavy, f"`ampci {' '.join(argv)}` exited {rc}, imports {sorted(heavy)}"
