@@ -9,6 +9,11 @@ imports nothing from ``workers``.  Protocol, one JSON object per line:
 - zygote -> worker: ``{"pid": CHILD}`` at once, then ``{"pid": CHILD, "code": N}`` or
   ``{"pid": CHILD, "signal": N}`` when the child ends.
 
+The zygote is either this script (a fresh interpreter: the fallback) or, when its worker started a
+fork server (:func:`workers.zygotes.start_forkserver`), a process forked from that preloaded server
+that calls :func:`become` (the server has numpy, onnx and onnx_ir imported, never ``amp_pass``; the
+revision's ``amp_pass`` is imported in the forked zygote only).
+
 The child runs in its own session (the worker kills its process group on timeout) with
 ``RLIMIT_AS`` set, stdout/stderr redirected to the given files, and executes ``amp_pass`` as
 ``python -m amp_pass ARGV`` would, so the pass sees the same contract as a fresh subprocess.
@@ -120,9 +125,13 @@ def _dispatch(child, req):
         _send({"pid": pid, "code": os.WEXITSTATUS(status)})
 
 
+_OUT = None  # where protocol lines go: this script's stdout, or the pipe a forked zygote was given
+
+
 def _send(obj):
-    sys.__stdout__.write(json.dumps(obj) + "\n")
-    sys.__stdout__.flush()
+    out = _OUT if _OUT is not None else sys.__stdout__
+    out.write(json.dumps(obj) + "\n")
+    out.flush()
 
 
 def _drop_editable_finders():
@@ -132,10 +141,8 @@ def _drop_editable_finders():
                         if not (getattr(f, "__module__", "") or "").startswith("__editable__")]
 
 
-def main():
-    root = sys.argv[1]
-    sys.path[0] = root  # replaces this script's directory: nothing of workers/ is importable here
-    _drop_editable_finders()
+def _serve(lines):
+    """Import the pass on ``sys.path`` once, say ready, then fork one child per request line."""
     try:
         import amp_pass  # noqa: F401 - the point: import once, fork many times
         try:
@@ -149,12 +156,42 @@ def main():
     gc.freeze()  # children inherit the imported pass without the collector touching (copying) its pages
     child = _prefork()
     _send({"ready": True})
-    for line in sys.stdin:
+    for line in lines:
         if not line.strip():
             continue
         _dispatch(child, json.loads(line))
         child = _prefork()
     return 0
+
+
+def become(root, in_fd, out_fd, env):
+    """Turn this process (forked from a fork server that never imported ``amp_pass``) into the zygote
+    of ``root``: requests on ``in_fd``, protocol lines on ``out_fd``, ``env`` as its environment.
+    Any ``amp_pass`` module and editable-install finder it inherited is dropped and ``root`` goes first
+    on ``sys.path``, so the pass is imported from ``root`` alone, as in a fresh interpreter."""
+    global _OUT
+    os.setsid()  # the worker kills the zygote's process group
+    os.chdir(root)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.dont_write_bytecode = True  # as PYTHONDONTWRITEBYTECODE: the worktree keeps its fingerprint
+    for name in [m for m in sys.modules if m == "amp_pass" or m.startswith("amp_pass.")]:
+        del sys.modules[name]
+    _drop_editable_finders()
+    sys.path.insert(0, root)
+    import importlib
+
+    importlib.invalidate_caches()
+    _OUT = os.fdopen(out_fd, "w", buffering=1)
+    with os.fdopen(in_fd, "r") as lines:
+        return _serve(lines)
+
+
+def main():
+    root = sys.argv[1]
+    sys.path[0] = root  # replaces this script's directory: nothing of workers/ is importable here
+    _drop_editable_finders()
+    return _serve(sys.stdin)
 
 
 if __name__ == "__main__":

@@ -131,7 +131,8 @@ def _run_baseline(settings: Any, config: Any, store: Any, baseline: str, args: a
 def _wait(store: Any, started: Any, timeout: float | None) -> Any:
     """Wait for a started run with progress; on Ctrl-C or timeout cancel embedded jobs (Celery jobs go on)."""
     try:
-        run_info = _wait_with_progress(store, started.run_id, started.cells, timeout)
+        wake = started.pool.wait_for_change if started.pool is not None else None  # the pool tells us
+        run_info = _wait_with_progress(store, started.run_id, started.cells, timeout, wake)
     except BaseException as exc:  # Ctrl-C or a timeout: embedded jobs stop with us; Celery jobs keep going
         if started.pool is not None:
             started.pool.cancel()
@@ -168,7 +169,8 @@ def compared_cells(store: Any, run_id: int, cells: int, baseline: str | None, re
             "baseline_revisions": sorted(set(found.values())), "message": message}
 
 
-def _wait_with_progress(store: Any, run_id: int, total: int, timeout: float | None) -> Any:
+def _wait_with_progress(store: Any, run_id: int, total: int, timeout: float | None,
+                        wake: Any = None) -> Any:
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -195,7 +197,7 @@ def _wait_with_progress(store: Any, run_id: int, total: int, timeout: float | No
                 seen["final"], seen["failed"] = final, failed_cells(store.jobs(run_id), store.results(run_id=run_id))
             progress.update(task, completed=final, failed=seen["failed"], running=counts.get("running", 0))
 
-        return wait_for_run(store, run_id, update, timeout=timeout)
+        return wait_for_run(store, run_id, update, timeout=timeout, wake=wake)
 
 
 #: Result statuses of a cell that did not pass (every status but the green ones): the job ran ("done") but

@@ -24,7 +24,15 @@ from service.settings import Settings
 
 
 def _slot_main(conn: Any) -> None:
-    """Body of one local worker subprocess: run requested cells one at a time until told to stop."""
+    """Body of one local worker subprocess: run requested cells one at a time until told to stop.
+
+    First, while it has one thread, it forks its conversion fork server (numpy, onnx and onnx_ir
+    imported once: :func:`workers.zygotes.start_forkserver`), then imports the job code once for all
+    its jobs."""
+    from workers.zygotes import start_forkserver
+
+    start_forkserver()
+    import workers.job  # noqa: F401 - onnxruntime and the job code, once per worker, before its first job
     from workers.cell import run_cell  # the only place the service side reaches job code
 
     while True:
@@ -42,25 +50,44 @@ class _SlotDied(Exception):
     pass
 
 
+def _context() -> Any:
+    """The multiprocessing context of worker subprocesses: ``forkserver`` with the pass's heavy
+    dependencies preloaded (imported once in the server, not once per worker; forked from it, a worker
+    inherits none of this process's threads and sockets), ``spawn`` where there is no fork server."""
+    from workers.zygotes import PRELOAD
+
+    try:
+        ctx = multiprocessing.get_context("forkserver")
+    except ValueError:
+        return multiprocessing.get_context("spawn")
+    ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
 class _Slot:
-    """One worker subprocess (spawned, so the parent's threads and sockets are not inherited)."""
+    """One worker subprocess (forked from a clean preloaded server, or spawned: the parent's threads
+    and sockets are not inherited)."""
 
     def __init__(self) -> None:
         self.proc: Any = None
         self.conn: Any = None
 
     def _start(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
+        ctx = _context()
         self.conn, child = ctx.Pipe()
         proc = ctx.Process(target=_slot_main, args=(child,), daemon=True, name="ampci-local-worker")
         proc.start()
         self.proc = proc  # only once it has a pid
         child.close()
 
-    def run(self, request: tuple[Any, ...], timeout: float) -> str | None:
-        """Result JSON, or None on timeout (the subprocess is killed); _SlotDied if it died."""
+    def ensure_started(self) -> None:
+        """Start the subprocess unless it is running."""
         if self.proc is None or not self.proc.is_alive():
             self._start()
+
+    def run(self, request: tuple[Any, ...], timeout: float) -> str | None:
+        """Result JSON, or None on timeout (the subprocess is killed); _SlotDied if it died."""
+        self.ensure_started()
         try:
             self.conn.send(request)
             if self.conn.poll(timeout):
@@ -111,7 +138,32 @@ class LocalPool:
         self._active = 0               # threads taking jobs (guarded by _lock, as are the queue's gets)
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
+        self._changed = threading.Condition()  # notified whenever a job of this pool ends
+        self._ended = 0                        # jobs ended so far (guarded by _changed)
         self.errors: list[BaseException] = []
+
+    def prestart(self, jobs: int | None = None) -> None:
+        """Start up to ``workers`` (at most ``jobs``) worker subprocesses now, idle, so that their
+        start-up (imports, fork server) overlaps what the caller does before :meth:`submit`."""
+        want = min(self.workers, self.workers if jobs is None else max(0, jobs))
+        with self._lock:
+            while len(self._idle) < want:
+                slot = _Slot()
+                slot.ensure_started()
+                self._slots.append(slot)
+                self._idle.append(slot)
+
+    def wait_for_change(self, timeout: float) -> bool:
+        """Block until a job of this pool ends (True) or ``timeout`` seconds pass (False): a waiter
+        learns of finished jobs at once instead of sleeping between polls."""
+        with self._changed:
+            seen = self._ended
+            return self._changed.wait_for(lambda: self._ended != seen, timeout)
+
+    def _job_ended(self) -> None:
+        with self._changed:
+            self._ended += 1
+            self._changed.notify_all()
 
     def submit(self, jobs: Iterable[Any]) -> None:
         """Queue jobs and make sure up to ``workers`` threads (each with its subprocess) take them,
@@ -154,6 +206,8 @@ class LocalPool:
             except BaseException as exc:  # noqa: BLE001 - keep the pool alive, report at the end
                 self.errors.append(exc)
                 self.store.mark_job(job.id, "error", f"{type(exc).__name__}: {exc}")
+            finally:
+                self._job_ended()
 
     def _run_one(self, slot: _Slot, job: Any, worker: str) -> None:
         from workers.result import JobResult

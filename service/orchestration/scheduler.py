@@ -192,6 +192,21 @@ def start_sweep(settings: Settings, config: SweepConfig, revision: str = "WORKTR
     if only_cells is not None:
         wanted = set(only_cells)
         cells = [c for c in cells if c.cell in wanted]
+    pool = None
+    if settings.embedded and cells:  # its workers start up while the revision is described and stored
+        pool = LocalPool(settings, store, workers=local_workers)
+        pool.prestart(len(cells))
+    try:
+        return _start_run(settings, store, config, cells, revision, trigger, baseline, dedup_key, pool)
+    except BaseException:
+        if pool is not None:
+            pool.close()
+        raise
+
+
+def _start_run(settings: Settings, store: Any, config: SweepConfig, cells: list[Any], revision: str,
+               trigger: str, baseline: str | None, dedup_key: str | None, pool: Any) -> StartedRun:
+    """The rest of :func:`start_sweep`, with its (prestarted) local pool, if any."""
     sha, parent, info = _describe_revision(settings, revision)
     base = resolve_revision(settings, baseline) if baseline else parent
     from workers.revisions import SHA_RE
@@ -209,11 +224,13 @@ def start_sweep(settings: Settings, config: SweepConfig, revision: str = "WORKTR
     run_id, created = store.create_run_if_new(sha, trigger, base, config.name, [c.cell for c in cells],
                                               dedup_key, meta, dispatch=dispatch_mode(settings))
     if not created:
+        if pool is not None:
+            pool.close()
         return StartedRun(run_id, sha, base, len(cells), created=False)
     jobs = store.jobs(run_id)
-    pool = None
     if settings.embedded:
-        pool = LocalPool(settings, store, workers=local_workers)
+        if pool is None:
+            pool = LocalPool(settings, store)
         pool.submit(jobs)
     else:
         enqueue(settings, sha, jobs)
@@ -242,12 +259,15 @@ def start_nightly(settings: Settings, sweep: str = "full", day: date | None = No
 
 
 def wait_for_run(store: Any, run_id: int, on_progress: ProgressCallback | None = None,
-                 poll: float = 0.5, timeout: float | None = None) -> Any:
+                 poll: float = 0.5, timeout: float | None = None,
+                 wake: Callable[[float], object] | None = None) -> Any:
     """Block until no job of the run is pending and its confirmation (if any) is over, then finish it;
     return its final RunInfo.
 
     ``on_progress`` gets the job counts by status after every poll.  Raises TimeoutError after
-    ``timeout`` seconds (the run is left as it is; workers keep going).
+    ``timeout`` seconds (the run is left as it is; workers keep going).  ``wake`` (e.g.
+    :meth:`LocalPool.wait_for_change`) blocks until a job ends or its timeout passes: the next poll
+    then follows each job's end at once instead of after a sleep (``poll`` bounds the wait).
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
@@ -260,6 +280,9 @@ def wait_for_run(store: Any, run_id: int, on_progress: ProgressCallback | None =
             return store.get_run(run_id)  # (not before its suspected timing regressions are confirmed)
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"run {run_id} still has pending jobs after {timeout:.0f}s")
-        time.sleep(poll)
+        if wake is not None:
+            wake(poll)
+        else:
+            time.sleep(poll)
 
 

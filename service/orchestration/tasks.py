@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from celery import Task
+from celery.signals import worker_process_init
 
 from service.errors import DatabaseUnavailableError
 from service.orchestration import reconcile, scheduler
@@ -42,6 +43,18 @@ from workers.cell import run_cell as _run_cell
 from workers.result import JobResult
 
 log = logging.getLogger(__name__)
+
+
+@worker_process_init.connect
+def preload_job_code(**_: Any) -> None:
+    """In each Celery pool child, once, before its first job: fork the conversion fork server while
+    the child has one thread (:func:`workers.zygotes.start_forkserver`: numpy, onnx and onnx_ir
+    imported once, each revision's zygote forked from it), then import the job code, so no job of
+    this child pays those imports.  The prefork parent imports none of it."""
+    from workers.zygotes import start_forkserver
+
+    start_forkserver()
+    import workers.job  # noqa: F401 - onnxruntime and the job code, kept for all this child's jobs
 
 
 def run_cell(cell: tuple[str, str, str, str], revision: str, settings: Settings,

@@ -1,0 +1,55 @@
+"""The local pool's workers import once (issue 25): forked from a preloaded server, their conversion
+zygotes forked from a preloaded fork server (no fresh interpreter), and a waiter is told of each
+finished job instead of sleeping between polls."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from service.orchestration import scheduler
+from service.settings import Settings
+from workers.revisions import RevisionCache
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    proc = psutil.Process(pid)
+    return [proc, *proc.children(recursive=True)]
+
+
+def test_pool_workers_fork_zygotes_from_a_preloaded_server_and_tell_the_waiter(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
+    store = scheduler.open_store(settings)
+    key = RevisionCache.from_config(settings.worker_config()).snapshot(ROOT)
+    run_id = store.create_run(key, "manual", None, "t", [("conv_net", "fp16", "default", "cpu"),
+                                                         ("conv_net", "bf16", "default", "cpu")])
+    pool = scheduler.LocalPool(settings, store, workers=1)
+    pool.prestart(2)
+    (slot,) = pool._slots
+    assert slot.proc is not None and slot.proc.is_alive()  # started before any job was submitted
+    try:
+        pool.submit(store.jobs(run_id))
+        # poll=60: a waiter that slept between polls would return a minute after the last job
+        start = time.monotonic()
+        run = scheduler.wait_for_run(store, run_id, poll=60, timeout=240, wake=pool.wait_for_change)
+        returned = time.monotonic()
+        assert run.status == "complete"
+        last_done = max(j.finished_at for j in store.jobs(run_id)).timestamp()
+        assert returned - start < 60 and time.time() - last_done < 10
+        worker = psutil.Process(slot.proc.pid)
+        # the worker was forked from multiprocessing's preloaded fork server, not spawned afresh
+        assert "multiprocessing.forkserver" in " ".join(worker.parent().cmdline())
+        tree = _tree(worker.pid)
+        fresh = [p for p in tree if any("_zygote.py" in part for part in p.cmdline())]
+        assert not fresh, f"a zygote was started as a fresh interpreter: {[p.cmdline() for p in fresh]}"
+        # its fork server and the revision's zygote are forks of the worker (same command line)
+        assert len(tree) >= 3 and all(p.cmdline() == worker.cmdline() for p in tree)
+    finally:
+        pool.close()
+    assert store.results(run_id=run_id) and {r.status for r in store.results(run_id=run_id)} == {"pass"}
