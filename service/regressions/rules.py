@@ -337,6 +337,14 @@ def _can_reach(n: int, m: int, p: float) -> bool:
     return n > 0 and m > 0 and 1 / math.comb(n + m, n) < p
 
 
+def _drifted(base_ref: Sequence[float], new_ref: Sequence[float], category: str, ratio_limit: float) -> bool:
+    """The reference workload moved between the two jobs in ``category``'s direction (slower for a
+    regression) by more than the square root of ``ratio_limit`` (half the rule's margin, x1.095 for x1.20)."""
+    drift = statistics.median(new_ref) / statistics.median(base_ref)
+    margin = math.sqrt(ratio_limit)
+    return drift > margin if category == "regression" else drift < 1 / margin
+
+
 def relative_conversion(s: CellSample) -> tuple[float, ...]:
     """Each conversion sample divided by the reference workload timed right after it in the same job (empty
     unless paired one to one and positive): what slows the whole machine slows both, what the pass itself
@@ -362,8 +370,9 @@ def conversion_time_rule(base: CellSample, new: CellSample, th: Thresholds, mode
     when :func:`conversion_time_comparable`; a regression (improvement) needs the median ratio beyond
     ``convert_time_ratio`` (below its inverse), the median to move by more than ``convert_time_floor_s``
     in the same direction, and one-sided Mann-Whitney U p < ``convert_time_p``; when both sides carry a
-    reference workload timed after each sample (:func:`relative_conversion`), the same test must also hold on
-    the samples relative to it (a slowdown of the whole machine between the two jobs is not the pass's)."""
+    reference workload timed after each sample (:func:`relative_conversion`) and that reference itself moved
+    the same way between the two jobs (the machine was slower or faster: :func:`_drifted`), the same test
+    must also hold on the samples relative to it (a slowdown of the whole machine is not the pass's)."""
     if not conversion_time_comparable(base, new, th):
         return []
     a, b = base.convert_samples, new.convert_samples
@@ -376,7 +385,8 @@ def conversion_time_rule(base: CellSample, new: CellSample, th: Thresholds, mode
         return []
     ra, rb = relative_conversion(base), relative_conversion(new)
     relative = ""
-    if ra and rb:  # drift divided out: the change must show relative to the reference workload too
+    if ra and rb and _drifted(base.convert_reference, new.convert_reference, shift[0], th.convert_time_ratio):
+        # the machine itself was slower (faster): divided out, the change must show relative to it too
         rel = statistics.median(rb) / statistics.median(ra)
         rel_shift = timing_shift(ra, rb, rel, mb - ma, th.convert_time_ratio, th.convert_time_floor_s,
                                  th.convert_time_p)
