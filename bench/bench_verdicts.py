@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Can the gate be fooled?  Sweeps a scratch git history of the pass with injected bugs and noise commits.
+"""Can the gate be fooled, on a quiet or a busy machine?  Sweeps a scratch git history of the pass with injected
+bugs and noise commits.
 
-    python bench/bench_verdicts.py [--aa 10] [--bisect-commits 8] [--keep DIR] [--json]
+    python bench/bench_verdicts.py [--aa 10] [--bisect-commits 8 | --no-bisect] [--keep DIR] [--json]
+                                   [--load [N] --load-kind jobs|cpu --load-mode alternate|steady]
+                                   [--confirm-pairs P] [--quick]
 
 What it does, all in embedded mode (local pool, SQLite, a fresh data and cache directory):
 
@@ -9,18 +12,28 @@ What it does, all in embedded mode (local pool, SQLite, a fresh data and cache d
    commit come, in order, noise commits (a comment changes: byte-identical output models) and one commit per
    bug class, each bug a small source edit (:data:`BUGS`): a DENY entry moved to INFER, painting that skips
    If/Loop/Scan bodies, the overflow range check switched off, casts no longer shared, a bf16-only weight
-   rounding bug, a 0.6 s conversion slowdown, and converted models that do redundant work on every inference.
-   Bugs are cumulative, each on models the earlier ones leave alone.
+   rounding bug, a 0.6 s conversion slowdown, a **20 % latency slowdown of a model that runs >= 1 ms**
+   (light_squeezenet fp16: its output routed through no-op Loop steps, as many as add 20 %, calibrated here
+   before any load), and converted models that do redundant work on every inference.  Bugs are cumulative.
 2. **Sweeps.**  Every commit is swept against its parent with ``ampci sweep --config <bench sweep>``; a bug
-   counts as *detected* when its commit's run has an open regression on an expected cell and kind; any
-   regression on a noise commit is a *false alarm*.
+   counts as *detected* when its commit's run has an open (confirmed) regression on an expected cell and kind;
+   any open regression on a noise commit is a *false alarm*.  Timing regressions are suspected first and
+   confirmed or dismissed by a confirmation run (``AMPCI_CONFIRM_PAIRS``); the table counts those runs and
+   their job-seconds.
 3. **Bisection.**  A branch off the first commit holds ``--bisect-commits`` commits with one bug in the
    middle; only its tip is swept (against the first commit), then ``ampci bisect --run ID`` must name the
    bug commit after at most ceil(log2(n)) midpoint sweeps.
-4. **A/A.**  The first commit is swept ``--aa`` more times against itself; every latency comparison counted,
-   every latency finding is a false alarm.
+4. **A/A.**  The first commit is swept ``--aa`` more times against itself; every timing comparison (latency and
+   conversion time, per cell) counted, every open timing finding is a false alarm.
 
-Prints one table; targets: 100% detected, 0 false alarms, A/A <= 1%, bisection within ceil(log2(n)).
+**Load** (``--load N``, default N = 2 x cores): ``jobs`` processes each loop starting a Python that imports
+onnx, onnxruntime and numpy, then writing and fsyncing a 32 MB file (what CI jobs do); ``cpu`` busy loops.
+``alternate`` switches it on for every other revision (and every other A/A run), so each revision is judged
+against a parent measured under the other condition; ``steady`` keeps it on throughout.
+
+Prints one table; targets: 100% detected, 0 false alarms, A/A <= 1%, bisection within ceil(log2(n)); exits 1
+when one is missed.  ``--quick`` (seconds; a test runs it): one model, the conversion slowdown between two noise
+commits, one A/A run, no bisection; it also requires that the slowdown was confirmed by a confirmation run.
 """
 
 from __future__ import annotations
