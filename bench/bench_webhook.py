@@ -1,8 +1,16 @@
 #!/usr/bin/env python3
-"""Loopback load test of ``POST /webhooks/github``: signed deliveries, duplicates, bad signatures.
+"""Loopback load test of ``POST /webhooks/github``: signed deliveries, duplicates, bad signatures,
+unsigned oversize requests and replays.
 
     python bench/bench_webhook.py                      # 2,000 deliveries, concurrency 32
     python bench/bench_webhook.py -n 500 -c 16
+    python bench/bench_webhook.py --quick              # 200 deliveries: seconds; exit 1 if an invariant fails
+
+The mix: valid pushes, duplicates (same delivery id), bad signatures, **unsigned oversize** requests
+(headers announcing a body over ``AMPCI_MAX_BODY_BYTES`` and no signature; the body is never sent:
+each must be answered 401 and store nothing) and **replays** (a valid signed body under a new
+delivery id: it must lead to the run of its original, never a second run).  Beside the latency
+table it prints the rows stored for unsigned requests (must be 0).
 
 It creates a fresh PostgreSQL database (``AMPCI_TEST_DATABASE_URL`` admin URL, as the tests), starts
 ``ampci``'s app under uvicorn in a subprocess on a free loopback port (real Store, real Redis broker,
@@ -85,7 +93,8 @@ def serve(port: int, database_url: str, broker_url: str, queue: str, workers: in
 # -- the client side --------------------------------------------------------------------------------
 @dataclass
 class Delivery:
-    """One HTTP request to send; ``kind`` is valid, duplicate or bad_signature."""
+    """One HTTP request to send; ``kind`` is valid, duplicate, bad_signature, unsigned_oversize or replay
+    (``original``: the delivery id whose body a replay or duplicate repeats)."""
 
     kind: str
     delivery_id: str
@@ -94,14 +103,22 @@ class Delivery:
     status: int = 0
     answer: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    original: str = ""
 
 
-def make_deliveries(n: int, dup_fraction: float = 0.1, bad_fraction: float = 0.1, seed: int = 0) -> list[Delivery]:
+#: the body size an unsigned oversize request announces (over the server's 1 MiB default limit)
+OVERSIZE = 50 * 1024 * 1024
+
+
+def make_deliveries(n: int, dup_fraction: float = 0.1, bad_fraction: float = 0.1, seed: int = 0,
+                    unsigned_fraction: float = 0.05, replay_fraction: float = 0.05) -> list[Delivery]:
     """``n`` deliveries: unique valid pushes, copies of some of them (sent close to the original, so
-    some race it), and pushes signed with the wrong secret.  Shuffled deterministically."""
+    some race it), pushes signed with the wrong secret, unsigned oversize requests (no body sent) and
+    replays of valid bodies under new delivery ids.  Shuffled deterministically."""
     rng = random.Random(seed)
     n_dup, n_bad = int(n * dup_fraction), int(n * bad_fraction)
-    n_valid = n - n_dup - n_bad
+    n_unsigned, n_replay = int(n * unsigned_fraction), int(n * replay_fraction)
+    n_valid = n - n_dup - n_bad - n_unsigned - n_replay
     valid: list[Delivery] = []
     for i in range(n_valid):
         head = uuid.UUID(int=rng.getrandbits(128)).hex + f"{i:08x}"
@@ -115,7 +132,13 @@ def make_deliveries(n: int, dup_fraction: float = 0.1, bad_fraction: float = 0.1
     out: list[Delivery | tuple[int, Delivery]] = list(valid)
     for _ in range(n_dup):
         orig = rng.choice(valid)
-        out.append(Delivery("duplicate", orig.delivery_id, orig.body, orig.signature))
+        out.append(Delivery("duplicate", orig.delivery_id, orig.body, orig.signature, original=orig.delivery_id))
+    for _ in range(n_replay):
+        orig = rng.choice(valid)
+        out.append(Delivery("replay", str(uuid.UUID(int=rng.getrandbits(128))), orig.body, orig.signature,
+                            original=orig.delivery_id))
+    for _ in range(n_unsigned):
+        out.append(Delivery("unsigned_oversize", str(uuid.UUID(int=rng.getrandbits(128))), b"", ""))
     for i in range(n_bad):
         body = valid[i % len(valid)].body.replace(b"bench commit", b"forged commit")
         out.append(Delivery("bad_signature", str(uuid.UUID(int=rng.getrandbits(128))), body, sign("wrong", body)))
@@ -145,6 +168,9 @@ async def send_all(base_url: str, deliveries: list[Delivery], concurrency: int, 
                 d = queue.get_nowait()
             except asyncio.QueueEmpty:
                 break
+            if d.kind == "unsigned_oversize":
+                await _send_unsigned_oversize(host, int(port), d)
+                continue
             head = (f"POST /webhooks/github HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
                     f"X-GitHub-Event: push\r\nX-GitHub-Delivery: {d.delivery_id}\r\n"
                     f"X-Hub-Signature-256: {d.signature}\r\nContent-Length: {len(d.body)}\r\n\r\n").encode()
@@ -169,6 +195,27 @@ async def send_all(base_url: str, deliveries: list[Delivery], concurrency: int, 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return time.perf_counter() - t0
+
+
+async def _send_unsigned_oversize(host: str, port: int, d: Delivery) -> None:
+    """Headers announcing an OVERSIZE body without a signature, on a connection of its own; the body
+    is never sent (the answer must come from the headers alone), then the connection is closed."""
+    head = (f"POST /webhooks/github HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"X-GitHub-Event: push\r\nX-GitHub-Delivery: {d.delivery_id}\r\n"
+            f"Content-Length: {OVERSIZE}\r\n\r\n").encode()
+    t0 = time.perf_counter()
+    writer = None
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(head)
+        status, body, _ = await asyncio.wait_for(_read_response(reader), 10)
+        d.status, d.answer = status, json.loads(body) if body else {}
+    except (OSError, asyncio.IncompleteReadError, ValueError, TimeoutError) as exc:
+        d.status, d.answer = -1, {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        d.seconds = time.perf_counter() - t0
+        if writer is not None:
+            writer.close()
 
 
 async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
@@ -201,6 +248,10 @@ async def _send_all_httpx(base_url: str, deliveries: list[Delivery], concurrency
                     d = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
+                if d.kind == "unsigned_oversize":
+                    host, port = base_url.removeprefix("http://").split(":")
+                    await _send_unsigned_oversize(host, int(port), d)
+                    continue
                 headers = {"Content-Type": "application/json", "X-GitHub-Event": "push",
                            "X-GitHub-Delivery": d.delivery_id, "X-Hub-Signature-256": d.signature}
                 t0 = time.perf_counter()
@@ -291,7 +342,7 @@ class LoadReport:
     deliveries: list[Delivery]
     wall_seconds: float
     runs: int
-    run_dedup_keys: list[str]
+    run_of: dict[str, int | None]   # delivery id -> the run its stored row leads to (None: no run)
     accepted_deliveries: int
     queued_messages: int
     cells_per_run: int
@@ -302,6 +353,7 @@ class LoadReport:
     total_cpu: float = 0.0         # server CPU including the intake's work after the burst
     pending_left: int = 0          # still pending when the drain wait gave up (a problem)
     client_cpu: float = 0.0        # CPU of this (client) process while sending: it shares the machine
+    unsigned_rows: int = 0         # rows stored for unsigned requests (must be 0)
 
     def by_kind(self, kind: str) -> list[Delivery]:
         return [d for d in self.deliveries if d.kind == kind]
@@ -312,14 +364,25 @@ class LoadReport:
         if self.pending_left:
             out.append(f"{self.pending_left} deliveries still pending after the drain wait")
         ids = {d.delivery_id for d in self.by_kind("valid")}
-        keys = [k.removeprefix("github:") for k in self.run_dedup_keys]
-        if len(keys) != len(set(keys)):
-            out.append(f"{len(keys) - len(set(keys))} duplicate runs")
-        if set(keys) != ids:
-            out.append(f"runs {len(set(keys))} != valid deliveries {len(ids)} "
-                       f"(missing {len(ids - set(keys))}, unexpected {len(set(keys) - ids)})")
-        if self.accepted_deliveries != len(ids):
-            out.append(f"{self.accepted_deliveries} accepted deliveries recorded, expected {len(ids)}")
+        valid_runs = [self.run_of.get(d) for d in ids]
+        if None in valid_runs:
+            out.append(f"{valid_runs.count(None)} valid deliveries without a run")
+        if len(set(valid_runs)) != len(valid_runs):
+            out.append(f"{len(valid_runs) - len(set(valid_runs))} valid deliveries share a run")
+        if self.runs != len(ids):
+            out.append(f"runs {self.runs} != valid deliveries {len(ids)}")
+        replays = self.by_kind("replay")
+        strays = [d for d in replays if self.run_of.get(d.delivery_id) != self.run_of.get(d.original)]
+        if strays:
+            out.append(f"{len(strays)} replays not led to their original's run")
+        expected_accepted = len(ids) + len({d.delivery_id for d in replays})
+        if self.accepted_deliveries != expected_accepted:
+            out.append(f"{self.accepted_deliveries} accepted deliveries recorded, expected {expected_accepted}")
+        if self.unsigned_rows:
+            out.append(f"{self.unsigned_rows} rows stored for unsigned requests")
+        unsigned = [d for d in self.by_kind("unsigned_oversize") if d.status != 401]
+        if unsigned:
+            out.append(f"{len(unsigned)} unsigned oversize requests not answered 401: {unsigned[0].answer}")
         if self.queued_messages != len(ids) * self.cells_per_run:
             out.append(f"{self.queued_messages} job messages, expected {len(ids) * self.cells_per_run}")
         bad = [d for d in self.by_kind("bad_signature") if d.status != 401]
@@ -327,7 +390,7 @@ class LoadReport:
             out.append(f"{len(bad)} badly signed deliveries not answered 401")
         answered_202: dict[str, int] = {}
         for d in self.deliveries:
-            if d.kind != "bad_signature":
+            if d.kind not in ("bad_signature", "unsigned_oversize"):
                 if d.status not in (200, 202):
                     out.append(f"delivery {d.delivery_id} ({d.kind}) answered {d.status}: {d.answer}")
                 answered_202[d.delivery_id] = answered_202.get(d.delivery_id, 0) + (d.status == 202)
@@ -340,10 +403,13 @@ class LoadReport:
         rows = [("deliveries", f"{len(self.deliveries)}"),
                 ("  valid / duplicate / bad signature",
                  f"{len(self.by_kind('valid'))} / {len(self.by_kind('duplicate'))} / {len(self.by_kind('bad_signature'))}"),
+                ("  unsigned oversize / replay",
+                 f"{len(self.by_kind('unsigned_oversize'))} / {len(self.by_kind('replay'))}"),
                 ("answers 202 / 200 / 401 / other",
                  " / ".join(str(sum(d.status == c for d in self.deliveries)) for c in (202, 200, 401))
                  + f" / {sum(d.status not in (200, 202, 401) for d in self.deliveries)}"),
                 ("runs created", f"{self.runs}"), ("job messages queued", f"{self.queued_messages}"),
+                ("rows stored for unsigned requests", f"{self.unsigned_rows}  (must be 0)"),
                 ("throughput", f"{len(self.deliveries) / self.wall_seconds:.0f} req/s"),
                 ("server CPU per delivery", f"{self.server_cpu / len(self.deliveries) * 1000:.1f} ms "
                                             f"({self.workers} uvicorn worker{'s' if self.workers > 1 else ''})"),
@@ -382,14 +448,17 @@ def run_load(database_url: str, broker_url: str, queue: str, n: int, concurrency
         total_cpu = server_cpu_seconds(proc) - cpu0
     finally:
         stop_server(proc)
+    unsigned_ids = [d.delivery_id for d in deliveries if d.kind == "unsigned_oversize"]
     with engine.connect() as conn:
-        keys = list(conn.execute(sa.text("SELECT dedup_key FROM runs")).scalars())
+        runs = int(conn.execute(sa.text("SELECT count(*) FROM runs")).scalar() or 0)
+        run_of = dict(conn.execute(sa.text("SELECT delivery_id, run_id FROM webhook_deliveries")).all())
         accepted = conn.execute(sa.text("SELECT count(*) FROM webhook_deliveries WHERE status = 'accepted'")).scalar()
     engine.dispose()
     queued = int(redis.Redis.from_url(broker_url).llen(queue))
-    return LoadReport(deliveries, wall, len(keys), keys, int(accepted or 0), queued, len(CELLS), cpu, workers,
+    return LoadReport(deliveries, wall, runs, run_of, int(accepted or 0), queued, len(CELLS), cpu, workers,
                       pending_after_burst=pending_after, drain_seconds=drain, total_cpu=total_cpu,
-                      pending_left=pending, client_cpu=client_cpu)
+                      pending_left=pending, client_cpu=client_cpu,
+                      unsigned_rows=sum(d in run_of for d in unsigned_ids))
 
 
 def _pending(engine: Any) -> int:
@@ -427,6 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-c", "--concurrency", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("-w", "--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
+    parser.add_argument("--quick", action="store_true",
+                        help="200 deliveries at concurrency 8 (seconds); exit 1 when an invariant fails")
     parser.add_argument("--client", choices=("raw", "httpx"), default="raw",
                         help="HTTP client: raw asyncio streams (default, ~0.1 ms CPU per request) or httpx")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -440,8 +511,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from service.db.migrate import upgrade
 
+    if args.quick:
+        args.n, args.concurrency = min(args.n, 200), min(args.concurrency, 8)
     url = _fresh_database()
-    queue = "bq" + uuid.uuid4().hex[:12]
+    # a queue of the cpu target (sweeps refuse other names), at most 16 characters (jobs.target)
+    queue = "cpu-" + uuid.uuid4().hex[:12]
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"{queue}.log"
     try:
         upgrade(url)

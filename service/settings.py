@@ -134,11 +134,17 @@ class Settings:
     confirm_pairs: int = 8            # interleaved baseline/candidate pairs that confirm a timing regression (0: off)
     latency_threads: int = 1          # intra-op threads of the timed sessions (0: onnxruntime's default)
     max_body_bytes: int = 1024 * 1024
+    http_header_timeout: float = 10.0   # a request's headers must arrive within this (else the connection is closed)
+    http_body_timeout: float = 30.0     # a request's body must arrive within this of its first read (else 408)
+    http_keepalive_timeout: float = 5.0  # an idle kept-alive connection is closed after this
+    http_max_connections: int = 1000    # concurrent connections of one server process (beyond: 503)
+    http_client_connections: int = 64   # concurrent connections one client address may hold (beyond: closed)
     nightly_cron: str = "0 2 * * *"
     nightly_sweep: str = "full"      # sweep name the nightly beat runs
     extra_queues: str = ""           # comma-separated extra target queues (e.g. GPU types)
     thresholds_file: str = ""        # JSON/YAML overriding regression thresholds (empty: built-in)
     auto_bisect: bool = False        # push/nightly regressions start a bisection by themselves
+    baseline_runs: bool = True       # push/PR runs run their baseline revision's missing cells before judging
     reconcile_every: float = 300.0   # seconds between beat runs re-sending lost job messages (0: off)
     reconcile_grace: float = 300.0   # a queued job younger than this is never re-sent
     db_pool_size: int = 5            # PostgreSQL connections each engine keeps open (SQLite: unused)

@@ -28,6 +28,7 @@ from fastapi.responses import RedirectResponse
 from service.api import routes_health, routes_read, routes_webhook, routes_write
 from service.api.context import AppContext, Probe, broker_probe, database_probe
 from service.api.dispatch import RunDispatcher
+from service.api.edge import EdgeCounters, EdgeGuard
 from service.api.errors import install_error_handlers
 from service.api.headers import SecurityHeaders
 from service.github.reporter import StatusReporter
@@ -97,7 +98,9 @@ def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatch
     app = FastAPI(title="ampci", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Mixed-precision regression CI: GitHub webhook and JSON API.")
     app.state.ctx = ctx
+    app.state.edge_counters = EdgeCounters()
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(EdgeGuard, settings=settings)  # outermost: HEAD, token before body, body limit
     install_error_handlers(app)
     app.include_router(routes_webhook.router)
     app.include_router(routes_health.router)

@@ -2,7 +2,9 @@
 
 Every error response has the body ``{"error": CODE, "message": ONE_LINE}`` (plus ``detail`` for
 validation errors).  User errors are 4xx, an unreachable database is 503, and anything else is our
-bug: 500 with a generic message (the traceback goes to the log, not to the client).
+bug: 500 with a generic message (the traceback goes to the log, not to the client).  A client that
+hangs up before its body was read and a database that is down are each one WARNING line with a
+running count (``app.state.edge_counters``), never a traceback per request.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as SATimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 
 from service.errors import DatabaseUnavailableError, NotFoundError, UserError
 from service.github.events import RepositoryNotAllowedError
@@ -53,6 +58,12 @@ def _validation_detail(exc: RequestValidationError) -> list[dict[str, object]]:
     return out
 
 
+def _count(request: Request, name: str) -> int:
+    """Bump the app's :class:`service.api.edge.EdgeCounters` ``name``; its new value (0 without one)."""
+    counters = getattr(request.app.state, "edge_counters", None)
+    return counters.bump(name) if counters is not None else 0
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers so that no request ends in an HTML page or an unhandled 500."""
 
@@ -84,10 +95,6 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _user_error(_: Request, exc: UserError) -> JSONResponse:
         return error_response(400, str(exc))
 
-    @app.exception_handler(DatabaseUnavailableError)
-    async def _db_down(_: Request, exc: DatabaseUnavailableError) -> JSONResponse:
-        return error_response(503, str(exc))
-
     @app.exception_handler(DataError)
     async def _bad_value(_: Request, exc: DataError) -> JSONResponse:
         # a value the database cannot hold (out-of-range number, NUL byte) is the client's input
@@ -96,9 +103,26 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(InterfaceError)
-    async def _db_error(_: Request, exc: Exception) -> JSONResponse:
-        log.warning("database error: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    @app.exception_handler(SATimeoutError)
+    async def _db_error(request: Request, exc: Exception) -> JSONResponse:
+        n = _count(request, "database_errors")
+        log.warning("database error on %s %s (%d so far): %s", request.method, request.url.path, n,
+                    str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
         return error_response(503, "database unavailable or overloaded; try again")
+
+    @app.exception_handler(DatabaseUnavailableError)
+    async def _db_down(request: Request, exc: DatabaseUnavailableError) -> JSONResponse:
+        n = _count(request, "database_errors")
+        log.warning("database unavailable on %s %s (%d so far): %s", request.method, request.url.path, n,
+                    str(exc).splitlines()[0][:300])
+        return error_response(503, str(exc))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, _: ClientDisconnect) -> Response:
+        n = _count(request, "client_disconnects")
+        log.warning("client disconnected before its request was read: %s %s (%d so far)",
+                    request.method, request.url.path, n)
+        return Response(status_code=400)  # nobody reads it
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:

@@ -7,13 +7,14 @@ import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.responses import JSONResponse
 
 from service.api.auth import require_write
 from service.api.routes_read import Id
 from service.errors import UserError
 from service.github.events import check_repository
+from service.github.sanitize import free_text
 from service.settings import Settings
 
 router = APIRouter(prefix="/api", tags=["write"], dependencies=[Depends(require_write)])
@@ -21,7 +22,10 @@ router = APIRouter(prefix="/api", tags=["write"], dependencies=[Depends(require_
 #: A revision as a user names it: branch, tag, full or short sha (git's ref-name characters, no leading '-').
 Rev = Annotated[str, Field(pattern=r"^[A-Za-z0-9._/+@][A-Za-z0-9._/+@-]{0,199}$")]
 SHA40 = re.compile(r"[0-9a-fA-F]{40}")
-Text = Annotated[str, Field(max_length=2000, pattern=r"^[^\x00]*$")]
+#: Free text (triage notes, names): NUL removed and lone surrogates replaced before validation, as at
+#: the webhook intake (:func:`service.github.sanitize.free_text`), never refused for them.
+Text = Annotated[str, BeforeValidator(lambda v: free_text(v, 2000) if isinstance(v, str) else v),
+                 Field(max_length=2000)]
 
 
 class ManualRun(BaseModel):
@@ -52,7 +56,8 @@ class Triage(BaseModel):
     """Who triaged a finding and why."""
 
     model_config = ConfigDict(extra="forbid")
-    by: Annotated[str | None, Field(max_length=200, pattern=r"^[^\x00]*$")] = None
+    by: Annotated[str | None, BeforeValidator(lambda v: free_text(v, 200) if isinstance(v, str) else v),
+                  Field(max_length=200)] = None
     note: Text | None = None
 
 

@@ -1,24 +1,197 @@
-"""Argument types shared by the ``ampci`` subcommands."""
+"""Argument types shared by the ``ampci`` subcommands.
+
+Every option that takes a value parses it with one of these (or ``choices``), so that any value a
+user can type is either accepted as something the command can use or refused by argparse with one
+line and exit 2 (:class:`service.cli.main.OneLineParser`): numbers are ASCII digits only (``int()``
+would take ``١٠``, ``+1_0`` and 4,300-digit strings), bounded to what the database or the clock can
+hold; ``inf``/``nan`` are never a number of seconds; text options refuse control characters and lone
+surrogates (a NUL the database cannot store, an escape sequence a terminal would run) and are bounded
+in length.  ``tests/service/test_cli_hostile_args.py`` runs every option of every command with hostile
+values, generated from the parser.  A type's ``sample`` attribute is a valid value of it (that test
+fills required arguments with it).
+"""
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import re
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+MAX_ID = 2**31 - 1               # the database's integer ids
+MAX_DIGITS = 18                  # longer digit strings are refused unread
+MAX_SINCE_DAYS = 36_500          # `--since 100y` is the most a finding list can mean
+MAX_SECONDS = 30 * 86_400.0      # durations on the command line: at most 30 days
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)
+_INT = re.compile(rf"-?[0-9]{{1,{MAX_DIGITS}}}", re.ASCII)
+_SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?", re.ASCII)
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _typed(parse: Callable[[str], Any], name: str, sample: str) -> Callable[[str], Any]:
+    parse.__name__ = name  # argparse names the type in some messages
+    parse.sample = sample  # type: ignore[attr-defined]
+    return parse
+
+
+def _shown(raw: str) -> str:
+    """``raw`` for an error message: control characters escaped, at most 40 characters."""
+    return ascii(raw[:40]) + ("..." if len(raw) > 40 else "")
+
+
+def strict_int(raw: str) -> int | None:
+    """``int(raw)`` for an optional ``-`` and 1..MAX_DIGITS ASCII digits; None for anything else."""
+    return int(raw) if isinstance(raw, str) and _INT.fullmatch(raw) else None
 
 
 def bounded_int(low: int, high: int) -> Callable[[str], int]:
-    """An argparse ``type`` accepting integers in ``[low, high]`` (otherwise argparse's one-line usage error)."""
+    """An argparse ``type`` accepting integers in ``[low, high]`` written in ASCII digits (otherwise
+    argparse's one-line usage error)."""
     def parse(raw: str) -> int:
-        try:
-            value = int(raw)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {raw!r}") from None
+        value = strict_int(raw)
+        if value is None:
+            raise argparse.ArgumentTypeError(f"expected a whole number (ASCII digits), got {_shown(raw)}")
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
         return value
 
-    return parse
+    return _typed(parse, "integer", str(max(low, min(high, 1))))
+
+
+def record_id(what: str) -> Callable[[str], int]:
+    """An argparse ``type``: the id of a stored ``what`` (1 to 2**31-1, the database's integer range)."""
+    inner = bounded_int(1, MAX_ID)
+
+    def parse(raw: str) -> int:
+        try:
+            return inner(raw)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"expected a {what} id from 1 to {MAX_ID}, got {_shown(raw)}") from None
+
+    return _typed(parse, f"{what} id", "1")
+
+
+def seconds(low: float = 0.0, high: float = MAX_SECONDS, *, allow_low: bool = True) -> Callable[[str], float]:
+    """An argparse ``type``: a number of seconds (ASCII digits, an optional fraction) in ``[low, high]``
+    (``(low, high]`` without ``allow_low``); ``inf``, ``nan``, exponents and signs are refused."""
+    def parse(raw: str) -> float:
+        if not isinstance(raw, str) or not _SECONDS.fullmatch(raw):
+            raise argparse.ArgumentTypeError(f"expected a number of seconds like 30 or 2.5, got {_shown(raw)}")
+        value = float(raw)
+        if value > high or value < low or (value == low and not allow_low):
+            bound = f">= {low:g}" if allow_low else f"> {low:g}"
+            raise argparse.ArgumentTypeError(f"must be {bound} and at most {high:g} seconds, got {raw}")
+        return value
+
+    return _typed(parse, "seconds", f"{max(low, 1.0):g}")
+
+
+_FLOAT = re.compile(r"-?[0-9]{1,15}(\.[0-9]{1,15})?", re.ASCII)
+
+
+def bounded_float(low: float, high: float) -> Callable[[str], float]:
+    """An argparse ``type``: a decimal number in ``[low, high]`` (ASCII digits, an optional sign and
+    fraction; no exponent, ``inf`` or ``nan``)."""
+    def parse(raw: str) -> float:
+        if not isinstance(raw, str) or not _FLOAT.fullmatch(raw):
+            raise argparse.ArgumentTypeError(f"expected a decimal number like 0.5, got {_shown(raw)}")
+        value = float(raw)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low:g} and {high:g}, got {raw}")
+        return value
+
+    return _typed(parse, "number", f"{max(low, min(high, 1.0)):g}")
+
+
+def since_time(raw: str) -> datetime:
+    """An argparse ``type``: ``Nd``/``Nh`` ago (at most 100 years) or an ISO date/datetime (UTC when no
+    zone is given) from 1970 to 2100; the aware UTC datetime."""
+    text = raw.strip() if isinstance(raw, str) else ""
+    bad = argparse.ArgumentTypeError(f"expected a date like 2026-11-01, a datetime, or 7d/12h (at most "
+                                     f"{MAX_SINCE_DAYS}d), got {_shown(raw)}")
+    if not text.isascii() or _UNSAFE.search(text):
+        raise bad
+    if text[-1:] in ("d", "h") and text[:-1].isdigit() and len(text) <= 12:
+        amount = int(text[:-1])
+        days = amount if text[-1] == "d" else amount / 24
+        if days > MAX_SINCE_DAYS:
+            raise bad
+        return datetime.now(UTC) - timedelta(days=days)
+    try:
+        value = datetime.fromisoformat(text)
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except (ValueError, OverflowError):
+        raise bad from None
+    if not EARLIEST <= value < LATEST:
+        raise bad
+    return value
+
+
+since_time.sample = "7d"  # type: ignore[attr-defined]
+
+
+def text_arg(what: str, limit: int = 200) -> Callable[[str], str]:
+    """An argparse ``type``: a name or short text with no control character or lone surrogate, 1 to
+    ``limit`` characters (an empty value is refused: leave the option out instead)."""
+    def parse(raw: str) -> str:
+        if not raw or _UNSAFE.search(raw) or len(raw) > limit:
+            raise argparse.ArgumentTypeError(f"{what}: expected 1 to {limit} printable characters, got {_shown(raw)}")
+        return raw
+
+    return _typed(parse, what, "x")
+
+
+def revision_arg(raw: str) -> str:
+    """An argparse ``type``: a revision as git names one (branch, tag, sha, ``HEAD~2``, ``WORKTREE``):
+    printable, no leading ``-``, at most 200 characters."""
+    if not raw or _UNSAFE.search(raw) or len(raw) > 200 or raw.startswith("-") or " " in raw:
+        raise argparse.ArgumentTypeError(f"expected a revision (branch, tag or sha), got {_shown(raw)}")
+    return raw
+
+
+revision_arg.sample = "HEAD"  # type: ignore[attr-defined]
+
+
+_MIGRATION = re.compile(r"head|heads|base|[0-9]{4}|[0-9a-f]{12}|[+-][1-9][0-9]?", re.ASCII)
+
+
+def migration_arg(raw: str) -> str:
+    """An argparse ``type``: an Alembic target (``head``, ``base``, a revision id like ``0004``, or a
+    relative step ``-1``/``+2``)."""
+    if not isinstance(raw, str) or not _MIGRATION.fullmatch(raw):
+        raise argparse.ArgumentTypeError(f"expected head, base, a schema revision like 0004 or a step like -1, "
+                                         f"got {_shown(raw)}")
+    return raw
+
+
+migration_arg.sample = "head"  # type: ignore[attr-defined]
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(raw: str) -> str:
+    """An argparse ``type``: a log level name, any case (``info``), returned upper-case."""
+    if isinstance(raw, str) and raw.upper() in LOG_LEVELS:
+        return raw.upper()
+    raise argparse.ArgumentTypeError(f"unknown log level {_shown(raw)}; expected one of {', '.join(LOG_LEVELS)}")
+
+
+log_level.sample = "INFO"  # type: ignore[attr-defined]
+
+
+def path_arg(raw: str) -> Path:
+    """An argparse ``type``: a file system path (no NUL or other control character, at most 4096
+    characters): a path the OS would refuse with a ValueError or ENAMETOOLONG is a usage error."""
+    if not raw or _UNSAFE.search(raw) or len(raw) > 4096 or any(len(part) > 255 for part in raw.split("/")):
+        raise argparse.ArgumentTypeError(f"expected a file path, got {_shown(raw)}")
+    return Path(raw).expanduser()
+
+
+path_arg.sample = "missing-file.onnx"  # type: ignore[attr-defined]
 
 
 def _did_you_mean(word: str, choices: Sequence[str]) -> str:
@@ -40,8 +213,7 @@ def one_of(what: str, choices: Sequence[str] | Callable[[], Sequence[str]]) -> C
         raise argparse.ArgumentTypeError(f"unknown {what} {raw!r}{_did_you_mean(raw, known)}; "
                                          f"expected one of {', '.join(known)}")
 
-    parse.__name__ = what  # argparse names the type in some messages
-    return parse
+    return _typed(parse, what, "" if callable(choices) else (list(choices) or [""])[0])
 
 
 def dtype_name(raw: str) -> str:
@@ -71,3 +243,8 @@ def policy_name(raw: str) -> str:
         return raw
     raise argparse.ArgumentTypeError(f"unknown policy {raw!r}{_did_you_mean(raw, POLICY_NAMES)}; expected one "
                                      f"of {', '.join(POLICY_NAMES)} or a policy file path")
+
+
+dtype_name.sample = "fp16"  # type: ignore[attr-defined]
+target_name.sample = "cpu"  # type: ignore[attr-defined]
+policy_name.sample = "default"  # type: ignore[attr-defined]

@@ -40,10 +40,14 @@ def register(subparsers: Any) -> None:
     """Add ``ampci bisect``."""
     p = subparsers.add_parser("bisect", help="bisect a run's regressions to their first bad commit",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", type=int, dest="run_id", required=True)
-    p.add_argument("--regression", type=int, dest="regression_id", help="only this regression of the run")
-    p.add_argument("--parallel", type=int, default=1, help="revisions to test per step (default 1: midpoint)")
-    p.add_argument("--workers", type=int, default=None, help="embedded mode: local worker processes")
+    from service.cli.argtypes import bounded_int, record_id
+
+    p.add_argument("--run", type=record_id("run"), dest="run_id", required=True)
+    p.add_argument("--regression", type=record_id("regression"), dest="regression_id",
+                   help="only this regression of the run")
+    p.add_argument("--parallel", type=bounded_int(1, 64), default=1,
+                   help="revisions to test per step (default 1: midpoint)")
+    p.add_argument("--workers", type=bounded_int(1, 256), default=None, help="embedded mode: local worker processes")
     p.add_argument("--step", action="store_true", help="advance one step only; run nothing here")
     p.add_argument("--dispatch", action="store_true", help="send new runs to the broker (AMPCI_BROKER_URL)")
     p.add_argument("--json", action="store_true")
@@ -99,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
             continue
         payload.append(payload_item)
         lines.extend(text)
+    from service.cli.terminal import printable
+
     for line in failures:
-        print(line, file=sys.stderr)
+        print(printable(line), file=sys.stderr)
     if not payload:
         raise NothingBisected(failures[0] if len(failures) == 1 else f"none of the {len(failures)} regressions of "
                               f"run {args.run_id} can be bisected")
@@ -110,16 +116,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _drive(store: Any, settings: Any, reg: Any, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """Bisect ``reg`` to its end on the local pool; its JSON form and the lines for people."""
+    from service.cli.terminal import printable
     from service.regressions.bisect_run import bisect_to_end
 
     def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+        print(printable(line), file=sys.stderr, flush=True)
 
     out = bisect_to_end(store, settings, reg.id, parallel=args.parallel, workers=args.workers, progress=progress)
     state = out.state
     first = state.first_bad or state.bad
     try:
         subject = store.get_revision(first).message
+        subject = printable(subject.splitlines()[0]) if subject else None  # its subject line, made safe
     except NotFoundError:
         subject = None
     lines = [f"regression {reg.id} [{reg.kind} {'/'.join(reg.cell)}]: first bad commit {first}"

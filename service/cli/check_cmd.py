@@ -338,17 +338,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     from service.cli.zoo_cmd import add_input_arguments
 
     p = subparsers.add_parser("check", help="run one regression job (model x dtype x policy x target) locally")
-    p.add_argument("model", help="zoo model name (see `ampci zoo list`) or an ONNX model file (PATH.onnx)")
-    p.add_argument("--dtype", default="fp16", help="fp16 or bf16 (default fp16)")
-    p.add_argument("--policy", default="default", help="pass policy name or file (default: default)")
-    p.add_argument("--target", default="cpu", help="cpu or cuda (default cpu)")
-    p.add_argument("--revision", default=None,
+    from service.cli.argtypes import (
+        bounded_int,
+        dtype_name,
+        path_arg,
+        policy_name,
+        revision_arg,
+        target_name,
+        text_arg,
+    )
+
+    p.add_argument("model", type=text_arg("model", 4096), help="zoo model name (see `ampci zoo list`) or an ONNX model file (PATH.onnx)")
+    p.add_argument("--dtype", type=dtype_name, default="fp16", help="fp16 or bf16 (default fp16)")
+    p.add_argument("--policy", type=policy_name, default="default", help="pass policy name or file (default: default)")
+    p.add_argument("--target", type=target_name, default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--revision", type=revision_arg, default=None,
                    help="pass revision to record (the pass itself comes from --pass-root or this checkout)")
-    p.add_argument("--pass-root", type=Path, default=None,
+    p.add_argument("--pass-root", type=path_arg, default=None,
                    help="directory whose amp_pass package is converted with (default: this checkout)")
-    p.add_argument("--seed", type=int, default=None, help="input seed (default: the zoo entry's)")
-    p.add_argument("--steps", type=int, default=None, help="convergence steps (default: entry or settings)")
-    p.add_argument("--zoo", type=Path, default=None,
+    p.add_argument("--seed", type=bounded_int(0, 2**32 - 1), default=None, help="input seed (default: the zoo entry's)")
+    p.add_argument("--steps", type=bounded_int(1, 100_000), default=None,
+                   help="convergence steps (default: entry or settings)")
+    p.add_argument("--zoo", type=path_arg, default=None,
                    help="zoo manifest (default: zoo.toml of this checkout merged with the user zoo)")
     add_input_arguments(p, "model file: ")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -24,4 +24,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser("convert", help="convert an fp32 ONNX model to fp16/bf16 mixed precision")
     add_convert_arguments(parser)
     add_auto_arguments(parser)
+    _strict_types(parser)
     parser.set_defaults(func=_run)
+
+
+def _strict_types(parser: argparse.ArgumentParser) -> None:
+    """Give the options amp_pass and workers define (plain ``Path``/``int``/``float``, which take NUL
+    bytes, 5,000-character names, ``١٠`` and ``inf``) the service's strict types (issue 24): a value
+    the command cannot use is argparse's one-line usage error, exit 2."""
+    from pathlib import Path
+
+    from service.cli.argtypes import bounded_float, bounded_int, path_arg
+
+    for action in parser._actions:
+        if action.type is Path:
+            action.type = path_arg
+        elif action.type is int:
+            action.type = bounded_int(1, 2**31 - 1)
+        elif action.type is float:
+            action.type = bounded_float(0.0, 1e6)

@@ -24,10 +24,12 @@ def register(subparsers: Any) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="db_command", metavar="ACTION")
     sub.required = True
+    from service.cli.argtypes import migration_arg
+
     up = sub.add_parser("upgrade", help="upgrade the schema (default: to head)")
-    up.add_argument("--revision", default="head")
+    up.add_argument("--revision", type=migration_arg, default="head")
     down = sub.add_parser("downgrade", help="downgrade the schema (default: one step)")
-    down.add_argument("--revision", default="-1")
+    down.add_argument("--revision", type=migration_arg, default="-1")
     down.add_argument("--yes", "-y", action="store_true", help="do not ask: dropping tables deletes their data")
     cur = sub.add_parser("current", help="show the schema revision")
     for q in (up, down, cur):
@@ -37,18 +39,23 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the action; print where the database ends up."""
+    from alembic.util import CommandError
+
     from service.cli.query_cmd import emit
     from service.db import migrate
     from service.settings import Settings, redact_url
 
     url = Settings.from_env().effective_database_url
-    if args.db_command == "upgrade":
-        at = migrate.upgrade(url, args.revision)
-    elif args.db_command == "downgrade":
-        confirm_downgrade(redact_url(url), args.revision, args.yes)
-        at = migrate.downgrade(url, args.revision)
-    else:
-        at = migrate.current(url)
+    try:
+        if args.db_command == "upgrade":
+            at = migrate.upgrade(url, args.revision)
+        elif args.db_command == "downgrade":
+            confirm_downgrade(redact_url(url), args.revision, args.yes)
+            at = migrate.downgrade(url, args.revision)
+        else:
+            at = migrate.current(url)
+    except CommandError as exc:  # a revision Alembic cannot reach (unknown id, too many steps): bad input
+        raise UserError(f"db {args.db_command}: {str(exc).splitlines()[0][:200]}") from None
     head = migrate.head()
     where = redact_url(url)
     state = "empty" if at is None else ("head" if at == head else f"behind head {head}")

@@ -28,10 +28,19 @@ def cmd_deliveries(args: argparse.Namespace) -> int:
     return 0
 
 
+def _delivery_states() -> tuple[str, ...]:
+    from service.db.deliveries import DELIVERY_STATES
+
+    return tuple(DELIVERY_STATES)
+
+
 def register(subparsers: Any) -> None:
     """Add ``deliveries``."""
     p = subparsers.add_parser("deliveries", help="recorded webhook deliveries (why one made no run)")
-    p.add_argument("--status", help="pending, accepted, rejected, failed or duplicate")
+    from service.cli.argtypes import one_of
+
+    p.add_argument("--status", type=one_of("delivery status", _delivery_states),
+                   help="pending, accepted, rejected, failed or duplicate")
     p.add_argument("--limit", type=bounded_int(1, 100_000), default=100)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_deliveries)

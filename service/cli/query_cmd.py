@@ -50,6 +50,16 @@ def console(args: argparse.Namespace | None = None) -> Any:
     from rich.console import Console
 
     class PipeConsole(Console):  # type: ignore[misc]
+        def _render_buffer(self, buffer: Any) -> str:
+            # stored text (messages, names, reasons) never drives the terminal; rich's own
+            # control segments and the styles it renders around the text are kept
+            from rich.segment import Segment
+
+            from service.cli.terminal import printable
+
+            return str(super()._render_buffer(
+                s if s.control else Segment(printable(s.text), s.style, s.control) for s in buffer))
+
         def on_broken_pipe(self) -> None:  # rich's own handler exits 1 (our "gate failed")
             self.quiet = True
             raise BrokenPipeError("stdout closed by the reader")  # service.cli.main: exit 141, quietly
@@ -74,7 +84,9 @@ def emit(args: argparse.Namespace, data: Any, *renderables: Any, out: Any = None
     console_ = out if out is not None else console(args)
     for r in renderables:
         if isinstance(r, str):
-            print(r, flush=True)
+            from service.cli.terminal import printable
+
+            print(printable(r), flush=True)
         else:
             console_.print(r)
 
@@ -127,8 +139,10 @@ def _cell_filters(p: argparse.ArgumentParser, dtype_required: bool = False) -> N
 
 def register(subparsers: Any) -> None:
     """Add runs, run, results, regressions, compare, history and ack."""
+    from service.cli.argtypes import record_id, revision_arg, since_time, text_arg
+
     p = _common(subparsers.add_parser("runs", help="list runs, newest first"))
-    p.add_argument("--revision")
+    p.add_argument("--revision", type=revision_arg)
     p.add_argument("--trigger", type=one_of("trigger", _triggers), help="push, pull_request, nightly, manual or bisect")
     p.add_argument("--status", type=one_of("run status", _run_states),
                    help="queued, running, complete, partial, failed or cancelled")
@@ -136,13 +150,13 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=cmd_runs)
 
     p = _common(subparsers.add_parser("run", help="one run: summary and jobs"))
-    p.add_argument("run_id", type=int, metavar="ID")
+    p.add_argument("run_id", type=record_id("run"), metavar="ID")
     p.set_defaults(func=cmd_run)
 
     p = _common(subparsers.add_parser("results", help="stored results, filtered"))
-    p.add_argument("--run", type=int, dest="run_id")
-    p.add_argument("--revision")
-    p.add_argument("--model")
+    p.add_argument("--run", type=record_id("run"), dest="run_id")
+    p.add_argument("--revision", type=revision_arg)
+    p.add_argument("--model", type=text_arg("model"))
     _cell_filters(p)
     p.add_argument("--status", type=one_of("result status", _result_statuses), help="pass, fail_accuracy, ...")
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=5000)
@@ -150,30 +164,31 @@ def register(subparsers: Any) -> None:
 
     p = _common(subparsers.add_parser("regressions", help="regressions, improvements and flaky cells"))
     p.add_argument("--open", action="store_true", help="only open findings")
-    p.add_argument("--since", metavar="DATE", help="ISO date/datetime (UTC) or 7d / 12h ago")
-    p.add_argument("--revision", help="only this revision; exit 1 if it has open regressions")
-    p.add_argument("--run", type=int, dest="run_id", help="only this run; exit 1 if it has open regressions")
+    p.add_argument("--since", metavar="DATE", type=since_time, help="ISO date/datetime (UTC) or 7d / 12h ago")
+    p.add_argument("--revision", type=revision_arg, help="only this revision; exit 1 if it has open regressions")
+    p.add_argument("--run", type=record_id("run"), dest="run_id",
+                   help="only this run; exit 1 if it has open regressions")
     p.add_argument("--category", choices=["regression", "improvement", "flaky"])
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=1000)
     p.set_defaults(func=cmd_regressions)
 
     p = _common(subparsers.add_parser("compare", help="cell-by-cell comparison of two revisions"))
-    p.add_argument("rev_a", metavar="REV_A")
-    p.add_argument("rev_b", metavar="REV_B")
+    p.add_argument("rev_a", metavar="REV_A", type=revision_arg)
+    p.add_argument("rev_b", metavar="REV_B", type=revision_arg)
     p.set_defaults(func=cmd_compare)
 
     p = _common(subparsers.add_parser("history", help="a metric of a model over runs, with a plot"))
-    p.add_argument("model", metavar="MODEL")
+    p.add_argument("model", metavar="MODEL", type=text_arg("model"))
     _cell_filters(p, dtype_required=True)
-    p.add_argument("--metric", default="cosine")
+    p.add_argument("--metric", type=text_arg("metric", 100), default="cosine")
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=200)
     p.set_defaults(func=cmd_history)
 
     p = _common(subparsers.add_parser("ack", help="acknowledge a regression (or mark it a false positive)"))
-    p.add_argument("regression_id", type=int, metavar="ID")
+    p.add_argument("regression_id", type=record_id("regression"), metavar="ID")
     p.add_argument("--false-positive", action="store_true")
-    p.add_argument("--by", default=os.environ.get("USER") or None)
-    p.add_argument("--note")
+    p.add_argument("--by", type=text_arg("by", 200), default=os.environ.get("USER") or None)
+    p.add_argument("--note", type=text_arg("note", 2000))
     p.set_defaults(func=cmd_ack)
 
 
@@ -223,7 +238,7 @@ def cmd_regressions(args: argparse.Namespace) -> int:
     store = open_store()
     if args.run_id is not None:
         store.get_run(args.run_id)
-    since = parse_since(args.since) if args.since else None
+    since = args.since if isinstance(args.since, datetime) or args.since is None else parse_since(args.since)
     regs = store.regressions(state="open" if args.open else None, since=since, revision=args.revision,
                              run_id=args.run_id, category=args.category, limit=args.limit)
     out = console(args)

@@ -29,7 +29,9 @@ def register(subparsers: Any) -> None:
     """Add ``ampci reconcile``."""
     p = subparsers.add_parser("reconcile", help="re-send queued jobs whose broker message was lost",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--grace", type=float, default=None, metavar="SECONDS",
+    from service.cli.argtypes import seconds
+
+    p.add_argument("--grace", type=seconds(0.0), default=None, metavar="SECONDS",
                    help="leave jobs queued less than this long alone (default AMPCI_RECONCILE_GRACE)")
     p.add_argument("--dry-run", action="store_true", help="list the lost jobs, send nothing")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON")

@@ -35,10 +35,13 @@ def _run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``serve`` command."""
     parser = subparsers.add_parser("serve", help="run the GitHub webhook and JSON API (uvicorn)")
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    from service.cli.argtypes import text_arg
+
+    parser.add_argument("--host", type=text_arg("host", 253), default="127.0.0.1",
+                        help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=bounded_int(0, 65535), default=8000, help="TCP port (default 8000)")
     parser.add_argument("--no-migrate", action="store_true",
                         help="do not upgrade the database schema to head before serving")
     parser.add_argument("--workers", type=bounded_int(1, 64), default=1, help="uvicorn worker processes (default 1)")
     parser.add_argument("--access-log", action="store_true", help="log every request")
-    parser.set_defaults(func=_run)
+    parser.set_defaults(func=_run, serves=True)  # runs until stopped (the hostile-argument test only parses it)

@@ -35,18 +35,23 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("sweep", help="run a sweep for one pass revision and report regressions",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--config", metavar="FILE", help="sweep config TOML file")
-    src.add_argument("--sweep", metavar="NAME", default=None, help="built-in sweep (smoke, full); default smoke")
-    p.add_argument("--revision", default="WORKTREE",
+    from service.cli.argtypes import bounded_int, path_arg, revision_arg, seconds, text_arg
+
+    src.add_argument("--config", metavar="FILE", type=path_arg, help="sweep config TOML file")
+    src.add_argument("--sweep", metavar="NAME", type=text_arg("sweep", 100), default=None,
+                     help="built-in sweep (smoke, full); default smoke")
+    p.add_argument("--revision", type=revision_arg, default="WORKTREE",
                    help="pass revision: branch, tag or sha of AMPCI_PASS_REPO, or WORKTREE (the uncommitted "
                         "working tree; the default)")
-    p.add_argument("--baseline", default=None,
+    p.add_argument("--baseline", type=revision_arg, default=None,
                    help="revision to compare with: branch, tag or sha (default: first parent; for WORKTREE, HEAD)")
     p.add_argument("--no-baseline-run", action="store_true",
                    help="do not run the baseline revision for cells it has no results for")
     p.add_argument("--trigger", default="manual", choices=["manual", "push", "pull_request", "nightly", "bisect"])
-    p.add_argument("--workers", type=int, default=None, help="embedded mode: local worker processes (CPU count)")
-    p.add_argument("--timeout", type=float, default=None, help="give up waiting after this many seconds")
+    p.add_argument("--workers", type=bounded_int(1, 256), default=None,
+                   help="embedded mode: local worker processes (CPU count)")
+    p.add_argument("--timeout", type=seconds(0.0, allow_low=False), default=None,
+                   help="give up waiting after this many seconds")
     p.add_argument("--no-wait", action="store_true", help="enqueue and return (needs AMPCI_BROKER_URL)")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
     p.set_defaults(func=run)

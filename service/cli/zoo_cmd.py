@@ -32,14 +32,19 @@ def _zoo(args: argparse.Namespace, settings: Settings) -> Zoo:
 def add_input_arguments(p: argparse.ArgumentParser, what: str = "") -> None:
     """``--inputs``, ``--input-shape``, ``--input-range``, ``--stateful`` (a model file's inputs), as
     ``check PATH`` and ``zoo add`` take them; ``what`` prefixes their help."""
-    p.add_argument("--inputs", type=Path, default=None, metavar="NPZ",
+    from service.cli.argtypes import path_arg, text_arg
+
+    p.add_argument("--inputs", type=path_arg, default=None, metavar="NPZ",
                    help=f"{what}input arrays by name (the other inputs are generated)")
-    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=AxBxC",
+    p.add_argument("--input-shape", action="append", type=text_arg("input shape", 1000), default=[],
+                   metavar="NAME=AxBxC",
                    help=f"{what}the shape of an input with symbolic dims (repeatable)")
-    p.add_argument("--input-range", action="append", default=[], metavar="NAME=LOW:HIGH",
+    p.add_argument("--input-range", action="append", type=text_arg("input range", 1000), default=[],
+                   metavar="NAME=LOW:HIGH",
                    help=f"{what}generate the input uniformly in [LOW, HIGH) (needed for integer inputs; "
                         "repeatable)")
-    p.add_argument("--stateful", action="append", default=[], metavar="INPUT=OUTPUT",
+    p.add_argument("--stateful", action="append", type=text_arg("stateful", 1000), default=[],
+                   metavar="INPUT=OUTPUT",
                    help=f"{what}OUTPUT is fed back as INPUT each step (convergence check; repeatable)")
 
 
@@ -144,27 +149,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     verbs.required = True
     manifest_help = "zoo manifest (default: zoo.toml of this checkout merged with the user zoo)"
     lst = verbs.add_parser("list", help="list the zoo's models and where each comes from")
-    lst.add_argument("--tag", default=None, help="only models with this tag (e.g. smoke)")
-    lst.add_argument("--zoo", type=Path, default=None, help=manifest_help)
+    from service.cli.argtypes import path_arg, text_arg
+
+    lst.add_argument("--tag", type=text_arg("tag"), default=None, help="only models with this tag (e.g. smoke)")
+    lst.add_argument("--zoo", type=path_arg, default=None, help=manifest_help)
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(func=_list)
     fetch = verbs.add_parser("fetch", help="fetch models into the cache (AMPCI_CACHE_DIR), verifying sha256")
-    fetch.add_argument("names", nargs="*", metavar="NAME", help="models to fetch (default: all)")
-    fetch.add_argument("--tag", default=None, help="only models with this tag")
-    fetch.add_argument("--zoo", type=Path, default=None, help=manifest_help)
+    fetch.add_argument("names", nargs="*", metavar="NAME", type=text_arg("model"), help="models to fetch (default: all)")
+    fetch.add_argument("--tag", type=text_arg("tag"), default=None, help="only models with this tag")
+    fetch.add_argument("--zoo", type=path_arg, default=None, help=manifest_help)
     fetch.add_argument("--json", action="store_true")
     fetch.set_defaults(func=_fetch)
     add = verbs.add_parser("add", help="add an ONNX file of yours to the user zoo (AMPCI_DATA_DIR/user_zoo.toml)")
-    add.add_argument("path", type=Path, help="the ONNX model file (copied into AMPCI_CACHE_DIR)")
-    add.add_argument("--name", required=True, help="the zoo name sweeps and `ampci check` will use")
-    add.add_argument("--tags", action="append", default=[], metavar="TAG[,TAG...]",
+    add.add_argument("path", type=path_arg, help="the ONNX model file (copied into AMPCI_CACHE_DIR)")
+    add.add_argument("--name", type=text_arg("name"), required=True, help="the zoo name sweeps and `ampci check` will use")
+    add.add_argument("--tags", action="append", type=text_arg("tags", 1000), default=[], metavar="TAG[,TAG...]",
                      help="tags for sweeps (`models = [\"tag:NAME\"]`)")
     add_input_arguments(add)
     add.add_argument("--json", action="store_true")
     add.set_defaults(func=_add)
     export = verbs.add_parser("export", help="copy a zoo model's ONNX file out of the cache")
-    export.add_argument("name", metavar="NAME")
-    export.add_argument("-o", "--output", required=True, help="where to write the .onnx file")
+    export.add_argument("name", metavar="NAME", type=text_arg("model"))
+    export.add_argument("-o", "--output", type=path_arg, required=True, help="where to write the .onnx file")
     export.add_argument("--force", action="store_true", help="overwrite an existing file")
-    export.add_argument("--zoo", type=Path, default=None, help=manifest_help)
+    export.add_argument("--zoo", type=path_arg, default=None, help=manifest_help)
     export.set_defaults(func=_export)

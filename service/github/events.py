@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, ValidationError, field_validator
 
 from service.errors import UserError
 from service.github.sanitize import (
@@ -62,6 +62,13 @@ def _check_sha(value: str) -> str:
     return value.lower()
 
 
+def _before_text(value: Any, limit: int) -> Any:
+    """A free-text field made storable *before* pydantic's own ``str`` check, which refuses a lone
+    surrogate (``"\\ud800"`` from JSON) instead of letting :func:`free_text` replace it; a value that
+    is not a string is left for pydantic to refuse.  JSON ``null`` stays None."""
+    return free_text(value, limit) if isinstance(value, str) else value
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", str_max_length=1_000_000)
 
@@ -88,10 +95,10 @@ class _Person(_Model):
     email: str | None = None
     username: str | None = None
 
-    @field_validator("name", "email", "username")
+    @field_validator("name", "email", "username", mode="before")
     @classmethod
-    def _text(cls, v: str | None) -> str | None:
-        return free_text(v, AUTHOR_MAX)
+    def _text(cls, v: Any) -> Any:
+        return _before_text(v, AUTHOR_MAX)
 
 
 class _Commit(_Model):
@@ -105,10 +112,10 @@ class _Commit(_Model):
     def _sha(cls, v: str) -> str:
         return _check_sha(v)
 
-    @field_validator("message")
+    @field_validator("message", mode="before")
     @classmethod
-    def _message(cls, v: str) -> str:
-        return free_text(v, MESSAGE_MAX) or ""
+    def _message(cls, v: Any) -> Any:
+        return _before_text(v, MESSAGE_MAX)
 
     @field_validator("timestamp")
     @classmethod
@@ -123,9 +130,9 @@ class _Push(_Model):
     repository: _Repository
     commits: list[_Commit] = []
     head_commit: _Commit | None = None
-    deleted: bool = False
-    created: bool = False
-    forced: bool = False
+    deleted: StrictBool = False
+    created: StrictBool = False
+    forced: StrictBool = False
 
     @field_validator("before", "after")
     @classmethod
@@ -156,14 +163,14 @@ class _Ref(_Model):
 class _User(_Model):
     login: str | None = None
 
-    @field_validator("login")
+    @field_validator("login", mode="before")
     @classmethod
-    def _login(cls, v: str | None) -> str | None:
-        return free_text(v, AUTHOR_MAX)
+    def _login(cls, v: Any) -> Any:
+        return _before_text(v, AUTHOR_MAX)
 
 
 class _PullRequestBody(_Model):
-    number: int
+    number: StrictInt
     title: str = ""
     head: _Ref
     base: _Ref
@@ -175,10 +182,10 @@ class _PullRequestBody(_Model):
     def _num(cls, v: int) -> int:
         return _number(v)
 
-    @field_validator("title")
+    @field_validator("title", mode="before")
     @classmethod
-    def _title(cls, v: str) -> str:
-        return free_text(v, MESSAGE_MAX) or ""
+    def _title(cls, v: Any) -> Any:
+        return _before_text(v, MESSAGE_MAX)
 
     @field_validator("updated_at")
     @classmethod
@@ -188,7 +195,7 @@ class _PullRequestBody(_Model):
 
 class _PullRequest(_Model):
     action: str
-    number: int | None = None
+    number: StrictInt | None = None
     pull_request: _PullRequestBody
     repository: _Repository
 
@@ -200,8 +207,13 @@ class _PullRequest(_Model):
 
 class _Ping(_Model):
     zen: str = ""
-    hook_id: int | None = None
+    hook_id: StrictInt | None = None
     repository: _Repository | None = None
+
+    @field_validator("zen", mode="before")
+    @classmethod
+    def _zen(cls, v: Any) -> Any:
+        return _before_text(v, 200)
 
 
 @dataclass(frozen=True)
@@ -228,13 +240,19 @@ class RunRequest:
     sweep: str = SMOKE_SWEEP
     pr_number: int | None = None
     revisions: list[RevisionInfo] = field(default_factory=list)
+    body_sha256: str | None = None  # of the signed raw body: a replay under a new delivery id finds its run
+
+    @property
+    def dedup_key(self) -> str | None:
+        """The run's dedup key by content (``github-body:<sha256>``), None without a body hash."""
+        return f"github-body:{self.body_sha256}" if self.body_sha256 else None
 
 
     def to_payload(self) -> dict[str, Any]:
         """The compact JSON form stored with a pending delivery (:meth:`from_payload` reads it back)."""
         return {"v": 1, "repo": self.repo, "trigger": self.trigger, "head_sha": self.head_sha,
                 "baseline_sha": self.baseline_sha, "branch": self.branch, "sweep": self.sweep,
-                "pr_number": self.pr_number,
+                "pr_number": self.pr_number, "body": self.body_sha256,
                 "revisions": [[r.sha, r.parents, r.branch, r.author, r.message,
                                r.committed_at.isoformat() if r.committed_at else None] for r in self.revisions]}
 
@@ -252,19 +270,25 @@ class RunRequest:
                          for r in data["revisions"]]
             base = data["baseline_sha"]
             pr = data["pr_number"]
+            body = data.get("body")  # absent in rows stored before replay detection
+            if body is not None and not (isinstance(body, str) and re.fullmatch(r"[0-9a-f]{64}", body)):
+                raise ValueError("body hash is not 64 hex")
             return cls(repo=name_text(str(data["repo"]), REPOSITORY_MAX), trigger=str(data["trigger"]),
                        head_sha=_check_sha(data["head_sha"]), baseline_sha=_check_sha(base) if base else None,
                        branch=name_text(str(data["branch"]), BRANCH_MAX), sweep=name_text(str(data["sweep"]), 100),
-                       pr_number=None if pr is None else _number(int(pr)), revisions=revisions)
+                       pr_number=None if pr is None else _number(int(pr)), revisions=revisions,
+                       body_sha256=body)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise PayloadError(f"stored payload unreadable: {exc}"[:200]) from None
 
 
 @dataclass(frozen=True)
 class Ping:
-    """GitHub's hook test event; answered 200 and nothing else."""
+    """GitHub's hook test event; answered 200 and nothing else (``repo``: the repository it named, recorded
+    with the delivery)."""
 
     zen: str
+    repo: str | None = None
 
 
 @dataclass(frozen=True)
@@ -385,7 +409,8 @@ def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
             ping = _Ping.model_validate(data)
         except ValidationError as exc:
             raise PayloadError(_validation_reason(exc)) from None
-        return Ping(zen=free_text(ping.zen, 200) or "")
+        return Ping(zen=free_text(ping.zen, 200) or "",
+                    repo=ping.repository.full_name if ping.repository is not None else None)
     if event == "push":
         return _parse_push(data, settings)
     if event == "pull_request":

@@ -12,8 +12,11 @@ Guarantees:
 * **nothing is lost**: a delivery stays ``pending`` until its run exists and its jobs were handed
   to the broker; a crash, a database or broker outage just leaves it for the next attempt (this
   process retries with backoff; on start-up the intake picks up what an earlier process left).
-* **exactly one run per delivery**: the run's dedup key ``github:<delivery>`` makes creation
-  atomic; a retry finds the run and sends only the jobs that never started.
+* **exactly one run per signed body**: the run's dedup key ``github-body:<sha256 of the raw
+  body>`` (``github:<delivery>`` for rows stored without the hash) makes creation atomic; a retry
+  finds the run and sends only the jobs that never started, and a replay of the same body under
+  another delivery id is accepted with the existing run (no status re-posted).  There is no time
+  window: an identical signed body can only be a replay, at any age.
 * **one worker per delivery**: on PostgreSQL a batch holds its deliveries ``FOR UPDATE SKIP
   LOCKED`` until they are settled, so several API processes share the work without overlap; on
   SQLite (the single-process embedded mode) one lock per process serialises batches.
@@ -164,7 +167,7 @@ class WebhookIntake:
                 items.append((p.delivery_id, RunRequest.from_payload(p.payload)))
             except PayloadError as exc:
                 settlements.append(Settlement(p.delivery_id, "rejected", reason=str(exc)[:300]))
-        results = self._submit(items)
+        results, replays = self._submit(items)
         retry = 0
         for (delivery, request), result in zip(items, results, strict=True):
             if isinstance(result, BaseException):
@@ -175,28 +178,70 @@ class WebhookIntake:
                     settlements.append(settlement)
             else:
                 self._forget(delivery)
-                settlements.append(Settlement(delivery, "accepted", run_id=result.run_id,
-                                              reason=f"{request.trigger} {request.branch}"[:300]))
-                if self.reporter is not None:
+                reason = f"{request.trigger} {request.branch}" + (
+                    " (replay: same signed body as an earlier delivery; its run)" if delivery in replays else "")
+                settlements.append(Settlement(delivery, "accepted", run_id=result.run_id, reason=reason[:300]))
+                # a replay sends nothing and must not reset the status of its (maybe finished) run
+                if self.reporter is not None and delivery not in replays:
                     self.reporter.queued(result.run_id, request.repo, request.head_sha)
         accepted = sum(s.status == "accepted" for s in settlements)
         return settlements, BatchOutcome(len(pending), accepted, len(settlements) - accepted, retry)
 
-    def _submit(self, items: list[tuple[str, RunRequest]]) -> list[Any]:
-        """``submit_many`` for the batch; when the shared transaction fails, each item on its own
-        (so one bad delivery cannot hold the others back)."""
+    def _submit(self, items: list[tuple[str, RunRequest]]) -> tuple[list[Any], set[str]]:
+        """Submit the batch; (the result per item, the deliveries found to be replays).
+
+        Runs are keyed by content when the body hash is known, so a signed body replayed under a new
+        delivery id (GitHub does not sign X-GitHub-Delivery) finds the run its first copy made.  A
+        run that already existed is re-dispatched (its never-started jobs sent again) only for a
+        retry of the delivery that made it, never for a replay: one whose run was created by another
+        item of this batch or already belongs to another accepted delivery.
+        """
         if not items:
-            return []
-        pairs = [(request, f"github:{delivery}") for delivery, request in items]
+            return [], set()
+        pairs = [(request, request.dedup_key or f"github:{delivery}") for delivery, request in items]
+        results = self._submit_pairs(pairs, redispatch=False)
+        created_here = {r.run_id for r in results if not isinstance(r, BaseException) and r.created}
+        existing = [i for i, r in enumerate(results) if not isinstance(r, BaseException) and not r.created]
+        held = self._runs_of_other_deliveries([(items[i][0], results[i].run_id) for i in existing])
+        owned = {existing[k] for k in held}
+        replays = {items[i][0] for i in existing if results[i].run_id in created_here or i in owned}
+        retries = [i for i in existing if items[i][0] not in replays]
+        if retries:
+            again = self._submit_pairs([pairs[i] for i in retries], redispatch=True)
+            for i, result in zip(retries, again, strict=True):
+                results[i] = result
+        return results, replays
+
+    def _runs_of_other_deliveries(self, pairs: list[tuple[str, int]]) -> set[int]:
+        """Indexes into ``pairs`` (delivery, run id) whose run another delivery was accepted with."""
+        if not pairs:
+            return set()
+        import sqlalchemy as sa
+
+        from service.db import models as m
+
+        t = m.WebhookDelivery.__table__
+        runs = {run_id for _, run_id in pairs}
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(sa.select(t.c.run_id, t.c.delivery_id)
+                                .where(t.c.run_id.in_(runs), t.c.status == "accepted")).all()
+        holders: dict[int, set[str]] = {}
+        for run_id, delivery in rows:
+            holders.setdefault(run_id, set()).add(delivery)
+        return {i for i, (delivery, run_id) in enumerate(pairs) if holders.get(run_id, set()) - {delivery}}
+
+    def _submit_pairs(self, pairs: list[tuple[RunRequest, str]], redispatch: bool) -> list[Any]:
+        """``submit_many`` for ``pairs``; when the shared transaction fails, each pair on its own (so
+        one bad delivery cannot hold the others back)."""
         try:
-            return list(self.submitter.submit_many(pairs, redispatch=True))
+            return list(self.submitter.submit_many(pairs, redispatch=redispatch))
         except Exception as exc:  # noqa: BLE001 - isolate below
-            if len(items) == 1:
+            if len(pairs) == 1:
                 return [exc]
         out: list[Any] = []
         for pair in pairs:
             try:
-                out.extend(self.submitter.submit_many([pair], redispatch=True))
+                out.extend(self.submitter.submit_many([pair], redispatch=redispatch))
             except Exception as exc:  # noqa: BLE001 - retried later (UserError: rejected)
                 out.append(exc)
         return out
@@ -273,9 +318,13 @@ class WebhookIntake:
             try:
                 out = self.process_batch(limit)
                 delay = 0.0
-            except Exception:  # noqa: BLE001 - the intake must survive database hiccups
+            except Exception as exc:  # noqa: BLE001 - the intake must survive database hiccups
                 delay = min(self.retry_cap_s, max(self.retry_base_s, delay * 2))
-                log.exception("webhook intake batch failed; retrying in %.0fs", delay)
+                if is_infrastructure(exc):  # an outage: one line per retry, not a traceback
+                    log.warning("webhook intake batch failed; retrying in %.0fs: %s: %s", delay,
+                                type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
+                else:
+                    log.exception("webhook intake batch failed; retrying in %.0fs", delay)
                 self._stop.wait(delay)
                 self._work.set()
                 continue

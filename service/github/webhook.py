@@ -6,7 +6,9 @@ run, touches the broker, runs a job or calls GitHub on the request path.
 
 Order of checks (each one stops the procedure):
 
-1. body larger than ``max_body_bytes``           → 400, delivery recorded ``rejected``
+1. body larger than ``max_body_bytes`` (declared or streamed; it is not read further): 401 without a
+   well-formed signature header, else 413; nothing stored either way (a body that was not read
+   cannot be verified, and unverified requests never write a row)
 2. signature missing or wrong                    → 401, nothing stored or queued
 3. ``X-GitHub-Delivery``/``X-GitHub-Event`` bad  → 400 (recorded when the delivery id is usable)
 4. malformed JSON (also: not UTF-8, nested deeper than 64) / missing fields / bad sha / a value
@@ -22,6 +24,10 @@ Order of checks (each one stops the procedure):
    the delivery ``accepted`` with the run id (``GET /api/deliveries/<id>`` shows it).  A database
    that is down is a 503 and nothing is recorded (GitHub shows the delivery as failed; redeliver).
 
+A signed body replayed under a new delivery id (GitHub does not sign ``X-GitHub-Delivery``) is
+stored like any delivery, but the intake finds its run by the SHA-256 of the raw body (the run's
+dedup key ``github-body:<hash>``), so it leads to the run the first copy made, never a second one.
+
 A delivery id already recorded ``pending`` or ``accepted`` is answered 200 ``duplicate`` (with
 its run id once known) and does nothing more; a ``rejected`` one is processed again (GitHub's
 "redeliver").  Each outcome is one atomic statement, so of concurrent copies exactly one is
@@ -30,10 +36,11 @@ stored.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs
 
@@ -56,6 +63,7 @@ log = logging.getLogger(__name__)
 
 DELIVERY_RE = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
 EVENT_RE = re.compile(r"^[a-z_]{1,50}$")
+SIGNATURE_RE = re.compile(r"^sha256=[0-9a-fA-F]{64}$")
 
 
 @dataclass(frozen=True)
@@ -114,10 +122,10 @@ class Plan:
     wakes_intake: bool = False
 
 
-def _write(delivery: str, event: str, status: str, reason: str) -> Any:
+def _write(delivery: str, event: str, status: str, reason: str, repository: str | None = None) -> Any:
     from service.db.deliveries import DeliveryWrite
 
-    return DeliveryWrite(delivery, event, status, reason=reason[:500])
+    return DeliveryWrite(delivery, event, status, reason=reason[:500], repository=repository)
 
 
 class WebhookProcessor:
@@ -178,9 +186,11 @@ class WebhookProcessor:
         event = (headers.get("x-github-event") or "").strip()
         usable_id = bool(DELIVERY_RE.match(delivery))
         if too_large or body is None:
-            reason = f"body larger than {self.settings.max_body_bytes} bytes"
-            write = _write(delivery, event[:50] or "unknown", "rejected", reason) if usable_id else None
-            return Plan(_err(400, "too_large", reason), write)
+            # the body was not read, so its signature cannot be checked: nothing is stored for it
+            if not self._signature_present(headers):
+                return Plan(_err(401, "unauthorized", "missing or invalid X-Hub-Signature-256"))
+            return Plan(_err(413, "too_large", f"body larger than {self.settings.max_body_bytes} bytes "
+                                               "(not read, nothing stored)"))
         if not self._signature_ok(headers, body):
             return Plan(_err(401, "unauthorized", "missing or invalid X-Hub-Signature-256"))
         if not usable_id:
@@ -196,13 +206,14 @@ class WebhookProcessor:
             return Plan(_err(400, "bad_request", str(exc)), _write(delivery, event, "rejected", str(exc)))
         if isinstance(decision, Ping):
             return Plan(Outcome(200, {"status": "pong", "zen": decision.zen}),
-                        _write(delivery, event, "accepted", "ping"), duplicate_if_known=True)
+                        _write(delivery, event, "accepted", "ping", decision.repo), duplicate_if_known=True)
         if isinstance(decision, Ignored):
             return Plan(Outcome(202, {"status": "ignored", "reason": decision.reason}),
                         _write(delivery, event, "accepted", f"ignored: {decision.reason}"), duplicate_if_known=True)
         request = decision
         from service.db.deliveries import DeliveryWrite
 
+        request = replace(request, body_sha256=hashlib.sha256(body).hexdigest())  # replay key (intake)
         write = DeliveryWrite(delivery, event, "pending", reason=f"{request.trigger} {request.branch}"[:300],
                               repository=request.repo, payload=request.to_payload())
         return Plan(Outcome(202, {"status": "queued", "delivery": delivery, "sha": request.head_sha,
@@ -222,6 +233,14 @@ class WebhookProcessor:
         if plan.wakes_intake:
             self.intake.notify()
         return plan.outcome
+
+    def _signature_present(self, headers: Mapping[str, str]) -> bool:
+        """True when the request carries a well-formed ``sha256=<64 hex>`` signature header (or no
+        secret is configured, in development): only then can a body too large to read be answered
+        413 rather than 401.  Nothing is stored either way."""
+        if not self.settings.webhook_secret:
+            return self.settings.insecure_dev
+        return bool(SIGNATURE_RE.match(headers.get("x-hub-signature-256") or ""))
 
     def _signature_ok(self, headers: Mapping[str, str], body: bytes) -> bool:
         if not self.settings.webhook_secret:

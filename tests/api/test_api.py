@@ -85,7 +85,8 @@ def test_not_found_and_invalid_input_are_json(make_client):
         resp = client.get(path)
         assert resp.status_code == code, (path, resp.text)
         assert resp.headers["content-type"] == "application/json" and resp.json()["error"], path
-    assert client.delete("/api/runs").status_code == 405
+    assert client.delete("/api/runs").status_code == 401  # the token is checked before anything else
+    assert client.delete("/api/runs", headers={"Authorization": f"Bearer {API_TOKEN}"}).status_code == 405
 
 
 def test_write_endpoints_need_the_bearer_token(make_client, make_settings, store):

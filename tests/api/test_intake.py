@@ -44,7 +44,8 @@ def test_deliveries_stored_while_the_intake_is_stopped_are_processed_after_start
     got = [store.get_delivery(d) for d in ids]
     assert [g.status for g in got] == ["accepted"] * 3 and all(g.run_id for g in got)
     runs = store.list_runs()
-    assert sorted(r.dedup_key for r in runs) == sorted(f"github:{d}" for d in ids)
+    assert sorted(r.id for r in runs) == sorted(g.run_id for g in got)  # one run per delivery
+    assert all(r.dedup_key.startswith("github-body:") for r in runs)  # keyed by the signed body
     assert _queued(redis_url, queue) == 3 * 4
     again = _post(restarted, ids[0], sha("restart-0"))  # GitHub's redelivery afterwards
     assert again.status_code == 200 and again.json()["run_id"] == got[0].run_id
@@ -106,7 +107,8 @@ def test_two_intakes_never_make_two_runs_of_one_delivery(make_client, make_setti
     for t in threads:
         t.join(60)
     assert sum(counts) == len(ids)  # each delivery settled by exactly one intake (row locks)
-    assert sorted(r.dedup_key for r in store.list_runs(limit=100)) == sorted(f"github:{d}" for d in ids)
+    run_ids = sorted(r.id for r in store.list_runs(limit=100))
+    assert len(run_ids) == len(ids) and run_ids == sorted(store.get_delivery(d).run_id for d in ids)
     assert _queued(redis_url, queue) == len(ids) * 4  # and its jobs sent once
     assert {store.get_delivery(d).status for d in ids} == {"accepted"}
 
@@ -194,5 +196,6 @@ def test_ampci_deliveries_lists_rejected_ones_with_the_reason(make_client, store
     assert main(["deliveries"]) == 0
     out = capsys.readouterr().out
     assert "d-cli" in out and "d-cli-ok" in out and "pending" in out
-    assert main(["deliveries", "--status", "bogus"]) == 2
-    assert "unknown delivery status" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # argparse's one-line usage error (issue 24: typed options)
+        main(["deliveries", "--status", "bogus"])
+    assert refused.value.code == 2 and "unknown delivery status" in capsys.readouterr().err

@@ -164,13 +164,15 @@ def test_bad_pull_request_sha_is_rejected(make_client, store):
     assert store.get_delivery("d-bad-pr").status == "rejected"
 
 
-def test_oversized_body_is_400_and_rejected(make_client, make_settings, store, queue, redis_url):
+def test_oversized_signed_body_is_413_and_nothing_stored(make_client, make_settings, store, queue, redis_url):
+    """Issue 24 item 1: a body over the limit is not read, so its signature cannot be verified:
+    nothing is stored for it (it used to be recorded ``rejected``, a row per unverified request)."""
     client = make_client(make_settings(max_body_bytes=2048))
     payload = push_payload(sha("big"))
     payload["commits"][0]["message"] = "x" * 4096
     resp = post(client, payload, delivery="d-big")
-    assert resp.status_code == 400 and resp.json()["error"] == "too_large"
-    assert store.get_delivery("d-big").status == "rejected"
+    assert resp.status_code == 413 and resp.json()["error"] == "too_large"
+    assert store.get_delivery("d-big") is None
     assert _runs(store) == [] and _queued(redis_url, queue) == 0
     small = post(client, push_payload(sha("small")), delivery="d-small")
     assert small.status_code == 202

@@ -110,7 +110,9 @@ def test_bisect_cli(sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: py
     assert "cannot be bisected" in capsys.readouterr().err
     assert main(["bisect", "--run", str(bad_run), "--regression", "999"]) == 2
     assert main(["bisect", "--run", "999"]) == 2
-    assert main(["bisect", "--run", str(bad_run), "--parallel", "0"]) == 2
+    with pytest.raises(SystemExit) as refused:  # a typed option: argparse's usage error (issue 24)
+        main(["bisect", "--run", str(bad_run), "--parallel", "0"])
+    assert refused.value.code == 2
     monkeypatch.delenv("AMPCI_BROKER_URL", raising=False)
     assert main(["bisect", "--run", str(bad_run), "--dispatch"]) == 2
     assert "AMPCI_BROKER_URL" in capsys.readouterr().err
