@@ -1,8 +1,13 @@
-# One image for every ampci service (api, beat, workers).  BASE_IMAGE selects the runtime:
-#   python:3.12-slim                              CPU services (default)
-#   nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04  worker-cuda (CUDA/cuDNN for onnxruntime-gpu)
+# One image for every ampci service (api, beat, migrate, workers).  Build arguments:
+#   BASE_IMAGE   python:3.12-slim (default; with a registry)  |  local/python:3.11 (deploy/images.py,
+#                no registry)  |  nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04 (worker-cuda)
+#   ONNXRUNTIME  onnxruntime (default: CPU, no CUDA wheels)  |  onnxruntime-gpu (worker-cuda)
+# Everything runs as the service user `ampci` (uid 10001), which owns /app (the checkout with .git:
+# the default pass repository AMPCI_PASS_REPO that workers clone; git refuses a repository owned by
+# another user) and the cache/data directories (named volumes mounted there start owned by it).
 ARG BASE_IMAGE=python:3.12-slim
 FROM ${BASE_IMAGE}
+ARG ONNXRUNTIME=onnxruntime
 
 ENV DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -14,20 +19,26 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && python3 -m venv /opt/ampci \
  && useradd --create-home --uid 10001 ampci \
- && mkdir -p /var/cache/ampci /var/lib/ampci \
- && chown ampci:ampci /var/cache/ampci /var/lib/ampci
+ && mkdir -p /var/cache/ampci /var/lib/ampci /app \
+ && chown ampci:ampci /var/cache/ampci /var/lib/ampci /app
 ENV PATH=/opt/ampci/bin:$PATH \
     AMPCI_CACHE_DIR=/var/cache/ampci \
     AMPCI_DATA_DIR=/var/lib/ampci
 
 WORKDIR /app
-# Dependencies first (cached layer), then the code.  The checkout (with .git) doubles as the
-# default pass repository that workers clone from (AMPCI_PASS_REPO, default /app).
-COPY pyproject.toml README.md ./
-RUN mkdir -p amp_pass workers service migrations \
- && touch amp_pass/__init__.py workers/__init__.py service/__init__.py migrations/__init__.py \
- && pip install . && pip uninstall -y ampci
-COPY . .
-RUN pip install --no-deps -e . && git config --system --add safe.directory /app
+# Dependencies first, from pyproject.toml alone (this layer is rebuilt only when it changes), with
+# onnxruntime-gpu swapped for ${ONNXRUNTIME}.  Then the code, owned by the service user.
+COPY pyproject.toml /tmp/pyproject.toml
+RUN python3 -c "import sys, tomllib; deps = tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']['dependencies']; \
+print('\n'.join(sys.argv[1] + d[len('onnxruntime-gpu'):] if d.startswith('onnxruntime-gpu') else d for d in deps))" \
+        "${ONNXRUNTIME}" > /tmp/requirements.txt \
+ && cat /tmp/requirements.txt \
+ && pip install -r /tmp/requirements.txt \
+ && rm /tmp/pyproject.toml /tmp/requirements.txt
+COPY --chown=10001:10001 . .
+RUN pip install --no-deps -e . \
+ && chown -R ampci:ampci /app
 USER ampci
+# The pass repository must resolve for the service user, and no .env (secrets) may be in the image.
+RUN test ! -e /app/.env && git -C /app rev-parse --verify -q HEAD >/dev/null
 CMD ["ampci", "--help"]

@@ -5,6 +5,9 @@
     python3 dev.py test      # install into .venv if needed, start PostgreSQL/Redis if down, run pytest
                              # (as root with apt-get: also installs Debian's chromium for the browser tests)
     python3 dev.py test -m "not browser"   # the same without the browser tests: installs no chromium
+                             # (as root with apt-get, `test` also installs docker.io, docker-compose and
+                             # debootstrap for the deploy test; -m "not deploy" or AMPCI_NO_DOCKER=1: not)
+    python3 dev.py images    # local base images for docker compose without a registry (deploy/images.py)
     python3 dev.py ampci ARGS...   # any ampci command inside the project's virtual environment
 
 The virtual environment lives in ``.venv`` next to this file and is reinstalled only when
@@ -101,7 +104,17 @@ def ensure_browser() -> None:
 def wants_browser(pytest_args: list[str], env: dict[str, str]) -> bool:
     """False when the browser tests are deselected (``-m`` with an expression containing ``not browser``)
     or ``AMPCI_NO_BROWSER`` is set to 1/true/yes: then no chromium is installed."""
-    if env.get("AMPCI_NO_BROWSER", "").strip().lower() in {"1", "true", "yes"}:
+    return _wants_marker(pytest_args, env, "browser", "AMPCI_NO_BROWSER")
+
+
+def wants_docker(pytest_args: list[str], env: dict[str, str]) -> bool:
+    """False when the deploy test is deselected (``-m`` ... ``not deploy``) or ``AMPCI_NO_DOCKER`` is
+    1/true/yes: then no Docker is installed (the deploy test then skips only with AMPCI_NO_DOCKER=1)."""
+    return _wants_marker(pytest_args, env, "deploy", "AMPCI_NO_DOCKER")
+
+
+def _wants_marker(pytest_args: list[str], env: dict[str, str], marker: str, opt_out: str) -> bool:
+    if env.get(opt_out, "").strip().lower() in {"1", "true", "yes"}:
         return False
     for i, arg in enumerate(pytest_args):
         expr = None
@@ -109,9 +122,35 @@ def wants_browser(pytest_args: list[str], env: dict[str, str]) -> bool:
             expr = pytest_args[i + 1]
         elif arg.startswith("-m") and arg != "-m":
             expr = arg[2:].lstrip("=")
-        if expr is not None and "not browser" in " ".join(expr.split()):
+        if expr is not None and f"not {marker}" in " ".join(expr.split()):
             return False
     return True
+
+
+DOCKER_PACKAGES = ("docker.io", "docker-compose", "debootstrap")
+
+
+def ensure_docker() -> None:
+    """Install Debian's docker.io, docker-compose and debootstrap (for the deploy test) when missing;
+    root only.  The test itself starts dockerd when no daemon answers."""
+    if all(shutil.which(tool) for tool in ("dockerd", "docker", "debootstrap")) and (
+            shutil.which("docker-compose") or _docker_compose_plugin()):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        _log("warning: Docker/debootstrap are missing and cannot be installed here; the deploy test will fail "
+             "(AMPCI_NO_DOCKER=1 skips it)")
+        return
+    _log(f"installing {', '.join(DOCKER_PACKAGES)} for the deploy test (once per machine)")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-q"], check=False, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *DOCKER_PACKAGES],
+                   check=False, env=env, stdout=subprocess.DEVNULL)
+
+
+def _docker_compose_plugin() -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
 
 
 def main(argv: list[str]) -> int:
@@ -119,6 +158,8 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0
     cmd, rest = argv[0], argv[1:]
+    if cmd == "images":  # standard library only: no virtual environment needed
+        return subprocess.run([sys.executable, str(ROOT / "deploy" / "images.py"), *rest], cwd=ROOT).returncode
     ensure_venv()
     env = dict(os.environ)
     if cmd == "test":
@@ -127,6 +168,10 @@ def main(argv: list[str]) -> int:
             ensure_browser()
         else:
             _log("browser tests deselected or AMPCI_NO_BROWSER=1: not installing chromium")
+        if wants_docker(rest, env):
+            ensure_docker()
+        else:
+            _log("deploy test deselected or AMPCI_NO_DOCKER=1: not installing Docker")
         env.setdefault("AMPCI_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
         env.setdefault("AMPCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
         proc = subprocess.run([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)
@@ -135,7 +180,7 @@ def main(argv: list[str]) -> int:
         return subprocess.run([str(VENV / "bin" / "ampci"), "sweep", *rest], cwd=ROOT, env=env).returncode
     if cmd == "ampci":
         return subprocess.run([str(VENV / "bin" / "ampci"), *rest], cwd=ROOT, env=env).returncode
-    print(f"dev.py: unknown command {cmd!r} (expected test, sweep or ampci)", file=sys.stderr)
+    print(f"dev.py: unknown command {cmd!r} (expected test, sweep, images or ampci)", file=sys.stderr)
     return 2
 
 

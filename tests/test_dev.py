@@ -40,3 +40,16 @@ def test_readme_says_dev_test_installs_chromium_and_how_to_skip_it() -> None:
     text = (ROOT / "README.md").read_text()
     assert "chromium" in text.lower() and 'python3 dev.py test -m "not browser"' in text
     assert "AMPCI_NO_BROWSER=1" in text
+
+
+@pytest.mark.parametrize(("args", "env", "expected"), [
+    ([], {}, True),
+    (["-m", "not deploy"], {}, False),
+    (["-m", "not browser and not deploy"], {}, False),
+    (["-m", "not browser"], {}, True),
+    ([], {"AMPCI_NO_DOCKER": "1"}, False),
+    ([], {"AMPCI_NO_DOCKER": "no"}, True),
+])
+def test_docker_is_installed_only_when_the_deploy_test_may_run(args: list[str], env: dict[str, str],
+                                                               expected: bool) -> None:
+    assert _dev().wants_docker(args, env) is expected

@@ -1,5 +1,9 @@
 """``GET /healthz``: database and broker reachability (200 when both are reachable, else 503).
 
+``down`` lists the unreachable dependencies by name (``["database"]``, ``["broker"]``, both, or
+none) in every answer, so a load balancer or ``docker compose ps`` user sees which one failed
+without the details.
+
 Open to everyone (load balancers probe it without a token).  With ``AMPCI_READ_TOKEN_REQUIRED``
 a caller without the API token gets only ``{"status": "ok"|"unavailable"}``: the details name the
 database and broker URLs.  Details never carry a password (URLs are shown with ``***``).
@@ -36,9 +40,10 @@ async def healthz(request: Request) -> JSONResponse:
     br_ok, br_detail = await run_in_threadpool(ctx.broker_probe)
     ok = db_ok and br_ok
     status = "ok" if ok else "unavailable"
+    down = [name for name, up in (("database", db_ok), ("broker", br_ok)) if not up]
     if not _may_see_details(request):
-        return JSONResponse({"status": status}, status_code=200 if ok else 503)
-    body = {"status": status,
+        return JSONResponse({"status": status, "down": down}, status_code=200 if ok else 503)
+    body = {"status": status, "down": down,
             "database": {"ok": db_ok, "detail": redact_url(db_detail)},
             "broker": {"ok": br_ok, "detail": redact_url(br_detail)},
             "status_outbox": {"enabled": ctx.reporter.enabled}}

@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import re
 import socket
+import sys
 from typing import Any
 
-from service.errors import UserError
+from service.errors import ServiceError, UserError
 
 _QUEUE = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -22,21 +23,16 @@ _QUEUE = re.compile(r"^[A-Za-z0-9_-]+$")
 def register(subparsers: Any) -> None:
     """Add ``ampci worker`` and ``ampci beat``."""
     w = subparsers.add_parser("worker", help="run a Celery worker for one or more target queues")
-    from service.cli.argtypes import bounded_int, log_level, path_arg, text_arg
-
-    w.add_argument("--queues", "-Q", type=text_arg("queues", 1000), default="cpu",
-                   help="comma-separated queues (cuda, cpu, control, ...)")
-    w.add_argument("--concurrency", "-c", type=bounded_int(1, 256), default=1, help="worker processes (one per GPU)")
-    w.add_argument("--name", "-n", type=text_arg("name", 200), default=None,
-                   help="node name (default ampci-<queues>@<host>)")
-    w.add_argument("--loglevel", "-l", type=log_level, default=None,
-                   help="log level (default AMPCI_LOG_LEVEL)")
-    w.add_argument("--max-tasks-per-child", type=bounded_int(1, 1_000_000), default=None)
-    w.set_defaults(func=run_worker, serves=True)  # runs until stopped
+    w.add_argument("--queues", "-Q", default="cpu", help="comma-separated queues (cuda, cpu, control, ...)")
+    w.add_argument("--concurrency", "-c", type=int, default=1, help="worker processes (one per GPU)")
+    w.add_argument("--name", "-n", default=None, help="node name (default ampci-<queues>@<host>)")
+    w.add_argument("--loglevel", "-l", default=None, help="log level (default AMPCI_LOG_LEVEL)")
+    w.add_argument("--max-tasks-per-child", type=int, default=None)
+    w.set_defaults(func=run_worker)
     b = subparsers.add_parser("beat", help="run Celery beat: schedules the nightly sweep")
-    b.add_argument("--schedule-file", type=path_arg, default=None, help="beat state file (default under AMPCI_DATA_DIR)")
-    b.add_argument("--loglevel", "-l", type=log_level, default=None)
-    b.set_defaults(func=run_beat, serves=True)
+    b.add_argument("--schedule-file", default=None, help="beat state file (default under AMPCI_DATA_DIR)")
+    b.add_argument("--loglevel", "-l", default=None)
+    b.set_defaults(func=run_beat)
 
 
 def worker_argv(queues: str, concurrency: int, name: str | None, loglevel: str,
@@ -55,11 +51,44 @@ def worker_argv(queues: str, concurrency: int, name: str | None, loglevel: str,
     return argv
 
 
+class BrokerUnavailableError(ServiceError):
+    """The broker cannot be reached at start-up; the message names the URL without its password."""
+
+    exit_code = 3
+
+
+def check_broker(url: str, timeout: float = 5.0) -> None:
+    """PING the Redis broker once; raise BrokerUnavailableError (one line) when it does not answer.
+
+    Celery itself would retry forever with a multi-line message per attempt; a worker or beat that
+    cannot reach its broker at start says so in one line and exits 3 (compose restarts it)."""
+    import redis
+
+    from service.settings import redact_url
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout).ping()
+    except Exception as exc:  # noqa: BLE001 - any failure is "unreachable", reported in one line
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise BrokerUnavailableError(f"broker unavailable at {redact_url(url)}: {detail}") from None
+
+
+def queues_without_producer(names: list[str], settings: Any) -> list[str]:
+    """The queues in ``names`` no ampci producer sends to: not a built-in target (cuda, cpu), not
+    ``control`` and not in ``AMPCI_EXTRA_QUEUES``.  A worker on only such queues stays idle forever."""
+    from service.orchestration.celery_app import CONTROL_QUEUE, DEFAULT_QUEUES, extra_queues
+
+    known = {*DEFAULT_QUEUES, *extra_queues(settings), CONTROL_QUEUE}
+    return [q for q in names if q not in known]
+
+
 def _app() -> Any:
     from service.settings import Settings
 
     settings = Settings.from_env()
     settings.require("broker_url")
+    if settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
+        check_broker(settings.broker_url)
     from service.orchestration.celery_app import app  # built from the same environment
 
     return settings, app
@@ -70,6 +99,11 @@ def run_worker(args: argparse.Namespace) -> int:
     settings, app = _app()
     argv = worker_argv(args.queues, args.concurrency, args.name, args.loglevel or settings.log_level,
                        args.max_tasks_per_child)
+    orphans = queues_without_producer(argv[argv.index("-Q") + 1].split(","), settings)
+    if orphans:
+        print(f"ampci: warning: queue {', '.join(repr(q) for q in orphans)} has no producer (jobs go to "
+              f"cuda, cpu, control and AMPCI_EXTRA_QUEUES={settings.extra_queues!r}); nothing will "
+              "arrive there", file=sys.stderr, flush=True)
     app.worker_main(argv)
     return 0
 
@@ -78,6 +112,6 @@ def run_beat(args: argparse.Namespace) -> int:
     """Run beat in this process until it is stopped."""
     settings, app = _app()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    schedule = str(args.schedule_file or settings.data_dir / "celerybeat-schedule")
+    schedule = args.schedule_file or str(settings.data_dir / "celerybeat-schedule")
     app.start(["beat", "--loglevel", args.loglevel or settings.log_level, "--schedule", schedule])
     return 0
