@@ -1,0 +1,96 @@
+"""The confirmation job (:mod:`workers.confirm`): both revisions timed interleaved in one job, every timing kind.
+
+Two pass roots (copies of this checkout's ``amp_pass``); the candidate's converted models route their first
+output through a 400-step Loop of no-ops (slower on every inference) and its conversions sleep 0.3 s.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from workers.cell import confirm_job
+from workers.config import WorkerConfig
+from workers.confirm import ConfirmError, confirm_cell
+
+ROOT = Path(__file__).resolve().parents[2]
+CELL = ("conv_net", "fp16", "default", "cpu")
+HEAD = "def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = None) -> ConversionResult:\n"
+SLOWER = '''
+
+_convert_model_fast = convert_model
+
+
+def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = None) -> ConversionResult:
+    """BUG(test): a slower conversion, and a converted model that does 400 no-op Loop steps more."""
+    from onnx import TensorProto, helper
+
+    time.sleep(0.3)
+    result = _convert_model_fast(model, options)
+    m = onnx.ModelProto()
+    m.CopyFrom(result.model)
+    g = m.graph
+    out = g.output[0]
+    inner = out.name + "__pre_slow"
+    for n in g.node:
+        for i, o in enumerate(n.output):
+            if o == out.name:
+                n.output[i] = inner
+    elem = out.type.tensor_type.elem_type
+    body = helper.make_graph(
+        [helper.make_node("Sub", ["v", "v"], ["z"]), helper.make_node("Add", ["v", "z"], ["v_out"]),
+         helper.make_node("Identity", ["c"], ["c_out"])], "slow_body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v", elem, None)],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", elem, None)])
+    g.initializer.extend([helper.make_tensor("slow_trip", TensorProto.INT64, [], [400]),
+                          helper.make_tensor("slow_cond", TensorProto.BOOL, [], [True])])
+    g.node.append(helper.make_node("Loop", ["slow_trip", "slow_cond", inner], [out.name], body=body))
+    return ConversionResult(model=m, report=result.report)
+'''
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("base")
+    cand = tmp_path_factory.mktemp("candidate")
+    for root in (base, cand):
+        shutil.copytree(ROOT / "amp_pass", root / "amp_pass", ignore=shutil.ignore_patterns("__pycache__"))
+    conv = cand / "amp_pass" / "converter.py"
+    conv.write_text(conv.read_text() + SLOWER)
+    return {"baseline": base, "candidate": cand}
+
+
+def config(tmp_path: Path) -> WorkerConfig:
+    return WorkerConfig(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", convert_timeout=120.0,
+                        convert_memory=4 * 1024**3, latency_warmup=1)
+
+
+def test_both_revisions_are_timed_pair_by_pair_for_every_timing_kind(roots: dict[str, Path], tmp_path: Path) -> None:
+    got = confirm_cell(CELL, roots, ["latency", "conversion_time"], 3, config(tmp_path))
+    assert got["pairs"] == 3 and set(got["kinds"]) == {"latency", "conversion_time"}
+    conv, lat = got["kinds"]["conversion_time"], got["kinds"]["latency"]
+    assert (conv["unit"], lat["unit"]) == ("s", "ms")
+    for kind in (conv, lat):
+        assert len(kind["baseline"]) == len(kind["candidate"]) == 3
+        assert all(b > 0 for b in kind["baseline"])
+        assert all(c > b for b, c in zip(kind["baseline"], kind["candidate"], strict=True))  # every pair
+    assert all(c - b > 0.2 for b, c in zip(conv["baseline"], conv["candidate"], strict=True))
+    assert got["seconds"] > 3 * 0.3  # the candidate slept in each of its conversions
+
+
+def test_the_job_reports_failures_as_statuses(roots: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(ConfirmError, match="cannot confirm kinds"):
+        confirm_cell(CELL, roots, ["accuracy"], 3, config(tmp_path))
+    broken = dict(roots, candidate=tmp_path / "nothing-here")
+    with pytest.raises(ConfirmError) as err:
+        confirm_cell(CELL, broken, ["conversion_time"], 1, config(tmp_path))
+    assert err.value.status == "convert_error" and "candidate revision" in str(err.value)
+    # through the job entry point: a baseline revision the cache cannot check out is a bad_spec result
+    r = confirm_job(CELL, "c" * 40, roots["candidate"], {"baseline": "0" * 40, "kinds": ["latency"], "pairs": 2},
+                    config(tmp_path), None)
+    assert r.status == "bad_spec" and r.message.startswith("baseline revision:") and r.confirmation is None
