@@ -66,10 +66,45 @@ def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: int 
             return engine
         engine = sa.create_engine(parsed, pool_size=max(1, pool_size), max_overflow=max(0, max_overflow),
                                   pool_timeout=POOL_TIMEOUT_S)
+        event.listen(engine, "connect", _lenient_timestamps)
         _ping_when_idle(engine, IDLE_PING_SECONDS)
         return engine
     except (NoSuchModuleError, ImportError, ArgumentError) as exc:
         raise ConfigError(f"cannot use database URL {redact_url(url)}: {exc}") from None
+
+
+def _lenient_timestamps(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+    """Timestamps PostgreSQL holds but Python cannot (before year 1 or after 9999 once in UTC, e.g.
+    ``0001-01-01 00:00:00+14`` written by another tool) read back as None, so a page or API answer
+    showing such a row renders it as missing ("–") instead of failing with psycopg's DataError.
+    The webhook refuses such values at intake; this covers what is already stored."""
+    from psycopg import DataError
+    from psycopg.adapt import Loader
+    from psycopg.pq import Format
+
+    for name in ("timestamptz", "timestamp", "date"):
+        oid = dbapi_conn.adapters.types[name].oid
+        for fmt in (Format.TEXT, Format.BINARY):
+            base: type[Loader] | None = dbapi_conn.adapters.get_loader(oid, fmt)
+            if base is None or getattr(base, "_ampci_lenient", False):
+                continue
+
+            class Lenient(Loader):  # wraps the (C) loader: psycopg's compiled loaders cannot be subclassed
+                _ampci_lenient = True
+                format = fmt
+                inner_class = base
+
+                def __init__(self, oid: int, context: object = None) -> None:
+                    super().__init__(oid, context)  # type: ignore[arg-type]
+                    self._inner = self.inner_class(oid, context)
+
+                def load(self, data):  # type: ignore[no-untyped-def]
+                    try:
+                        return self._inner.load(data)
+                    except DataError:
+                        return None
+
+            dbapi_conn.adapters.register_loader(oid, Lenient)
 
 
 def _ping_when_idle(engine: Engine, idle: float) -> None:

@@ -299,3 +299,26 @@ def test_settings_are_the_ones_documented():
         assert f"`AMPCI_{name.upper()}`" in readme, name
         assert hasattr(Settings(), name)
     assert SECRET and REPO
+
+
+# -- item 7: timestamps the driver cannot return ---------------------------------------------------------
+
+def test_a_timestamp_before_year_1_in_utc_renders_as_a_dash(make_client, store):
+    """A commit time stored by another tool as ``0001-01-01 00:00:00+14`` (year 0 in UTC, which no
+    Python datetime holds) reads back as missing: the run page, the run list, the API answer 200."""
+    import sqlalchemy as sa
+
+    client = make_client()
+    head, base = sha("ancient-head"), sha("ancient-base")
+    store.upsert_revision(base, [], "main", "dev", "base")
+    store.upsert_revision(head, [base], "main", "dev", "head")
+    run_id = store.create_run(head, "push", baseline_sha=base, cells=[("mlp_small", "fp16", "default", "cpu")])
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE revisions SET committed_at = '0001-01-01 00:00:00+14'"))
+    for path in (f"/runs/{run_id}", "/", "/runs", f"/api/runs/{run_id}", "/api/runs", f"/api/revisions/{head}"):
+        resp = client.get(path, headers={"Accept": "text/html"} if not path.startswith("/api") else {})
+        if path.startswith("/api/revisions") and resp.status_code == 404:
+            continue  # no such endpoint in this version
+        assert resp.status_code == 200, (path, resp.status_code, resp.text[:300])
+        assert "0001-01-01" not in resp.text and "0000-12-31" not in resp.text
+    assert store.get_revision(head).committed_at is None  # every reader: missing, shown as "–" where shown
