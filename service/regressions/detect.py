@@ -261,8 +261,10 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
                          "baseline_value": f.baseline_value, "value": f.value, "delta": f.delta,
                          "ratio": f.ratio, "p_value": f.p_value, "detail": detail, "result_id": cur.id,
                          "baseline_result_id": base_id, "created_at": now,
+                         # a pairwise timing regression awaits its confirmation run (the nightly change-point
+                         # test has no single baseline revision to time against: it needs consecutive nights)
                          "state": "suspected" if suspect and category == "regression" and f.kind in TIMING_KINDS
-                         else "open"})
+                         and base_sha is not None else "open"})
     _store_findings(conn, run.id, rows)
     if run.trigger in LINEAGE_TRIGGERS:
         _resolve(conn, run, current, th, now)

@@ -208,3 +208,24 @@ def test_conversion_time_divides_out_a_machine_slowed_between_the_two_jobs() -> 
     pooled_base = pooled(base, [conversion([0.25] * 5, [0.05] * 5)])
     assert len(pooled_base.convert_reference) == len(pooled_base.convert_samples) == 10
     assert pooled(base, [conversion([0.25] * 5)]).convert_reference == ()  # one result without: none paired
+
+
+def test_a_nightly_change_point_is_not_suspected_it_has_no_single_baseline_revision(store: Store) -> None:
+    """The nightly latency test compares a series of nights (consecutive violations), not two revisions: there
+    is no baseline revision to time interleaved, so its finding is open at once, even when confirming."""
+    from service.regressions.detect import detect_run
+
+    (rev,) = chain(store, 1)
+
+    def night(ms: float, seed: int) -> int:
+        run_id = store.create_run(rev, "nightly", cells=[CELL], meta={"confirm_pairs": 8})
+        store.write_result(run_id, make_result(CELL, latency_ms=ms, seed=seed))
+        store.finish_run(run_id)
+        detect_run(store, run_id)
+        return run_id
+
+    for i, ms in enumerate([2.0, 2.02, 1.98, 2.01, 1.99, 2.0, 2.03, 1.97, 2.0, 2.01]):
+        night(ms, i)
+    night(2.6, 20)
+    (reg,) = store.regressions(run_id=night(2.62, 21))
+    assert (reg.kind, reg.baseline_sha, reg.state) == ("latency", None, "open")
