@@ -30,6 +30,7 @@ from pygal.style import Style
 
 from service.dashboard.queries import HistoryRow
 from service.db.records import RegressionInfo
+from service.regressions.render import distinct_digits
 
 _SCRIPT = re.compile(r"<script\b[^>]*>.*?</script>", re.DOTALL)
 _LABEL = re.compile(r'<desc class="label">(.*?)</desc>', re.DOTALL)
@@ -186,13 +187,16 @@ def _label(p: HistoryRow, metric: Metric, value: float | None, extra: str = "") 
 def chart_svg(points: Sequence[HistoryRow], findings: dict[int, list[RegressionInfo]], metric: Metric,
               run_href: Callable[[int], str], width: int = 960, height: int = 250) -> str:
     """One metric's chart as an inline ``<svg>`` string (findings keyed by result id)."""
+    lo_hi = _range(points, metric)
+    ticks = _ticks(lo_hi, metric)
+    digits = distinct_digits(ticks, metric.digits) if ticks else metric.digits  # y labels that differ
     chart = _LineChart(js=[], style=STYLE, width=width, height=height, explicit_size=False,
                        disable_xml_declaration=True, title=metric.title, show_legend=False, dots_size=3,
                        x_label_rotation=0, show_minor_x_labels=False, allow_interruptions=True,
                        x_labels_major_every=max(1, math.ceil(len(points) / 10)), truncate_label=-1,
-                       value_formatter=lambda v: _fmt(v, metric.digits), margin=8, spacing=8,
+                       value_formatter=lambda v: _fmt(v, digits), margin=8, spacing=8,
                        print_values=False, include_x_axis=False, show_y_guides=True, show_x_guides=False,
-                       logarithmic=metric.log, range=(lo_hi := _range(points, metric)), y_labels=_ticks(lo_hi, metric))
+                       logarithmic=metric.log, range=lo_hi, y_labels=ticks)
     chart.x_labels = [p.revision_sha[:7] for p in points]
     values: list[Any] = []
     markers: dict[str, list[Any]] = {name: [] for name, _, _ in MARKERS}

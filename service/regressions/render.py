@@ -26,6 +26,16 @@ def fmt(x: float | int | bool | None, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
+def distinct_digits(values: Sequence[float], digits: int = 4, most: int = 15) -> int:
+    """The fewest significant digits (at least ``digits``) that print every two different ``values``
+    differently, so axis labels never read ``1 / 1 / 1`` for 0.9999991, 0.9999995 and 0.9999999."""
+    finite = sorted({v for v in values if math.isfinite(v)})
+    d = digits
+    while d < most and len({f"{v:.{d}g}" for v in finite}) < len(finite):
+        d += 1
+    return d
+
+
 def _ts(dt: object) -> str:
     return dt.strftime("%Y-%m-%d %H:%M") if dt is not None else "-"  # type: ignore[attr-defined]
 
@@ -154,8 +164,9 @@ def history_table(points: Sequence[HistoryPoint], metric: str, width: int | None
 def plot(values: Sequence[float | None], height: int = 8, width: int = 60, label: str = "") -> str:
     """A terminal line plot of ``values`` (oldest left); None/non-finite points are gaps ('x' marks them).
 
-    The y axis is labelled with the min and max; when there are more values than ``width``
-    columns, each column shows the last value of its bucket.
+    The y axis is labelled with the max, the middle and the min, with as many digits as it takes to
+    tell them apart; when there are more values than ``width`` columns, each column shows the last
+    value of its bucket.
     """
     vals = list(values)
     if not vals:
@@ -175,11 +186,14 @@ def plot(values: Sequence[float | None], height: int = 8, width: int = 60, label
             continue
         y = round((v - lo) / span * (height - 1))
         grid[height - 1 - y][x] = "*"
-    top, bottom = fmt(hi, 6), fmt(lo, 6)
-    pad = max(len(top), len(bottom))
+    mid_row = (height - 1) // 2
+    mid = hi - mid_row / max(1, height - 1) * (hi - lo)  # the value of the middle row
+    digits = distinct_digits([lo, mid, hi])
+    top, middle, bottom = (fmt(v, digits) for v in (hi, mid, lo))
+    pad = max(len(top), len(middle), len(bottom))
     lines = [label] if label else []
     for i, row in enumerate(grid):
-        axis = top if i == 0 else bottom if i == height - 1 else ""
+        axis = top if i == 0 else bottom if i == height - 1 else middle if i == mid_row and hi > lo else ""
         lines.append(f"{axis:>{pad}} |{''.join(row).rstrip()}")
     lines.append(" " * pad + " +" + "-" * len(vals))
     return "\n".join(lines)
