@@ -71,6 +71,7 @@ class _Slot:
     def __init__(self) -> None:
         self.proc: Any = None
         self.conn: Any = None
+        self._start_lock = threading.Lock()
 
     def _start(self) -> None:
         ctx = _context()
@@ -81,9 +82,10 @@ class _Slot:
         child.close()
 
     def ensure_started(self) -> None:
-        """Start the subprocess unless it is running."""
-        if self.proc is None or not self.proc.is_alive():
-            self._start()
+        """Start the subprocess unless it is running (thread-safe: a prestart and a job may race)."""
+        with self._start_lock:
+            if self.proc is None or not self.proc.is_alive():
+                self._start()
 
     def run(self, request: tuple[Any, ...], timeout: float) -> str | None:
         """Result JSON, or None on timeout (the subprocess is killed); _SlotDied if it died."""
@@ -140,6 +142,7 @@ class LocalPool:
         self._cancelled = threading.Event()
         self._changed = threading.Condition()  # notified whenever a job of this pool ends
         self._ended = 0                        # jobs ended so far (guarded by _changed)
+        self._prestart: threading.Thread | None = None
         self.errors: list[BaseException] = []
 
     def prestart(self, jobs: int | None = None) -> None:
@@ -147,11 +150,22 @@ class LocalPool:
         start-up (imports, fork server) overlaps what the caller does before :meth:`submit`."""
         want = min(self.workers, self.workers if jobs is None else max(0, jobs))
         with self._lock:
+            new = []
             while len(self._idle) < want:
                 slot = _Slot()
-                slot.ensure_started()
                 self._slots.append(slot)
                 self._idle.append(slot)
+                new.append(slot)
+
+        def start() -> None:  # in the background: the first start waits for the preloading server
+            for slot in new:
+                try:
+                    slot.ensure_started()
+                except Exception:  # noqa: BLE001 - run() starts it again, and reports, when a job needs it
+                    pass
+
+        self._prestart = threading.Thread(target=start, daemon=True, name="ampci-pool-prestart")
+        self._prestart.start()
 
     def wait_for_change(self, timeout: float) -> bool:
         """Block until a job of this pool ends (True) or ``timeout`` seconds pass (False): a waiter
@@ -249,6 +263,8 @@ class LocalPool:
 
     def close(self) -> None:
         """Wait for the queued jobs' threads and stop every subprocess."""
+        if self._prestart is not None:
+            self._prestart.join()
         for t in self._threads:
             t.join()
         for slot in self._slots:
@@ -265,6 +281,8 @@ class LocalPool:
                 break
             run_ids.add(job.run_id)
             self.store.mark_job(job.id, "cancelled", "sweep interrupted")
+        if self._prestart is not None:
+            self._prestart.join()
         for slot in list(self._slots):  # the running threads see EOF and mark their jobs cancelled
             proc = slot.proc
             if proc is not None and proc.is_alive():
