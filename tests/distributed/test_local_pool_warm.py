@@ -32,7 +32,11 @@ def test_pool_workers_fork_zygotes_from_a_preloaded_server_and_tell_the_waiter(t
     pool = scheduler.LocalPool(settings, store, workers=1)
     pool.prestart(2)
     (slot,) = pool._slots
-    assert slot.proc is not None and slot.proc.is_alive()  # started before any job was submitted
+    deadline = time.monotonic() + 60
+    while slot.proc is None:  # started in the background, before any job was submitted
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert slot.proc.is_alive() and store.jobs(run_id)[0].status == "queued"
     try:
         pool.submit(store.jobs(run_id))
         # poll=60: a waiter that slept between polls would return a minute after the last job
