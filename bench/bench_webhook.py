@@ -69,7 +69,8 @@ def bench_app() -> Any:
     database_url, broker_url = os.environ["BENCH_DATABASE_URL"], os.environ["BENCH_BROKER_URL"]
     queue = os.environ["BENCH_QUEUE"]
     settings = Settings(database_url=database_url, broker_url=broker_url, webhook_secret=SECRET,
-                        allowed_repos=REPO, api_token="bench", log_level="WARNING")
+                        allowed_repos=REPO, api_token="bench", log_level="WARNING",
+                        baseline_runs=False)  # the intake's cost alone: one run per delivery
     config = SweepConfig.from_dict({"name": "smoke", "models": sorted({m for m, _ in CELLS}),
                                     "dtypes": ["fp16", "bf16"], "policies": ["default"], "targets": [queue]})
     cells = config.expand({m: ["smoke"] for m, _ in CELLS})

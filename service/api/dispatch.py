@@ -169,12 +169,14 @@ class RunDispatcher:
         specs: list[RunSpec] = []
         spec_of: list[int] = []
         revisions: list[RevisionRow] = []
+        plans: dict[int, Sequence[Any]] = {}
         for i, (request, dedup_key) in enumerate(items):
             try:
                 planned = self.planner(request.sweep)
             except Exception as exc:  # noqa: BLE001 - reported per item
                 out[i] = exc
                 continue
+            plans[i] = planned
             revisions.extend(RevisionRow(r.sha, tuple(r.parents), r.branch, r.author, r.message or None,
                                          r.committed_at) for r in request.revisions)
             github: dict[str, Any] = {"repo": request.repo, "branch": request.branch, "event": request.trigger}
@@ -186,10 +188,18 @@ class RunDispatcher:
                                  {**_options_meta(planned, request.head_sha), "github": github,
                                   "confirm_pairs": self.settings.confirm_pairs}, self.mode))
             spec_of.append(i)
+        baseline_runs: list[tuple[str, Any]] = []
         if specs:
             with self.store.transaction() as conn:
                 self.store.upsert_revisions(revisions, conn=conn)
+                if self.settings.baseline_runs:
+                    specs, baseline_runs = self._with_baseline_runs(conn, specs, [plans[i] for i in spec_of])
                 created = self.store.create_runs(specs, conn=conn)
+            for sha, new in baseline_runs:  # the baseline's missing cells go first (ampci sweep's order)
+                try:
+                    self._dispatch(sha, new, redispatch)
+                except Exception as exc:  # noqa: BLE001 - reconcile re-sends; the run waits for it meanwhile
+                    log.warning("baseline run %s not dispatched yet: %s: %s", new.run_id, type(exc).__name__, exc)
             for i, spec, new in zip(spec_of, specs, created, strict=True):
                 try:
                     out[i] = self._dispatch(spec.revision_sha, new, redispatch)
@@ -197,6 +207,46 @@ class RunDispatcher:
                     out[i] = exc
                 time.sleep(0)  # let request threads and the event loop take the GIL between runs
         return out  # type: ignore[return-value]
+
+    def _with_baseline_runs(self, conn: Any, specs: list[Any], plans: list[Sequence[Any]]) -> \
+            tuple[list[Any], list[tuple[str, Any]]]:
+        """Create (in ``conn``'s transaction) a ``manual`` run of each baseline revision for the cells of
+        ``specs`` it has no result for (:mod:`service.orchestration.baseline_runs`, as ``ampci sweep`` does),
+        and return ``specs`` with the runs each waits for in its meta, and the baseline runs created."""
+        from dataclasses import replace
+
+        from service.db.records import RunSpec
+        from service.orchestration import baseline_runs as br
+
+        wanted: dict[str, list[br.Cell]] = {}
+        for spec in specs:
+            if spec.baseline_sha and spec.baseline_sha != spec.revision_sha:  # never its own baseline
+                wanted.setdefault(spec.baseline_sha, []).extend(spec.cells)
+        needs = br.plan(conn, wanted)
+        base_specs: list[RunSpec] = []
+        base_of: list[int] = []
+        for k, (spec, planned) in enumerate(zip(specs, plans, strict=True)):
+            need = needs.get(spec.baseline_sha or "")
+            if need is None or spec.baseline_sha == spec.revision_sha:
+                continue
+            missing = [c for c in need.missing if c in set(spec.cells)]
+            if missing:
+                cells = br.cells_of(planned, missing)
+                base_specs.append(RunSpec(need.baseline, "manual", None, spec.sweep, tuple(c.cell for c in cells),
+                                          br.BaselineNeed(need.baseline, tuple(missing), ()).dedup_key(spec.sweep),
+                                          {**_options_meta(cells, need.baseline), "baseline_for": spec.revision_sha,
+                                           "confirm_pairs": self.settings.confirm_pairs}, self.mode))
+                base_of.append(k)
+        made = self.store.create_runs(base_specs, conn=conn) if base_specs else []
+        extra: dict[int, list[int]] = {}
+        for k, new in zip(base_of, made, strict=True):
+            extra.setdefault(k, []).append(new.run_id)
+        out = []
+        for k, spec in enumerate(specs):
+            need = needs.get(spec.baseline_sha or "")
+            waits = sorted({*(need.running if need is not None else ()), *extra.get(k, [])})
+            out.append(replace(spec, meta={**spec.meta, br.AWAITS: waits}) if waits else spec)
+        return out, [(s.revision_sha, new) for s, new in zip(base_specs, made, strict=True) if new.created]
 
     def create(self, sha: str, trigger: str, baseline: str | None, sweep: str, dedup_key: str | None,
                extra_meta: dict[str, Any] | None = None, redispatch: bool = False) -> Submitted:

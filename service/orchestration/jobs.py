@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from service.orchestration import baseline_runs
 from service.orchestration.broker import enqueue
 from service.regressions import confirm
 from service.regressions.detect import detect_run
@@ -85,7 +86,9 @@ def record_crashed(store: Any, run: Any, job: Any, attempts: int) -> str:
 
 def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None,
                        dispatch: Callable[[int], object] | None = None) -> bool:
-    """If no job of the run is pending: detect its regressions, confirm suspected timing regressions
+    """If no job of the run is pending and no run it waits for is pending (a webhook run waits for the run
+    of its baseline's missing cells: :mod:`service.orchestration.baseline_runs`; once a run finishes, the
+    runs waiting for it are finished here too): detect its regressions, confirm suspected timing regressions
     (:func:`service.regressions.confirm.advance`: while a confirmation run is pending the run stays
     unfinished and this returns False), then finish the run (all idempotent).  Returns True once the
     run is finished.
@@ -100,6 +103,8 @@ def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None
     """
     if store.has_pending_jobs(run_id):  # one indexed read, not the run summary
         return False
+    if baseline_runs.waiting(store, run_id):  # judged once its baseline's missing cells are in
+        return False
     detect_run(store, run_id)
     send = dispatch if dispatch is not None else dispatcher(settings, store) if settings is not None else None
     if confirm.advance(store, run_id, send):
@@ -112,6 +117,8 @@ def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None
     parent = confirm.confirmed_run(store, run_id)
     if parent is not None:  # a confirmation run is over: its run decides and finishes now
         finish_if_complete(store, parent, settings, dispatch)
+    for waiting in baseline_runs.dependents(store, run_id):  # runs judged against this run's cells
+        finish_if_complete(store, waiting, settings, dispatch)
     return True
 
 

@@ -68,7 +68,9 @@ def make_settings(pg_url: str, redis_url: str) -> Callable[..., Settings]:
         base: dict[str, Any] = dict(database_url=pg_url, broker_url=redis_url, webhook_secret=SECRET,
                                     api_token=API_TOKEN, github_token=GITHUB_TOKEN,
                                     github_api_url="http://127.0.0.1:9", allowed_repos=REPO,
-                                    public_url="https://ci.example.com")
+                                    public_url="https://ci.example.com",
+                                    # one run per delivery here; tests/api/test_webhook_baseline.py runs baselines
+                                    baseline_runs=False)
         base.update(overrides)
         return Settings(**base)
 
