@@ -22,8 +22,11 @@ def _run(args: argparse.Namespace) -> int:
     store = Store(make_engine(settings.effective_database_url, **settings.db_pool()))  # bounded connections
     if not args.no_migrate:
         store.upgrade()  # idempotent; serialised across processes on PostgreSQL
+    from service.api.server import configure, uvicorn_limits
+
+    configure(settings)  # header deadline and per-client cap of this process's connections
     common = dict(host=args.host, port=args.port, log_level=settings.log_level.lower(),
-                  access_log=args.access_log, timeout_graceful_shutdown=10)
+                  access_log=args.access_log, timeout_graceful_shutdown=10, **uvicorn_limits(settings))
     if args.workers > 1:  # each worker process builds its own app from the same environment
         store.dispose()
         uvicorn.run("service.api.app:app_from_env", factory=True, workers=args.workers, **common)
