@@ -54,15 +54,33 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> str | None:
-    """Upgrade the database at ``url`` to ``revision``; returns the revision it is at afterwards."""
+    """Upgrade the database at ``url`` to ``revision``; returns the revision it is at afterwards.
+
+    A database already at head is left alone without importing Alembic, so a worker or server start logs
+    nothing about migrations; when Alembic runs, its per-run "setup plugin" INFO lines are silenced
+    (:func:`quiet_alembic`)."""
+    if revision == "head":
+        at = current(url)
+        if at is not None and at == head():
+            return at
+    quiet_alembic()  # before the import: Alembic sets its plugins up when it is imported
     from alembic import command
 
     command.upgrade(alembic_config(url), revision)
     return current(url)
 
 
+def quiet_alembic() -> None:
+    """Alembic 1.16+ logs one INFO line per autogenerate plugin it sets up (``setup plugin
+    alembic.autogenerate.schemas`` …) on every command: noise in every worker log, so WARNING and up only."""
+    import logging
+
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+
+
 def downgrade(url: str, revision: str = "-1") -> str | None:
     """Downgrade the database at ``url`` to ``revision`` (``base`` empties it)."""
+    quiet_alembic()
     from alembic import command
 
     command.downgrade(alembic_config(url), revision)
