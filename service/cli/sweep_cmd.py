@@ -136,8 +136,11 @@ def _run_baseline(settings: Any, config: Any, store: Any, baseline: str, args: a
 def _wait(store: Any, started: Any, timeout: float | None) -> Any:
     """Wait for a started run with progress; on Ctrl-C or timeout cancel embedded jobs (Celery jobs go on)."""
     try:
-        wake = started.pool.wait_for_change if started.pool is not None else None  # the pool tells us
-        run_info = _wait_with_progress(store, started.run_id, started.cells, timeout, wake)
+        if started.pool is not None:  # the pool tells us when a job ends
+            run_info = _wait_with_progress(store, started.run_id, started.cells, timeout, started.pool.wait_for_change)
+        else:  # Celery workers notify job ends through PostgreSQL (SQLite: polling)
+            with store.job_end_listener(started.run_id) as wake:
+                run_info = _wait_with_progress(store, started.run_id, started.cells, timeout, wake)
     except BaseException as exc:  # Ctrl-C or a timeout: embedded jobs stop with us; Celery jobs keep going
         if started.pool is not None:
             started.pool.cancel()

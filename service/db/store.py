@@ -16,8 +16,8 @@ arguments raise ``UserError`` (exit 2).  The schema must be at head (``ampci db 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -188,11 +188,39 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         try:
             with conn.begin():
                 conn.execute(_result_upsert(conn.dialect.name, tuple(cols)), row)
-                conn.execute(_END_JOB, {"job_id": job_id, "now": now,
-                                        "status": "crashed" if result.status == "crashed" else "done"})
+                pg = conn.dialect.name == "postgresql"
+                conn.execute(_end_job_statement(pg), {"job_id": job_id, "now": now, "run_key": str(run.id),
+                                                      "status": "crashed" if result.status == "crashed" else "done"})
             return bool(conn.execute(_HAS_PENDING, {"run_id": run.id}).scalar())
         finally:
             conn.close()
+
+    @contextmanager
+    def job_end_listener(self, run_id: int) -> Iterator[Callable[[float], bool] | None]:
+        """Yield ``wait(timeout) -> bool``: block until a job of ``run_id`` ends (True, as
+        :meth:`complete_job` notifies on PostgreSQL) or ``timeout`` seconds pass (False).  Yields None
+        on SQLite (no notifications: the caller polls).  Holds one dedicated connection meanwhile."""
+        if self.engine.dialect.name != "postgresql":
+            yield None
+            return
+        import psycopg
+
+        url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        try:
+            listener = psycopg.connect(url, autocommit=True)
+        except psycopg.Error:  # waiting still works by polling
+            yield None
+            return
+        try:
+            listener.execute(f"LISTEN {JOB_END_CHANNEL}")
+            key = str(run_id)
+
+            def wait(timeout: float) -> bool:
+                return any(n.payload == key for n in listener.notifies(timeout=max(0.0, timeout)))
+
+            yield wait
+        finally:
+            listener.close()
 
     def has_pending_jobs(self, run_id: int) -> bool:
         """Whether any job of the run is ``queued`` or ``running`` (one indexed read)."""
@@ -348,8 +376,20 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
 _FINAL = tuple(sorted(JOB_TERMINAL))
 _HAS_PENDING = sa.select(sa.exists().where(t_job.c.run_id == sa.bindparam("run_id"),
                                            t_job.c.status.in_(("queued", "running"))))
-_END_JOB = (t_job.update().where(t_job.c.id == sa.bindparam("job_id"))
+#: PostgreSQL channel on which ending a job (:meth:`Store.complete_job`) notifies its run id at commit.
+JOB_END_CHANNEL = "ampci_job_end"
+
+
+@functools.cache
+def _end_job_statement(postgresql: bool) -> Any:
+    """The job's final status; on PostgreSQL the same statement notifies :data:`JOB_END_CHANNEL` with
+    the run id (delivered at commit, so a waiter wakes at once instead of sleeping between polls)."""
+    stmt = (t_job.update().where(t_job.c.id == sa.bindparam("job_id"))
             .values(status=sa.bindparam("status"), finished_at=sa.bindparam("now")))
+    if postgresql:
+        notify = sa.select(sa.func.pg_notify(JOB_END_CHANNEL, sa.bindparam("run_key"))).scalar_subquery()
+        stmt = stmt.where(notify.is_not(None))  # pg_notify returns void, never NULL: the row still matches
+    return stmt
 
 
 def _run_columns() -> list[Any]:

@@ -9,6 +9,7 @@ re-fetch of rows or per-job summary that comes back fails here.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,17 +105,36 @@ def test_workers_finishing_the_last_jobs_at_once_finish_the_run(worker) -> None:
         barrier = threading.Barrier(4)
         errors: list[BaseException] = []
 
-        def deliver(job_id: int) -> None:
+        def deliver(job_id: int, barrier: threading.Barrier, errors: list[BaseException]) -> None:
             try:
                 barrier.wait()
                 tasks.execute_job(job_id, settings, f"w{job_id}", store=store)
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=deliver, args=(j.id,)) for j in store.jobs(run_id)]
+        threads = [threading.Thread(target=deliver, args=(j.id, barrier, errors)) for j in store.jobs(run_id)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(60)
         assert not errors
         assert store.get_run(run_id).status == "complete"
+
+
+def test_a_waiter_is_woken_by_the_end_of_a_job_of_its_run_only(worker) -> None:
+    """Ending a job notifies its run on PostgreSQL (inside the job's own statement): the sweep CLI
+    waiting on Celery wakes at once instead of sleeping between polls."""
+    store, settings, counter = worker
+    run_id = store.create_run(SHA, "push", cells=_cells(2))
+    other = store.create_run("ef" * 20, "push", cells=_cells(1))
+    with store.job_end_listener(run_id) as wait:
+        assert wait is not None and wait(0.2) is False
+        tasks.execute_job(store.jobs(other)[0].id, settings, "w1", store=store)
+        assert wait(0.5) is False  # another run's job
+        timer = threading.Timer(0.3, tasks.execute_job, args=(store.jobs(run_id)[0].id, settings, "w1"),
+                                kwargs={"store": store})
+        timer.start()
+        start = time.monotonic()
+        assert wait(30) is True
+        assert time.monotonic() - start < 10
+        timer.join()
