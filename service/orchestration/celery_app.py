@@ -24,7 +24,7 @@ from typing import Any
 
 from celery import Celery
 from celery.schedules import crontab
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from service.errors import ConfigError
 from service.settings import Settings
@@ -101,12 +101,20 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     return schedule
 
 
+def declared_queue(name: str) -> Queue:
+    """The queue ``name`` bound to a direct exchange of its own with its own name as routing key.  A bare
+    ``Queue(name)`` gets Celery's defaults (``task_default_queue``: exchange ``cpu``, key ``cpu``) for every
+    queue, so the worker banner showed ``exchange=cpu key=cpu`` for cuda and control too, and a message
+    published to that exchange and key would reach every queue."""
+    return Queue(name, Exchange(name, type="direct"), routing_key=name)
+
+
 def make_app(settings: Settings) -> Celery:
     """A configured Celery app for ``settings`` (needs ``AMPCI_BROKER_URL`` to be usable)."""
     broker = settings.broker_url or "redis://127.0.0.1:6379/0"
     soft, hard = time_limits(settings)
     app = Celery("ampci", broker=broker, backend=broker, include=["service.orchestration.tasks"])
-    queues = [Queue(q) for q in (*DEFAULT_QUEUES, *extra_queues(settings), CONTROL_QUEUE)]
+    queues = [declared_queue(q) for q in (*DEFAULT_QUEUES, *extra_queues(settings), CONTROL_QUEUE)]
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
