@@ -1,6 +1,6 @@
-"""SQLAlchemy 2.x models of the results store.
+"""SQLAlchemy 2.x tables of the results store.
 
-One declarative ``Base``; Alembic migrations in ``migrations/`` mirror these tables exactly (a test
+Core ``Table`` objects (one per class below, sharing ``Base.metadata``); Alembic migrations in ``migrations/`` mirror these tables exactly (a test
 compares them with ``alembic.autogenerate.compare_metadata``).  Columns hold what is filtered,
 sorted or compared; the complete result (raw latency samples, per-output metrics, environment)
 lives in ``results.data`` as the stable JSON form of :class:`workers.result.JobResult`.
@@ -22,12 +22,10 @@ without a migration):
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
-
 from sqlalchemy import (
     JSON,
     Boolean,
+    Column,
     DateTime,
     Float,
     ForeignKey,
@@ -35,10 +33,10 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -53,160 +51,183 @@ NAME = String(200)
 TS = DateTime(timezone=True)
 
 
-class Base(DeclarativeBase):
-    """Declarative base with a naming convention so migrations name constraints identically."""
+metadata = MetaData(naming_convention=NAMING)
 
-    metadata = MetaData(naming_convention=NAMING)
+
+class Base:
+    """What every table class shares: ``metadata`` (with a naming convention so migrations name
+    constraints identically; Alembic's ``target_metadata``).  Each subclass holds its Core ``Table`` as
+    ``__table__`` and each column as a class attribute (``Job.run_id``), as declarative classes did,
+    without importing ``sqlalchemy.orm`` (~60 ms of every CLI query's start-up): nothing maps rows to
+    objects, the store reads and writes with Core statements."""
+
+    metadata = metadata
+    __table__: Table
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        for column in cls.__table__.c:
+            setattr(cls, column.name, column)
 
 
 class Revision(Base):
     """A pass revision (git commit).  ``parents`` mirrors ``revision_parents`` for display."""
 
-    __tablename__ = "revisions"
-    sha: Mapped[str] = mapped_column(SHA, primary_key=True)
-    parents: Mapped[list[str]] = mapped_column(JSON, default=list)
-    branch: Mapped[str | None] = mapped_column(NAME)
-    author: Mapped[str | None] = mapped_column(String(300))
-    message: Mapped[str | None] = mapped_column(Text)
-    committed_at: Mapped[datetime | None] = mapped_column(TS)
-    created_at: Mapped[datetime] = mapped_column(TS)
+    __table__ = Table(
+        "revisions", metadata,
+        Column("sha", SHA, primary_key=True),
+        Column("parents", JSON, default=list, nullable=False),
+        Column("branch", NAME),
+        Column("author", String(300)),
+        Column("message", Text),
+        Column("committed_at", TS),
+        Column("created_at", TS, nullable=False),
+    )
 
 
 class RevisionParent(Base):
     """Parent links (one row per parent, ``position`` 0 is the first parent) for ancestry walks."""
 
-    __tablename__ = "revision_parents"
-    child_sha: Mapped[str] = mapped_column(SHA, primary_key=True)
-    position: Mapped[int] = mapped_column(Integer, primary_key=True)
-    parent_sha: Mapped[str] = mapped_column(SHA, index=True)
+    __table__ = Table(
+        "revision_parents", metadata,
+        Column("child_sha", SHA, primary_key=True),
+        Column("position", Integer, primary_key=True),
+        Column("parent_sha", SHA, index=True, nullable=False),
+    )
 
 
 class Run(Base):
     """All jobs of one sweep for one revision.  ``dispatch`` says how its jobs were dispatched when
     it was created: ``broker`` (also every run older than the column) or ``local``."""
 
-    __tablename__ = "runs"
-    __table_args__ = (Index("ix_runs_revision_created", "revision_sha", "created_at"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    revision_sha: Mapped[str] = mapped_column(ForeignKey("revisions.sha"))
-    baseline_sha: Mapped[str | None] = mapped_column(SHA)
-    trigger: Mapped[str] = mapped_column(String(20))
-    status: Mapped[str] = mapped_column(String(20), index=True)
-    sweep: Mapped[str] = mapped_column(String(100))
-    dedup_key: Mapped[str | None] = mapped_column(String(200), unique=True)
-    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    created_at: Mapped[datetime] = mapped_column(TS, index=True)
-    finished_at: Mapped[datetime | None] = mapped_column(TS)
-    # a server default, so rows written by code older than the column (and existing rows) are broker
-    dispatch: Mapped[str] = mapped_column(String(16), default="broker", server_default="broker")
+    __table__ = Table(
+        "runs", metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("revision_sha", ForeignKey("revisions.sha"), nullable=False),
+        Column("baseline_sha", SHA),
+        Column("trigger", String(20), nullable=False),
+        Column("status", String(20), index=True, nullable=False),
+        Column("sweep", String(100), nullable=False),
+        Column("dedup_key", String(200), unique=True),
+        Column("meta", JSON, default=dict, nullable=False),
+        Column("created_at", TS, index=True, nullable=False),
+        Column("finished_at", TS),
+        # a server default, so rows written by code older than the column (and existing rows) are broker
+        Column("dispatch", String(16), default="broker", server_default="broker", nullable=False),
+        Index("ix_runs_revision_created", "revision_sha", "created_at"),
+    )
 
 
 class Job(Base):
     """One cell of one run; ``attempts`` counts deliveries to workers (poison jobs end crashed)."""
 
-    __tablename__ = "jobs"
-    __table_args__ = (UniqueConstraint("run_id", "model", "dtype", "policy", "target"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    model: Mapped[str] = mapped_column(NAME)
-    dtype: Mapped[str] = mapped_column(String(16))
-    policy: Mapped[str] = mapped_column(NAME)
-    target: Mapped[str] = mapped_column(String(16))
-    status: Mapped[str] = mapped_column(String(20))
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
-    worker: Mapped[str | None] = mapped_column(NAME)
-    queued_at: Mapped[datetime] = mapped_column(TS)
-    started_at: Mapped[datetime | None] = mapped_column(TS)
-    finished_at: Mapped[datetime | None] = mapped_column(TS)
-    error: Mapped[str | None] = mapped_column(Text)
+    __table__ = Table(
+        "jobs", metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("run_id", ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+        Column("model", NAME, nullable=False),
+        Column("dtype", String(16), nullable=False),
+        Column("policy", NAME, nullable=False),
+        Column("target", String(16), nullable=False),
+        Column("status", String(20), nullable=False),
+        Column("attempts", Integer, default=0, nullable=False),
+        Column("worker", NAME),
+        Column("queued_at", TS, nullable=False),
+        Column("started_at", TS),
+        Column("finished_at", TS),
+        Column("error", Text),
+        UniqueConstraint("run_id", "model", "dtype", "policy", "target"),
+    )
 
 
 class Result(Base):
     """What one job measured.  Unique per (run, cell): a redelivered write updates in place."""
 
-    __tablename__ = "results"
-    __table_args__ = (
+    __table__ = Table(
+        "results", metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("run_id", ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+        Column("job_id", ForeignKey("jobs.id", ondelete="SET NULL")),
+        Column("revision_sha", SHA, nullable=False),
+        Column("model", NAME, nullable=False),
+        Column("dtype", String(16), nullable=False),
+        Column("policy", NAME, nullable=False),
+        Column("target", String(16), nullable=False),
+        Column("status", String(20), nullable=False),
+        Column("message", Text),
+        Column("model_sha256", SHA),
+        Column("cosine", Float),
+        Column("max_abs", Float),
+        Column("error_ratio", Float),
+        Column("latency_p50_ms", Float),
+        Column("fp32_p50_ms", Float),
+        Column("speedup", Float),
+        Column("low_precision_fraction", Float),
+        Column("casts_inserted", Integer),
+        Column("final_error", Float),
+        Column("diverged", Boolean),
+        Column("convert_s", Float),  # median worker-timed conversion seconds
+        Column("pass_iterations", Integer),  # the pass's painting fixpoint iterations
+        Column("env_fingerprint", String(64)),
+        Column("data", JSON, nullable=False),
+        Column("created_at", TS, nullable=False),
+        Column("updated_at", TS, nullable=False),
         UniqueConstraint("run_id", "model", "dtype", "policy", "target"),
         Index("ix_results_cell", "model", "dtype", "policy", "target", "id"),
         Index("ix_results_revision", "revision_sha", "id"),
     )
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
-    revision_sha: Mapped[str] = mapped_column(SHA)
-    model: Mapped[str] = mapped_column(NAME)
-    dtype: Mapped[str] = mapped_column(String(16))
-    policy: Mapped[str] = mapped_column(NAME)
-    target: Mapped[str] = mapped_column(String(16))
-    status: Mapped[str] = mapped_column(String(20))
-    message: Mapped[str | None] = mapped_column(Text)
-    model_sha256: Mapped[str | None] = mapped_column(SHA)
-    cosine: Mapped[float | None] = mapped_column(Float)
-    max_abs: Mapped[float | None] = mapped_column(Float)
-    error_ratio: Mapped[float | None] = mapped_column(Float)
-    latency_p50_ms: Mapped[float | None] = mapped_column(Float)
-    fp32_p50_ms: Mapped[float | None] = mapped_column(Float)
-    speedup: Mapped[float | None] = mapped_column(Float)
-    low_precision_fraction: Mapped[float | None] = mapped_column(Float)
-    casts_inserted: Mapped[int | None] = mapped_column(Integer)
-    final_error: Mapped[float | None] = mapped_column(Float)
-    diverged: Mapped[bool | None] = mapped_column(Boolean)
-    convert_s: Mapped[float | None] = mapped_column(Float)  # median worker-timed conversion seconds
-    pass_iterations: Mapped[int | None] = mapped_column(Integer)  # the pass's painting fixpoint iterations
-    env_fingerprint: Mapped[str | None] = mapped_column(String(64))
-    data: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(TS)
-    updated_at: Mapped[datetime] = mapped_column(TS)
 
 
 class Regression(Base):
     """A detected change of one cell against its baseline: regression, improvement or flaky."""
 
-    __tablename__ = "regressions"
-    __table_args__ = (
+    __table__ = Table(
+        "regressions", metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("run_id", ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+        Column("revision_sha", SHA, nullable=False),
+        Column("baseline_sha", SHA),
+        Column("model", NAME, nullable=False),
+        Column("dtype", String(16), nullable=False),
+        Column("policy", NAME, nullable=False),
+        Column("target", String(16), nullable=False),
+        Column("kind", String(20), nullable=False),
+        Column("category", String(20), nullable=False),
+        Column("severity", String(20), nullable=False),
+        Column("metric", String(50), nullable=False),
+        Column("baseline_value", Float),
+        Column("value", Float),
+        Column("delta", Float),
+        Column("ratio", Float),
+        Column("p_value", Float),
+        Column("detail", Text, nullable=False),
+        Column("result_id", ForeignKey("results.id", ondelete="SET NULL")),
+        Column("baseline_result_id", ForeignKey("results.id", ondelete="SET NULL")),
+        Column("state", String(20), nullable=False),
+        Column("state_by", NAME),
+        Column("state_at", TS),
+        Column("state_note", Text),
+        Column("resolved_by_result_id", ForeignKey("results.id", ondelete="SET NULL")),
+        Column("created_at", TS, nullable=False),
         UniqueConstraint("run_id", "model", "dtype", "policy", "target", "kind", "category"),
         Index("ix_regressions_cell", "model", "dtype", "policy", "target", "kind", "state"),
         Index("ix_regressions_revision", "revision_sha"),
         Index("ix_regressions_state_created", "state", "created_at"),
     )
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    revision_sha: Mapped[str] = mapped_column(SHA)
-    baseline_sha: Mapped[str | None] = mapped_column(SHA)
-    model: Mapped[str] = mapped_column(NAME)
-    dtype: Mapped[str] = mapped_column(String(16))
-    policy: Mapped[str] = mapped_column(NAME)
-    target: Mapped[str] = mapped_column(String(16))
-    kind: Mapped[str] = mapped_column(String(20))
-    category: Mapped[str] = mapped_column(String(20))
-    severity: Mapped[str] = mapped_column(String(20))
-    metric: Mapped[str] = mapped_column(String(50))
-    baseline_value: Mapped[float | None] = mapped_column(Float)
-    value: Mapped[float | None] = mapped_column(Float)
-    delta: Mapped[float | None] = mapped_column(Float)
-    ratio: Mapped[float | None] = mapped_column(Float)
-    p_value: Mapped[float | None] = mapped_column(Float)
-    detail: Mapped[str] = mapped_column(Text)
-    result_id: Mapped[int | None] = mapped_column(ForeignKey("results.id", ondelete="SET NULL"))
-    baseline_result_id: Mapped[int | None] = mapped_column(ForeignKey("results.id", ondelete="SET NULL"))
-    state: Mapped[str] = mapped_column(String(20))
-    state_by: Mapped[str | None] = mapped_column(NAME)
-    state_at: Mapped[datetime | None] = mapped_column(TS)
-    state_note: Mapped[str | None] = mapped_column(Text)
-    resolved_by_result_id: Mapped[int | None] = mapped_column(ForeignKey("results.id", ondelete="SET NULL"))
-    created_at: Mapped[datetime] = mapped_column(TS)
 
 
 class ZooModel(Base):
     """A model zoo entry seen in results (name and the content hash it had)."""
 
-    __tablename__ = "zoo_models"
-    name: Mapped[str] = mapped_column(NAME, primary_key=True)
-    sha256: Mapped[str | None] = mapped_column(SHA)
-    source: Mapped[str | None] = mapped_column(Text)
-    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    first_seen_at: Mapped[datetime] = mapped_column(TS)
-    last_seen_at: Mapped[datetime] = mapped_column(TS)
+    __table__ = Table(
+        "zoo_models", metadata,
+        Column("name", NAME, primary_key=True),
+        Column("sha256", SHA),
+        Column("source", Text),
+        Column("meta", JSON, default=dict, nullable=False),
+        Column("first_seen_at", TS, nullable=False),
+        Column("last_seen_at", TS, nullable=False),
+    )
 
 
 class WebhookDelivery(Base):
@@ -218,16 +239,18 @@ class WebhookDelivery(Base):
     the pending ones oldest first.
     """
 
-    __tablename__ = "webhook_deliveries"
-    __table_args__ = (Index("ix_webhook_deliveries_pending", "status", "received_at"),)
-    delivery_id: Mapped[str] = mapped_column(String(100), primary_key=True)
-    event: Mapped[str] = mapped_column(String(50))
-    repository: Mapped[str | None] = mapped_column(NAME)
-    status: Mapped[str] = mapped_column(String(20))
-    reason: Mapped[str | None] = mapped_column(Text)
-    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
-    received_at: Mapped[datetime] = mapped_column(TS, index=True)
-    payload: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    __table__ = Table(
+        "webhook_deliveries", metadata,
+        Column("delivery_id", String(100), primary_key=True),
+        Column("event", String(50), nullable=False),
+        Column("repository", NAME),
+        Column("status", String(20), nullable=False),
+        Column("reason", Text),
+        Column("run_id", ForeignKey("runs.id", ondelete="SET NULL")),
+        Column("received_at", TS, index=True, nullable=False),
+        Column("payload", JSON),
+        Index("ix_webhook_deliveries_pending", "status", "received_at"),
+    )
 
 
 TABLES = Base.metadata.tables
