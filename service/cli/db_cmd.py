@@ -39,8 +39,6 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the action; print where the database ends up."""
-    from alembic.util import CommandError
-
     from service.cli.query_cmd import emit
     from service.db import migrate
     from service.settings import Settings, redact_url
@@ -54,7 +52,12 @@ def run(args: argparse.Namespace) -> int:
             at = migrate.downgrade(url, args.revision)
         else:
             at = migrate.current(url)
-    except CommandError as exc:  # a revision Alembic cannot reach (unknown id, too many steps): bad input
+    except Exception as exc:  # Alembic imported only here: `db current` on a current schema loads none
+        from alembic.util import CommandError
+
+        if not isinstance(exc, CommandError):
+            raise
+        # a revision Alembic cannot reach (unknown id, too many steps): bad input
         raise UserError(f"db {args.db_command}: {str(exc).splitlines()[0][:200]}") from None
     head = migrate.head()
     where = redact_url(url)
