@@ -155,8 +155,9 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         run ``running`` if it was ``queued``.  An unknown job raises NotFoundError.
         """
         params = {"job_id": job_id, "worker": worker, "now": self.clock()}
-        with self.transaction() as conn:
-            pg = conn.dialect.name == "postgresql"
+        pg = self.engine.dialect.name == "postgresql"
+        # PostgreSQL: the one statement is its own transaction (autocommit: no BEGIN/COMMIT round trips)
+        with self._autocommit() if pg else self.transaction() as conn:
             row = conn.execute(_begin_job_statement(pg), params).first()
             started = row is not None
             if row is None:  # unknown, or final already (a redelivery): read it, count nothing
@@ -172,10 +173,10 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
     def complete_job(self, run: RunRef, job_id: int, result: JobResult) -> bool:
         """Record a job's result and end the job; return whether its run still has pending jobs.
 
-        One transaction of two statements: the result upsert (idempotent on (run, cell), as
-        :meth:`write_result`; the run's revision is ``run.revision_sha``) and the job's status
-        (``crashed`` for a crashed result, else ``done``).  Then, on the same connection after the
-        commit, one read of whether any job of the run is still ``queued``/``running``: of workers
+        One transaction: the result upsert (idempotent on (run, cell), as :meth:`write_result`; the
+        run's revision is ``run.revision_sha``) and the job's status (``crashed`` for a crashed
+        result, else ``done``), on PostgreSQL one autocommitted statement that also notifies
+        :data:`JOB_END_CHANNEL`, on SQLite two.  Then, on the same connection after the commit, one read of whether any job of the run is still ``queued``/``running``: of workers
         finishing a run's last jobs at once, at least the last to commit sees none (finishing is
         idempotent).  The model zoo entry is refreshed when the run finishes (:meth:`finish_run`).
         """
@@ -184,14 +185,27 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         row = {"run_id": run.id, "job_id": job_id, "revision_sha": run.revision_sha, "model": result.model,
                "dtype": result.dtype, "policy": result.policy, "target": result.target, "created_at": now,
                "updated_at": now, **cols}
+        row.update(now=now, run_key=str(run.id), status="crashed" if result.status == "crashed" else "done")
+        if self.engine.dialect.name == "postgresql":  # one statement (result and job), autocommit
+            with self._autocommit() as conn:
+                conn.execute(_complete_job_statement(tuple(cols)),
+                             {**{f"r_{k}": v for k, v in row.items()}, **row})
+                return bool(conn.execute(_HAS_PENDING, {"run_id": run.id}).scalar())
         conn = connect(self.engine)
         try:
             with conn.begin():
                 conn.execute(_result_upsert(conn.dialect.name, tuple(cols)), row)
-                pg = conn.dialect.name == "postgresql"
-                conn.execute(_end_job_statement(pg), {"job_id": job_id, "now": now, "run_key": str(run.id),
-                                                      "status": "crashed" if result.status == "crashed" else "done"})
+                conn.execute(_end_job_statement(False), row)
             return bool(conn.execute(_HAS_PENDING, {"run_id": run.id}).scalar())
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _autocommit(self) -> Iterator[Connection]:
+        """A pooled connection whose every statement is its own transaction (one round trip each)."""
+        conn = connect(self.engine)
+        try:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
         finally:
             conn.close()
 
@@ -415,6 +429,24 @@ def _begin_job_statement(postgresql: bool) -> Any:
                                                  t_run.c.status == "queued")
                             .values(status="running").cte("run_started"))
     return stmt
+
+
+@functools.cache
+def _complete_job_statement(cols: tuple[str, ...]) -> Any:
+    """PostgreSQL: the result upsert (a CTE) and the job's final status (with its notification) in
+    one statement, atomic on its own (params: the result row's columns prefixed ``r_``, job_id, now,
+    status, run_key)."""
+    from sqlalchemy.dialects.postgresql import insert
+
+    ins = insert(t_res)
+    names = ("run_id", "job_id", "revision_sha", "model", "dtype", "policy", "target", "created_at", "updated_at",
+             *cols)
+    stored = (ins.values({k: sa.bindparam(f"r_{k}") for k in names})
+              .on_conflict_do_update(index_elements=[t_res.c.run_id, t_res.c.model, t_res.c.dtype, t_res.c.policy,
+                                                     t_res.c.target],
+                                     set_={k: getattr(ins.excluded, k) for k in (*cols, "job_id", "updated_at")})
+              .returning(t_res.c.id).cte("stored"))
+    return _end_job_statement(True).add_cte(stored)
 
 
 @functools.cache

@@ -25,7 +25,8 @@ MAX_STATEMENTS, MAX_COMMITS = 4, 2
 
 
 class Counter:
-    """Statements sent and commits made on one engine (all threads), resettable."""
+    """Statements sent and commits made on one engine (all threads), resettable: a commit is a
+    COMMIT or a writing statement sent in autocommit mode."""
 
     def __init__(self, engine: sa.engine.Engine) -> None:
         self.statements: list[str] = []
@@ -37,6 +38,10 @@ class Counter:
     def _statement(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         with self._lock:
             self.statements.append(" ".join(statement.split())[:120])
+            # a writing statement in autocommit mode is a transaction (a commit) of its own
+            if (conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+                    and not statement.lstrip().upper().startswith("SELECT")):
+                self.commits += 1
 
     def _commit(self, conn: Any) -> None:
         with self._lock:
