@@ -276,8 +276,10 @@ def latency_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, 
     * the samples compared are each job's converted/fp32 latency ratios when both sides carry paired fp32
       samples (:func:`relative_latency`), else the raw milliseconds;
     * a regression (improvement) needs their median ratio beyond ``latency_ratio`` (below its inverse),
-      one-sided Mann-Whitney U p < ``latency_p``, **and** a raw p50 change of more than
-      ``latency_floor_ms`` in the same direction (a few microseconds are timer noise, whatever the ratio);
+      one-sided Mann-Whitney U p < ``latency_p``, **and** a p50 change of more than ``latency_floor_ms`` in the
+      same direction (a few microseconds are timer noise, whatever the ratio), measured as the relative change
+      at the baseline's p50 when the samples are relative (so a machine faster during the new job does not
+      hide a slower model, nor a slower machine make one);
     * against a pooled baseline (several results), the new median must also lie outside the range of the
       baseline results' own medians (``run_medians``): samples of one job share its conditions, so the
       test alone over-trusts them, and a swing the baseline shows between its own runs is not a change.
@@ -291,7 +293,10 @@ def latency_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, 
     if ma <= 0 or mb <= 0 or ma_raw <= 0 or mb_raw <= 0:
         return []
     ratio = mb / ma
-    shift = timing_shift(a, b, ratio, mb_raw - ma_raw, th.latency_ratio, th.latency_floor_ms, th.latency_p)
+    # the change in ms the floor is checked on: with paired fp32 samples, the relative change at the baseline's
+    # speed (the raw p50s of two jobs differ by whatever the machine did between them, either way)
+    change = mb_raw - ma_raw if unit == "ms" else ma_raw * (ratio - 1)
+    shift = timing_shift(a, b, ratio, change, th.latency_ratio, th.latency_floor_ms, th.latency_p)
     if shift is None:
         return []
     category, p = shift

@@ -14,7 +14,7 @@ import pytest
 from service.db import Store
 from service.orchestration.jobs import finish_if_complete
 from service.regressions.confirm import confirmation_cost, min_pairs, paired_verdict
-from service.regressions.rules import CellSample, conversion_time_rule, pooled
+from service.regressions.rules import CellSample, conversion_time_rule, latency_rule, pooled
 from service.regressions.thresholds import Thresholds
 from tests.service.factories import chain, make_result, migrated_store
 
@@ -229,3 +229,22 @@ def test_a_nightly_change_point_is_not_suspected_it_has_no_single_baseline_revis
     night(2.6, 20)
     (reg,) = store.regressions(run_id=night(2.62, 21))
     assert (reg.kind, reg.baseline_sha, reg.state) == ("latency", None, "open")
+
+
+def latency(ms: float, fp32_ms: float, n: int = 20, seed: int = 0) -> CellSample:
+    rng = random.Random(seed)
+    jitter = [1 + rng.uniform(-0.01, 0.01) for _ in range(n)]
+    return CellSample(status="pass", env_fingerprint="env-a", latency_samples=tuple(ms * j for j in jitter),
+                      fp32_latency_samples=tuple(fp32_ms * (1 + rng.uniform(-0.01, 0.01)) for _ in range(n)))
+
+
+def test_a_slower_model_on_a_machine_that_got_faster_is_still_a_latency_regression() -> None:
+    """The floor is checked on the relative change at the baseline's p50: the child's job ran while the machine
+    was faster (raw p50 14.2 -> 8.3 ms), yet its model is 20 % slower relative to fp32 (observed in the bench)."""
+    base, new = latency(14.18, 13.62, seed=1), latency(8.33, 6.93, seed=2)
+    (f,) = latency_rule(base, new, TH, "m", "fp16")
+    assert f.category == "regression" and "ms -> 8.3" in f.detail and "(x1.15 relative to fp32" in f.detail
+    # and the reverse: a machine slower during the child's job makes no regression of an unchanged model
+    assert latency_rule(latency(8.3, 6.9, seed=3), latency(14.1, 11.7, seed=4), TH, "m", "fp16") == []
+    # microseconds stay timer noise: x1.5 of a 0.05 ms model moves its p50 by 0.025 ms (floor 0.05)
+    assert latency_rule(latency(0.05, 0.05, seed=5), latency(0.15, 0.1, seed=6), TH, "m", "fp16") == []
