@@ -137,6 +137,7 @@ class Job(Base):
         Column("finished_at", TS),
         Column("error", Text),
         UniqueConstraint("run_id", "model", "dtype", "policy", "target"),
+        Index("ix_jobs_run_status", "run_id", "status"),  # per-run counts by status (dashboard, pending jobs)
     )
 
 
@@ -175,6 +176,7 @@ class Result(Base):
         UniqueConstraint("run_id", "model", "dtype", "policy", "target"),
         Index("ix_results_cell", "model", "dtype", "policy", "target", "id"),
         Index("ix_results_revision", "revision_sha", "id"),
+        Index("ix_results_run_status", "run_id", "status"),  # per-run counts by status, from the index alone
     )
 
 

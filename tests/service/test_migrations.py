@@ -15,6 +15,11 @@ from service.db import migrate
 from service.db.engine import make_engine
 from service.db.models import Base
 
+#: the shipped revisions oldest first (each file's id is its 4-digit prefix) and the newest: tests follow
+#: new migrations without edits
+CHAIN = sorted(p.name[:4] for p in (migrate.MIGRATIONS_DIR / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
+HEAD = CHAIN[-1]
+
 
 def drift(url: str) -> list:
     engine = make_engine(url)
@@ -36,29 +41,26 @@ def tables(url: str) -> set[str]:
 
 def test_round_trip_without_drift(db_url: str) -> None:
     assert migrate.current(db_url) is None
-    assert migrate.upgrade(db_url) == migrate.head() == "0004"
+    assert migrate.upgrade(db_url) == migrate.head() == CHAIN[-1] == migrate.alembic_head()
     assert drift(db_url) == []
     assert tables(db_url) >= {"revisions", "revision_parents", "runs", "jobs", "results", "regressions",
                               "zoo_models", "webhook_deliveries"}
     assert migrate.downgrade(db_url, "base") is None
     assert tables(db_url) <= {"alembic_version"}
-    assert migrate.upgrade(db_url) == "0004"
+    assert migrate.upgrade(db_url) == HEAD
     assert drift(db_url) == []
-    assert migrate.upgrade(db_url) == "0004"  # idempotent
+    assert migrate.upgrade(db_url) == HEAD  # idempotent
 
 
 def test_db_cli(sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("AMPCI_DATABASE_URL", sqlite_url)
     assert main(["db", "current", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"head": "0004", "revision": None, "url": sqlite_url}
+    assert json.loads(capsys.readouterr().out) == {"head": HEAD, "revision": None, "url": sqlite_url}
     assert main(["db", "upgrade"]) == 0
-    assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0004 (head)"
-    assert main(["db", "downgrade", "--yes"]) == 0
-    assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0003 (behind head 0004)"
-    assert main(["db", "downgrade", "--yes"]) == 0
-    assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0002 (behind head 0004)"
-    assert main(["db", "downgrade", "--yes"]) == 0
-    assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema 0001 (behind head 0004)"
+    assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema {HEAD} (head)"
+    for below in reversed(CHAIN[:-1]):  # one step down at a time
+        assert main(["db", "downgrade", "--yes"]) == 0
+        assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema {below} (behind head {HEAD})"
     assert main(["db", "downgrade", "--yes"]) == 0
     assert capsys.readouterr().out.strip() == f"{sqlite_url}: schema (none) (empty)"
 
@@ -92,7 +94,7 @@ def test_concurrent_upgrades_are_serialised(pg_url: str) -> None:
     for p in procs:
         p.join(60)
     assert [p.exitcode for p in procs] == [0, 0]
-    assert migrate.current(pg_url) == "0004" and drift(pg_url) == []
+    assert migrate.current(pg_url) == HEAD and drift(pg_url) == []
 
 
 def test_0002_keeps_deliveries_and_a_downgrade_loses_no_pending_one(db_url: str) -> None:
@@ -157,7 +159,7 @@ def test_0003_records_run_dispatch_and_existing_runs_are_broker(db_url: str) -> 
             conn.execute(sa.text("INSERT INTO jobs (run_id, model, dtype, policy, target, status, attempts, "
                                  "queued_at) SELECT id, 'm', 'fp16', 'default', 'cpu', 'queued', 0, "
                                  "CURRENT_TIMESTAMP FROM runs"))
-        assert migrate.upgrade(db_url) == "0004" and drift(db_url) == []
+        assert migrate.upgrade(db_url) == HEAD and drift(db_url) == []
         assert _dispatch_by_sweep(engine) == {"old": "broker"} and _count(engine, "jobs") == 1
 
         store = Store(engine)
@@ -178,7 +180,7 @@ def test_0003_records_run_dispatch_and_existing_runs_are_broker(db_url: str) -> 
             assert "dispatch" not in {c["name"] for c in sa.inspect(conn).get_columns("runs")}
         assert (_count(engine, "runs"), _count(engine, "jobs"), _count(engine, "results")) == (5, 4, 1)
         engine.dispose()
-        assert migrate.upgrade(db_url) == "0004" and drift(db_url) == []
+        assert migrate.upgrade(db_url) == HEAD and drift(db_url) == []
         assert set(_dispatch_by_sweep(engine).values()) == {"broker"}  # what 0002 cannot hold is gone
     finally:
         engine.dispose()
