@@ -48,6 +48,8 @@ class RunVerdict:
     pending: int
     decision: GateDecision
     regressions: Mapping[str, int] = field(default_factory=dict)   # open/acknowledged, by kind
+    #: unfinished runs this run waits for before it is judged (its baseline's missing cells: a webhook run)
+    waiting_for: tuple[int, ...] = ()
     #: open/acknowledged findings of every other category (improvement, flaky, …) and timing findings being
     #: confirmed or dismissed (``suspected``, ``dismissed``): category or state -> kind -> count
     others: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
@@ -62,7 +64,7 @@ class RunVerdict:
         """The commit status state: ``pending`` while jobs run; ``error`` when the run failed or was
         cancelled or a cell could not measure for a reason that is not the pass (:data:`INFRA_STATUSES`);
         ``failure`` for a regression or any other cell that could not measure; ``success`` otherwise."""
-        if self.pending:
+        if self.pending or self.waiting_for:
             return "pending"
         if self.run_status in ("failed", "cancelled"):
             return "error"
@@ -87,6 +89,9 @@ class RunVerdict:
             out.append(f"{sum(kinds.values())} {category} ({', '.join(sorted(kinds))})")
         if self.pending:
             out.append(f"{self.pending} pending")
+        if self.waiting_for:
+            runs = ", ".join(f"#{i}" for i in self.waiting_for)
+            out.append(f"waiting for the baseline's missing cells (run {runs}) before judging")
         if d.not_compared:
             out.append(f"{len(d.not_compared)} of {self.cells} cells not compared (no baseline result)")
         if not d.exit_code and d.compared and not self.regressions:
@@ -98,7 +103,8 @@ class RunVerdict:
     def headline(self) -> str:
         """One line for the run page and the CLI, e.g. ``gate fails: 6 of 6 cells could not measure
         (6 bad_spec); 6 of 6 cells not compared (no baseline result)``."""
-        lead = "pending" if self.pending else ("gate fails" if self.decision.exit_code else "gate passes")
+        lead = "pending" if self.pending or self.waiting_for else (
+            "gate fails" if self.decision.exit_code else "gate passes")
         return f"{lead}: " + "; ".join(self.parts())
 
     def description(self, summary_line: str = "") -> str:
@@ -119,6 +125,7 @@ class RunVerdict:
 
 def run_verdict(store: Any, run_id: int) -> RunVerdict:
     """The verdict of run ``run_id`` from the store (see the module docstring)."""
+    from service.orchestration import baseline_runs
     from service.regressions.detect import baseline_statuses
 
     run = store.get_run(run_id)
@@ -143,5 +150,9 @@ def run_verdict(store: Any, run_id: int) -> RunVerdict:
             others.setdefault(g.state, Counter())[g.kind] += 1
     pending = sum(j.status in ("queued", "running") for j in jobs)
     decision = decide(outcomes, base, len(regs))
+    waiting = ()
+    if baseline_runs.awaited(run.meta) and run.status not in baseline_runs.FINAL_RUN_STATES:
+        waiting = tuple(i for i in baseline_runs.awaited(run.meta)
+                        if store.get_run(i).status not in baseline_runs.FINAL_RUN_STATES)
     return RunVerdict(run_id, run.status, max(len(jobs), len(results)), pending, decision, dict(by_kind),
-                      {c: dict(k) for c, k in others.items()})
+                      waiting, {c: dict(k) for c, k in others.items()})

@@ -6,7 +6,11 @@ embedded pool and the Celery workers use, in both orders (candidate first, basel
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +19,7 @@ from service.api.dispatch import RunDispatcher
 from service.github.events import RevisionInfo, RunRequest
 from service.orchestration import baseline_runs
 from service.orchestration.jobs import finish_if_complete
+from service.regressions.detect import baseline_statuses
 from service.regressions.verdict import run_verdict
 from tests.api.conftest import test_planner
 from tests.api.helpers import REPO, sha
@@ -55,6 +60,11 @@ def setup(store: Any, queue: str, make_settings: Any) -> tuple[Any, RunDispatche
     return settings, RunDispatcher(settings, store, planner=test_planner(queue), dispatch=rec, mode="broker"), rec
 
 
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
 def _runs_at(store: Any, revision: str) -> list[Any]:
     return [r for r in store.list_runs(limit=100) if r.revision_sha == revision]
 
@@ -85,6 +95,9 @@ def test_missing_baseline_cells_run_first_and_judging_waits_for_them(
         assert finish_if_complete(store, cand.id) is False  # waits: nothing judged yet
         assert store.get_run(cand.id).status not in baseline_runs.FINAL_RUN_STATES
         assert store.regressions(run_id=cand.id) == []
+        waiting = run_verdict(store, cand.id)  # the run page and a commit status say so meanwhile
+        assert waiting.state == "pending" and waiting.waiting_for == (base_run.id,)
+        assert f"waiting for the baseline's missing cells (run #{base_run.id})" in waiting.headline()
     else:
         assert finish_if_complete(store, base_run.id) is True
     _complete(store, second, max_abs=4e-1 if second == cand.id else 1e-3)
@@ -133,3 +146,57 @@ def test_setting_off_keeps_one_run_per_delivery(store: Any, queue: str, make_set
                                dispatch=rec, mode="broker")
     dispatcher.submit_many([(_request(), "github:off")])
     assert [s for s, _ in rec.sent] == [HEAD] and len(store.list_runs(limit=10)) == 1
+
+
+def test_embedded_pool_runs_the_baseline_first_and_judges_after(tmp_path: Path) -> None:
+    """The real embedded path: a webhook run's jobs and its baseline run's jobs run on this process's local
+    pool (real worker subprocesses, a real pass repository whose revisions fail to convert fast), and the
+    webhook run is finished and judged only after its baseline run, against the baseline's own results."""
+    from service.api import dispatch as dispatch_mod
+    from service.db import Store
+    from service.orchestration.scheduler import SweepConfig
+    from service.settings import Settings
+    from tests.service.test_sweep_validation import _model
+
+    repo = tmp_path / "passrepo"
+    (repo / "amp_pass").mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    revs = []
+    for i in range(2):
+        (repo / "amp_pass" / "__init__.py").write_text(f"VALUE = {i}\n")  # no converter: fails fast
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"c{i}")
+        revs.append(_git(repo, "rev-parse", "HEAD"))
+    digest = _model(tmp_path / "tiny.onnx")
+    zoo = tmp_path / "zoo.toml"
+    zoo.write_text(f'[models.tiny]\nsource = {{ path = "tiny.onnx" }}\nsha256 = "{digest}"\ntags = ["t"]\n'
+                   'inputs.x = { shape = [1, 4], dtype = "float32" }\n')
+    config = SweepConfig.from_dict({"name": "smoke", "zoo": str(zoo), "models": ["tiny"], "dtypes": ["fp16", "bf16"],
+                                    "policies": ["default"], "targets": ["cpu"], "repeats": 10})
+    cells = config.expand({"tiny": ["t"]})
+    url = f"sqlite:///{tmp_path / 'ampci.sqlite3'}"
+    settings = Settings(database_url=url, broker_url="", pass_repo=str(repo), cache_dir=tmp_path / "cache",
+                        data_dir=tmp_path / "data", baseline_runs=True, confirm_pairs=0, local_workers=1)
+    store = Store.from_url(url)
+    store.upgrade()
+    dispatcher = RunDispatcher(settings, store, planner=lambda sweep: cells)
+    try:
+        (sub,) = dispatcher.submit_many([(_request(head=revs[1], base=revs[0]), "github:embedded")])
+        deadline = time.monotonic() + 240
+        while store.get_run(sub.run_id).status not in baseline_runs.FINAL_RUN_STATES:
+            assert time.monotonic() < deadline, [(j.run_id, j.status) for r in store.list_runs() for j in
+                                                 store.jobs(r.id)]
+            time.sleep(0.2)
+        (base_run,) = [r for r in store.list_runs(limit=10) if r.revision_sha == revs[0]]
+        cand = store.get_run(sub.run_id)
+        assert base_run.status in baseline_runs.FINAL_RUN_STATES and base_run.trigger == "manual"
+        assert cand.finished_at is not None and base_run.finished_at is not None
+        assert cand.finished_at >= base_run.finished_at  # judged after the baseline's cells were in
+        verdict = run_verdict(store, cand.id)
+        assert verdict.decision.not_compared == () and verdict.decision.compared == len(cells)
+        assert set(baseline_statuses(store, cand.id)) == {c.cell for c in cells}
+    finally:
+        pool = dispatch_mod._LOCAL_POOLS.pop((os.getpid(), settings), None)
+        if pool is not None:
+            pool.close()
+        store.dispose()
