@@ -168,9 +168,14 @@ class Zygote:
         self.root = root
         self.fingerprint = source_fingerprint(root)
         self.proc: subprocess.Popen[str] | None = None
+        global _FORKSERVER
         server = _FORKSERVER
         if server is not None:
-            self.pid, req_w, out_r = server.fork_zygote(root, env)
+            try:
+                self.pid, req_w, out_r = server.fork_zygote(root, env)
+            except ZygoteUnavailable:  # the fork server died: fresh interpreters from now on
+                _FORKSERVER = server = None
+        if server is not None:
             self._stdin = os.fdopen(req_w, "w", buffering=1)
             self._stdout = os.fdopen(out_r, "r")
         else:

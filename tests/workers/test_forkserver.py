@@ -110,3 +110,32 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ")[-1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+FALLBACK = textwrap.dedent('''
+    import json, os, signal, sys, time
+    from pathlib import Path
+    from workers import zygotes
+    assert zygotes.start_forkserver()
+    from tests.workers.fakes import fake_pass
+    from workers.convert import convert_in_subprocess
+    from workers.zoo.synthetic import synthetic_model_path
+
+    tmp = Path(sys.argv[1])
+    os.kill(zygotes._FORKSERVER.pid, signal.SIGKILL)
+    os.waitpid(zygotes._FORKSERVER.pid, 0)
+    src, _ = synthetic_model_path("conv_net", 0, tmp / "cache")
+    root = fake_pass(tmp / "pass", "perturb")
+    r = convert_in_subprocess(src, tmp / "o.onnx", tmp / "r.json", "fp16", "default", "cpu", root,
+                              timeout_s=60, memory_bytes=1024**3)
+    z = zygotes._ZYGOTES[root.resolve()]
+    print(json.dumps([r.status, z.forked, zygotes._FORKSERVER is None]))
+''')
+
+
+def test_a_dead_fork_server_falls_back_to_fresh_zygotes(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", FALLBACK, str(tmp_path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["ok", False, True]
