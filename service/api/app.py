@@ -80,6 +80,8 @@ def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatch
             except Exception:  # noqa: BLE001 - a down database must not stop the server starting
                 log.exception("could not recover unfinished webhook runs for status reporting")
             reporter.start()
+        if background and settings.embedded and getattr(dispatcher, "mode", None) == "local":
+            _resume_local_jobs(settings)  # jobs of local runs an earlier (stopped or dead) process left
         if background:
             intake.start()  # first picks up deliveries an earlier process left pending
             # What start-up allocated (modules, compiled statements, the app) lives as long as the
@@ -94,6 +96,10 @@ def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatch
         finally:
             intake.stop()
             reporter.stop()
+            if background and settings.embedded:  # hand running/queued local jobs back (resumed next start)
+                from service.orchestration.orphans import stop_local_pools
+
+                stop_local_pools()
 
     app = FastAPI(title="ampci", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Mixed-precision regression CI: GitHub webhook and JSON API.")
@@ -122,6 +128,23 @@ def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatch
 
     _add_error_schema(app)
     return app
+
+
+def _resume_local_jobs(settings: Settings) -> None:
+    """Submit the jobs of ``local`` runs whose owning process stopped or died to this process's pool
+    (:func:`service.orchestration.orphans.resume_orphans`); a failure is logged, never fatal."""
+    try:
+        from service.api.dispatch import local_pool
+        from service.orchestration.orphans import resume_orphans
+
+        pool = local_pool(settings)
+        taken = resume_orphans(pool.store, pool)
+        if taken:
+            log.warning("resumed the jobs of %d local run(s) left by a stopped process: %s", len(taken),
+                        "; ".join(o.describe() for o in taken[:10]))
+    except Exception as exc:  # noqa: BLE001 - a down database must not stop the server starting
+        log.warning("could not resume local jobs left by an earlier process: %s: %s", type(exc).__name__,
+                    str(exc).splitlines()[0][:200] if str(exc) else "")
 
 
 def _add_error_schema(app: FastAPI) -> None:

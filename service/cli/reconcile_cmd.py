@@ -1,6 +1,6 @@
 """``ampci reconcile``: re-send jobs whose Celery message the broker lost.
 
-    ampci reconcile [--grace SECONDS] [--dry-run] [--json]
+    ampci reconcile [--grace SECONDS] [--dry-run] [--json] [--resume [--force]]
 
 Finds jobs that are ``queued``, were never delivered (``attempts`` 0), belong to an unfinished run,
 were queued more than ``--grace`` seconds ago (default ``AMPCI_RECONCILE_GRACE``) and whose message
@@ -13,8 +13,13 @@ an attempt, so a poison job still ends ``crashed`` after ``AMPCI_MAX_ATTEMPTS``.
 ``AMPCI_RECONCILE_EVERY`` seconds.  Only jobs of runs dispatched through the broker are
 considered: those of runs created by an embedded process (no broker, its own local pool;
 ``runs.dispatch`` local) sharing the database are listed as "local, not re-sent" and left to that
-process.  Without ``AMPCI_BROKER_URL`` there is nothing to do; a broker that cannot be inspected
-is a one-line error (exit 3; 2 for a broker that is not Redis) and nothing is sent.
+process.  A broker that cannot be inspected is a one-line error (exit 3; 2 for a broker that is not
+Redis) and nothing is sent.
+
+Without ``AMPCI_BROKER_URL`` it lists the unfinished local runs with queued or running jobs and
+their owning process (released by a clean stop, dead, alive, or on another host); ``--resume`` runs
+the jobs of those whose process stopped or died (``--force``: also another host's) on a local pool
+here until they are done.  ``ampci serve`` without a broker resumes them by itself when it starts.
 """
 
 from __future__ import annotations
@@ -34,6 +39,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--grace", type=seconds(0.0), default=None, metavar="SECONDS",
                    help="leave jobs queued less than this long alone (default AMPCI_RECONCILE_GRACE)")
     p.add_argument("--dry-run", action="store_true", help="list the lost jobs, send nothing")
+    p.add_argument("--resume", action="store_true",
+                   help="without a broker: run the jobs of local runs whose process stopped or died here, "
+                        "on a local pool, until they are done")
+    p.add_argument("--force", action="store_true",
+                   help="with --resume: also take runs owned by a process on another host (make sure it is gone)")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     p.set_defaults(func=run)
 
@@ -49,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--grace must be >= 0 seconds, got {args.grace}")
     settings = Settings.from_env()
     if settings.embedded:
-        report = reconcile.reconcile(settings, None, grace_s=args.grace, dry_run=args.dry_run)
+        return _local(args, settings)
     else:
         store = scheduler.open_store(settings)
         try:
@@ -57,6 +67,42 @@ def run(args: argparse.Namespace) -> int:
         finally:
             store.dispose()
     emit(args, report.to_dict(), *describe(report))
+    return 0
+
+
+def _local(args: argparse.Namespace, settings: Any) -> int:
+    """Without a broker: list the jobs of ``local`` runs whose owning process stopped or died (and, with
+    ``--resume``, run them here on a local pool until they are done)."""
+    from service.cli.query_cmd import emit
+    from service.orchestration import orphans
+    from service.orchestration.jobs import open_store
+
+    store = open_store(settings)
+    try:
+        found = orphans.find_orphans(store, include_alive=True)
+        lines = [f"no broker configured: {len(found)} unfinished local run(s) with pending jobs"]
+        lines += [("  " + o.describe() + ("" if o.resumable else
+                                          "; not resumable" + (" (use --force)" if o.state == "other-host" else "")))
+                  for o in found]
+        taken: list[Any] = []
+        if args.resume and not args.dry_run:
+            from service.orchestration.localpool import LocalPool
+            from service.orchestration.scheduler import wait_for_run
+
+            pool = LocalPool(settings, store, workers=settings.local_workers or None)
+            try:
+                taken = orphans.resume_orphans(store, pool, force=args.force)
+                for o in taken:
+                    wait_for_run(store, o.run_id)
+            finally:
+                pool.close()
+            lines.append(f"resumed {len(taken)} run(s): " + (", ".join(str(o.run_id) for o in taken) or "none"))
+        elif found:
+            lines.append("run `ampci reconcile --resume` to run the resumable ones here")
+        emit(args, {"embedded": True, "orphans": [o.__dict__ | {"resumable": o.resumable} for o in found],
+                    "resumed": [o.run_id for o in taken]}, *lines)
+    finally:
+        store.dispose()
     return 0
 
 

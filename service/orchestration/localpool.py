@@ -144,6 +144,8 @@ class LocalPool:
         self._ended = 0                        # jobs ended so far (guarded by _changed)
         self._prestart: threading.Thread | None = None
         self.errors: list[BaseException] = []
+        self._owned: set[int] = set()          # runs this pool recorded itself the owner of (orphans.py)
+        self._stopping = threading.Event()     # shutdown(): interrupted jobs are re-queued, not cancelled
 
     def prestart(self, jobs: int | None = None) -> None:
         """Start up to ``workers`` (at most ``jobs``) worker subprocesses now, idle, so that their
@@ -183,6 +185,12 @@ class LocalPool:
         """Queue jobs and make sure up to ``workers`` threads (each with its subprocess) take them,
         also after earlier jobs are done (an idle subprocess is reused)."""
         jobs = list(jobs)
+        new_runs = {job.run_id for job in jobs} - self._owned
+        if new_runs:  # record this process as their owner: a later process resumes them if it dies
+            from service.orchestration.orphans import claim_runs
+
+            claim_runs(self.store, new_runs)
+            self._owned |= new_runs
         with self._lock:
             for job in jobs:
                 self._queue.put(job)
@@ -231,6 +239,11 @@ class LocalPool:
             start = self.store.begin_job(job.id, worker)  # the attempt, the job and its run: one statement
             if not start.started:  # final already (e.g. cancelled meanwhile): nothing to run
                 break
+            if self._stopping.is_set():  # shutdown() began meanwhile: hand the job back at once
+                from service.orchestration.orphans import requeue_job
+
+                requeue_job(self.store, job.id)
+                return
             run, attempts = start.run, start.attempts
             if attempts > self.settings.max_attempts:
                 record_crashed(self.store, run, job, attempts)
@@ -239,6 +252,11 @@ class LocalPool:
             try:
                 text = slot.run(request, timeout=self.settings.job_timeout)
             except _SlotDied:
+                if self._stopping.is_set():  # a clean stop: the job goes back to the queue, uncounted
+                    from service.orchestration.orphans import requeue_job
+
+                    requeue_job(self.store, job.id)
+                    return
                 if self._cancelled.is_set():
                     self.store.mark_job(job.id, "cancelled", "sweep interrupted")
                     break
@@ -269,6 +287,33 @@ class LocalPool:
             t.join()
         for slot in self._slots:
             slot.stop()
+
+    def shutdown(self, timeout: float = 8.0) -> None:
+        """Stop cleanly (the server is going down): take no more jobs, re-queue the ones being run
+        (their subprocesses are killed; the interrupted attempt is not counted), leave the queued ones
+        ``queued`` and release this process's ownership of their runs, so that the next ``ampci
+        serve`` (or ``ampci reconcile --resume``) on the database resumes them
+        (:mod:`service.orchestration.orphans`).  Returns within about ``timeout`` seconds."""
+        from service.orchestration.orphans import release_runs
+
+        self._stopping.set()
+        self._cancelled.set()
+        while True:  # the queued jobs stay queued in the database
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        if self._prestart is not None:
+            self._prestart.join(timeout)
+        for slot in list(self._slots):  # the running threads see the subprocess die and re-queue
+            proc = slot.proc
+            if proc is not None and proc.is_alive():
+                proc.kill()
+        for t in self._threads:
+            t.join(timeout)
+        for slot in self._slots:
+            slot.stop(kill=True)
+        release_runs(self.store, self._owned)
 
     def cancel(self) -> None:
         """Stop now (e.g. Ctrl-C): kill the subprocesses, mark unfinished jobs ``cancelled``, finish the run."""

@@ -1,0 +1,211 @@
+"""Jobs of ``local`` runs whose owning process is gone: recorded owners, clean hand-back, resumption.
+
+A ``local`` run (``runs.dispatch``) has its jobs run by the embedded :class:`LocalPool` of one
+process (``ampci serve`` or ``ampci sweep`` without a broker).  Its jobs live in that process's
+memory queue; if the process stops, nothing else runs them.  This module makes that safe:
+
+* **the owner is recorded**: when a pool takes a run's jobs (:meth:`LocalPool.submit`) it writes
+  ``runs.meta["local_owner"] = {"host", "pid", "start"}`` (``start``: the process's start time, so
+  a recycled pid is not mistaken for the owner) — one UPDATE per submit;
+* **a clean stop hands the jobs back** (:meth:`LocalPool.shutdown`, called by the app's lifespan on
+  SIGTERM): the job being run is re-queued (its interrupted attempt not counted), the queued ones
+  stay queued, and ownership is released (``local_owner`` null);
+* **the next process resumes them** (:func:`resume_orphans`: ``ampci serve`` at start-up, ``ampci
+  reconcile --resume`` without a broker): the jobs of unfinished local runs whose owner was released
+  or is a dead process *on this host* are claimed (under a row lock, re-checked, so two resumers
+  never both take a run) and submitted to the caller's pool; a job left ``running`` by a process
+  that died counts that attempt (a poison job still ends ``crashed``).
+
+A live owner's jobs are never taken.  An owner on another host cannot be checked from here: its
+runs are listed (:func:`find_orphans`, state ``other-host``) but resumed only when ``force`` says so.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from service.db import models as m
+
+OWNER_KEY = "local_owner"
+t_run, t_job = m.Run.__table__, m.Job.__table__
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (clock ticks since boot, from /proc), None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def me() -> dict[str, Any]:
+    """This process as a run's owner."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_time(os.getpid())}
+
+
+def owner_state(owner: Any) -> str:
+    """``released`` (no owner), ``alive``, ``dead`` (a process of this host that is gone, or whose pid
+    now belongs to a process started later) or ``other-host`` (cannot be checked from here)."""
+    if not isinstance(owner, dict) or not owner:
+        return "released"
+    if owner.get("host") != socket.gethostname():
+        return "other-host"
+    try:
+        pid = int(owner.get("pid"))
+    except (TypeError, ValueError):
+        return "dead"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return "dead"
+    except PermissionError:
+        pass  # exists, another user's
+    start = owner.get("start")
+    if start is not None and _start_time(pid) not in (None, start):
+        return "dead"  # the pid was recycled
+    return "alive"
+
+
+def _set_owner(conn: Any, run_ids: list[int], owner: dict[str, Any] | None) -> None:
+    import json
+
+    value = json.dumps(owner)
+    if conn.dialect.name == "postgresql":
+        stmt = sa.text("UPDATE runs SET meta = (COALESCE(meta::jsonb, '{}'::jsonb) || "
+                       "jsonb_build_object(CAST(:key AS text), CAST(:owner AS jsonb)))::json WHERE id IN :ids")
+    else:
+        stmt = sa.text("UPDATE runs SET meta = json_set(COALESCE(meta, '{}'), '$.' || :key, json(:owner)) "
+                       "WHERE id IN :ids")
+    conn.execute(stmt.bindparams(sa.bindparam("ids", expanding=True)),
+                 {"key": OWNER_KEY, "owner": value, "ids": run_ids})
+
+
+def claim_runs(store: Any, run_ids: Any, owner: dict[str, Any] | None = None) -> None:
+    """Record ``owner`` (default: this process) as the owner of the local runs ``run_ids``."""
+    ids = sorted({int(r) for r in run_ids})
+    if ids:
+        with store.transaction() as conn:
+            _set_owner(conn, ids, owner or me())
+
+
+def release_runs(store: Any, run_ids: Any) -> None:
+    """Hand the runs ``run_ids`` back (owner null) where this process still owns them."""
+    ids = sorted({int(r) for r in run_ids})
+    if not ids:
+        return
+    mine = me()
+    with store.transaction() as conn:
+        rows = conn.execute(sa.select(t_run.c.id, t_run.c.meta).where(t_run.c.id.in_(ids))).all()
+        ours = [r.id for r in rows if _same(((r.meta or {}).get(OWNER_KEY)), mine)]
+        if ours:
+            _set_owner(conn, ours, None)
+
+
+def _same(a: Any, b: dict[str, Any]) -> bool:
+    return isinstance(a, dict) and a.get("host") == b["host"] and a.get("pid") == b["pid"]
+
+
+def requeue_job(store: Any, job_id: int, *, count_attempt: bool = False) -> bool:
+    """A ``running`` job back to ``queued`` (worker and start cleared); its attempt is uncounted
+    unless ``count_attempt`` (its worker died: the attempt stays, a poison job still ends crashed).
+    True if it was running."""
+    values: dict[str, Any] = {"status": "queued", "worker": None, "started_at": None}
+    if not count_attempt:
+        values["attempts"] = sa.case((t_job.c.attempts > 0, t_job.c.attempts - 1), else_=0)
+    with store.transaction() as conn:
+        done = conn.execute(t_job.update().where(t_job.c.id == job_id, t_job.c.status == "running").values(**values))
+        return bool(done.rowcount)
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """An unfinished local run with pending jobs, and whether its owner can be taken over."""
+
+    run_id: int
+    owner: dict[str, Any] | None
+    state: str          # released | dead | other-host | alive
+    queued: int
+    running: int
+
+    def describe(self) -> str:
+        """One line for people."""
+        who = ("released by its process" if self.state == "released" else
+               f"owner {self.owner.get('host')} pid {self.owner.get('pid')} {self.state}" if self.owner else self.state)
+        return f"run {self.run_id}: {self.queued} queued, {self.running} running job(s); {who}"
+
+    @property
+    def resumable(self) -> bool:
+        """True when no live process can be running its jobs (released or dead owner)."""
+        return self.state in ("released", "dead")
+
+
+def find_orphans(store: Any, *, include_alive: bool = False) -> list[Orphan]:
+    """Unfinished ``local`` runs with queued or running jobs, oldest first, with their owner's state
+    (runs of a live owner only with ``include_alive``)."""
+    pending = (sa.select(t_job.c.run_id, t_job.c.status, sa.func.count().label("n"))
+               .where(t_job.c.status.in_(("queued", "running"))).group_by(t_job.c.run_id, t_job.c.status))
+    with store.transaction() as conn:
+        counts: dict[int, dict[str, int]] = {}
+        for run_id, status, n in conn.execute(pending):
+            counts.setdefault(run_id, {})[status] = int(n)
+        if not counts:
+            return []
+        rows = conn.execute(sa.select(t_run.c.id, t_run.c.meta).where(t_run.c.id.in_(sorted(counts)),
+                                                                      t_run.c.dispatch == "local")
+                            .order_by(t_run.c.id)).all()
+    out = []
+    for r in rows:
+        owner = (r.meta or {}).get(OWNER_KEY)
+        state = owner_state(owner)
+        if state == "alive" and not include_alive:
+            continue
+        out.append(Orphan(r.id, owner if isinstance(owner, dict) else None, state,
+                          counts[r.id].get("queued", 0), counts[r.id].get("running", 0)))
+    return out
+
+
+def resume_orphans(store: Any, pool: Any, *, force: bool = False) -> list[Orphan]:
+    """Take over the resumable orphans (with ``force`` also those of other hosts) and submit their
+    jobs to ``pool``; the orphans taken.  Each run is claimed under a row lock after re-checking its
+    owner, so of two processes resuming at once exactly one takes it."""
+    taken = []
+    mine = me()
+    for orphan in find_orphans(store):
+        if not (orphan.resumable or (force and orphan.state == "other-host")):
+            continue
+        with store.transaction() as conn:
+            q = sa.select(t_run.c.meta).where(t_run.c.id == orphan.run_id)
+            if conn.dialect.name == "postgresql":
+                q = q.with_for_update()
+            meta = conn.execute(q).scalar_one_or_none() or {}
+            now = owner_state(meta.get(OWNER_KEY))
+            if now == "alive" or (now == "other-host" and not force):
+                continue  # taken meanwhile
+            _set_owner(conn, [orphan.run_id], mine)
+        for job in store.jobs(orphan.run_id):
+            if job.status == "running":  # its process died while running it: that attempt counts
+                requeue_job(store, job.id, count_attempt=orphan.state != "released")
+        queued = [j for j in store.jobs(orphan.run_id) if j.status == "queued"]
+        if queued:
+            pool.submit(queued)
+        taken.append(orphan)
+    return taken
+
+
+def stop_local_pools() -> int:
+    """Shut down this process's embedded pools (:meth:`LocalPool.shutdown`): the app's lifespan calls
+    it on a clean stop.  How many were stopped."""
+    from service.api import dispatch
+
+    stopped = 0
+    for (pid, _), pool in list(dispatch._LOCAL_POOLS.items()):
+        if pid == os.getpid():
+            pool.shutdown()
+            stopped += 1
+    return stopped
