@@ -45,7 +45,9 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: fl
 class Stack:
     """One compose project: ``compose`` is the client argv, ``files`` the compose files (in order)."""
 
-    def __init__(self, compose: Sequence[str], project: str, files: Sequence[Path], env: dict[str, str]) -> None:
+    def __init__(self, compose: Sequence[str], project: str, files: Sequence[Path], env: dict[str, str],
+                 port: int = 0) -> None:
+        self.port = port  # where the API is published on 127.0.0.1
         self.compose = list(compose)
         self.project = project
         self.files = list(files)
