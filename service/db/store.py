@@ -185,17 +185,18 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         row = {"run_id": run.id, "job_id": job_id, "revision_sha": run.revision_sha, "model": result.model,
                "dtype": result.dtype, "policy": result.policy, "target": result.target, "created_at": now,
                "updated_at": now, **cols}
-        row.update(now=now, run_key=str(run.id), status="crashed" if result.status == "crashed" else "done")
+        # the job's final status goes under its own key: ``status`` in ``row`` is the result's
+        job = {"job_id": job_id, "now": now, "run_key": str(run.id),
+               "job_status": "crashed" if result.status == "crashed" else "done"}
         if self.engine.dialect.name == "postgresql":  # one statement (result and job), autocommit
             with self._autocommit() as conn:
-                conn.execute(_complete_job_statement(tuple(cols)),
-                             {**{f"r_{k}": v for k, v in row.items()}, **row})
+                conn.execute(_complete_job_statement(tuple(cols)), {**{f"r_{k}": v for k, v in row.items()}, **job})
                 return bool(conn.execute(_HAS_PENDING, {"run_id": run.id}).scalar())
         conn = connect(self.engine)
         try:
             with conn.begin():
                 conn.execute(_result_upsert(conn.dialect.name, tuple(cols)), row)
-                conn.execute(_end_job_statement(False), row)
+                conn.execute(_end_job_statement(False), job)
             return bool(conn.execute(_HAS_PENDING, {"run_id": run.id}).scalar())
         finally:
             conn.close()
@@ -399,7 +400,7 @@ def _end_job_statement(postgresql: bool) -> Any:
     """The job's final status; on PostgreSQL the same statement notifies :data:`JOB_END_CHANNEL` with
     the run id (delivered at commit, so a waiter wakes at once instead of sleeping between polls)."""
     stmt = (t_job.update().where(t_job.c.id == sa.bindparam("job_id"))
-            .values(status=sa.bindparam("status"), finished_at=sa.bindparam("now")))
+            .values(status=sa.bindparam("job_status"), finished_at=sa.bindparam("now")))
     if postgresql:
         notify = sa.select(sa.func.pg_notify(JOB_END_CHANNEL, sa.bindparam("run_key"))).scalar_subquery()
         stmt = stmt.where(notify.is_not(None))  # pg_notify returns void, never NULL: the row still matches
@@ -435,7 +436,7 @@ def _begin_job_statement(postgresql: bool) -> Any:
 def _complete_job_statement(cols: tuple[str, ...]) -> Any:
     """PostgreSQL: the result upsert (a CTE) and the job's final status (with its notification) in
     one statement, atomic on its own (params: the result row's columns prefixed ``r_``, job_id, now,
-    status, run_key)."""
+    job_status, run_key)."""
     from sqlalchemy.dialects.postgresql import insert
 
     ins = insert(t_res)

@@ -76,3 +76,20 @@ def test_run_cell_turns_a_bad_revision_into_a_result(tmp_path: Path) -> None:
     settings = Settings(cache_dir=tmp_path / "cache", pass_repo=str(tmp_path / "missing"))
     result = tasks.run_cell(("m", "fp16", "default", "cpu"), "not-a-sha", settings)
     assert result.status == "bad_spec" and "revision" in result.message
+
+
+@pytest.mark.parametrize("status", ["pass", "convert_error", "fail_accuracy", "crashed", "timeout"])
+def test_the_result_keeps_its_own_status_and_the_job_ends(db_url: str, tmp_path: Path, status: str) -> None:
+    """Store.begin_job/complete_job (the worker path) store the result's status, not the job's."""
+    from service.db.store import Store
+
+    store = Store.from_url(db_url)
+    store.upgrade()
+    run_id = store.create_run(SHA, "manual", cells=[("m1", "fp16", "default", "cpu")])
+    (job,) = store.jobs(run_id)
+    start = store.begin_job(job.id, "w")
+    assert store.complete_job(start.run, job.id, JobResult(*job.cell, status=status, revision=SHA,
+                                                           message="why")) is False
+    (row,) = store.results(run_id=run_id)
+    assert row.status == status and store.get_result(row.id).status == status
+    assert store.get_job(job.id).status == ("crashed" if status == "crashed" else "done")
