@@ -11,6 +11,7 @@ alternation so that load on the machine hits every command alike, the whole proc
     ampci --help
     ampci runs --json
     ampci compare REV_A REV_B
+    ampci runs --json                 (embedded mode: a new, empty SQLite under AMPCI_DATA_DIR)
 
 and, in this process, "the query itself" of each query command: the same command run in-process once
 its modules are imported (opening the store, the schema check, the Store calls and formatting the
@@ -20,6 +21,7 @@ PASS/FAIL per target:
     ampci --help       <= 3 x (python -c pass) + 0.1 s
     ampci runs --json  <= 1.5 x (python -c "import sqlalchemy") + the query itself
     ampci compare      <= 1.5 x (python -c "import sqlalchemy") + the query itself
+    (and ``runs --json`` on the embedded SQLite, the same)
 
 Exit 1 when a target is missed or a command fails.  ``--quick`` (seconds: 3 revisions x 10 cells, 3
 rounds) checks what must hold on any machine: each command exits 0, ``runs --json`` lists the seeded
@@ -36,6 +38,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +54,7 @@ from service.db.migrate import upgrade  # noqa: E402
 
 HELP_FACTOR, HELP_SLACK_S = 3.0, 0.1
 QUERY_FACTOR = 1.5
+EMBEDDED = "ampci runs --json (embedded SQLite, empty)"
 
 
 def ampci_argv() -> list[str]:
@@ -77,22 +81,24 @@ def in_process(fn: Callable[[], object], rounds: int) -> float:
     return statistics.median(times)
 
 
-def in_process_command(url: str, argv: list[str]) -> Callable[[], object]:
+def in_process_command(environ: dict[str, str], argv: list[str]) -> Callable[[], object]:
     """The command's own work once its modules are imported -- "the query itself": ``ampci ARGV`` called
-    in this process (opening the store, the schema check, the Store calls, formatting its output) with
-    its output thrown away."""
+    in this process under ``environ`` (opening the store, the schema check, the Store calls, formatting
+    its output) with its output thrown away."""
     from service.cli.main import main as ampci_main
 
     def call() -> object:
-        saved, os.environ["AMPCI_DATABASE_URL"] = os.environ.get("AMPCI_DATABASE_URL"), url
+        saved = {k: os.environ.get(k) for k in environ}
+        os.environ.update(environ)
         try:
             with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
                 rc = ampci_main(argv)
         finally:
-            if saved is None:
-                os.environ.pop("AMPCI_DATABASE_URL", None)
-            else:
-                os.environ["AMPCI_DATABASE_URL"] = saved
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         assert rc == 0, f"ampci {' '.join(argv)} exited {rc}"
         return rc
     return call
@@ -112,26 +118,30 @@ def main(argv: list[str] | None = None) -> int:
         args.revisions, args.cells, args.rounds = 3, 10, 3
 
     url = create_database(args.admin_url, "ampci_bench_cli")
+    embedded_dir = tempfile.TemporaryDirectory(prefix="ampci-bench-cli-")
     failures: list[str] = []
     try:
         upgrade(url)
         shas = seed(url, args.revisions, args.cells)
         rev_a, rev_b = shas[len(shas) // 2 - 1][:10], shas[len(shas) // 2][:10]
-        env = {**os.environ, "AMPCI_DATABASE_URL": url, "COLUMNS": "200"}
+        on_pg = {"AMPCI_DATABASE_URL": url, "COLUMNS": "200"}
+        embedded = {"AMPCI_DATABASE_URL": "", "AMPCI_DATA_DIR": embedded_dir.name, "COLUMNS": "200"}
         py = sys.executable
-        commands: dict[str, list[str]] = {
-            "python -c pass": [py, "-c", "pass"],
-            "ampci --help": [*ampci_argv(), "--help"],
-            'python -c "import sqlalchemy"': [py, "-c", "import sqlalchemy"],
-            "ampci runs --json": [*ampci_argv(), "runs", "--json"],
-            "ampci compare A B": [*ampci_argv(), "compare", rev_a, rev_b],
+        commands: dict[str, tuple[list[str], dict[str, str]]] = {
+            "python -c pass": ([py, "-c", "pass"], on_pg),
+            "ampci --help": ([*ampci_argv(), "--help"], on_pg),
+            'python -c "import sqlalchemy"': ([py, "-c", "import sqlalchemy"], on_pg),
+            "ampci runs --json": ([*ampci_argv(), "runs", "--json"], on_pg),
+            "ampci compare A B": ([*ampci_argv(), "compare", rev_a, rev_b], on_pg),
+            EMBEDDED: ([*ampci_argv(), "runs", "--json"], embedded),
         }
         times: dict[str, list[float]] = {name: [] for name in commands}
         last: dict[str, subprocess.CompletedProcess[str]] = {}
-        for i in range(args.rounds + 1):  # round 0 warms the page cache and is not counted
+        for i in range(args.rounds + 1):  # round 0 warms the page cache (and creates the SQLite): not counted
             order = list(commands) if i % 2 else list(reversed(commands))  # alternate who goes first
             for name in order:
-                seconds, proc = run_timed(commands[name], env)
+                argv_, environ = commands[name]
+                seconds, proc = run_timed(argv_, {**os.environ, **environ})
                 if i:
                     times[name].append(seconds)
                 last[name] = proc
@@ -149,10 +159,14 @@ def main(argv: list[str] | None = None) -> int:
             missing = [c for c in COMMANDS if c not in last["ampci --help"].stdout]
             if missing:
                 failures.append(f"`ampci --help` does not list {missing}")
-        q_runs = in_process(in_process_command(url, ["runs", "--json"]), args.rounds)
-        q_compare = in_process(in_process_command(url, ["compare", rev_a, rev_b]), args.rounds)
+            if json.loads(last[EMBEDDED].stdout) != []:
+                failures.append("`ampci runs --json` on a new embedded SQLite is not []")
+        q_runs = in_process(in_process_command(on_pg, ["runs", "--json"]), args.rounds)
+        q_compare = in_process(in_process_command(on_pg, ["compare", rev_a, rev_b]), args.rounds)
+        q_embedded = in_process(in_process_command(embedded, ["runs", "--json"]), args.rounds)
     finally:
         drop_database(args.admin_url, url)
+        embedded_dir.cleanup()
 
     med = {name: statistics.median(ts) for name, ts in times.items()}
     bare, sqla = med["python -c pass"], med['python -c "import sqlalchemy"']
@@ -163,10 +177,12 @@ def main(argv: list[str] | None = None) -> int:
          f"<= {QUERY_FACTOR:g} x anchor + query {q_runs * 1000:.0f} ms"),
         ("ampci compare A B", 'python -c "import sqlalchemy"', sqla, QUERY_FACTOR * sqla + q_compare,
          f"<= {QUERY_FACTOR:g} x anchor + query {q_compare * 1000:.0f} ms"),
+        (EMBEDDED, 'python -c "import sqlalchemy"', sqla, QUERY_FACTOR * sqla + q_embedded,
+         f"<= {QUERY_FACTOR:g} x anchor + query {q_embedded * 1000:.0f} ms"),
     ]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     n_results = args.revisions * args.cells
-    print(f"{n_results:,} results on PostgreSQL; {args.rounds} alternating rounds, medians; load average "
+    print(f"{n_results:,} results on PostgreSQL (and an empty embedded SQLite); {args.rounds} alternating rounds, medians; load average "
           f"{load:.1f} on {os.cpu_count()} CPUs")
     print("| command | anchor | command s | anchor s | ratio | limit s | target | met |\n"
           "|---|---|---:|---:|---:|---:|---|:--:|")
