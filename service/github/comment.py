@@ -183,6 +183,19 @@ def render_comment(report: PullRequestReport) -> str:
     return body
 
 
+def render_pending(pr: int, head_sha: str, run_id: int, run_url: str, previous: PullRequestReport | None) -> str:
+    """The PR comment while a new head's run is queued or running: which head is being checked, and the
+    previous head's report folded below (never shown as the new head's)."""
+    lines = [COMMENT_MARKER, f"### ⏳ Merging #{pr}: checking `{escape(head_sha[:12])}`", "",
+             f"[Run {run_id}]({run_url}) is checking this head; this comment is rewritten when it finishes."]
+    if previous is not None:
+        old = render_comment(previous).replace(COMMENT_MARKER, "", 1).strip()
+        lines += ["", "<details>", f"<summary>Report of the previous head {escape(previous.head_sha[:12])} "
+                  f"(run {previous.run_id})</summary>", "", old, "", "</details>"]
+    body = "\n".join(lines) + "\n"
+    return body if len(body) <= MAX_COMMENT else "\n".join(lines[:4]) + "\n"
+
+
 def comment(report: PullRequestReport) -> PullRequestComment | None:
     """The PR comment for ``report`` (None when the run belongs to no pull request)."""
     if report.pr is None or not report.repo:

@@ -34,6 +34,7 @@ from service.github.client import (
     CommitStatus,
     GitHubStatusClient,
     PermanentStatusError,
+    PullRequestComment,
     Report,
     TransientStatusError,
     backoff_delay,
@@ -138,15 +139,40 @@ class StatusReporter:
         return f"{self.public_url}/runs/{int(run_id)}"
 
     def queued(self, run_id: int, repo: str, sha: str, description: str = "queued") -> None:
-        """Queue a ``pending`` status for ``repo``@``sha`` and watch the run until it finishes."""
+        """Queue a ``pending`` status for ``repo``@``sha`` and watch the run until it finishes; for a
+        pull request, say on its comment that the new head is being checked (:meth:`report_pending`)."""
         if not self.enabled:
             return
-        self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=description,
-                               target_url=self.run_url(run_id), context=self.context))
+        if "status" in self.reports:
+            self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=description,
+                                   target_url=self.run_url(run_id), context=self.context))
         try:
             self.outbox.watch(run_id)
         except Exception:  # noqa: BLE001 - recover() finds unwatched runs again at start
             log.exception("could not watch run %s", run_id)
+        if "comment" in self.reports and self.store is not None:
+            self.report_pending(self.store, run_id)
+
+    def report_pending(self, store: Any, run_id: int) -> bool:
+        """Rewrite the PR comment when a new head's run is queued: "checking HEAD (run N)", with the
+        previous head's report folded below it, so a reviewer never reads an old table as the new
+        head's.  False (nothing queued) for a run of no pull request or not its newest; never raises."""
+        from service.github import comment as md
+        from service.github.pr_report import build_report
+
+        try:
+            run = store.get_run(run_id)
+            key = self._pr_of(run)
+            if key is None or not self._is_newest_of_pr(store, run):
+                return False
+            previous = self._newest_pr_run(store, run, final_only=True)
+            report = build_report(store, previous.id, self.public_url, final_state) if previous is not None else None
+            body = md.render_pending(key[1], run.revision_sha, run.id, self.run_url(run.id), report)
+            self._put(PullRequestComment(repo=run.meta["github"]["repo"], pr=key[1], body=body, sha=run.revision_sha))
+            return True
+        except Exception:  # noqa: BLE001 - reporting never affects the run
+            log.exception("could not queue the pending pull-request report of run %s", run_id)
+            return False
 
     def finished(self, run: Any, summary: Any, store: Any = None) -> bool:
         """Queue the final status of a finished ``run`` (a RunInfo) from its ``summary`` (a RunSummary).

@@ -173,9 +173,17 @@ def test_one_comment_kept_current_through_pushes_and_an_acknowledgement(pr_world
     assert gh.statuses[-1]["state"] == "failure" and gh.checks[-1]["conclusion"] == "failure"
     assert gh.checks[-1]["head_sha"] == head1 and gh.checks[-1]["output"]["title"].startswith("❌ Merging #7")
 
-    # synchronised: now two cells regress -> the same comment, rewritten
+    # synchronised: while the new head runs, the comment says so and folds the old report away
     head2 = sha("pr-head-2")
     run2 = pr_event(head2, "synchronize")
+    settle()
+    [pending] = gh.pr_comments()
+    top, _, folded = pending["body"].partition("<details>")
+    assert pending["id"] == comment["id"] and f"### ⏳ Merging #{PR}: checking `{head2[:12]}`" in top
+    assert f"[Run {run2}](https://ci.example.com/runs/{run2})" in top and "regresses" not in top
+    assert f"Report of the previous head {head1[:12]} (run {run1})" in folded and "regresses 1 cell" in folded
+    assert pending["body"].count(COMMENT_MARKER) == 1
+    # ... and when it finishes: now two cells regress -> the same comment, rewritten
     _finish(store, run2, head2, {("mlp_small", "fp16"), ("conv_small", "bf16")})
     settle()
     assert [c["id"] for c in gh.pr_comments()] == [comment["id"]]
