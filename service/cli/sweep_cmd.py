@@ -98,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
                "comparison": comparison, "baseline_run": baseline_run}
     decision = gate_decision(store, started.run_id, results, len(regressions))
     payload["gate"] = decision.to_dict()
+    if decision.unmeasured:  # cells that could not measure are said first: never "no regressions"
+        from service.regressions.verdict import run_verdict
+
+        comparison["message"] = run_verdict(store, started.run_id).headline()
     _emit(args, payload, (run_info, results, regressions, started, comparison))
     if not args.json:
         for reason in decision.reasons[1 if regressions else 0:]:

@@ -5,6 +5,7 @@ failed the same way; a cell without a baseline is "not compared", never "no regr
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -124,3 +125,54 @@ def test_mixed_run_says_what_was_compared(sqlite_url: str) -> None:
     page = _page(store, sqlite_url, run)
     assert "No regressions in the 1 cells compared against the baseline; 1 not compared" in page
     store.dispose()
+
+
+@pytest.mark.parametrize("status", ["convert_error", "bad_spec", "timeout"])
+def test_the_worker_path_keeps_the_status_that_fails_the_gate(db_url: str, status: str) -> None:
+    """Results written the way workers write them (begin_job, complete_job, finish_if_complete) keep their own
+    status: a cell that could not measure is never stored as measured, and the gate fails."""
+    from service.orchestration.jobs import complete_job, finish_if_complete
+
+    store = migrated_store(db_url)
+    shas = chain(store, 2)
+    run_with(store, shas[0], [make_result(A)])
+    run = store.create_run(shas[1], "push", cells=[A])
+    (job,) = store.jobs(run)
+    start = store.begin_job(job.id, "w:1")
+    _, pending = complete_job(store, start.run, start.job, make_result(A, status=status))
+    assert not pending and finish_if_complete(store, run)
+    assert [r.status for r in store.results(run_id=run)] == [status]
+    assert [j.status for j in store.jobs(run)] == ["done"]
+    verdict = run_verdict(store, run)
+    assert verdict.exit_code == 1 and verdict.decision.unmeasured == ((A, status),)
+    store.dispose()
+
+
+def test_ampci_sweep_of_a_pass_that_cannot_convert_says_so_first(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI gate end to end (embedded pool, real worker subprocess): a revision whose pass cannot convert
+    fails the gate, and the line after the table says that first, never "no regressions"."""
+    import subprocess
+
+    from tests.service.test_sweep_validation import _model, _sweep_text
+
+    repo = tmp_path / "passrepo"
+    (repo / "amp_pass").mkdir(parents=True)
+    (repo / "amp_pass" / "__init__.py").write_text("VALUE = 1\n")  # no converter
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "one"]):
+        subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=repo, check=True,
+                       capture_output=True)
+    digest = _model(tmp_path / "tiny.onnx")
+    zoo = tmp_path / "zoo.toml"
+    zoo.write_text(f'[models.tiny]\nsource = {{ path = "tiny.onnx" }}\nsha256 = "{digest}"\ntags = ["t"]\n'
+                   'inputs.x = { shape = [1, 4], dtype = "float32" }\n')
+    (tmp_path / "s.toml").write_text(_sweep_text(zoo))
+    for key, value in (("AMPCI_DATABASE_URL", sqlite_url), ("AMPCI_CACHE_DIR", str(tmp_path / "cache")),
+                       ("AMPCI_DATA_DIR", str(tmp_path / "data")), ("AMPCI_PASS_REPO", str(repo)),
+                       ("COLUMNS", "170")):
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AMPCI_BROKER_URL", raising=False)
+    code = main(["sweep", "--config", str(tmp_path / "s.toml"), "--revision", "main", "--workers", "1"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "gate fails: 1 of 1 cells could not measure" in out and "no regressions" not in out.lower()
