@@ -180,7 +180,9 @@ class RevisionCache:
                 shutil.rmtree(path, ignore_errors=True)
             git(["worktree", "prune"], cwd=self.bare)
             self.trees.mkdir(parents=True, exist_ok=True)
-            git(["worktree", "add", "--detach", "--force", str(path), sha], cwd=self.bare)
+            # --force twice: a killed `worktree add` leaves its registration locked ("initializing"),
+            # which prune keeps and a single --force refuses; we hold the lock, nobody else uses it
+            git(["worktree", "add", "--detach", "--force", "--force", str(path), sha], cwd=self.bare)
             _touch(path)
             self._evict(self.trees, keep=path)
             return path

@@ -165,8 +165,10 @@ def test_a_worktree_half_made_by_a_killed_worker_is_made_again(repo: Path, tmp_p
     sha = _commit(repo, "one")
     cache = RevisionCache(str(repo), tmp_path / "cache", size=4)
     tree = cache.checkout(sha)
-    for item in tree.iterdir():  # what a kill during the checkout leaves: .git, no files, no use stamp
-        if item.name != ".git":
+    for item in tree.iterdir():  # what a kill during the checkout leaves: .git, no files, no use stamp,
+        if item.name != ".git":  # and git's registration of the worktree still locked ("initializing")
             subprocess.run(["rm", "-rf", str(item)], check=True)
+    (admin,) = (cache.bare / "worktrees").iterdir()
+    (admin / "locked").write_text("initializing")
     again = RevisionCache(str(repo), tmp_path / "cache", size=4).checkout(sha)
     assert "VALUE = 'one'" in (again / "amp_pass" / "__init__.py").read_text()
