@@ -106,7 +106,28 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         for reason in decision.reasons[1 if regressions else 0:]:
             print(reason)
+        for note in latency_notes(store, results):
+            print(note)
     return decision.exit_code
+
+
+def latency_notes(store: Any, results: Any, most: int = 200) -> list[str]:
+    """One ``info:`` line per reason latency could not be measured on a worker for a reason that is not
+    the model's (onnxruntime's CPU provider has no bf16 kernels: :data:`workers.result.LATENCY_UNSUPPORTED`),
+    with the cells it concerns -- said once, instead of on every cell (reads at most ``most`` results)."""
+    from workers.result import LATENCY_UNSUPPORTED
+
+    cells: dict[str, list[str]] = {}
+    candidates = [r for r in results if r.latency_p50_ms is None and r.status in ("pass", "fail_accuracy", "diverged")]
+    for r in candidates[:most]:
+        latency = store.get_result(r.id).latency
+        if latency is not None and latency.error.startswith(LATENCY_UNSUPPORTED):
+            cells.setdefault(latency.error[len(LATENCY_UNSUPPORTED):], []).append("/".join(r.cell))
+    out = []
+    for why, names in cells.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        out.append(f"info: latency not measured for {len(names)} cell(s) ({shown}): {why}")
+    return out
 
 
 def gate_decision(store: Any, run_id: int, results: Any, regressions: int) -> Any:

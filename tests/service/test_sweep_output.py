@@ -75,3 +75,26 @@ def test_bad_wait_options_are_refused_before_any_run(sqlite_url: str, monkeypatc
     err = capsys.readouterr().err
     assert err.startswith(f"ampci: error: {message}") and err.count("\n") == 1
     assert store.list_runs(limit=10) == []
+
+
+def test_bf16_latency_on_the_cpu_provider_is_said_once(sqlite_url: str) -> None:
+    """Every bf16 cell on a CPU worker used to carry onnxruntime's NOT_IMPLEMENTED error; the sweep says it
+    once, as information, naming the cells."""
+    from service.cli.sweep_cmd import latency_notes
+    from workers.result import LATENCY_UNSUPPORTED, LatencyStats
+
+    store = migrated_store(sqlite_url)
+    shas = chain(store, 1)
+    why = "onnxruntime's CPU provider has no bf16 kernels for these ops (first missing: Conv); bf16 latency ..."
+    cells = [("m1", "bf16", "default", "cpu"), ("m2", "bf16", "default", "cpu"), ("m3", "fp16", "default", "cpu")]
+    made = []
+    for cell in cells:
+        r = make_result(cell, latency_ms=None if cell[1] == "bf16" else 2.0)
+        if cell[1] == "bf16":
+            r.latency = LatencyStats(provider="CPUExecutionProvider", error=LATENCY_UNSUPPORTED + why)
+        made.append(r)
+    made.append(make_result(("m4", "bf16", "default", "cpu"), latency_ms=None))  # no latency at all: not said
+    run = run_with(store, shas[0], made)
+    notes = latency_notes(store, store.results(run_id=run))
+    assert notes == [f"info: latency not measured for 2 cell(s) (m1/bf16/default/cpu, m2/bf16/default/cpu): {why}"]
+    store.dispose()
