@@ -159,3 +159,24 @@ def test_zoo_list_has_a_header_row_aligned_with_its_columns(capsys: pytest.Captu
     assert header.split() == ["NAME", "ORIGIN", "SOURCE", "TAGS", "INPUTS"]
     assert rows and all(r.index("builtin") == header.index("ORIGIN") for r in rows)
     assert all(r.index("x[") == header.index("INPUTS") for r in rows)
+
+
+def test_next_step_for_a_zoo_model_exports_it_first():
+    import argparse
+    from types import SimpleNamespace
+
+    from service.cli.check_cmd import next_steps
+
+    args = argparse.Namespace(model="conv_net", dtype="bf16", target="cuda", policy="default", inputs=None,
+                              input_shape=[], input_range=[])
+    failed = SimpleNamespace(status="fail_accuracy", graph=None)
+    remembered = {"status": "pass", "at": "2026-12-02 17:00 UTC",
+                  "kept": [{"node": "mm", "op_type": "MatMul", "forced": "1"}, {"node": "add", "op_type": "Add"}]}
+    lines = next_steps(failed, args, remembered)
+    assert lines[1:5] == ["  ampci check conv_net --dtype bf16 --target cuda --policy auto",
+                          "  and to write the passing model:",
+                          "  ampci zoo export conv_net -o conv_net.onnx",
+                          "  ampci convert conv_net.onnx -o conv_net_bf16.onnx --dtype bf16 --target cuda --policy auto"]
+    assert lines[5] == ("  when auto ran here (2026-12-02 17:00 UTC: PASS) it kept 2 node(s) in fp32: "
+                        "mm (MatMul, forced by the search), add (Add)")
+    assert next_steps(SimpleNamespace(status="convert_error", graph=None), args, remembered) == []
