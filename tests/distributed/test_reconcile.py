@@ -245,8 +245,14 @@ class DeadPool:
     def __init__(self, settings: Settings, store: Any, workers: int | None = None) -> None:
         assert settings.embedded
 
+    def prestart(self, jobs: int | None = None) -> None:  # starts no worker
+        pass
+
     def submit(self, jobs: Any) -> None:
         DeadPool.submitted.extend(j.id for j in jobs)
+
+    def close(self) -> None:
+        pass
 
 
 def test_embedded_mode_jobs_in_the_shared_database_are_never_resent(
