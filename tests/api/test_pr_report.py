@@ -220,6 +220,18 @@ def test_one_comment_kept_current_through_pushes_and_an_acknowledgement(pr_world
     assert only["id"] == comment["id"] and row[-1] == "acknowledged ✔" and str(finding.id) in row[0]
     assert len(gh.pr_comments()) == 1 and len({c["id"] for c in gh.comments.values()}) == 1
 
+    # ... then marked a false positive with the dashboard's button: struck through, no longer a regression
+    resp = client.post(f"/regressions/{finding.id}/triage", data={"token": API_TOKEN, "action": "false_positive"},
+                       headers={"Accept": "text/html"}, follow_redirects=False)
+    assert resp.status_code == 303, resp.text
+    settle()
+    [only] = gh.pr_comments()
+    [row] = _table_rows(only["body"])
+    assert only["id"] == comment["id"] and row[-1] == "false positive" and row[1].startswith("~~")
+    # the cell still could not convert: said first, never "no change" (no silent pass)
+    assert f"### ⚠️ Merging #{PR}: 1 of 4 cells could not be measured" in only["body"]
+    assert "❌ 0 regressions" in only["body"] and "⚠️ 1 not measured" in only["body"]
+
 
 @pytest.mark.postgres
 @pytest.mark.redis
