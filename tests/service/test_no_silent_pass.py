@@ -13,7 +13,7 @@ from service.cli.main import main
 from service.db import Store
 from service.github.reporter import final_state, status_text
 from service.regressions.verdict import run_verdict
-from tests.dashboard.conftest import BROWSER, make_app
+from tests.dashboard.conftest import BROWSER, TOKEN, make_app
 from tests.service.factories import chain, make_result, migrated_store, run_with
 from workers.result import JobResult
 
@@ -57,6 +57,12 @@ def test_bad_spec_on_cells_with_a_baseline_fails_everywhere(db_url: str, monkeyp
     assert state == "error" == final_state(summary, verdict)
     assert description.startswith("2 of 2 cells could not measure (2 bad_spec)") and len(description) <= 140
     assert "no regressions" not in description
+    from fastapi.testclient import TestClient
+
+    with TestClient(make_app(store, db_url), raise_server_exceptions=True) as c:
+        api = c.get(f"/api/runs/{bad}", headers={"Authorization": f"Bearer {TOKEN}"}).json()["verdict"]
+    assert (api["state"], api["gate"]["exit_code"]) == ("error", 1)
+    assert [u["status"] for u in api["gate"]["unmeasured"]] == ["bad_spec", "bad_spec"]
     page = _page(store, db_url, bad)
     headline = page.index('id="verdict"')
     assert "gate fails: 2 of 2 cells could not measure (2 bad_spec)" in page
