@@ -232,7 +232,8 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 
 def cmd_regressions(args: argparse.Namespace) -> int:
-    """Findings; exit 1 when --revision/--run has open regressions."""
+    """Findings; exit 1 when --revision/--run has open regressions, or its run's gate fails (a cell that
+    could not measure: :mod:`service.regressions.verdict`; --revision: the revision's newest run)."""
     from service.regressions.render import regressions_table
 
     store = open_store()
@@ -246,14 +247,20 @@ def cmd_regressions(args: argparse.Namespace) -> int:
     gate = args.revision is not None or args.run_id is not None
     blocking = [r for r in regs if r.category == "regression" and r.state == "open"]
     failed = False
-    if args.run_id is not None:  # the run's whole verdict: cells that could not measure fail it too
+    # the run's whole verdict (with --revision: of the revision's newest run): cells that could not measure
+    # fail it too, and cells without a baseline are said to be not compared
+    run_id = args.run_id
+    if run_id is None and args.revision is not None:
+        newest = store.list_runs(limit=1, revision=args.revision)
+        run_id = newest[0].id if newest else None
+    if run_id is not None:
         import sys
 
         from service.regressions.verdict import run_verdict
 
-        verdict = run_verdict(store, args.run_id)
+        verdict = run_verdict(store, run_id)
         failed = bool(verdict.exit_code)
-        print(f"run {args.run_id}: {verdict.headline()}", file=sys.stderr if args.json else sys.stdout)
+        print(f"run {run_id}: {verdict.headline()}", file=sys.stderr if args.json else sys.stdout)
         if not args.json:
             for reason in verdict.decision.reasons:
                 print(f"  {reason}")
