@@ -8,14 +8,14 @@ machine during a pair slows both of its samples; the service decides with a pair
 ratios (:mod:`service.regressions.confirm`).
 
 Guarantees: ``pairs`` pairs per timing kind asked for (``conversion_time``: one conversion per side per pair,
-each a fresh child of that revision's zygote; ``latency``: the median of ``runs`` timed runs of each side's
-converted model per pair, inside the machine's timing slot); every failure ends as :class:`ConfirmError`
+each a fresh child of that revision's zygote; ``latency``: per pair, :data:`LATENCY_RUNS_PER_PAIR` runs of
+each side's converted model alternating run by run, the fastest of each side, inside the machine's timing
+slot); every failure ends as :class:`ConfirmError`
 with a one-line message (the caller turns it into a job status); it imports nothing from ``service``.
 """
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -30,8 +30,8 @@ from workers.zoo.manifest import load_zoo
 
 #: The timing kinds a confirmation job can measure (the rules' timing kinds).
 CONFIRMABLE = ("latency", "conversion_time")
-#: Timed runs of each side per latency pair (their median is the pair's sample).
-LATENCY_RUNS_PER_PAIR = 5
+#: Timed runs of each side per latency pair, alternating run by run (each side's fastest is the pair's sample).
+LATENCY_RUNS_PER_PAIR = 7
 
 
 class ConfirmError(Exception):
@@ -116,13 +116,14 @@ def _latency_pairs(converted: dict[str, Path], entry: Any, target: str, n: int,
                 for _ in range(max(1, config.latency_warmup)):
                     runners[side].session.run(None, adapted[side])
             for i in range(n):
-                for side in sides if i % 2 == 0 else sides[::-1]:
-                    times = []
-                    for _ in range(LATENCY_RUNS_PER_PAIR):
+                times: dict[str, list[float]] = {s: [] for s in sides}
+                for _ in range(LATENCY_RUNS_PER_PAIR):
+                    for side in sides if i % 2 == 0 else sides[::-1]:
                         t0 = time.perf_counter()
                         runners[side].session.run(None, adapted[side])
-                        times.append((time.perf_counter() - t0) * 1000.0)
-                    samples[side].append(round(statistics.median(times), 6))
+                        times[side].append((time.perf_counter() - t0) * 1000.0)
+                for side in sides:  # the fastest: what the model costs, least disturbed by other load
+                    samples[side].append(round(min(times[side]), 6))
     except SessionError as exc:
         raise ConfirmError("crash", f"converted model not timed: {exc}") from None
     return {**samples, "unit": "ms"}

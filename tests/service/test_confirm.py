@@ -248,3 +248,52 @@ def test_a_slower_model_on_a_machine_that_got_faster_is_still_a_latency_regressi
     assert latency_rule(latency(8.3, 6.9, seed=3), latency(14.1, 11.7, seed=4), TH, "m", "fp16") == []
     # microseconds stay timer noise: x1.5 of a 0.05 ms model moves its p50 by 0.025 ms (floor 0.05)
     assert latency_rule(latency(0.05, 0.05, seed=5), latency(0.15, 0.1, seed=6), TH, "m", "fp16") == []
+
+
+def spread_latency(cell: tuple[str, str, str, str], scale: float, seed: int) -> object:
+    """A result whose converted/fp32 latency ratios spread widely (a busy machine): 20 samples, x0.5 .. x1.5."""
+    from workers.result import LatencyStats
+
+    r = make_result(cell, seed=seed)
+    rng = random.Random(seed)
+    fp32 = [10.0 * (1 + rng.uniform(-0.3, 0.3)) for _ in range(20)]
+    conv = [f * scale * (0.5 + i / 19) for i, f in enumerate(fp32)]
+    rng.shuffle(conv)
+    r.latency = LatencyStats(provider="CPUExecutionProvider", samples_ms=conv, fp32_samples_ms=fp32,
+                             p50_ms=sorted(conv)[10], p90_ms=max(conv), min_ms=min(conv),
+                             fp32_p50_ms=sorted(fp32)[10], speedup=1.0)
+    return r
+
+
+@pytest.mark.parametrize("pairs", [8, 0])
+def test_timing_regressions_are_screened_at_suspect_p_when_a_confirmation_will_judge_them(
+        store: Store, pairs: int) -> None:
+    """On a busy machine a 20 % slower model gave p = 0.007 (limit 0.002): with confirmation it is suspected
+    (p < suspect_p, 0.05) and the interleaved pairs decide; without, the strict limit stands."""
+    from service.regressions.detect import detect_run
+    from service.regressions.rules import relative_latency
+    from service.regressions.stats import mann_whitney_p
+
+    a, b = chain(store, 2)
+    base, slow = spread_latency(CELL, 1.0, 1), spread_latency(CELL, 1.25, 2)
+    rel = [relative_latency(CellSample("pass", latency_samples=tuple(r.latency.samples_ms),
+                                       fp32_latency_samples=tuple(r.latency.fp32_samples_ms))) for r in (base, slow)]
+    p = mann_whitney_p(rel[1], rel[0], "greater")
+    assert TH.latency_p < p < TH.suspect_p  # the case: significant when screened only
+    for sha, r in ((a, base), (b, slow)):
+        run_id = store.create_run(sha, "push", cells=[CELL], meta={"confirm_pairs": pairs})
+        store.write_result(run_id, r)
+        store.finish_run(run_id)
+        detect_run(store, run_id)
+    found = [(f.kind, f.state) for f in store.regressions(run_id=run_id)]
+    assert found == ([("latency", "suspected")] if pairs else [])
+    # an improvement is never screened loosely: it is not confirmed
+    fast = spread_latency(CELL, 0.76, 3)
+    rel_fast = relative_latency(CellSample("pass", latency_samples=tuple(fast.latency.samples_ms),
+                                           fp32_latency_samples=tuple(fast.latency.fp32_samples_ms)))
+    assert TH.latency_p < mann_whitney_p(rel_fast, rel[0], "less") < TH.suspect_p
+    run_id = store.create_run(sha, "push", baseline_sha=a, cells=[CELL], meta={"confirm_pairs": pairs})
+    store.write_result(run_id, fast)
+    store.finish_run(run_id)
+    detect_run(store, run_id)
+    assert [f for f in store.regressions(run_id=run_id) if f.kind == "latency"] == []
