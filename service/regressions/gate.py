@@ -6,7 +6,9 @@ Guarantees of :func:`decide` (no silent pass):
 * exit 1 when a cell **could not measure** (its status is one of :data:`UNMEASURED_STATUSES`:
   ``bad_spec``, ``crash``, ``timeout``, ``convert_error``, an accuracy failure, …, or its job ended
   without a result), whether or not it has a baseline result — unless its baseline result failed the
-  same way: then it is a **known failure**, listed as such and not failing the gate;
+  same way (same status; a failure whose message names the run's own revision, such as "commit … is not
+  in the pass repository", is about that revision and never the same): then it is a **known
+  failure**, listed as such and not failing the gate;
 * exit 0 otherwise.  Every reason that failed the gate is a line in ``reasons``, in cell order;
 * a cell with no baseline result is **not compared** (``not_compared``): never counted as "no
   regressions" by the texts built on the decision (:mod:`service.regressions.verdict`).
@@ -32,13 +34,14 @@ NEW_CELL_FAILURES = UNMEASURED_STATUSES
 
 @dataclass(frozen=True)
 class CellOutcome:
-    """What the gate needs of one cell of a run: its cell, status and message, and the status of its
-    baseline result (None: the cell has no baseline result, or it is not known)."""
+    """What the gate needs of one cell of a run: its cell, status and message, the status of its baseline
+    result (None: the cell has no baseline result, or it is not known) and the run's revision."""
 
     cell: Cell
     status: str
     message: str = ""
     baseline_status: str | None = None
+    revision: str = ""  # the run's revision (a failure naming it is about this revision: never known)
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,8 @@ def decide(outcomes: Sequence[CellOutcome], with_baseline: Iterable[Cell], regre
             not_compared.append(o.cell)
         if o.status not in UNMEASURED_STATUSES:
             continue
-        if has_base and o.baseline_status == o.status:
+        own = bool(o.revision) and o.revision.lower() in o.message.lower()
+        if has_base and o.baseline_status == o.status and not own:
             known.append((o.cell, o.status))
             continue
         unmeasured.append((o.cell, o.status))

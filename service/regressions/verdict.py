@@ -132,8 +132,8 @@ def run_verdict(store: Any, run_id: int) -> RunVerdict:
     results = store.results(run_id=run_id)
     jobs = store.jobs(run_id)
     base = baseline_statuses(store, run_id)
-    outcomes = [CellOutcome(r.cell, r.status, r.message or "", base[r.cell][1] if r.cell in base else None)
-                for r in results]
+    outcomes = [CellOutcome(r.cell, r.status, r.message or "", base[r.cell][1] if r.cell in base else None,
+                            run.revision_sha) for r in results]
     with_result = {r.cell for r in results}
     outcomes += [CellOutcome(j.cell, JOB_ERROR if j.status == "error" else "crashed", j.error or "")
                  for j in jobs if j.status in ("error", "crashed") and j.cell not in with_result]

@@ -32,6 +32,10 @@ CASES = [
     # ... unless its baseline failed the same way: a known failure
     ([CellOutcome(A, "convert_error", "", "convert_error")], [A], 0, 0, []),
     ([CellOutcome(A, "bad_spec", "", "bad_spec")], [A], 0, 0, []),
+    ([CellOutcome(A, "bad_spec", "zoo entry: no input 'x'", "bad_spec", "ab" * 20)], [A], 0, 0, []),
+    # ... but a failure that names the run's own revision is about that revision, never "the same way"
+    ([CellOutcome(A, "bad_spec", f"commit {'ab' * 20} is not in the pass repository", "bad_spec", "ab" * 20)],
+     [A], 0, 1, ["bad_spec (baseline: bad_spec): commit abab"]),
     # the model or its reference is broken, not the pass
     ([CellOutcome(A, "bad_model")], [], 0, 0, []),
     ([CellOutcome(A, "reference_error")], [], 0, 0, []),

@@ -184,3 +184,17 @@ def test_ampci_sweep_of_a_pass_that_cannot_convert_says_so_first(
     out = capsys.readouterr().out
     assert code == 1
     assert "gate fails: 1 of 1 cells could not measure" in out and "no regressions" not in out.lower()
+
+
+def test_a_push_of_commits_missing_from_the_pass_repository_is_no_known_failure(sqlite_url: str) -> None:
+    """The issue's push: its head (and its baseline) are not in the pass repository, so both runs end
+    bad_spec; the head's failure names its own commit, so it is not "the same failure" as the baseline's."""
+    store = migrated_store(sqlite_url)
+    shas = chain(store, 2)
+    for sha in shas:
+        missing = f"commit {sha} is not in the pass repository /srv/pass"
+        run = run_with(store, sha, [replace(make_result(c, status="bad_spec"), message=missing) for c in (A, B)])
+    verdict = run_verdict(store, run)
+    assert verdict.exit_code == 1 and verdict.state == "error" and verdict.decision.known_failures == ()
+    assert verdict.headline().startswith("gate fails: 2 of 2 cells could not measure (2 bad_spec)")
+    store.dispose()
