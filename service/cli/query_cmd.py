@@ -232,8 +232,8 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 
 def cmd_regressions(args: argparse.Namespace) -> int:
-    """Findings; exit 1 when --revision/--run has open regressions, or its run's gate fails (a cell that
-    could not measure: :mod:`service.regressions.verdict`; --revision: the revision's newest run)."""
+    """Findings; exit 1 when --revision/--run has open regressions, or (--run) the run's gate fails (a cell
+    that could not measure: :mod:`service.regressions.verdict`)."""
     from service.regressions.render import regressions_table
 
     store = open_store()
@@ -247,12 +247,9 @@ def cmd_regressions(args: argparse.Namespace) -> int:
     gate = args.revision is not None or args.run_id is not None
     blocking = [r for r in regs if r.category == "regression" and r.state == "open"]
     failed = False
-    # the run's whole verdict (with --revision: of the revision's newest run): cells that could not measure
-    # fail it too, and cells without a baseline are said to be not compared
+    # --run: the run's whole verdict: cells that could not measure fail it too, and cells without a baseline
+    # are said to be not compared (--revision gates on the open findings at that revision, which triage clears)
     run_id = args.run_id
-    if run_id is None and args.revision is not None:
-        newest = store.list_runs(limit=1, revision=args.revision)
-        run_id = newest[0].id if newest else None
     if run_id is not None:
         import sys
 

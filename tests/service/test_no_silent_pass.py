@@ -72,8 +72,6 @@ def test_bad_spec_on_cells_with_a_baseline_fails_everywhere(db_url: str, monkeyp
     code, out = _cli(db_url, monkeypatch, capsys, "regressions", "--run", str(bad))
     assert code == 1
     assert "could not measure" in out and NOT_IN_REPO in out
-    code, out = _cli(db_url, monkeypatch, capsys, "regressions", "--revision", shas[1][:8])  # its newest run
-    assert code == 1 and f"run {bad}: gate fails: 2 of 2 cells could not measure" in out
 
 
 @pytest.mark.parametrize("status", ["crash", "timeout", "convert_error", "fail_accuracy"])
