@@ -97,9 +97,7 @@ def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatch
             intake.stop()
             reporter.stop()
             if background and settings.embedded:  # hand running/queued local jobs back (resumed next start)
-                from service.orchestration.orphans import stop_local_pools
-
-                stop_local_pools()
+                _stop_local_pools()
 
     app = FastAPI(title="ampci", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Mixed-precision regression CI: GitHub webhook and JSON API.")
@@ -128,6 +126,21 @@ def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatch
 
     _add_error_schema(app)
     return app
+
+
+def _stop_local_pools() -> int:
+    """Shut down this process's embedded pools (:meth:`LocalPool.shutdown`: the running job re-queued,
+    the queued ones left for the next process, their runs released); how many were stopped."""
+    import os
+
+    from service.api import dispatch
+
+    stopped = 0
+    for (pid, _), pool in list(dispatch._LOCAL_POOLS.items()):
+        if pid == os.getpid():
+            pool.shutdown()
+            stopped += 1
+    return stopped
 
 
 def _resume_local_jobs(settings: Settings) -> None:

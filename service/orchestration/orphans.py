@@ -196,16 +196,3 @@ def resume_orphans(store: Any, pool: Any, *, force: bool = False) -> list[Orphan
             pool.submit(queued)
         taken.append(orphan)
     return taken
-
-
-def stop_local_pools() -> int:
-    """Shut down this process's embedded pools (:meth:`LocalPool.shutdown`): the app's lifespan calls
-    it on a clean stop.  How many were stopped."""
-    from service.api import dispatch
-
-    stopped = 0
-    for (pid, _), pool in list(dispatch._LOCAL_POOLS.items()):
-        if pid == os.getpid():
-            pool.shutdown()
-            stopped += 1
-    return stopped
