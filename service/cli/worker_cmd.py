@@ -23,16 +23,21 @@ _QUEUE = re.compile(r"^[A-Za-z0-9_-]+$")
 def register(subparsers: Any) -> None:
     """Add ``ampci worker`` and ``ampci beat``."""
     w = subparsers.add_parser("worker", help="run a Celery worker for one or more target queues")
-    w.add_argument("--queues", "-Q", default="cpu", help="comma-separated queues (cuda, cpu, control, ...)")
-    w.add_argument("--concurrency", "-c", type=int, default=1, help="worker processes (one per GPU)")
-    w.add_argument("--name", "-n", default=None, help="node name (default ampci-<queues>@<host>)")
-    w.add_argument("--loglevel", "-l", default=None, help="log level (default AMPCI_LOG_LEVEL)")
-    w.add_argument("--max-tasks-per-child", type=int, default=None)
-    w.set_defaults(func=run_worker)
+    from service.cli.argtypes import bounded_int, log_level, path_arg, text_arg
+
+    w.add_argument("--queues", "-Q", type=text_arg("queues", 1000), default="cpu",
+                   help="comma-separated queues (cuda, cpu, control, ...)")
+    w.add_argument("--concurrency", "-c", type=bounded_int(1, 256), default=1, help="worker processes (one per GPU)")
+    w.add_argument("--name", "-n", type=text_arg("name", 200), default=None,
+                   help="node name (default ampci-<queues>@<host>)")
+    w.add_argument("--loglevel", "-l", type=log_level, default=None,
+                   help="log level (default AMPCI_LOG_LEVEL)")
+    w.add_argument("--max-tasks-per-child", type=bounded_int(1, 1_000_000), default=None)
+    w.set_defaults(func=run_worker, serves=True)  # runs until stopped
     b = subparsers.add_parser("beat", help="run Celery beat: schedules the nightly sweep")
-    b.add_argument("--schedule-file", default=None, help="beat state file (default under AMPCI_DATA_DIR)")
-    b.add_argument("--loglevel", "-l", default=None)
-    b.set_defaults(func=run_beat)
+    b.add_argument("--schedule-file", type=path_arg, default=None, help="beat state file (default under AMPCI_DATA_DIR)")
+    b.add_argument("--loglevel", "-l", type=log_level, default=None)
+    b.set_defaults(func=run_beat, serves=True)
 
 
 def worker_argv(queues: str, concurrency: int, name: str | None, loglevel: str,
@@ -112,6 +117,6 @@ def run_beat(args: argparse.Namespace) -> int:
     """Run beat in this process until it is stopped."""
     settings, app = _app()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    schedule = args.schedule_file or str(settings.data_dir / "celerybeat-schedule")
+    schedule = str(args.schedule_file or settings.data_dir / "celerybeat-schedule")
     app.start(["beat", "--loglevel", args.loglevel or settings.log_level, "--schedule", schedule])
     return 0
