@@ -175,3 +175,73 @@ def test_the_app_hands_local_jobs_back_on_stop_and_resumes_them_on_start(tmp_pat
     finally:
         dispatch._LOCAL_POOLS.clear()
         store.dispose()
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_sigterm_to_an_embedded_serve_then_a_restart_leaves_no_job_behind(pg_url: str, tmp_path: Path) -> None:
+    """The probe of the issue, bounded: ``ampci serve`` without a broker on PostgreSQL, a manual smoke
+    run through the API, SIGTERM while a job runs; nothing is left ``running``, the rest stays
+    ``queued`` and released; a second ``ampci serve`` on the same database finishes the run."""
+    import httpx
+
+    from bench.bench_webhook import free_port, stop_server
+    from service.db import Store
+    from service.db.migrate import upgrade
+
+    upgrade(pg_url)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AMPCI_") or k == "AMPCI_CACHE_DIR"}
+    env.update(AMPCI_DATABASE_URL=pg_url, AMPCI_WEBHOOK_SECRET="s", AMPCI_API_TOKEN="t", AMPCI_LOCAL_WORKERS="1",
+               AMPCI_DATA_DIR=str(tmp_path / "data"), AMPCI_LOG_LEVEL="WARNING")
+    store = Store.from_url(pg_url)
+
+    def serve(log: Path) -> tuple[subprocess.Popen[bytes], str]:
+        port = free_port()
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen([sys.executable, "-m", "service.cli.main", "serve", "--port", str(port),
+                                     "--no-migrate"], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()[-2000:]
+            try:
+                httpx.get(base + "/healthz", timeout=1)
+                return proc, base
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        stop_server(proc)
+        raise AssertionError(log.read_text()[-2000:])
+
+    first, base = serve(tmp_path / "first.log")
+    try:
+        resp = httpx.post(base + "/api/runs", json={"revision": head, "sweep": "smoke"},
+                          headers={"Authorization": "Bearer t"}, timeout=30)
+        assert resp.status_code == 202, resp.text
+        run_id = resp.json()["run_id"]
+        deadline = time.monotonic() + 120
+        while not any(j.status == "running" for j in store.jobs(run_id)):
+            assert time.monotonic() < deadline, store.jobs(run_id)
+            time.sleep(0.1)
+        first.terminate()  # SIGTERM: uvicorn's graceful shutdown runs the app's lifespan end
+        first.wait(60)
+    finally:
+        stop_server(first)
+    jobs = store.jobs(run_id)
+    assert "running" not in {j.status for j in jobs}, jobs
+    assert "queued" in {j.status for j in jobs}
+    assert store.get_run(run_id).meta[orphans.OWNER_KEY] is None  # handed back
+    assert "Traceback" not in (tmp_path / "first.log").read_text()
+
+    second, _ = serve(tmp_path / "second.log")
+    try:
+        deadline = time.monotonic() + 400
+        while {j.status for j in store.jobs(run_id)} & {"queued", "running"}:
+            assert time.monotonic() < deadline, store.jobs(run_id)
+            time.sleep(0.5)
+    finally:
+        stop_server(second)
+    assert all(j.status == "done" for j in store.jobs(run_id)), store.jobs(run_id)
+    assert "resumed the jobs of 1 local run" in (tmp_path / "second.log").read_text()
+    store.dispose()
