@@ -23,6 +23,7 @@ importable: the deploy test uses :func:`ensure_dockerd`, :func:`build_base_image
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -140,20 +141,46 @@ def build_debian_base(mirror: str | None = None) -> float:
     return time.monotonic() - t0
 
 
+def _ca_certificates() -> list[Path]:
+    return sorted(CA_DIR.rglob("*.crt")) if CA_DIR.is_dir() else []
+
+
+def image_inputs(folder: str) -> str:
+    """A digest of what ``folder``'s image is made of: its files, the CA certificates and the Debian
+    base image's id.  An image labelled with the same digest is up to date (no build, whatever the
+    docker client's build cache says)."""
+    h = hashlib.sha256()
+    for path in [*sorted((DEPLOY / folder).iterdir()), *_ca_certificates()]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    base = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", BASE], capture_output=True, text=True,
+                          env=docker_env()).stdout.strip()
+    h.update(base.encode())
+    return h.hexdigest()
+
+
+def _label(tag: str) -> str:
+    proc = subprocess.run(["docker", "image", "inspect", "-f", '{{index .Config.Labels "ampci.inputs"}}', tag],
+                          capture_output=True, text=True, env=docker_env())
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
 def build_image(tag: str, folder: str) -> float:
-    """``docker build`` deploy/<folder> as ``tag`` (with the machine's CA certificates in certs/); seconds."""
+    """``docker build`` deploy/<folder> as ``tag`` (with the machine's CA certificates in certs/) unless
+    the image already carries the digest of these inputs; seconds taken."""
     t0 = time.monotonic()
+    digest = image_inputs(folder)
+    if _label(tag) == digest:
+        return time.monotonic() - t0
     with tempfile.TemporaryDirectory(prefix="ampci-img-") as tmp:
         ctx = Path(tmp)
         for item in (DEPLOY / folder).iterdir():
             shutil.copy2(item, ctx / item.name)
         certs = ctx / "certs"
         certs.mkdir()
-        if CA_DIR.is_dir():
-            for crt in CA_DIR.rglob("*.crt"):
-                shutil.copy2(crt, certs / crt.name)
-        subprocess.run(["docker", "build", "-q", "-t", tag, str(ctx)], check=True, env=docker_env(),
-                       stdout=subprocess.DEVNULL)
+        for crt in _ca_certificates():
+            shutil.copy2(crt, certs / crt.name)
+        subprocess.run(["docker", "build", "-q", "--label", f"ampci.inputs={digest}", "-t", tag, str(ctx)],
+                       check=True, env=docker_env(), stdout=subprocess.DEVNULL)
     return time.monotonic() - t0
 
 
@@ -163,7 +190,7 @@ def build_base_images(rebuild_base: bool = False) -> dict[str, float]:
     if rebuild_base or not image_exists(BASE):
         times[BASE] = build_debian_base()
     for tag, folder in IMAGES.items():
-        _log(f"building {tag}")
+        _log(f"{tag} (built only when deploy/{folder}/, the CA certificates or the Debian base changed)")
         times[tag] = build_image(tag, folder)
     return times
 
