@@ -34,10 +34,13 @@ def _strict_types(parser: argparse.ArgumentParser) -> None:
     the command cannot use is argparse's one-line usage error, exit 2."""
     from pathlib import Path
 
-    from service.cli.argtypes import bounded_float, bounded_int, path_arg
+    from service.cli.argtypes import bounded_float, bounded_int, path_arg, text_arg
 
     for action in parser._actions:
-        if action.type is Path:
+        if action.type is None and action.nargs != 0 and not action.choices and action.option_strings \
+                and action.dest != "help":
+            action.type = text_arg(action.dest, 4096)  # --policy NAME|FILE, --tolerance SPEC: printable, bounded
+        elif action.type is Path:
             action.type = path_arg
         elif action.type is int:
             action.type = bounded_int(1, 2**31 - 1)
