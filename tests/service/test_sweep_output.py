@@ -59,9 +59,10 @@ def test_regressions_title_counts_compared_cells(sqlite_url: str, capsys: pytest
     store.dispose()
 
 
-@pytest.mark.parametrize(("argv", "message"), [(["--timeout", "-1"], "--timeout must be a positive"),
-                                               (["--timeout", "nan"], "--timeout must be a positive"),
-                                               (["--workers", "0"], "--workers must be >= 1")])
+@pytest.mark.parametrize(("argv", "message"), [(["--timeout", "-1"], "expected a number of seconds"),
+                                               (["--timeout", "nan"], "expected a number of seconds"),
+                                               (["--timeout", "0"], "must be > 0"),
+                                               (["--workers", "0"], "must be between 1 and 256")])
 def test_bad_wait_options_are_refused_before_any_run(sqlite_url: str, monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str], argv: list[str],
                                                      message: str) -> None:
@@ -71,9 +72,11 @@ def test_bad_wait_options_are_refused_before_any_run(sqlite_url: str, monkeypatc
     store = migrated_store(sqlite_url)
     monkeypatch.setenv("AMPCI_DATABASE_URL", sqlite_url)
     monkeypatch.delenv("AMPCI_BROKER_URL", raising=False)
-    assert main(["sweep", *argv]) == 2
+    with pytest.raises(SystemExit) as refused:  # typed options: argparse's one-line usage error (issue 24)
+        main(["sweep", *argv])
     err = capsys.readouterr().err
-    assert err.startswith(f"ampci: error: {message}") and err.count("\n") == 1
+    assert refused.value.code == 2
+    assert err.startswith(f"ampci sweep: error: argument {argv[0]}") and message in err and err.count("\n") == 1
     assert store.list_runs(limit=10) == []
 
 
