@@ -35,9 +35,11 @@ def test_check_smoke_model_end_to_end_with_this_checkouts_pass(capsys: pytest.Ca
 
 
 def test_check_bad_input_is_one_line_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check", "conv_net", "--dtype", "fp8"]) == 2
+    with pytest.raises(SystemExit) as refused:  # a typed option: argparse's one-line usage error (issue 24)
+        main(["check", "conv_net", "--dtype", "fp8"])
     out = capsys.readouterr()
-    assert out.out == "" and out.err == "ampci: error: --dtype: unknown dtype 'fp8'; expected fp16 or bf16\n"
+    assert refused.value.code == 2 and out.out == "" and out.err.count("\n") == 1
+    assert out.err.startswith("ampci check: error: argument --dtype: unknown dtype 'fp8'; expected one of fp16, bf16")
     assert main(["check", "no_such_model", "--json"]) == 2
     assert json.loads(capsys.readouterr().out)["status"] == "bad_spec"
 
