@@ -67,7 +67,7 @@ class Thresholds:
     convert_time_p: float = 0.01             # ... significant (Mann-Whitney U, one-sided)
     convert_time_min_samples: int = 3        # conversion-time samples needed on each side
     confirm_p: float = 0.01                  # confirmation: one-sided Wilcoxon signed-rank p on per-pair ratios
-    suspect_p: float = 0.05                  # screening p of a timing regression that a confirmation run will judge
+    suspect_p: float = 0.10                  # screening p of a timing regression that a confirmation run will judge
     pass_iterations_ratio: float = 1.5       # painting iterations grew beyond this ratio ...
     pass_iterations_abs: int = 2             # ... and by more than this many iterations
 
