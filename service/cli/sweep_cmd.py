@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
           f"({where})", file=sys.stderr)
     for warning in (store.get_run(started.run_id).meta or {}).get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
+    adopted = adopt_orphans(store, started.pool)
     if args.no_wait:
         _emit(args, {"run_id": started.run_id, "revision": started.revision, "jobs": started.cells,
                      "status": "queued"}, None)
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     comparison = compared_cells(store, started.run_id, len(results), started.baseline, len(regressions))
     payload = {"run": run_info.to_dict(), "summary": store.run_summary(started.run_id).to_dict(),
                "results": [r.to_dict() for r in results], "regressions": [r.to_dict() for r in regressions],
-               "comparison": comparison, "baseline_run": baseline_run}
+               "comparison": comparison, "baseline_run": baseline_run, "adopted_runs": adopted}
     decision = gate_decision(store, started.run_id, results, len(regressions))
     payload["gate"] = decision.to_dict()
     if decision.unmeasured:  # cells that could not measure are said first: never "no regressions"
@@ -138,6 +139,30 @@ def gate_decision(store: Any, run_id: int, results: Any, regressions: int) -> An
     return run_verdict(store, run_id).decision
 
 
+def adopt_orphans(store: Any, pool: Any) -> list[int]:
+    """Embedded mode (``pool`` not None): take over the jobs of ``local`` runs whose owning process is
+    gone -- released by a clean stop, or dead on this host (a SIGTERM'd or SIGKILLed ``ampci sweep`` or
+    ``serve``) -- onto ``pool``, as ``ampci serve`` does at start-up
+    (:func:`service.orchestration.orphans.resume_orphans`: a live owner's runs, or another host's, are
+    never taken; each run is claimed under a row lock).  They run after this sweep's own jobs, do not
+    count in its gate, and are handed back, not cancelled, if this sweep is interrupted.  Returns the
+    adopted run ids; a failure to adopt is one warning line, never fatal."""
+    if pool is None:
+        return []
+    from service.orchestration.orphans import resume_orphans
+
+    try:
+        taken = resume_orphans(store, pool)
+    except Exception as exc:  # noqa: BLE001 - the sweep itself goes on
+        print(f"warning: could not adopt local jobs left by stopped processes: {type(exc).__name__}: "
+              f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
+        return []
+    pool.hand_back_on_cancel(o.run_id for o in taken)
+    for orphan in taken:
+        print(f"adopted {orphan.describe()}", file=sys.stderr)
+    return [o.run_id for o in taken]
+
+
 def _run_baseline(settings: Any, config: Any, store: Any, baseline: str, args: argparse.Namespace) -> int | None:
     """Run ``baseline`` for the sweep's cells that have no result there yet (``asv continuous``), and wait
     for it unless ``--no-wait``; return its run id (None: nothing was missing)."""
@@ -174,7 +199,14 @@ def _wait(store: Any, started: Any, timeout: float | None) -> Any:
             raise SweepTimeout(f"{exc}; {what}") from None
         raise
     if started.pool is not None:
-        started.pool.close()
+        adopted = sorted(started.pool.adopted_runs)
+        if adopted and any(store.has_pending_jobs(r) for r in adopted):
+            print(f"finishing adopted run(s) {', '.join(map(str, adopted))}", file=sys.stderr)
+        try:
+            started.pool.close()  # runs the adopted runs' jobs to the end too
+        except BaseException:  # Ctrl-C meanwhile: adopted runs are handed back, not cancelled
+            started.pool.cancel()
+            raise
     return run_info
 
 

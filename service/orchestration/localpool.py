@@ -146,6 +146,7 @@ class LocalPool:
         self.errors: list[BaseException] = []
         self._owned: set[int] = set()          # runs this pool recorded itself the owner of (orphans.py)
         self._stopping = threading.Event()     # shutdown(): interrupted jobs are re-queued, not cancelled
+        self._hand_back: set[int] = set()      # adopted runs: cancel() hands their jobs back, never cancels them
 
     def prestart(self, jobs: int | None = None) -> None:
         """Start up to ``workers`` (at most ``jobs``) worker subprocesses now, idle, so that their
@@ -252,7 +253,8 @@ class LocalPool:
             try:
                 text = slot.run(request, timeout=self.settings.job_timeout)
             except _SlotDied:
-                if self._stopping.is_set():  # a clean stop: the job goes back to the queue, uncounted
+                if self._stopping.is_set() or (self._cancelled.is_set() and job.run_id in self._hand_back):
+                    # a clean stop, or an adopted run's job at cancel(): back to the queue, uncounted
                     from service.orchestration.orphans import requeue_job
 
                     requeue_job(self.store, job.id)
@@ -315,8 +317,21 @@ class LocalPool:
             slot.stop(kill=True)
         release_runs(self.store, self._owned)
 
+    def hand_back_on_cancel(self, run_ids: Iterable[int]) -> None:
+        """Mark ``run_ids`` as adopted (another process's orphaned runs): :meth:`cancel` leaves their jobs
+        ``queued`` (the running one re-queued, its attempt uncounted) and releases them, as
+        :meth:`shutdown` does, instead of cancelling them -- interrupting this process must not end
+        runs it merely took over."""
+        self._hand_back |= {int(r) for r in run_ids}
+
+    @property
+    def adopted_runs(self) -> frozenset[int]:
+        """The runs marked with :meth:`hand_back_on_cancel`."""
+        return frozenset(self._hand_back)
+
     def cancel(self) -> None:
-        """Stop now (e.g. Ctrl-C): kill the subprocesses, mark unfinished jobs ``cancelled``, finish the run."""
+        """Stop now (e.g. Ctrl-C): kill the subprocesses, mark unfinished jobs ``cancelled``, finish the run;
+        the jobs of adopted runs (:meth:`hand_back_on_cancel`) are handed back instead."""
         self._cancelled.set()
         run_ids = set()
         while True:
@@ -324,6 +339,8 @@ class LocalPool:
                 job = self._queue.get_nowait()
             except queue.Empty:
                 break
+            if job.run_id in self._hand_back:  # stays queued for the next process
+                continue
             run_ids.add(job.run_id)
             self.store.mark_job(job.id, "cancelled", "sweep interrupted")
         if self._prestart is not None:
@@ -338,3 +355,7 @@ class LocalPool:
             slot.stop(kill=True)
         for run_id in run_ids:
             finish_if_complete(self.store, run_id)
+        if self._hand_back:
+            from service.orchestration.orphans import release_runs
+
+            release_runs(self.store, self._hand_back)
