@@ -35,8 +35,11 @@ _ISOLATED_MAIN = (
 _TAIL = 2000
 #: Repeats of a conversion stop once the conversions so far took more than this many seconds.
 REPEAT_BUDGET_S = 5.0
-#: Model bytes the reference workload beside each conversion sample processes (~20 ms on one core).
-REFERENCE_BYTES = 4 * 2**20
+#: Model bytes the reference workload beside each conversion sample parses, walks and serialises in memory
+#: (~10 ms of one core on the smoke models, whatever their size: enough scheduler ticks not to be noise).
+REFERENCE_BYTES = 8 * 2**20
+#: At most this many passes over a tiny model (a 6 kB model would otherwise take ~1,400).
+REFERENCE_MAX_PASSES = 512
 
 
 @dataclass
@@ -110,18 +113,28 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
     return first
 
 
+def reference_passes(model_bytes: int) -> int:
+    """How many in-memory passes :func:`reference_workload` makes over a model of ``model_bytes``: enough to
+    process :data:`REFERENCE_BYTES` (at least one, at most :data:`REFERENCE_MAX_PASSES`) -- a function of the
+    model alone, so the reference is the same work for every revision of the pass."""
+    return max(1, min(REFERENCE_MAX_PASSES, -(-REFERENCE_BYTES // max(1, model_bytes))))
+
+
 def reference_workload(src: Path, scratch: Path) -> float:
     """Seconds of a conversion-shaped workload that no pass revision changes, timed right after each
     conversion sample so that the conversion-time rule can divide drift out (as latency divides by the fp32
-    run): read and parse ``src``, walk every node and value in Python, serialise it and write it to
-    ``scratch`` (what slows a conversion on a busy machine, CPU, memory and file I/O, slows this alike), as
-    many times as it takes to process :data:`REFERENCE_BYTES` of model (a fixed amount of work per model,
-    whatever the revision, long enough not to be timer and scheduler noise)."""
+    run).  Shaped like one conversion: read ``src`` once, then :func:`reference_passes` times parse it, walk
+    every node and value in Python and serialise it (CPU and memory, what a busy machine slows), and write
+    the result to ``scratch`` once (file I/O, as a conversion writes its output once).  A fixed amount of
+    work per model whatever the revision; about 10 ms on the smoke models (it was up to ~150 ms, and whole
+    seconds under I/O load, when it rewrote the file on every pass: then it timed the file system's write
+    latency hundreds of times per sample rather than the machine a conversion runs on)."""
     import onnx
 
     start = time.perf_counter()
     data = src.read_bytes()
-    for _ in range(max(1, min(200, -(-REFERENCE_BYTES // max(1, len(data)))))):
+    out = b""
+    for _ in range(reference_passes(len(data))):
         model = onnx.load_model_from_string(data)
         producers: dict[str, str] = {}
         for node in model.graph.node:
@@ -131,7 +144,8 @@ def reference_workload(src: Path, scratch: Path) -> float:
                 producers.setdefault(name, "")
         for init in model.graph.initializer:
             producers.setdefault(init.name, "initializer")
-        scratch.write_bytes(model.SerializeToString())
+        out = model.SerializeToString()
+    scratch.write_bytes(out)
     return time.perf_counter() - start
 
 
