@@ -168,6 +168,12 @@ def error_json(message: str, status: str = "bad_spec", exit_code: int = 2,
     return out
 
 
+def usage_error_json(line: str) -> dict[str, Any]:
+    """An argparse usage error of ``check --json`` (a bad option value, a missing model) in the shape of
+    :func:`error_json`: ``status`` ``usage``, exit code 2 (service.cli.main.OneLineParser prints it)."""
+    return error_json(line, status="usage", exit_code=2)
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         return _check(args)
@@ -362,5 +368,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--zoo", type=path_arg, default=None,
                    help="zoo manifest (default: zoo.toml of this checkout merged with the user zoo)")
     add_input_arguments(p, "model file: ")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as JSON; an error (a usage error too) is one JSON line on stdout "
+                        "(error, status, message, exit_code) besides the one line on stderr")
+    p.json_usage = usage_error_json  # type: ignore[attr-defined]
     p.set_defaults(func=_run)

@@ -17,8 +17,8 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Iterable
-from typing import NamedTuple, NoReturn
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple, NoReturn
 
 COMMAND_MODULES: tuple[str, ...] = (
     "service.cli.convert_cmd",
@@ -74,11 +74,42 @@ BROKEN_PIPE_EXIT = 141
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors (unknown choice, missing argument, bad value) are one line on
     stderr, naming the command and pointing at its ``--help``, with exit status 2.  Sub-command parsers
-    inherit the class (``add_subparsers`` uses the parent's type)."""
+    inherit the class (``add_subparsers`` uses the parent's type).
+
+    A command whose ``--json`` output has an error shape opts in by setting ``json_usage`` on its parser
+    (message -> JSON object); when the command line asks for ``--json`` (:func:`main` sets
+    ``json_requested``) a usage error also prints that object as one line on stdout."""
+
+    json_usage: Callable[[str], dict[str, Any]] | None = None
+    json_requested: bool = False
 
     def error(self, message: str) -> NoReturn:
-        """Print ``PROG: error: MESSAGE (see `PROG --help`)`` and exit 2."""
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        """Print ``PROG: error: MESSAGE (see `PROG --help`)`` and exit 2 (under ``--json``, for a command
+        that opted in, first the JSON object of the error on one stdout line)."""
+        message = f"{message} (see `{self.prog} --help`)"
+        if self.json_usage is not None and self.json_requested:
+            import json
+
+            sys.stdout.write(json.dumps(self.json_usage(message), sort_keys=True) + "\n")
+            sys.stdout.flush()
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """True when ``argv`` (before a ``--``) holds ``--json`` or a prefix argparse would expand to it."""
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    return any(len(w) > 3 and "--json".startswith(w) for w in words)
+
+
+def _ask_json_usage(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Mark the chosen command's parser when ``argv`` asks for ``--json`` (see :class:`OneLineParser`)."""
+    if not _wants_json(argv):
+        return
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if isinstance(sub, OneLineParser) and sub.json_usage is not None:
+                    sub.json_requested = True
 
 
 def build_parser(modules: Iterable[str] | None = None) -> argparse.ArgumentParser:
@@ -114,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one ampci command; return its exit code (0 ok, 1 gate failed, 2 bad input, 3 unavailable)."""
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(command_modules(argv))
+    _ask_json_usage(parser, argv)
     try:
         args = parser.parse_args(argv)
         return int(args.func(args) or 0)

@@ -44,6 +44,29 @@ def test_check_bad_input_is_one_line_and_exits_2(capsys: pytest.CaptureFixture[s
     assert json.loads(capsys.readouterr().out)["status"] == "bad_spec"
 
 
+@pytest.mark.parametrize("argv, where", [
+    (["check", "conv_net", "--dtype", "fp8", "--json"], "argument --dtype: unknown dtype 'fp8'"),
+    (["check", "--json"], "the following arguments are required: model"),
+    (["check", "conv_net", "--jso", "--seed", "-1"], "argument --seed: must be between 0 and"),
+    (["check", "conv_net", "--json", "--steps", "nan"], "argument --steps:"),
+])
+def test_check_json_usage_errors_are_one_json_line(argv: list[str], where: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Under --json an argparse usage error is a JSON object (one stdout line) besides the one stderr line,
+    exit 2; without --json (or after ``--``) stdout stays empty."""
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    out = capsys.readouterr()
+    assert refused.value.code == 2 and out.out.count("\n") == 1 and out.err.count("\n") == 1
+    error = json.loads(out.out)
+    assert error == {"error": "bad_input", "status": "usage", "exit_code": 2, "message": error["message"]}
+    assert error["message"].startswith(where) and out.err == f"ampci check: error: {error['message']}\n"
+    plain = [a for a in argv if not a.startswith("--j")]
+    with pytest.raises(SystemExit):
+        main(plain + ["--", "--json"] if plain[-1] != "check" else plain)
+    assert capsys.readouterr().out == ""
+
+
 def test_check_failed_conversion_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tests.workers.fakes import fake_pass
 
