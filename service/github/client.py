@@ -10,7 +10,9 @@ in-call retries; the caller (the outbox reporter) schedules further attempts.  P
 The PR comment is one per pull request: :meth:`GitHubStatusClient.upsert_comment` lists the
 comments (``GET /repos/{repo}/issues/{n}/comments``), edits the one carrying
 :data:`COMMENT_MARKER` (``PATCH /repos/{repo}/issues/comments/{id}``) or adds it (``POST``).
-A check run is ``POST /repos/{repo}/check-runs``; GitHub shows the newest of a name per commit.
+A check run is one per (name, head sha) as well: :meth:`GitHubStatusClient.upsert_check_run` lists the
+commit's check runs of that name (``GET /repos/{repo}/commits/{sha}/check-runs?check_name=NAME``), edits
+the newest (``PATCH /repos/{repo}/check-runs/{id}``) or creates it (``POST /repos/{repo}/check-runs``).
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ class CheckRun:
         return f"{self.repo.lower()}@{self.sha}#check:{self.name}"
 
     def body(self) -> dict[str, object]:
-        """The JSON body of ``POST /repos/{repo}/check-runs``."""
+        """The JSON body of ``POST /repos/{repo}/check-runs`` (without ``head_sha``: of the PATCH)."""
         output: dict[str, str] = {"title": self.title[:MAX_DESCRIPTION], "summary": self.summary[:MAX_CHECK_TEXT]}
         if self.text:
             output["text"] = self.text[:MAX_CHECK_TEXT]
@@ -234,12 +236,44 @@ class GitHubStatusClient:
         GitHub App installation token).  Errors as :meth:`post_status`."""
         self._request("POST", f"{self.api_url}/repos/{check.repo}/check-runs", check.body())
 
+    def upsert_check_run(self, check: CheckRun) -> int:
+        """Edit the newest check run named ``check.name`` on ``check.sha`` to ``check`` (so a re-report
+        of a head -- after an acknowledgement, a late confirmation -- is one check run, not one more),
+        or create it when there is none; return its id (0 if GitHub did not say).  A check run that
+        cannot be edited (another app's: 403/404) is left alone and a new one created.  Errors as
+        :meth:`post_status`."""
+        from urllib.parse import quote
+
+        base = f"{self.api_url}/repos/{check.repo}"
+        listed = self._request("GET", f"{base}/commits/{check.sha}/check-runs?check_name={quote(check.name, safe='')}"
+                                      "&filter=latest&per_page=100")
+        data = listed.json() if listed.content else {}
+        items = data.get("check_runs") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise PermanentStatusError(f"GET {base}/commits/{check.sha}/check-runs: expected check_runs")
+        ours = [i for i in items if isinstance(i, dict) and i.get("name") == check.name
+                and i.get("head_sha", check.sha) == check.sha and isinstance(i.get("id"), int)]
+        if ours:
+            newest = max(ours, key=lambda i: i["id"])
+            body = {k: v for k, v in check.body().items() if k != "head_sha"}
+            try:
+                self._request("PATCH", f"{base}/check-runs/{newest['id']}", body)
+                return int(newest["id"])
+            except PermanentStatusError as exc:
+                if " HTTP 403:" not in str(exc) and " HTTP 404:" not in str(exc):
+                    raise
+        made = self._request("POST", f"{base}/check-runs", check.body())
+        try:
+            return int(made.json().get("id", 0))
+        except (ValueError, AttributeError, TypeError):
+            return 0
+
     def deliver(self, report: Report) -> None:
         """Send any report the outbox holds (status, PR comment or check run)."""
         if isinstance(report, PullRequestComment):
             self.upsert_comment(report)
         elif isinstance(report, CheckRun):
-            self.post_check_run(report)
+            self.upsert_check_run(report)
         else:
             self.post_status(report)
 

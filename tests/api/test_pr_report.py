@@ -24,7 +24,8 @@ ALL = frozenset({"status", "comment", "check"})
 
 
 class GitHubStandIn:
-    """Issue comments, statuses and check runs of one repository, kept like GitHub keeps them.
+    """Issue comments, statuses and check runs of one repository, kept like GitHub keeps them (a check
+    run is listed per commit and name, created, and edited by its id).
 
     ``fail`` maps a request kind (``list``, ``create``, ``edit``, ``status``, ``check``) to an HTTP
     status to answer instead, or to ``"timeout"`` (answer after ``delay`` seconds)."""
@@ -76,11 +77,35 @@ class GitHubStandIn:
                 return bad
             self.statuses.append(request.json)
             return _json({}, 201)
-        if path == f"/repos/{REPO}/check-runs":
+        if path.startswith(f"/repos/{REPO}/") and "check-runs" in path:
             if (bad := self._failing("check")) is not None:
                 return bad
-            self.checks.append(request.json)
-            return _json({"id": len(self.checks)}, 201)
+            return self._check_runs(request)
+        return _json({"message": "Not Found"}, 404)
+
+    def _check_runs(self, request: Request) -> Response:
+        """List a commit's check runs (by name, newest only as ``filter=latest``), create, edit one."""
+        path, method = request.path, request.method
+        if (m := re.fullmatch(rf"/repos/{REPO}/commits/([0-9a-f]{{40}})/check-runs", path)) and method == "GET":
+            found = [c for c in self.checks if c["head_sha"] == m.group(1)
+                     and c["name"] == request.args.get("check_name", c["name"])]
+            if request.args.get("filter", "latest") == "latest":
+                found = list({c["name"]: c for c in sorted(found, key=lambda c: c["id"])}.values())
+            return _json({"total_count": len(found), "check_runs": found})
+        if path == f"/repos/{REPO}/check-runs" and method == "POST":
+            with self._lock:
+                self._next += 1
+                self.checks.append({"id": self._next, **request.json})
+            return _json(self.checks[-1], 201)
+        if (m := re.fullmatch(rf"/repos/{REPO}/check-runs/(\d+)", path)) and method == "PATCH":
+            [check] = [c for c in self.checks if c["id"] == int(m.group(1))] or [None]
+            if check is None:
+                return _json({"message": "Not Found"}, 404)
+            if check.get("app") == "other":  # GitHub: an app edits only its own check runs
+                return _json({"message": "Resource not accessible by integration"}, 403)
+            assert "head_sha" not in request.json  # not a field of the update
+            check.update(request.json)
+            return _json(check)
         return _json({"message": "Not Found"}, 404)
 
     def pr_comments(self, issue: int = PR) -> list[dict[str, Any]]:
@@ -231,6 +256,10 @@ def test_one_comment_kept_current_through_pushes_and_an_acknowledgement(pr_world
     # the cell still could not convert: said first, never "no change" (no silent pass)
     assert f"### ⚠️ Merging #{PR}: 1 of 4 cells could not be measured" in only["body"]
     assert "❌ 0 regressions" in only["body"] and "⚠️ 1 not measured" in only["body"]
+    # one check run per head, edited in place by each re-report (ack, false positive), never one more
+    assert [c["head_sha"] for c in gh.checks] == [head1, head2, head3, head4]
+    assert gh.checks[-1]["output"]["title"].startswith(f"⚠️ Merging #{PR}: 1 of 4 cells could not be measured")
+    assert sum(1 for method, path in gh.requests if method == "PATCH" and "/check-runs/" in path) >= 2
 
 
 @pytest.mark.postgres
@@ -287,6 +316,37 @@ def test_github_failing_never_affects_the_run(pr_world: dict[str, Any], failure:
         pr_world["settle"]()
         [comment] = gh.pr_comments()
         assert "acknowledged ✔" in comment["body"]
+
+
+def test_a_check_run_is_edited_in_place_per_head_and_name(httpserver: HTTPServer):
+    """Reporting a head again edits its check run (found by name and head sha); another head, another
+    name, or a check run this token cannot edit (another app's) gets its own."""
+    from service.github.client import CheckRun
+
+    gh = GitHubStandIn(httpserver)
+    client = GitHubStatusClient(httpserver.url_for("/"), GITHUB_TOKEN, timeout=2.0, attempts=1)
+    head, other = sha("check-head"), sha("check-other")
+
+    def check(conclusion: str, at: str = head, name: str = "ampci/smoke") -> CheckRun:
+        return CheckRun(REPO, at, name, conclusion, f"title {conclusion}", "summary")
+
+    first = client.upsert_check_run(check("failure"))
+    client.deliver(check("success"))
+    assert [(c["id"], c["conclusion"], c["output"]["title"]) for c in gh.checks] == [(first, "success",
+                                                                                       "title success")]
+    second = client.upsert_check_run(check("failure", at=other))
+    third = client.upsert_check_run(check("neutral", name="ampci/full"))
+    assert len({first, second, third}) == 3
+    assert client.upsert_check_run(check("neutral", at=other)) == second
+    assert {(c["head_sha"], c["name"], c["conclusion"]) for c in gh.checks} == {
+        (head, "ampci/smoke", "success"), (other, "ampci/smoke", "neutral"), (head, "ampci/full", "neutral")}
+    gh.checks[0]["app"] = "other"  # made by another app: left alone, ours created beside it
+    fourth = client.upsert_check_run(check("failure"))
+    assert fourth not in (first, second, third) and gh.checks[0]["conclusion"] == "success"
+    assert client.upsert_check_run(check("success")) == fourth  # the newest of the name is ours now
+    gh.fail["check"] = 503
+    with pytest.raises(TransientStatusError):
+        client.upsert_check_run(check("failure"))
 
 
 def test_upsert_finds_its_comment_by_marker_across_pages(httpserver: HTTPServer):
