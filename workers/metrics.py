@@ -8,30 +8,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
 from workers.result import OutputMetrics
+from workers.tolerance import Tolerance  # defined without numpy for the zoo manifest; re-exported here
 
 #: Relative errors divide by max(|ref|, REL_FLOOR * max|ref|, 1e-12) so near-zeros do not dominate.
 REL_FLOOR = 1e-3
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Per-model tolerance.  An output passes when (all of)
-
-    - ``max_abs <= k * baseline_max_abs + atol + rtol * max|ref|`` (the k-rule plus a small tolerance),
-    - ``cosine >= min_cosine`` (when the output has more than one element),
-    - no NaN/Inf appears that the fp32 reference does not have,
-    - the task metric (when declared) is ``>= task_min``.
-    """
-
-    atol: float = 1e-3
-    rtol: float = 1e-2
-    min_cosine: float = 0.999
-    task_min: float | None = None
 
 
 def _f64(a: np.ndarray) -> np.ndarray:

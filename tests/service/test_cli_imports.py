@@ -26,9 +26,6 @@ FORBIDDEN = frozenset({"onnx", "onnx_ir", "numpy", "onnxruntime", "amp_pass", "a
 #: and ``--policy`` filters of the query commands validate against (~4 ms); any other amp_pass module is
 #: the model stack
 LIGHT_AMP_PASS = frozenset({"amp_pass", "amp_pass.errors", "amp_pass.policy"})
-#: ``convert`` takes its options from ``amp_pass.cli`` (shared with ``python -m amp_pass convert``), which
-#: imports the pass's option types (onnx, onnx_ir): its help alone may load them.
-HELP_EXCEPTIONS = {("convert",): FORBIDDEN}
 
 _PROBE = """
 import json, sys
@@ -94,12 +91,79 @@ def test_schema_check_reads_the_stored_revision_without_alembic(sqlite_url: str)
     assert migrate.current(sqlite_url) == migrate.head()
 
 
-@pytest.mark.parametrize("path", [p for p in _command_paths(build_parser())], ids=lambda p: " ".join(p) or "ampci")
+HELP_PATHS = list(_command_paths(build_parser()))
+
+
+def test_help_paths_cover_every_command_and_verb() -> None:
+    """The parametrisation below walks the whole argparse tree: every command, and the verbs under
+    ``db`` and ``zoo`` (a walk that stopped at the top level would leave ``convert --help`` unchecked)."""
+    assert {p[0] for p in HELP_PATHS if p} == set(COMMANDS)
+    assert {("convert",), ("zoo", "list"), ("zoo", "add"), ("db", "upgrade")} <= set(HELP_PATHS)
+
+
+@pytest.mark.parametrize("path", HELP_PATHS, ids=lambda p: " ".join(p) or "ampci")
 def test_help_imports_no_model_stack(path: tuple[str, ...], tmp_path: Path) -> None:
+    """``ampci [COMMAND [VERB]] --help`` imports none of FORBIDDEN (``convert`` included: its options are
+    declared without importing amp_pass.cli or workers.autoconvert)."""
     rc, heavy = _imports([*path, "--help"], _env(tmp_path))
     assert rc == 0
-    allowed = HELP_EXCEPTIONS.get(path, frozenset())
-    assert not {m for m in heavy if m.split(".")[0] not in allowed}, f"`ampci {' '.join(path)} --help` imports {sorted(heavy)}"
+    assert not heavy, f"`ampci {' '.join(path)} --help` imports {sorted(heavy)}"
+
+
+def test_convert_usage_error_imports_no_model_stack(tmp_path: Path) -> None:
+    """A convert usage error (here: -o missing) is answered from the declared options, exit 2."""
+    rc, heavy = _imports(["convert", "model.onnx"], _env(tmp_path))
+    assert rc == 2 and not heavy, f"exit {rc}, imports {sorted(heavy)}"
+
+
+def _signature(parser: argparse.ArgumentParser) -> list[tuple[object, ...]]:
+    """What an option is to a user and to the command: kind, strings, destination, default, choices,
+    nargs, required, help, metavar, const and type (Path/int/float/None, or "custom": a custom type's
+    behaviour is compared separately)."""
+    return [(type(a).__name__, tuple(a.option_strings), a.dest, a.default,
+             None if a.choices is None else list(a.choices), a.nargs, a.required, a.help, a.metavar, a.const,
+             a.type if a.type in (None, Path, int, float) else "custom")
+            for a in parser._actions]
+
+
+def test_convert_declares_the_options_of_amp_pass_and_autoconvert() -> None:
+    """``ampci convert``'s options (declared in service/cli/convert_cmd.py so that its help loads no onnx)
+    are exactly those of ``amp_pass.cli.add_convert_arguments`` + ``workers.autoconvert.add_auto_arguments``
+    (which the command runs with), and ``--opset`` parses as the pass's own type does."""
+    from amp_pass.cli import _opset_arg, add_convert_arguments
+    from service.cli import convert_cmd
+    from workers.autoconvert import add_auto_arguments
+
+    reference, declared = argparse.ArgumentParser(), argparse.ArgumentParser()
+    add_convert_arguments(reference)
+    add_auto_arguments(reference)
+    convert_cmd.add_arguments(declared)
+    assert _signature(declared) == _signature(reference)
+    for text in ("auto", "keep", "17", "-1", "x", "", "1.5"):
+        outcomes = []
+        for fn in (_opset_arg, convert_cmd.opset_arg):
+            try:
+                outcomes.append(("ok", fn(text)))
+            except argparse.ArgumentTypeError as exc:
+                outcomes.append(("error", str(exc)))
+        assert outcomes[0] == outcomes[1], text
+
+
+def test_task_metric_names_are_the_computed_task_metrics() -> None:
+    """The zoo manifest validates ``task`` against workers.tolerance (numpy-free); workers.metrics computes
+    exactly those."""
+    from workers.metrics import TASK_METRICS
+    from workers.tolerance import TASK_METRIC_NAMES
+
+    assert tuple(TASK_METRICS) == TASK_METRIC_NAMES
+
+
+@pytest.mark.parametrize("argv", [["zoo", "list"], ["zoo", "list", "--json"], ["zoo", "list", "--tag", "smoke"]],
+                         ids=" ".join)
+def test_zoo_list_imports_no_model_stack(argv: list[str], tmp_path: Path) -> None:
+    """Listing the zoo reads the manifests (built-in and user zoo) and loads none of FORBIDDEN."""
+    rc, heavy = _imports(argv, _env(tmp_path))
+    assert rc == 0 and not heavy, f"`ampci {' '.join(argv)}` exited {rc}, imports {sorted(heavy)}"
 
 
 def _query_argvs(store_url: str) -> dict[str, list[str]]:

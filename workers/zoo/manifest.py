@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers.metrics import TASK_METRICS, Tolerance
+from workers.tolerance import TASK_METRIC_NAMES, Tolerance  # numpy-free: `ampci zoo list` loads no numpy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MANIFEST = REPO_ROOT / "zoo.toml"
@@ -211,8 +211,8 @@ def _parse_entry(name: str, d: dict[str, Any], defaults: dict[str, Any], base_di
     inputs = tuple(_parse_input(k, v, w) for k, v in _get(d, "inputs", dict, w).items())
     tolerances = _parse_tolerances(defaults.get("tolerance", {}), _get(d, "tolerance", dict, w, {}), w)
     task = _get(d, "task", str, w, None)
-    if task is not None and task not in TASK_METRICS:
-        raise ZooError(f"{w}: unknown task metric {task!r}; known: {', '.join(TASK_METRICS)}")
+    if task is not None and task not in TASK_METRIC_NAMES:
+        raise ZooError(f"{w}: unknown task metric {task!r}; known: {', '.join(TASK_METRIC_NAMES)}")
     stateful = loop = None
     if "stateful" in d:
         sd = _get(d, "stateful", dict, w)
