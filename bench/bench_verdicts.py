@@ -317,6 +317,7 @@ class Ctx:
     sweeps: int = 0
     seconds: float = 0.0
     log: list[str] = field(default_factory=list)
+    loadavg: list[float] = field(default_factory=list)  # the machine's 1-minute load average after each sweep
 
     def ampci(self, *args: str, ok: tuple[int, ...] = (0, 1)) -> tuple[int, Any]:
         t0 = time.perf_counter()
@@ -335,6 +336,7 @@ class Ctx:
         self.sweeps += 1
         _, payload = self.ampci("sweep", "--config", str(self.sweep), "--revision", sha, "--baseline", baseline,
                                 "--json", *extra)
+        self.loadavg.append(os.getloadavg()[0])
         return payload
 
 
@@ -456,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"{sum(1 for d in decided if d[3] == 'dismissed')} dismissed",
         "bisection": bisect_txt,
         "sweeps": ctx.sweeps + midpoints, "wall_s": round(wall, 1),
+        "load_average": (f"{min(ctx.loadavg):.1f} / {sorted(ctx.loadavg)[len(ctx.loadavg) // 2]:.1f} / "
+                         f"{max(ctx.loadavg):.1f}" if ctx.loadavg else "n/a"),
         "calibration": [line for line in ctx.log if line.startswith("calibrated")],
     }
     if args.json:
@@ -479,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| confirmations (cost) | {table['confirmations']} | suspected cells only |")
         print(f"| bisection | {table['bisection']} | culprit in <= ceil(log2 n) |")
         print(f"| sweeps / wall time | {table['sweeps']} / {table['wall_s']} s | |")
+        print(f"| machine load average (1 min) after each sweep, min / median / max | {table['load_average']} | |")
         for line in table["calibration"]:
             print(line)
     ok = (detected == n_bugs and false_alarms == 0 and fifth_ok and bisect_ok and midpoints <= bound

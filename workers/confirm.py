@@ -9,21 +9,22 @@ ratios (:mod:`service.regressions.confirm`).
 
 Guarantees: ``pairs`` pairs per timing kind asked for (``conversion_time``: one conversion per side per pair,
 each a fresh child of that revision's zygote; ``latency``: per pair, :data:`LATENCY_RUNS_PER_PAIR` runs of
-each side's converted model alternating run by run, the fastest of each side, inside the machine's timing
-slot); every failure ends as :class:`ConfirmError`
-with a one-line message (the caller turns it into a job status); it imports nothing from ``service``.
+each side's converted model alternating run by run, the fastest of each side, in CPU time of the timing
+thread on one-thread CPU sessions (wall time otherwise), inside the machine's timing slot); every failure
+ends as :class:`ConfirmError` with a one-line message (the caller turns it into a job status); it imports nothing from ``service``.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from workers.config import WorkerConfig
 from workers.convert import convert_in_subprocess
-from workers.latency import timing_slot
+from workers.latency import cpu_time_measures_work, fastest_alternating, timed_run, timing_slot
 from workers.zoo.fetch import fetch_entry
 from workers.zoo.inputs import make_feeds
 from workers.zoo.manifest import load_zoo
@@ -94,7 +95,10 @@ def confirm_cell(cell: tuple[str, str, str, str], roots: dict[str, Path], kinds:
 
 def _latency_pairs(converted: dict[str, Path], entry: Any, target: str, n: int,
                    config: WorkerConfig) -> dict[str, Any]:
-    """``n`` interleaved latency pairs of the two converted models (ms, median of a few runs each)."""
+    """``n`` interleaved latency pairs of the two converted models, each side's the fastest of
+    :data:`LATENCY_RUNS_PER_PAIR` runs alternating with the other side's: in CPU ms of the timing thread
+    where that is the model's work (:func:`workers.latency.cpu_time_measures_work`; unit ``ms of CPU``: what
+    other load on the machine does not inflate), else wall ms (unit ``ms``)."""
     from workers.job import TIMING_LOCK, target_kind
     from workers.runners import SessionRunner
     from workers.sessions import SessionError, cuda_usable
@@ -111,19 +115,22 @@ def _latency_pairs(converted: dict[str, Path], entry: Any, target: str, n: int,
         adapted = {side: r.adapt(feeds) for side, r in runners.items()}
         samples: dict[str, list[float]] = {s: [] for s in runners}
         sides = ("baseline", "candidate")
+        with_cpu = all(cpu_time_measures_work(r) for r in runners.values())
         with timing_slot(Path(config.cache_dir) / TIMING_LOCK):
             for side in sides:
                 for _ in range(max(1, config.latency_warmup)):
                     runners[side].session.run(None, adapted[side])
+
+            def timed(side: str) -> Callable[[], tuple[float, float]]:
+                return lambda: timed_run(runners[side].session, adapted[side])
+
             for i in range(n):
-                times: dict[str, list[float]] = {s: [] for s in sides}
-                for _ in range(LATENCY_RUNS_PER_PAIR):
-                    for side in sides if i % 2 == 0 else sides[::-1]:
-                        t0 = time.perf_counter()
-                        runners[side].session.run(None, adapted[side])
-                        times[side].append((time.perf_counter() - t0) * 1000.0)
-                for side in sides:  # the fastest: what the model costs, least disturbed by other load
-                    samples[side].append(round(min(times[side]), 6))
+                order = sides if i % 2 == 0 else sides[::-1]
+                # the fastest of each side's alternating runs: what the model costs, least disturbed by other
+                # load (the same block minima as a job's samples, workers.latency.fastest_alternating)
+                for side, (wall_ms, cpu_ms) in zip(order, fastest_alternating([timed(s) for s in order],
+                                                                               LATENCY_RUNS_PER_PAIR), strict=True):
+                    samples[side].append(round(cpu_ms if with_cpu else wall_ms, 6))
     except SessionError as exc:
         raise ConfirmError("crash", f"converted model not timed: {exc}") from None
-    return {**samples, "unit": "ms"}
+    return {**samples, "unit": "ms of CPU" if with_cpu else "ms"}

@@ -78,7 +78,12 @@ LATENCY_UNSUPPORTED = "unsupported here: "
 
 @dataclass
 class LatencyStats:
-    """Latency of the converted and fp32 models on the job's target provider, in milliseconds."""
+    """Latency of the converted and fp32 models on the job's target provider, in milliseconds.
+
+    Each sample (``samples_ms[i]``, ``fp32_samples_ms[i]``) is the fastest of ``runs_per_sample`` runs of that
+    model, the two models' runs alternating within the block (:func:`workers.latency.measure_latency`), so
+    ``p50_ms``/``p90_ms``/``min_ms``/``fp32_p50_ms`` are percentiles of those block minima (wall time); results
+    stored before blocks existed have one run per sample (the default)."""
 
     provider: str
     samples_ms: list[float] = field(default_factory=list)
@@ -91,6 +96,11 @@ class LatencyStats:
     peak_rss_mb: float | None = None
     peak_device_mb: float | None = None
     error: str = ""  # why latency could not be measured (e.g. no kernels for the dtype); samples empty
+    runs_per_sample: int = 1  # timed runs of each model per stored sample (the sample is their fastest)
+    # the same blocks' least CPU time of the timing thread (ms), paired with samples_ms / fp32_samples_ms; empty
+    # where CPU time is not the model's work (CUDA, intra-op thread pools) and in results stored before
+    cpu_samples_ms: list[float] = field(default_factory=list)
+    fp32_cpu_samples_ms: list[float] = field(default_factory=list)
 
 
 @dataclass

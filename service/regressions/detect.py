@@ -89,6 +89,8 @@ def sample(row: Any) -> CellSample:
                       fp32_latency_samples=floats(json_path(row.data, ("latency", "fp32_samples_ms"))),
                       env_fingerprint=row.env_fingerprint,
                       error_unit=stored_error_unit(json_path(row.data, ("convergence", "error_unit"))),
+                      cpu_latency_samples=floats(json_path(row.data, ("latency", "cpu_samples_ms"))),
+                      fp32_cpu_latency_samples=floats(json_path(row.data, ("latency", "fp32_cpu_samples_ms"))),
                       **graph_fields(SimpleNamespace(**{label: json_path(row.data, path)
                                                         for label, path in GRAPH_PATHS})))
 

@@ -47,10 +47,16 @@ class CellSample:
     casts_inserted: int | None = None
     latency_samples: tuple[float, ...] = ()
     fp32_latency_samples: tuple[float, ...] = ()  # the fp32 model timed interleaved with latency_samples
+    # the same blocks' CPU time of the timing thread (ms; workers.latency), paired like the wall-time samples;
+    # empty where CPU time is not the model's work (CUDA, thread pools) and in results stored before
+    cpu_latency_samples: tuple[float, ...] = ()
+    fp32_cpu_latency_samples: tuple[float, ...] = ()
     # a pooled baseline (:func:`pooled`): the median of each pooled result's own samples, relative to fp32
-    # (when every result carried paired fp32 samples) and in ms; empty for a single result
+    # (when every result carried paired fp32 samples), in ms, and in CPU time relative to fp32 (when every
+    # result carried paired CPU samples); empty for a single result
     run_medians: tuple[float, ...] = ()
     run_medians_ms: tuple[float, ...] = ()
+    run_medians_cpu: tuple[float, ...] = ()
     env_fingerprint: str | None = None
     error_unit: str = CONVERGENCE_ERROR_UNIT  # unit of final_error (workers.result.ConvergenceStats)
     # measured by the worker from the converted model (workers.graph_facts); None for results whose graph
@@ -248,6 +254,17 @@ def relative_latency(s: CellSample) -> tuple[float, ...]:
     return tuple(x / y for x, y in zip(a, b, strict=True))
 
 
+def relative_cpu_latency(s: CellSample) -> tuple[float, ...]:
+    """Like :func:`relative_latency`, in CPU time of the timing thread (empty unless the converted and fp32 CPU
+    samples are paired one to one with positive fp32 ones): waiting for the cores while other jobs run
+    inflates wall time, not the work a model does, so these ratios hold on a busy machine (per-run
+    converted/fp32 ratios spread 0.26-2.7 in wall time, 0.82-1.21 in CPU time at load average 15)."""
+    a, b = s.cpu_latency_samples, s.fp32_cpu_latency_samples
+    if not a or len(a) != len(b) or min(b) <= 0:
+        return ()
+    return tuple(x / y for x, y in zip(a, b, strict=True))
+
+
 def latency_comparable(base: CellSample, new: CellSample, th: Thresholds) -> bool:
     """Same environment fingerprint (machine and runtime, not the pass revision) and at least
     ``latency_min_samples`` samples on each side."""
@@ -273,34 +290,42 @@ def timing_shift(base: Sequence[float], new: Sequence[float], ratio: float, chan
 def latency_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, dtype: str) -> list[Finding]:
     """asv's rule, made robust to machine drift: same environment fingerprint, enough samples, and then
 
-    * the samples compared are each job's converted/fp32 latency ratios when both sides carry paired fp32
-      samples (:func:`relative_latency`), else the raw milliseconds;
+    * the samples compared are each job's converted/fp32 ratios in CPU time when both sides carry paired CPU
+      samples (:func:`relative_cpu_latency`: the model's work, which other load does not inflate), else
+      their converted/fp32 wall-time ratios when both carry paired fp32 samples (:func:`relative_latency`),
+      else the raw milliseconds;
     * a regression (improvement) needs their median ratio beyond ``latency_ratio`` (below its inverse),
       one-sided Mann-Whitney U p < ``latency_p``, **and** a p50 change of more than ``latency_floor_ms`` in the
       same direction (a few microseconds are timer noise, whatever the ratio), measured as the relative change
-      at the baseline's p50 when the samples are relative (so a machine faster during the new job does not
-      hide a slower model, nor a slower machine make one);
+      at the baseline's p50 (of CPU time, for CPU ratios) when the samples are relative (so a machine faster
+      during the new job does not hide a slower model, nor a slower machine make one);
     * against a pooled baseline (several results), the new median must also lie outside the range of the
       baseline results' own medians (``run_medians``): samples of one job share its conditions, so the
       test alone over-trusts them, and a swing the baseline shows between its own runs is not a change.
     """
     if not latency_comparable(base, new, th):
         return []
+    ca, cb = relative_cpu_latency(base), relative_cpu_latency(new)
     ra, rb = relative_latency(base), relative_latency(new)
-    a, b, unit = (ra, rb, "relative to fp32") if ra and rb else (base.latency_samples, new.latency_samples, "ms")
     ma_raw, mb_raw = statistics.median(base.latency_samples), statistics.median(new.latency_samples)
+    if ca and cb:
+        a, b, unit, medians = ca, cb, "CPU time relative to fp32", base.run_medians_cpu
+        scale = statistics.median(base.cpu_latency_samples)
+    elif ra and rb:
+        a, b, unit, medians, scale = ra, rb, "relative to fp32", base.run_medians, ma_raw
+    else:
+        a, b, unit, medians, scale = base.latency_samples, new.latency_samples, "ms", base.run_medians_ms, ma_raw
     ma, mb = statistics.median(a), statistics.median(b)
     if ma <= 0 or mb <= 0 or ma_raw <= 0 or mb_raw <= 0:
         return []
     ratio = mb / ma
     # the change in ms the floor is checked on: with paired fp32 samples, the relative change at the baseline's
-    # speed (the raw p50s of two jobs differ by whatever the machine did between them, either way)
-    change = mb_raw - ma_raw if unit == "ms" else ma_raw * (ratio - 1)
+    # p50 (the raw p50s of two jobs differ by whatever the machine did between them, either way)
+    change = mb_raw - ma_raw if unit == "ms" else scale * (ratio - 1)
     shift = timing_shift(a, b, ratio, change, th.latency_ratio, th.latency_floor_ms, th.latency_p)
     if shift is None:
         return []
     category, p = shift
-    medians = base.run_medians if unit != "ms" else base.run_medians_ms
     if len(medians) >= 2 and (min(medians) <= mb <= max(medians)):
         # within the spread of the baseline's own results: samples of one job are not independent of that
         # job's conditions, so a run-to-run swing the baseline itself shows is not a change of the model
@@ -315,7 +340,8 @@ def pooled(base: CellSample, others: Sequence[CellSample]) -> CellSample:
     """``base`` with the timing samples of ``others`` (more results of the same revision and cell) appended,
     so a baseline measured several times is compared with all its samples: latency and conversion-time
     samples of results in ``base``'s environment only; latency samples stay paired with their fp32 samples
-    only when every pooled result carries paired ones."""
+    only when every pooled result carries paired ones, and CPU-time latency samples are pooled only when every
+    pooled result carries paired ones (else none: the rule then compares wall time)."""
     same = [o for o in others if o.env_fingerprint == base.env_fingerprint]
     if not same:
         return base
@@ -323,6 +349,10 @@ def pooled(base: CellSample, others: Sequence[CellSample]) -> CellSample:
     lat = tuple(x for s in timed for x in s.latency_samples)
     paired = all(len(s.fp32_latency_samples) == len(s.latency_samples) for s in timed)
     fp32 = tuple(x for s in timed for x in s.fp32_latency_samples) if paired else ()
+    cpu_paired = all(s.cpu_latency_samples and len(s.cpu_latency_samples) == len(s.fp32_cpu_latency_samples)
+                     for s in timed)
+    cpu = tuple(x for s in timed for x in s.cpu_latency_samples) if cpu_paired else ()
+    fp32_cpu = tuple(x for s in timed for x in s.fp32_cpu_latency_samples) if cpu_paired else ()
     conv = tuple(x for s in (base, *same) for x in s.convert_samples)
     refs_paired = all(len(s.convert_reference) == len(s.convert_samples) for s in (base, *same))
     conv_ref = tuple(x for s in (base, *same) for x in s.convert_reference) if refs_paired else ()
@@ -330,10 +360,13 @@ def pooled(base: CellSample, others: Sequence[CellSample]) -> CellSample:
     run_ms = tuple(statistics.median(s.latency_samples) for s in with_samples)
     rel = [relative_latency(s) for s in with_samples]
     run_rel = tuple(statistics.median(r) for r in rel) if paired and all(rel) else ()
-    return replace(base, latency_samples=lat, fp32_latency_samples=fp32, convert_samples=conv,
-                   convert_reference=conv_ref,
-                   run_medians=run_rel if len(with_samples) > 1 else (),
-                   run_medians_ms=run_ms if len(with_samples) > 1 else ())
+    rel_cpu = [relative_cpu_latency(s) for s in with_samples]
+    run_cpu = tuple(statistics.median(r) for r in rel_cpu) if cpu_paired and all(rel_cpu) else ()
+    many = len(with_samples) > 1
+    return replace(base, latency_samples=lat, fp32_latency_samples=fp32, cpu_latency_samples=cpu,
+                   fp32_cpu_latency_samples=fp32_cpu, convert_samples=conv, convert_reference=conv_ref,
+                   run_medians=run_rel if many else (), run_medians_ms=run_ms if many else (),
+                   run_medians_cpu=run_cpu if many else ())
 
 
 def _can_reach(n: int, m: int, p: float) -> bool:

@@ -74,7 +74,8 @@ def test_both_revisions_are_timed_pair_by_pair_for_every_timing_kind(roots: dict
     got = confirm_cell(CELL, roots, ["latency", "conversion_time"], 3, config(tmp_path))
     assert got["pairs"] == 3 and set(got["kinds"]) == {"latency", "conversion_time"}
     conv, lat = got["kinds"]["conversion_time"], got["kinds"]["latency"]
-    assert (conv["unit"], lat["unit"]) == ("s", "ms")
+    # latency_threads 1 on the CPU: the work of each run (CPU time of the timing thread), not its wall time
+    assert (conv["unit"], lat["unit"]) == ("s", "ms of CPU")
     for kind in (conv, lat):
         assert len(kind["baseline"]) == len(kind["candidate"]) == 3
         assert all(b > 0 for b in kind["baseline"])
@@ -94,3 +95,13 @@ def test_the_job_reports_failures_as_statuses(roots: dict[str, Path], tmp_path: 
     r = confirm_job(CELL, "c" * 40, roots["candidate"], {"baseline": "0" * 40, "kinds": ["latency"], "pairs": 2},
                     config(tmp_path), None)
     assert r.status == "bad_spec" and r.message.startswith("baseline revision:") and r.confirmation is None
+
+
+def test_latency_pairs_are_wall_time_where_cpu_time_is_not_the_work(roots: dict[str, Path], tmp_path: Path) -> None:
+    # a default onnxruntime thread pool (latency_threads 0): other threads work, so wall time decides
+    cfg = WorkerConfig(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", convert_timeout=120.0,
+                       convert_memory=4 * 1024**3, latency_warmup=1, latency_threads=0)
+    lat = confirm_cell(CELL, roots, ["latency"], 2, cfg)["kinds"]["latency"]
+    assert lat["unit"] == "ms" and len(lat["baseline"]) == len(lat["candidate"]) == 2
+    assert all(c > b for b, c in zip(lat["baseline"], lat["candidate"], strict=True))
+
