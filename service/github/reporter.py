@@ -44,6 +44,21 @@ from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
+
+def log_failure(what: str, exc: BaseException, count: int | None = None) -> None:
+    """Log a reporting failure: a database or Redis outage (:func:`service.github.intake.is_infrastructure`)
+    is one WARNING line (the error's type and first line, URLs redacted, with the running ``count``);
+    anything else is a bug and keeps its traceback (ERROR)."""
+    from service.github.intake import is_infrastructure
+    from service.settings import redact_url
+
+    if not is_infrastructure(exc):
+        log.error("%s", what, exc_info=exc)
+        return
+    text = str(exc).strip().splitlines()
+    first = redact_url(f"{type(exc).__name__}: {text[0] if text else ''}")[:300]
+    log.warning("%s: dependency unavailable%s: %s", what, f" ({count} so far)" if count is not None else "", first)
+
 CONTEXT = "ampci/smoke"
 FINAL_RUN_STATES = frozenset({"complete", "partial", "failed", "cancelled"})
 
@@ -117,6 +132,7 @@ class StatusReporter:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.outage_count = 0  # reporting failures caused by a database/Redis outage (one WARNING line each)
 
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: object) -> StatusReporter:
@@ -129,6 +145,13 @@ class StatusReporter:
         client = GitHubStatusClient(settings.github_api_url, settings.github_token) if settings.github_token else None
         kwargs.setdefault("reports", settings.github_report_set())
         return cls(outbox, client, public_url=settings.public_url, **kwargs)  # type: ignore[arg-type]
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        from service.github.intake import is_infrastructure
+
+        if is_infrastructure(exc):
+            self.outage_count += 1
+        log_failure(what, exc, self.outage_count if is_infrastructure(exc) else None)
 
     @property
     def enabled(self) -> bool:
@@ -148,8 +171,8 @@ class StatusReporter:
                                    target_url=self.run_url(run_id), context=self.context))
         try:
             self.outbox.watch(run_id)
-        except Exception:  # noqa: BLE001 - recover() finds unwatched runs again at start
-            log.exception("could not watch run %s", run_id)
+        except Exception as exc:  # noqa: BLE001 - recover() finds unwatched runs again at start
+            self._failed(f"could not watch run {run_id}", exc)
         if "comment" in self.reports and self.store is not None:
             self.report_pending(self.store, run_id)
 
@@ -170,8 +193,8 @@ class StatusReporter:
             body = md.render_pending(key[1], run.revision_sha, run.id, self.run_url(run.id), report)
             self._put(PullRequestComment(repo=run.meta["github"]["repo"], pr=key[1], body=body, sha=run.revision_sha))
             return True
-        except Exception:  # noqa: BLE001 - reporting never affects the run
-            log.exception("could not queue the pending pull-request report of run %s", run_id)
+        except Exception as exc:  # noqa: BLE001 - reporting never affects the run
+            self._failed(f"could not queue the pending pull-request report of run {run_id}", exc)
             return False
 
     def finished(self, run: Any, summary: Any, store: Any = None) -> bool:
@@ -205,8 +228,8 @@ class StatusReporter:
             report = build_report(store, run.id, self.public_url, final_state)
             items = [md.comment(report) if "comment" in self.reports else None,
                      md.check_run(report, self.context) if "check" in self.reports else None]
-        except Exception:  # noqa: BLE001 - a report that cannot be built never affects the run
-            log.exception("could not build the pull-request report of run %s", run.id)
+        except Exception as exc:  # noqa: BLE001 - a report that cannot be built never affects the run
+            self._failed(f"could not build the pull-request report of run {run.id}", exc)
             return False
         queued = False
         for item in items:
@@ -226,8 +249,8 @@ class StatusReporter:
             if newest is None or newest.status not in FINAL_RUN_STATES:
                 return False
             return self.report_pull_request(newest, store)
-        except Exception:  # noqa: BLE001 - triage must succeed even when reporting cannot
-            log.exception("could not refresh the pull-request report of run %s", run_id)
+        except Exception as exc:  # noqa: BLE001 - triage must succeed even when reporting cannot
+            self._failed(f"could not refresh the pull-request report of run {run_id}", exc)
             return False
 
     @staticmethod
@@ -287,8 +310,8 @@ class StatusReporter:
     def _put(self, status: Report) -> None:
         try:
             self.outbox.put(status)
-        except Exception:  # noqa: BLE001 - reporting must never break the caller (the run is stored)
-            log.exception("could not queue commit status for %s", status.key)
+        except Exception as exc:  # noqa: BLE001 - reporting must never break the caller (the run is stored)
+            self._failed(f"could not queue commit status for {status.key}", exc)
             return
         self._wake.set()
 
@@ -355,7 +378,7 @@ class StatusReporter:
                     self.check_watched(self.store)
                 while self.drain() and not self._stop.is_set():
                     pass
-            except Exception:  # noqa: BLE001 - the poster must survive Redis/DB hiccups
-                log.exception("commit status poster iteration failed")
+            except Exception as exc:  # noqa: BLE001 - the poster must survive Redis/DB hiccups
+                self._failed("commit status poster iteration failed", exc)
             self._wake.wait(self.poll_interval)
             self._wake.clear()
