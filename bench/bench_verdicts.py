@@ -52,6 +52,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from _injected_bugs import REDUNDANT_LOOP_FN  # noqa: E402 - shared with tests/workers/test_confirm_job.py
+
 AMPCI = str(Path(sys.executable).with_name("ampci"))
 
 #: The sweep every commit gets: small synthetic models that the bugs below reach (see workers/zoo).
@@ -82,36 +85,7 @@ class Bug:
     append: tuple[tuple[str, str], ...] = ()         # (file under amp_pass/, text appended)
 
 
-LATENCY_FN = '''
-
-def _redundant_work(model: onnx.ModelProto) -> onnx.ModelProto:
-    """BUG(latency): route the first output through a 400-step Loop of exact no-ops."""
-    from onnx import TensorProto, helper
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    out = g.output[0]
-    inner = out.name + "__pre_slow"
-    for n in g.node:
-        for i, o in enumerate(n.output):
-            if o == out.name:
-                n.output[i] = inner
-    elem = out.type.tensor_type.elem_type
-    body = helper.make_graph(
-        [helper.make_node("Sub", ["v", "v"], ["z"]), helper.make_node("Add", ["v", "z"], ["v_out"]),
-         helper.make_node("Identity", ["c"], ["c_out"])],
-        "slow_body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v", elem, None)],
-        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_out", elem, None)])
-    g.initializer.extend([helper.make_tensor("slow_trip", TensorProto.INT64, [], [400]),
-                          helper.make_tensor("slow_cond", TensorProto.BOOL, [], [True])])
-    g.node.append(helper.make_node("Loop", ["slow_trip", "slow_cond", inner], [out.name], body=body))
-    return m
-'''
+LATENCY_FN = REDUNDANT_LOOP_FN  # _redundant_work(model): its first output through a 400-step no-op Loop
 
 FIFTH_FN = '''
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench._injected_bugs import REDUNDANT_LOOP_FN  # the bench's latency bug, shared
 from workers.cell import confirm_job
 from workers.config import WorkerConfig
 from workers.confirm import ConfirmError, confirm_cell
@@ -18,39 +19,16 @@ from workers.confirm import ConfirmError, confirm_cell
 ROOT = Path(__file__).resolve().parents[2]
 CELL = ("conv_net", "fp16", "default", "cpu")
 HEAD = "def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = None) -> ConversionResult:\n"
-SLOWER = '''
+SLOWER = REDUNDANT_LOOP_FN + '''
 
 _convert_model_fast = convert_model
 
 
 def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = None) -> ConversionResult:
     """BUG(test): a slower conversion, and a converted model that does 400 no-op Loop steps more."""
-    from onnx import TensorProto, helper
-
     time.sleep(0.3)
     result = _convert_model_fast(model, options)
-    m = onnx.ModelProto()
-    m.CopyFrom(result.model)
-    g = m.graph
-    out = g.output[0]
-    inner = out.name + "__pre_slow"
-    for n in g.node:
-        for i, o in enumerate(n.output):
-            if o == out.name:
-                n.output[i] = inner
-    elem = out.type.tensor_type.elem_type
-    body = helper.make_graph(
-        [helper.make_node("Sub", ["v", "v"], ["z"]), helper.make_node("Add", ["v", "z"], ["v_out"]),
-         helper.make_node("Identity", ["c"], ["c_out"])], "slow_body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v", elem, None)],
-        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_out", elem, None)])
-    g.initializer.extend([helper.make_tensor("slow_trip", TensorProto.INT64, [], [400]),
-                          helper.make_tensor("slow_cond", TensorProto.BOOL, [], [True])])
-    g.node.append(helper.make_node("Loop", ["slow_trip", "slow_cond", inner], [out.name], body=body))
-    return ConversionResult(model=m, report=result.report)
+    return ConversionResult(model=_redundant_work(result.model), report=result.report)
 '''
 
 
