@@ -175,8 +175,15 @@ def _discard_stdout() -> None:
 
 
 def entry() -> None:
-    """Console-script wrapper around :func:`main`."""
-    sys.exit(main())
+    """Console-script wrapper around :func:`main`.  Once the command returned, every object still alive is
+    frozen out of the garbage collector (:func:`gc.freeze`): the interpreter's exit then skips a last full
+    collection over the imported layers (0.3-0.6 s after importing SQLAlchemy, the better part of a short
+    query command's exit); atexit handlers, stream flushes and the exit status are as before."""
+    code = main()
+    import gc
+
+    gc.freeze()
+    sys.exit(code)
 
 
 if __name__ == "__main__":
