@@ -6,8 +6,9 @@ imports nothing from ``workers``.  Protocol, one JSON object per line:
 
 - zygote -> worker at start: ``{"ready": true}`` or ``{"ready": false, "error": "..."}``;
 - worker -> zygote: ``{"argv": [...], "stdout": PATH, "stderr": PATH, "memory": BYTES}``;
-- zygote -> worker: ``{"pid": CHILD}`` at once, then ``{"pid": CHILD, "code": N}`` or
-  ``{"pid": CHILD, "signal": N}`` when the child ends.
+- zygote -> worker: ``{"pid": CHILD}`` at once, then ``{"pid": CHILD, "code": N, "cpu_s": S}`` or
+  ``{"pid": CHILD, "signal": N}`` when the child ends (``cpu_s``: the user + system CPU seconds the child
+  spent from receiving its request to its exit, all its threads, as ``os.times`` counts them in the child).
 
 The zygote is either this script (a fresh interpreter: the fallback) or, when its worker started a
 fork server (:func:`workers.zygotes.start_forkserver`), a process forked from that preloaded server
@@ -32,7 +33,14 @@ import sys
 import traceback
 
 
-def _child(req, done_fd):
+def _cpu_seconds(since=None):
+    """User + system CPU seconds of this process (all its threads), less those of ``since`` (an ``os.times``)."""
+    t = os.times()
+    spent = t.user + t.system
+    return spent - (since.user + since.system) if since is not None else spent
+
+
+def _child(req, done_fd, started=None):
     gc.disable()  # a short-lived child: os._exit frees everything, a collection would only cost time
     limit = int(req["memory"])
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -56,8 +64,8 @@ def _child(req, done_fd):
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
-            try:  # the exit code before the (slow) address-space teardown of os._exit
-                os.write(done_fd, f"{code & 0xFF}\n".encode())
+            try:  # the exit code and CPU time before the (slow) address-space teardown of os._exit
+                os.write(done_fd, f"{code & 0xFF} {max(0.0, _cpu_seconds(started)):.6f}\n".encode())
             finally:
                 os._exit(code)
 
@@ -97,10 +105,11 @@ def _prefork():
         os.close(done_r)
         os.setsid()
         data = _read_all(req_r)
+        started = os.times()  # the conversion's CPU time starts with its request, not with the fork
         os.close(req_r)
         if not data.strip():
             os._exit(0)
-        _child(json.loads(data), done_w)
+        _child(json.loads(data), done_w, started)
     os.close(req_r)
     os.close(done_w)
     return pid, req_w, done_r
@@ -112,10 +121,15 @@ def _dispatch(child, req):
     os.write(req_w, json.dumps(req).encode())
     os.close(req_w)
     _send({"pid": pid})
-    said = _read_line(done_r).decode(errors="replace").strip()  # the code, or EOF: the child was killed
+    said = _read_line(done_r).decode(errors="replace").split()  # code and CPU seconds, or EOF: killed
     os.close(done_r)
-    if said.isdigit():
-        _send({"pid": pid, "code": int(said)})
+    if said and said[0].isdigit():
+        reply = {"pid": pid, "code": int(said[0])}
+        try:
+            reply["cpu_s"] = float(said[1])
+        except (IndexError, ValueError):
+            pass
+        _send(reply)
         os.waitpid(pid, 0)
         return
     _, status = os.waitpid(pid, 0)

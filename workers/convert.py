@@ -27,7 +27,10 @@ DEFAULT_PASS_ROOT = Path(__file__).resolve().parents[1]
 #: Cold-path entry: ``python -m amp_pass`` after removing setuptools' editable-install finders, which
 #: would otherwise fill modules missing from the pass root's ``amp_pass`` with this checkout's.
 _ISOLATED_MAIN = (
-    "import runpy, sys\n"
+    "import atexit, os, runpy, sys\n"
+    "_cpu_file = os.environ.pop('AMPCI_CPU_REPORT', '')\n"
+    "if _cpu_file:\n"
+    "    atexit.register(lambda: open(_cpu_file, 'w').write(repr(sum(os.times()[:2]))))\n"
     "sys.meta_path[:] = [f for f in sys.meta_path\n"
     "                    if not (getattr(f, '__module__', '') or '').startswith('__editable__')]\n"
     "runpy.run_module('amp_pass', run_name='__main__', alter_sys=True)\n"
@@ -54,6 +57,10 @@ class ConvertOutcome:
     samples_s: list[float] = field(default_factory=list)  # wall time of each successful conversion
     # wall time of the reference workload timed right after each sample (:func:`reference_workload`)
     reference_s: list[float] = field(default_factory=list)
+    # user + system CPU seconds of the conversion process (all its threads; None: not known, e.g. killed)
+    cpu_s: float | None = None
+    # the CPU seconds of each sample of ``samples_s`` (empty unless known for every one: kept paired)
+    cpu_samples_s: list[float] = field(default_factory=list)
 
 
 def _limit_memory(max_bytes: int) -> Any:
@@ -85,12 +92,15 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
     to ``dst``, removed after; ``dst`` and ``report`` stay the first conversion's) until ``repeats``
     conversions ran or their wall times add up to more than ``repeat_budget_s``; a repeat that fails
     ends the repeating.  ``ConvertOutcome.samples_s`` holds the wall time of every successful one, as
-    this process timed it (the pass's own ``seconds`` is not used)."""
+    this process timed it (the pass's own ``seconds`` is not used), and ``cpu_samples_s`` the user + system CPU
+    seconds the conversion process itself spent in each (measured in that process: a warm child from its
+    request to its exit, a cold one over its whole life; empty unless known for every sample)."""
     first = _convert_once(src, dst, report, dtype, policy, target, pass_root, timeout_s, memory_bytes,
                           warm, inputs, tolerance)
     if first.status != "ok":
         return first
     first.samples_s = [first.wall_s]
+    cpu = [first.cpu_s]
     timed = repeats > 1  # the conversion-time rule compares these samples: pair each with a reference
     scratch = dst.with_name(f".reference-{dst.name}")
     if timed:
@@ -108,8 +118,10 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
         if again.status != "ok":
             break
         first.samples_s.append(again.wall_s)
+        cpu.append(again.cpu_s)
         first.reference_s.append(reference_workload(src, scratch))
     scratch.unlink(missing_ok=True)
+    first.cpu_samples_s = [round(c, 6) for c in cpu if c is not None] if None not in cpu else []
     return first
 
 
@@ -182,8 +194,14 @@ def _convert_once(src: Path, dst: Path, report: Path, dtype: str, policy: str, t
         else:
             err = err_p.read_text(errors="replace") if err_p.exists() else ""
             rc = -ended.signal if ended.signal is not None else int(ended.code or 0)
-            return _outcome(rc, err, ended.timed_out, time.perf_counter() - start, dst, report, timeout_s,
-                            memory_bytes)
+            got = _outcome(rc, err, ended.timed_out, time.perf_counter() - start, dst, report, timeout_s,
+                           memory_bytes)
+            got.cpu_s = ended.cpu_s
+            return got
+    cpu_file = report.with_name(f".cpu-{report.name}")
+    cpu_file.unlink(missing_ok=True)
+    if policy != "auto":
+        env["AMPCI_CPU_REPORT"] = str(cpu_file)  # written by _ISOLATED_MAIN when the interpreter exits
     start = time.perf_counter()
     try:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env,
@@ -198,8 +216,14 @@ def _convert_once(src: Path, dst: Path, report: Path, dtype: str, policy: str, t
         _kill_group(proc)
         _, err = proc.communicate()
         timed_out = True
-    return _outcome(proc.returncode, err or "", timed_out, time.perf_counter() - start, dst, report, timeout_s,
-                    memory_bytes)
+    got = _outcome(proc.returncode, err or "", timed_out, time.perf_counter() - start, dst, report, timeout_s,
+                   memory_bytes)
+    try:
+        got.cpu_s = float(cpu_file.read_text()) if cpu_file.exists() else None
+    except (OSError, ValueError):
+        got.cpu_s = None
+    cpu_file.unlink(missing_ok=True)
+    return got
 
 
 def _outcome(rc: int, err: str, timed_out: bool, wall: float, dst: Path, report: Path, timeout_s: float,

@@ -110,13 +110,14 @@ PASS_REPORT_KEYS = ("nodes_total", "nodes_low", "casts_inserted", "casts_removed
 
 
 def attach_report(measured: GraphFacts, report: dict[str, Any], samples_s: list[float],
-                  reference_s: list[float] | None = None) -> GraphFacts:
+                  reference_s: list[float] | None = None, cpu_s: list[float] | None = None) -> GraphFacts:
     """``measured`` (from :func:`measure_graph`) with the pass report's information
     attached: its fp32 reasons (``kept_fp32``), its own counts (``pass_report``), its painting fixpoint
     (``pass_iterations``; ``pass_converged`` from the report's ``converged``, else whether the iterations
     stayed below :data:`PAINT_MAX_ITERATIONS`; None when the report has no ``iterations``), the
     conversion wall times this worker measured (``convert_seconds`` the first, ``convert_samples_s`` all) and
-    the reference workload timed after each (``convert_reference_s``, kept only when paired one to one).
+    the reference workload timed after each (``convert_reference_s``, kept only when paired one to one), and
+    the conversion process's own CPU seconds in each (``convert_cpu_s``, kept only when paired one to one).
     The measured counts are never replaced by the report's."""
     iterations = report.get("iterations")
     iterations = int(iterations) if isinstance(iterations, int | float) and not isinstance(iterations, bool) else None
@@ -132,6 +133,8 @@ def attach_report(measured: GraphFacts, report: dict[str, Any], samples_s: list[
     measured.convert_seconds = measured.convert_samples_s[0] if measured.convert_samples_s else 0.0
     ref = [round(float(x), 6) for x in (reference_s or [])]
     measured.convert_reference_s = ref if len(ref) == len(measured.convert_samples_s) else []
+    cpu = [round(float(x), 6) for x in (cpu_s or [])]
+    measured.convert_cpu_s = cpu if len(cpu) == len(measured.convert_samples_s) else []
     return measured
 
 

@@ -242,7 +242,8 @@ class _Job:
         except Exception as exc:  # noqa: BLE001
             raise JobFailed("convert_error", f"the pass wrote an invalid model: {_line(exc)}") from None
         self.result.graph = attach_report(measure_graph(converted, self.model, s.dtype), outcome.report,
-                                          outcome.samples_s or [outcome.wall_s], outcome.reference_s)
+                                          outcome.samples_s or [outcome.wall_s], outcome.reference_s,
+                                          outcome.cpu_samples_s)
         have = {o.name for o in converted.graph.output}
         missing = [o.name for o in self.model.graph.output if o.name not in have]
         if missing:

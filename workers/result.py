@@ -167,6 +167,9 @@ class GraphFacts:
     convert_samples_s: list[float] = field(default_factory=list)
     # the reference workload timed right after each conversion sample (workers.convert.reference_workload)
     convert_reference_s: list[float] = field(default_factory=list)
+    # user + system CPU seconds of the conversion process in each sample of convert_samples_s (paired one to
+    # one; empty when the worker could not measure it: the conversion-time rule then has wall time only)
+    convert_cpu_s: list[float] = field(default_factory=list)
 
     @property
     def measured(self) -> bool:

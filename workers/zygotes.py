@@ -42,11 +42,13 @@ class ZygoteUnavailable(Exception):
 
 @dataclass
 class ChildExit:
-    """How a conversion child ended: exit ``code`` or killing ``signal``, and whether it timed out."""
+    """How a conversion child ended: exit ``code`` or killing ``signal``, whether it timed out, and the user +
+    system CPU seconds it spent on its conversion (``cpu_s``; None when it did not say: killed, or an old zygote)."""
 
     code: int | None
     signal: int | None
     timed_out: bool
+    cpu_s: float | None = None
 
 
 def source_fingerprint(root: Path) -> tuple[tuple[str, int, int], ...]:
@@ -257,7 +259,9 @@ class Zygote:
         if done is None or done.get("pid") != pid:
             self.close()
             raise ZygoteUnavailable(f"conversion zygote died or answered out of step: {done!r}")
-        return ChildExit(code=done.get("code"), signal=done.get("signal"), timed_out=timed_out)
+        cpu = done.get("cpu_s")
+        return ChildExit(code=done.get("code"), signal=done.get("signal"), timed_out=timed_out,
+                         cpu_s=float(cpu) if isinstance(cpu, int | float) and not isinstance(cpu, bool) else None)
 
     def close(self) -> None:
         try:

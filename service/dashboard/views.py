@@ -10,6 +10,7 @@ state has a text label and an icon besides its colour, so nothing is told by col
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ STATES: dict[str, State] = {s.css: s for s in (
     State("reg-pass_convergence", "↻", "fixpt", "pass convergence regression"),
     State("suspected", "?", "suspect", "suspected timing regression (confirming)"),
     State("dismissed", "○", "dismissed", "timing change dismissed by confirmation"),
+    State("suspected_resolved", "◔", "resolving?", "timing regression whose recovery is being confirmed"),
     State("flaky", "≈", "flaky", "flaky"),
     State("error", "✖", "error", "conversion/job error"),
     State("fail", "!", "fail", "accuracy failure (not new)"),
@@ -281,6 +283,8 @@ def main_baseline(baselines: dict[Cell, Any]) -> tuple[str | None, int]:
 #: Latency fields that mean nothing (stored as 0.0) unless the named sample list is non-empty.
 _UNMEASURED_UNLESS = {"latency.p50_ms": "samples_ms", "latency.p90_ms": "samples_ms", "latency.min_ms": "samples_ms",
                       "latency.speedup": "samples_ms", "latency.fp32_p50_ms": "fp32_samples_ms"}
+#: Sample lists shown by their median (conversion wall and CPU seconds: what the conversion-time rule compares).
+_MEDIAN_OF = frozenset({"graph.convert_samples_s", "graph.convert_cpu_s"})
 
 
 def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
@@ -295,6 +299,8 @@ def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
             return None
         for part in path.split("."):
             r = getattr(r, part, None) if r is not None else None
+        if path in _MEDIAN_OF:
+            return statistics.median(r) if r else None
         return r
 
     units = (get(base, "convergence.error_unit"), get(new, "convergence.error_unit"))
@@ -311,6 +317,8 @@ def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
             ("low-precision compute nodes", "graph.compute_low", 0, False),
             ("compute nodes", "graph.compute_nodes", 0, False),
             ("conversion s (first run)", "graph.convert_seconds", 4, True),
+            ("conversion wall s (median)", "graph.convert_samples_s", 4, True),
+            ("conversion CPU s (median)", "graph.convert_cpu_s", 4, True),
             ("pass fixpoint iterations", "graph.pass_iterations", 0, False),
             ("pass converged", "graph.pass_converged", 0, False),
             ("nodes kept fp32", "graph.kept_fp32", 0, False), ("final step error", "convergence.final_error", 4, False),

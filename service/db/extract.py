@@ -57,6 +57,19 @@ def convert_seconds(result: JobResult) -> float | None:
     return float(graph.convert_seconds) if graph.convert_seconds > 0 else None
 
 
+def convert_cpu_seconds(result: JobResult) -> float | None:
+    """Median of the conversion process's CPU seconds over the worker's conversion-time samples (None when
+    the job did not convert or the worker could not measure them)."""
+    graph = result.graph
+    if graph is None:
+        return None
+    samples = sorted(float(x) for x in graph.convert_cpu_s if isinstance(x, int | float) and x >= 0)
+    if not samples:
+        return None
+    mid = len(samples) // 2
+    return samples[mid] if len(samples) % 2 else (samples[mid - 1] + samples[mid]) / 2
+
+
 def result_columns(result: JobResult) -> dict[str, Any]:
     """The metric columns of ``results`` for ``result`` (keys match models.Result attributes)."""
     worst = result.accuracy.worst if result.accuracy is not None else None
@@ -80,6 +93,7 @@ def result_columns(result: JobResult) -> dict[str, Any]:
         "final_error": _err(conv.final_error) if conv is not None and conv.steps else None,
         "diverged": conv.diverged if conv is not None and conv.steps else None,
         "convert_s": convert_seconds(result),
+        "convert_cpu_s": convert_cpu_seconds(result),
         "pass_iterations": graph.pass_iterations if graph is not None else None,
         "env_fingerprint": env_fingerprint(result.environment),
         "data": result.to_dict(),

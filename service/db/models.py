@@ -15,7 +15,8 @@ without a migration):
 - ``jobs.status``: queued, running, done, error, crashed, cancelled
 - ``regressions.category``: regression, improvement, flaky
 - ``regressions.kind``: conversion, accuracy, convergence, coverage, latency
-- ``regressions.state``: open, acknowledged, resolved, false_positive
+- ``regressions.state``: open, acknowledged, resolved, false_positive, and those of confirmation
+  (:data:`service.regressions.rules.CONFIRMATION_STATES`: suspected, dismissed, suspected_resolved)
 - ``webhook_deliveries.status``: pending (stored, not yet turned into a run), accepted, rejected, failed
   (the intake gave up after a bounded number of attempts), duplicate
 """
@@ -168,6 +169,7 @@ class Result(Base):
         Column("final_error", Float),
         Column("diverged", Boolean),
         Column("convert_s", Float),  # median worker-timed conversion seconds
+        Column("convert_cpu_s", Float),  # median CPU seconds of the conversion process in those samples
         Column("pass_iterations", Integer),  # the pass's painting fixpoint iterations
         Column("env_fingerprint", String(64)),
         Column("data", JSON, nullable=False),
@@ -209,6 +211,7 @@ class Regression(Base):
         Column("state_by", NAME),
         Column("state_at", TS),
         Column("state_note", Text),
+        Column("state_before", String(20)),  # open/acknowledged while a recovery awaits confirmation
         Column("resolved_by_result_id", ForeignKey("results.id", ondelete="SET NULL")),
         Column("created_at", TS, nullable=False),
         UniqueConstraint("run_id", "model", "dtype", "policy", "target", "kind", "category"),

@@ -32,11 +32,11 @@ t_res, t_reg = m.Result.__table__, m.Regression.__table__
 
 #: Metrics a history or comparison can show (column names; aliases accepted by :func:`metric_column`).
 METRICS = ("cosine", "max_abs", "error_ratio", "latency_p50_ms", "speedup", "low_precision_fraction",
-           "casts_inserted", "final_error", "convert_s", "pass_iterations")
+           "casts_inserted", "final_error", "convert_s", "convert_cpu_s", "pass_iterations")
 _ALIASES = {"latency_p50": "latency_p50_ms", "latency": "latency_p50_ms", "low_precision": "low_precision_fraction",
             "casts": "casts_inserted", "convergence": "final_error", "conversion_time": "convert_s",
-            "iterations": "pass_iterations"}
-REG_STATES = ("open", "acknowledged", "resolved", "false_positive", "suspected", "dismissed")
+            "conversion_cpu": "convert_cpu_s", "iterations": "pass_iterations"}
+REG_STATES = ("open", "acknowledged", "resolved", "false_positive", "suspected", "dismissed", "suspected_resolved")
 _PREFIX = re.compile(r"^[0-9a-fA-F]{4,64}$")
 RESULT_COLS = [t_res.c[f] for f in ResultRow.__dataclass_fields__]
 

@@ -142,6 +142,7 @@ class ResultRow(_Record):
     env_fingerprint: str | None
     updated_at: datetime
     convert_s: float | None = None       # median conversion seconds as the worker timed them
+    convert_cpu_s: float | None = None   # median CPU seconds of the conversion process in those samples
     pass_iterations: int | None = None   # the pass's painting fixpoint iterations (its report)
 
     @property
@@ -180,6 +181,7 @@ class RegressionInfo(_Record):
     state_note: str | None
     resolved_by_result_id: int | None
     created_at: datetime
+    state_before: str | None = None  # open/acknowledged while a recovery awaits confirmation (suspected_resolved)
 
     @property
     def cell(self) -> Cell:

@@ -11,6 +11,21 @@ per suspected kind (raised to :func:`min_pairs` of ``confirm_p``, 7 for 0.01).  
 per-pair ratios: ``open`` (confirmed: it fails the gate and reaches the commit status) or
 ``dismissed`` (kept, visible, with the paired figures in ``state_note``; never deleted).
 
+**Recoveries are confirmed too.**  A later run that no longer shows an open (or acknowledged) timing
+regression does not resolve it by itself: detection marks it ``suspected_resolved`` (its former state kept
+in ``state_before``, the run's result in ``resolved_by_result_id``) and this run's confirmation run times
+the cell at the finding's **regressed revision** against the run's revision, interleaved.  Only a confirmed
+recovery (:func:`recovery_verdict`: the new revision is faster than the regressed one beyond the kind's
+ratio limit and floor, one-sided Wilcoxon p < ``confirm_p``) resolves it; otherwise it goes back to the state
+it had, with the paired figures in ``state_note``.  Why the regressed revision and not the original
+baseline: recovery is a claim that the slowdown is gone, and the test must put the burden of proof on that
+claim.  Timing baseline vs new and resolving when no slowdown is confirmed would resolve on *absence* of
+evidence, which is exactly what a noisy or short measurement produces; timing regressed vs new asks for
+positive evidence that the new revision is faster than the one known to be slow, which noise does not give
+(interleaved pairs cancel drift), while the detection that suspected the recovery already found the new
+revision level with the baseline.  A recovery that is real but smaller than the rule's margin stays open
+(a human can resolve it), the safe direction for a gate.
+
 Guarantees: only suspected cells are re-measured, with at most ``confirm_pairs`` pairs per kind; a
 parent run is finished only after its confirmation run is final, so whoever waits for the run (the
 CLI gate, the commit status) sees confirmed verdicts only; a finding whose confirmation could not
@@ -37,6 +52,8 @@ from service.regressions.thresholds import Thresholds
 CONFIRM_TRIGGER = "confirm"
 #: Finding states owned by confirmation: awaiting it, and cleared by it.
 SUSPECTED, DISMISSED = "suspected", "dismissed"
+#: A timing regression a later run no longer shows, until that run's confirmation run decides.
+SUSPECTED_RESOLVED = "suspected_resolved"
 CONFIRMED_BY = "ampci-confirm"
 _FINAL_RUN = frozenset({"complete", "partial", "failed", "cancelled"})
 
@@ -98,6 +115,28 @@ def paired_verdict(kind: str, baseline: Sequence[float], candidate: Sequence[flo
     return PairedVerdict(confirmed, ratio, p, diff, detail)
 
 
+def recovery_verdict(kind: str, regressed: Sequence[float], candidate: Sequence[float], th: Thresholds,
+                     unit: str) -> PairedVerdict:
+    """Recovery confirmed when, over the pairs timed interleaved, ``candidate`` (the new revision) is faster
+    than ``regressed`` (the revision the regression was found at) the way :func:`paired_verdict` demands
+    of a slowdown, mirrored: median candidate/regressed ratio below the inverse of the kind's ratio limit,
+    median per-pair difference below minus its floor, one-sided Wilcoxon p < ``confirm_p`` on the log
+    ratios.  ``ratio`` and ``difference`` are candidate vs regressed."""
+    ratio_limit, floor, p_limit = limits(kind, th)
+    pairs = [(b, c) for b, c in zip(regressed, candidate, strict=False) if b > 0 and c > 0]
+    if not pairs:
+        return PairedVerdict(False, 1.0, 1.0, 0.0, "recovery not confirmed: no pair timed on both sides")
+    logs = [math.log(c / b) for b, c in pairs]
+    ratio = math.exp(statistics.median(logs))
+    diff = statistics.median(c - b for b, c in pairs)
+    p = wilcoxon_greater([-x for x in logs])
+    confirmed = ratio < 1 / ratio_limit and diff < -floor and p < p_limit
+    detail = (f"recovery {'confirmed' if confirmed else 'not confirmed'} by {len(pairs)} interleaved pairs against "
+              f"the regressed revision: median ratio x{ratio:.3f} (limit x{1 / ratio_limit:.3g}), median difference "
+              f"{diff:+.4g} {unit} (floor -{floor:g}), Wilcoxon p={p:.2g} (limit {p_limit:g})")
+    return PairedVerdict(confirmed, ratio, p, diff, detail)
+
+
 def min_pairs(p: float) -> int:
     """The fewest pairs with which the one-sided Wilcoxon signed-rank test can give p < ``p`` (its smallest
     exact p-value with ``n`` pairs is ``2 ** -n``): fewer pairs could never confirm anything."""
@@ -126,10 +165,17 @@ def dedup_key(run_id: int) -> str:
     return f"confirm-{run_id}"
 
 
+def _awaiting(run_id: int) -> sa.ColumnElement[bool]:
+    """The findings run ``run_id``'s confirmation decides: its own suspected ones, and the earlier timing
+    regressions whose recovery one of its results suspects."""
+    return sa.or_(sa.and_(t_reg.c.run_id == run_id, t_reg.c.state == SUSPECTED),
+                  sa.and_(t_reg.c.state == SUSPECTED_RESOLVED, t_reg.c.resolved_by_result_id.in_(
+                      sa.select(t_res.c.id).where(t_res.c.run_id == run_id))))
+
+
 def _suspected(store: Any, run_id: int) -> list[Any]:
     with store.transaction() as conn:
-        return list(conn.execute(sa.select(t_reg).where(t_reg.c.run_id == run_id, t_reg.c.state == SUSPECTED)
-                                 .order_by(t_reg.c.id)))
+        return list(conn.execute(sa.select(t_reg).where(_awaiting(run_id)).order_by(t_reg.c.id)))
 
 
 def _confirm_run(store: Any, run_id: int) -> Any:
@@ -182,7 +228,9 @@ def _create(store: Any, run: Any, suspected: Sequence[Any], pairs: int) -> int:
     by_cell: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for reg in suspected:
         cell = (reg.model, reg.dtype, reg.policy, reg.target)
-        entry = by_cell.setdefault(cell, {"baseline": reg.baseline_sha, "kinds": [], "pairs": pairs})
+        # a slowdown is timed against its baseline; a recovery against the revision that regressed
+        side = reg.revision_sha if reg.state == SUSPECTED_RESOLVED else reg.baseline_sha
+        entry = by_cell.setdefault(cell, {"baseline": side, "kinds": [], "pairs": pairs})
         if reg.kind not in entry["kinds"]:
             entry["kinds"].append(reg.kind)
     parent_meta = run.meta or {}
@@ -198,11 +246,23 @@ def _create(store: Any, run: Any, suspected: Sequence[Any], pairs: int) -> int:
 
 
 def _open_unconfirmed(store: Any, suspected: Sequence[Any], why: str) -> None:
-    """Keep ``suspected`` findings as regressions (state ``open``), saying why they were not confirmed."""
+    """Keep ``suspected`` findings as regressions (state ``open``), saying why they were not confirmed; a
+    suspected recovery goes back to the state it had (it is not resolved)."""
     with store.transaction() as conn:
         for reg in suspected:
+            if reg.state == SUSPECTED_RESOLVED:
+                conn.execute(t_reg.update().where(t_reg.c.id == reg.id, t_reg.c.state == SUSPECTED_RESOLVED)
+                             .values(**_not_recovered(reg, f"recovery not confirmed: {why}"), state_by=CONFIRMED_BY,
+                                     state_at=store.clock()))
+                continue
             conn.execute(t_reg.update().where(t_reg.c.id == reg.id, t_reg.c.state == SUSPECTED).values(
                 state="open", state_by=CONFIRMED_BY, state_at=store.clock(), state_note=f"not confirmed: {why}"))
+
+
+def _not_recovered(reg: Any, note: str) -> dict[str, Any]:
+    """The values that put a suspected recovery back as it was (``state_before``, default ``open``)."""
+    return {"state": reg.state_before or "open", "state_before": None, "resolved_by_result_id": None,
+            "state_note": note[:2000]}
 
 
 def _confirm_results(conn: Any, confirm_run_id: int) -> dict[tuple[str, str, str, str], Any]:
@@ -213,16 +273,32 @@ def _confirm_results(conn: Any, confirm_run_id: int) -> dict[tuple[str, str, str
 
 
 def apply_verdicts(store: Any, run_id: int, confirm_run_id: int) -> dict[str, int]:
-    """Decide every suspected finding of ``run_id`` from the results of ``confirm_run_id`` (see module doc);
-    returns counts ``{"confirmed": n, "dismissed": n, "unconfirmed": n}``."""
+    """Decide every suspected finding of ``run_id`` (and every recovery its results suspect) from the results
+    of ``confirm_run_id`` (see module doc); returns counts ``{"confirmed", "dismissed", "unconfirmed",
+    "recovered", "not_recovered"}``."""
     th = store.thresholds or Thresholds()
-    counts = {"confirmed": 0, "dismissed": 0, "unconfirmed": 0}
+    counts = {"confirmed": 0, "dismissed": 0, "unconfirmed": 0, "recovered": 0, "not_recovered": 0}
     with store.transaction() as conn:
         results = _confirm_results(conn, confirm_run_id)
-        for reg in conn.execute(sa.select(t_reg).where(t_reg.c.run_id == run_id, t_reg.c.state == SUSPECTED)):
+        for reg in conn.execute(sa.select(t_reg).where(_awaiting(run_id))):
             res = results.get((reg.model, reg.dtype, reg.policy, reg.target))
             data = (res.data or {}) if res is not None else {}
             got = ((data.get("confirmation") or {}).get("kinds") or {}).get(reg.kind)
+            if reg.state == SUSPECTED_RESOLVED:
+                if not got:
+                    why = (f"the confirmation job ended {res.status}: {res.message or ''}" if res is not None
+                           else "no confirmation result")
+                    values = _not_recovered(reg, f"recovery not confirmed: {why}")
+                    counts["unconfirmed"] += 1
+                else:
+                    v = recovery_verdict(reg.kind, got.get("baseline") or [], got.get("candidate") or [], th,
+                                         str(got.get("unit", "")))
+                    values = ({"state": "resolved", "state_before": None, "state_note": v.detail} if v.confirmed
+                              else _not_recovered(reg, v.detail))
+                    counts["recovered" if v.confirmed else "not_recovered"] += 1
+                conn.execute(t_reg.update().where(t_reg.c.id == reg.id).values(
+                    state_by=CONFIRMED_BY, state_at=store.clock(), **values))
+                continue
             if not got:
                 why = (f"the confirmation job ended {res.status}: {res.message or ''}" if res is not None
                        else "no confirmation result")

@@ -18,7 +18,9 @@ or match the allowlist, report ``flaky`` instead of ``regression``; a ``push``/`
 ``manual`` run resolves earlier open or acknowledged regressions of a cell when its revision
 contains the regressed revision (it is that revision or a recorded descendant of it: a run of an
 older revision never resolves a newer finding) and its result is comparable with that regression's
-baseline result and no longer regresses against it.  Convergence
+baseline result and no longer regresses against it; a *timing* regression, when the run confirms its
+timing findings, only becomes ``suspected_resolved`` and is resolved by a confirmed recovery alone
+(:mod:`service.regressions.confirm`: one lucky job never clears a slowdown).  Convergence
 errors in different units (a baseline stored before the job recorded ``relative`` errors) are never
 compared (see :mod:`service.regressions.rules`): such a baseline yields only diverged-status findings,
 and resolves a divergence regression by the diverged status alone, never a final-error one.
@@ -43,7 +45,7 @@ from service.db import models as m
 from service.db.queries import ancestors, stored_error_unit
 from service.db.records import Cell, RegressionInfo
 from service.db.runs import dialect_insert
-from service.regressions.confirm import CONFIRM_TRIGGER, confirmation_pairs
+from service.regressions.confirm import CONFIRM_TRIGGER, SUSPECTED_RESOLVED, confirmation_pairs
 from service.regressions.measured import GRAPH_PATHS, floats, graph_fields
 from service.regressions.rules import (
     KINDS,
@@ -278,7 +280,8 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
                          and base_sha is not None else "open"})
     _store_findings(conn, run.id, rows)
     if run.trigger in LINEAGE_TRIGGERS:
-        _resolve(conn, run, current, th, now)
+        _resolve(conn, run, current, th, now, suspect, {(r["model"], r["dtype"], r["policy"], r["target"])
+                                                        for r in rows if r["state"] == "suspected"})
 
 
 def _baseline_pools(conn: Connection, run_id: int, base: Mapping[Cell, Any], limit: int) -> dict[Cell, list[CellSample]]:
@@ -359,7 +362,19 @@ def _store_findings(conn: Connection, run_id: int, rows: list[dict[str, Any]]) -
               and not c.name.startswith("state") and c.name != "resolved_by_result_id"}), rows)
 
 
-def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Thresholds, now: Any) -> None:
+def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Thresholds, now: Any,
+             suspect: bool = False, suspected_cells: set[Cell] | None = None) -> None:
+    """Resolve the earlier regressions this run no longer shows (see the module docstring).
+
+    With ``suspect`` (the run's timing findings are confirmed), a timing regression is not resolved by this
+    one job, which may have been measured at a lucky moment: it becomes ``suspected_resolved`` (its state
+    kept in ``state_before``, ``resolved_by_result_id`` this run's result) and the run's confirmation run
+    times its regressed revision against this one (:mod:`service.regressions.confirm`), which resolves it
+    or puts it back.  One confirmation job per cell times two revisions: a cell with a new suspected
+    finding of this run, or a second regressed revision, keeps such a regression as it is (a later run
+    tries again)."""
+    suspected_cells = set(suspected_cells or ())
+    recovering: dict[Cell, str] = {}  # cell -> the regressed revision its confirmation job times
     open_regs = conn.execute(sa.select(t_reg).join(t_run, t_run.c.id == t_reg.c.run_id).where(
         t_run.c.trigger.in_(LINEAGE_TRIGGERS), t_reg.c.category == "regression", t_reg.c.state.in_(("open", "acknowledged")), t_reg.c.run_id < run.id,
         t_reg.c.baseline_result_id.is_not(None), _same_cell(t_reg, run.id))).all()
@@ -375,6 +390,17 @@ def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Threshold
         b, cur, bad = rows.get(reg.baseline_result_id), current[_cell(reg)], rows.get(reg.result_id)
         if b is None or not returned_to_baseline(reg.kind, sample(b), sample(cur), th, reg.model, reg.dtype,
                                                  sample(bad) if bad is not None else None):
+            continue
+        cell = _cell(reg)
+        if suspect and reg.kind in TIMING_KINDS:
+            if cell in suspected_cells or recovering.setdefault(cell, reg.revision_sha) != reg.revision_sha \
+                    or reg.revision_sha == run.revision_sha:
+                continue  # its confirmation job is taken (or there is nothing to time against): stays as it is
+            conn.execute(t_reg.update().where(t_reg.c.id == reg.id).values(
+                state=SUSPECTED_RESOLVED, state_before=reg.state, state_by="ampci", state_at=now,
+                resolved_by_result_id=cur.id,
+                state_note=f"recovery suspected at {run.revision_sha[:12]} (run {run.id}): awaiting its "
+                           f"confirmation against {reg.revision_sha[:12]} timed interleaved"))
             continue
         conn.execute(t_reg.update().where(t_reg.c.id == reg.id).values(
             state="resolved", state_by="ampci", state_at=now, resolved_by_result_id=cur.id,

@@ -25,6 +25,7 @@ GRAPH_PATHS: tuple[tuple[str, tuple[str, str]], ...] = (
     ("compute_ops_version", ("graph", "compute_ops_version")),
     ("convert_samples", ("graph", "convert_samples_s")),
     ("convert_reference", ("graph", "convert_reference_s")),
+    ("convert_cpu", ("graph", "convert_cpu_s")),
     ("pass_iterations", ("graph", "pass_iterations")),
     ("pass_converged", ("graph", "pass_converged")),
 )
@@ -37,7 +38,7 @@ def graph_columns(results: sa.Table) -> tuple[sa.ColumnElement[Any], ...]:
 
 def graph_fields(row: Any) -> dict[str, Any]:
     """CellSample keyword arguments (compute_low, compute_nodes, compute_ops_version, convert_samples,
-    convert_reference, pass_iterations, pass_converged) from a row selected with :func:`graph_columns` (see module doc)."""
+    convert_reference, convert_cpu, pass_iterations, pass_converged) from a row selected with :func:`graph_columns` (see module doc)."""
     measured = getattr(row, "graph_source", None) == GRAPH_FACTS_MEASURED
     samples = getattr(row, "convert_samples", None)
     return {
@@ -46,6 +47,7 @@ def graph_fields(row: Any) -> dict[str, Any]:
         "compute_ops_version": _str(getattr(row, "compute_ops_version", None)) if measured else None,
         "convert_samples": floats(samples),
         "convert_reference": floats(getattr(row, "convert_reference", None)),
+        "convert_cpu": floats(getattr(row, "convert_cpu", None)),
         "pass_iterations": _int(getattr(row, "pass_iterations", None)),
         "pass_converged": v if isinstance(v := getattr(row, "pass_converged", None), bool) else None,
     }

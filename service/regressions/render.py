@@ -129,7 +129,8 @@ def compare_table(rows: Sequence[CompareRow], rev_a: str, rev_b: str, width: int
     """Cell-by-cell comparison of two revisions with deltas (b - a) (narrow: one ``cell`` column, no
     low-precision share or cast delta)."""
     wide = (*_CELL, ("status", "text"), ("cosine", "num"), ("Δcosine", "num"), ("max_abs", "num"),
-            ("Δmax_abs", "num"), ("p50 ms", "num"), ("Δp50", "num"), ("low-prec", "num"), ("Δcasts", "num"))
+            ("Δmax_abs", "num"), ("p50 ms", "num"), ("Δp50", "num"), ("conv s", "num"), ("cpu s", "num"),
+            ("low-prec", "num"), ("Δcasts", "num"))
     narrow = (("cell", "text"), ("status", "text"), ("cosine", "num"), ("Δcosine", "num"), ("max_abs", "num"),
               ("p50 ms", "num"), ("Δp50", "num"))
     out = []
@@ -143,6 +144,9 @@ def compare_table(rows: Sequence[CompareRow], rev_a: str, rev_b: str, width: int
                     "max_abs": fmt(b.max_abs if b else None, 3), "Δmax_abs": fmt(r.deltas.get("max_abs"), 3),
                     "p50 ms": fmt(b.latency_p50_ms if b else None, 4),
                     "Δp50": _pct(a.latency_p50_ms if a else None, b.latency_p50_ms if b else None),
+                    # conversion wall time beside the conversion process's CPU time (a wall-only change is
+                    # waiting, usually a busy machine: the conversion-time rule looks at both)
+                    "conv s": fmt(b.convert_s if b else None, 4), "cpu s": fmt(b.convert_cpu_s if b else None, 4),
                     "low-prec": fmt(b.low_precision_fraction if b else None, 3),
                     "Δcasts": fmt(r.deltas.get("casts_inserted"))})
     return _table(f"compare {rev_a[:10]} -> {rev_b[:10]}", _pick(width, wide, narrow), out)

@@ -30,8 +30,11 @@ CATEGORIES = ("regression", "improvement", "flaky")
 #: timed interleaved on one worker (:mod:`service.regressions.confirm`).
 TIMING_KINDS = ("latency", "conversion_time")
 #: Finding states of confirmation (``regressions.state``, beside open/acknowledged/resolved/false_positive):
-#: ``suspected`` awaits its confirmation run, ``dismissed`` was not confirmed by it (kept, never a gate failure).
-CONFIRMATION_STATES = ("suspected", "dismissed")
+#: ``suspected`` awaits its confirmation run, ``dismissed`` was not confirmed by it (kept, never a gate failure);
+#: ``suspected_resolved``: an open or acknowledged timing regression that a later run no longer shows, until a
+#: confirmation run times its regressed revision against that run's interleaved (then ``resolved``, or back
+#: to the state it had: :mod:`service.regressions.confirm`).
+CONFIRMATION_STATES = ("suspected", "dismissed", "suspected_resolved")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class CellSample:
     compute_ops_version: str | None = None
     convert_samples: tuple[float, ...] = ()   # conversion wall times in seconds, timed by the worker
     convert_reference: tuple[float, ...] = ()  # a fixed reference workload timed right after each of them
+    convert_cpu: tuple[float, ...] = ()       # CPU seconds of the conversion process in each of them (user + sys)
     pass_iterations: int | None = None        # the pass's painting fixpoint iterations (its report)
     pass_converged: bool | None = None        # whether that painting reached its fixpoint (its report)
 
@@ -356,6 +360,8 @@ def pooled(base: CellSample, others: Sequence[CellSample]) -> CellSample:
     conv = tuple(x for s in (base, *same) for x in s.convert_samples)
     refs_paired = all(len(s.convert_reference) == len(s.convert_samples) for s in (base, *same))
     conv_ref = tuple(x for s in (base, *same) for x in s.convert_reference) if refs_paired else ()
+    conv_cpu_paired = all(len(s.convert_cpu) == len(s.convert_samples) for s in (base, *same))
+    conv_cpu = tuple(x for s in (base, *same) for x in s.convert_cpu) if conv_cpu_paired else ()
     with_samples = [s for s in timed if s.latency_samples]
     run_ms = tuple(statistics.median(s.latency_samples) for s in with_samples)
     rel = [relative_latency(s) for s in with_samples]
@@ -365,7 +371,7 @@ def pooled(base: CellSample, others: Sequence[CellSample]) -> CellSample:
     many = len(with_samples) > 1
     return replace(base, latency_samples=lat, fp32_latency_samples=fp32, cpu_latency_samples=cpu,
                    fp32_cpu_latency_samples=fp32_cpu, convert_samples=conv, convert_reference=conv_ref,
-                   run_medians=run_rel if many else (), run_medians_ms=run_ms if many else (),
+                   convert_cpu=conv_cpu, run_medians=run_rel if many else (), run_medians_ms=run_ms if many else (),
                    run_medians_cpu=run_cpu if many else ())
 
 
@@ -402,6 +408,11 @@ def conversion_time_comparable(base: CellSample, new: CellSample, th: Thresholds
             and min(len(a), len(b)) >= th.convert_time_min_samples and _can_reach(len(a), len(b), th.convert_time_p))
 
 
+def conversion_cpu(s: CellSample) -> tuple[float, ...]:
+    """The conversion process's CPU seconds, one per conversion-time sample (empty unless paired one to one)."""
+    return s.convert_cpu if s.convert_cpu and len(s.convert_cpu) == len(s.convert_samples) else ()
+
+
 def conversion_time_rule(base: CellSample, new: CellSample, th: Thresholds, model: str,
                          dtype: str) -> list[Finding]:
     """Conversion wall time (the worker's samples of the conversion subprocess) compared like latency: only
@@ -410,7 +421,30 @@ def conversion_time_rule(base: CellSample, new: CellSample, th: Thresholds, mode
     in the same direction, and one-sided Mann-Whitney U p < ``convert_time_p``; when both sides carry a
     reference workload timed after each sample (:func:`relative_conversion`) and that reference itself moved
     the same way between the two jobs (the machine was slower or faster: :func:`_drifted`), the same test
-    must also hold on the samples relative to it (a slowdown of the whole machine is not the pass's)."""
+    must also hold on the samples relative to it (a slowdown of the whole machine is not the pass's).
+
+    **CPU time.**  When both sides carry the conversion process's own CPU seconds beside each wall sample
+    (:func:`conversion_cpu`), the wall change is judged by what explains it:
+
+    * *CPU-backed*: the CPU time moved the same way by the same test (ratio beyond ``convert_time_ratio``,
+      change beyond ``convert_time_floor_s``, Mann-Whitney p < ``convert_time_p``): the pass computes more
+      (or less).  The finding stands without the reference-workload division, because CPU time is not
+      inflated by the waiting a busy machine adds (a pass burning +0.5 s of arithmetic is flagged however
+      noisy the reference was);
+    * *wall-only* (the CPU time did not move): the guard.  The change stands only when it is still beyond the
+      rule's margin after dividing out how much the reference workload's median slowed between the two jobs
+      (``ratio / drift > convert_time_ratio`` and the change at the baseline's speed beyond the floor), and it
+      needs a reference on both sides; the drift check above applies as well.
+
+    Why a wall-only change is not simply dropped: a pass that starts sleeping, waiting on a lock, or doing
+    blocking I/O (an fsync, a network fetch) is slower for every user, and it shows in wall time only, so a
+    CPU-only rule would pass it silently (the verdict bench's injected ``BUG(slowdown)`` and the confirmation
+    tests' slow revisions are sleeps).  What separates it from a busy machine is the reference workload timed
+    right after each sample in the same job: load that inflates wall time without CPU time (process start-up,
+    file I/O and fsyncs of other jobs, run-queue waits) slows the reference as well and divides out, the
+    pass's own waiting does not.  The medians are divided, not each sample: a ~10 ms reference is too short
+    for its per-sample ratios to be trusted on a busy machine.  Either kind is then confirmed by timing both
+    revisions interleaved before it fails the gate (:mod:`service.regressions.confirm`)."""
     if not conversion_time_comparable(base, new, th):
         return []
     a, b = base.convert_samples, new.convert_samples
@@ -421,20 +455,39 @@ def conversion_time_rule(base: CellSample, new: CellSample, th: Thresholds, mode
     shift = timing_shift(a, b, ratio, mb - ma, th.convert_time_ratio, th.convert_time_floor_s, th.convert_time_p)
     if shift is None:
         return []
+    ca, cb = conversion_cpu(base), conversion_cpu(new)
     ra, rb = relative_conversion(base), relative_conversion(new)
-    relative = ""
-    if ra and rb and _drifted(base.convert_reference, new.convert_reference, shift[0], th.convert_time_ratio):
+    cpu_note, cpu_backed, relative = "", False, ""
+    if ca and cb:
+        cma, cmb = statistics.median(ca), statistics.median(cb)
+        cpu_shift = timing_shift(ca, cb, cmb / cma if cma > 0 else math.inf, cmb - cma, th.convert_time_ratio,
+                                 th.convert_time_floor_s, th.convert_time_p)
+        cpu_backed = cpu_shift is not None and cpu_shift[0] == shift[0]
+        cpu_note = f", CPU {cma:.4g} s -> {cmb:.4g} s{'' if cpu_backed else ' (wall only)'}"
+        if not cpu_backed:
+            if not (ra and rb):
+                return []  # CPU flat and nothing to tell the pass's waiting from the machine's
+            drift = statistics.median(new.convert_reference) / statistics.median(base.convert_reference)
+            adjusted = ratio / drift if drift > 0 else ratio
+            change = ma * (adjusted - 1)
+            if not (adjusted > th.convert_time_ratio and change > th.convert_time_floor_s
+                    if shift[0] == "regression" else adjusted < 1 / th.convert_time_ratio
+                    and -change > th.convert_time_floor_s):
+                return []  # within what the machine itself did between the two jobs
+            relative = f", x{adjusted:.2f} beyond the reference workload's x{drift:.2f}"
+    if not cpu_backed and ra and rb and _drifted(base.convert_reference, new.convert_reference, shift[0],
+                                                 th.convert_time_ratio):
         # the machine itself was slower (faster): divided out, the change must show relative to it too
         rel = statistics.median(rb) / statistics.median(ra)
         rel_shift = timing_shift(ra, rb, rel, mb - ma, th.convert_time_ratio, th.convert_time_floor_s,
                                  th.convert_time_p)
         if rel_shift is None or rel_shift[0] != shift[0]:
             return []
-        relative = f", x{rel:.2f} relative to the reference workload"
+        relative = relative or f", x{rel:.2f} relative to the reference workload"
     category, p = shift
     severity = "info" if category == "improvement" else ("major" if ratio > 2 else "minor")
     return [Finding("conversion_time", category, severity, "convert_s", ma, mb,
-                    f"conversion {ma:.4g} s -> {mb:.4g} s (x{ratio:.2f}{relative}, n={len(a)}/{len(b)}, "
+                    f"conversion {ma:.4g} s -> {mb:.4g} s (x{ratio:.2f}{relative}{cpu_note}, n={len(a)}/{len(b)}, "
                     f"Mann-Whitney p={p:.2g})", p)]
 
 

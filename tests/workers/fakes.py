@@ -27,6 +27,21 @@ def report(**extra):
 '''
 
 BEHAVIOURS = {
+    # Copies the model after 0.5 s of arithmetic (CPU time of the conversion process) / of sleeping (wall only).
+    "burn": '''
+import shutil
+_end = time.process_time() + 0.5
+while time.process_time() < _end:
+    pass
+shutil.copyfile(a.src, a.dst)
+report()
+''',
+    "sleepy": '''
+import shutil
+time.sleep(0.5)
+shutil.copyfile(a.src, a.dst)
+report()
+''',
     # Naive full fp16 conversion (onnxconverter-common, a dev dependency): everything in fp16, graph
     # inputs and outputs included (its keep_io_types=True mode produces invalid models).
     "naive_fp16": '''
