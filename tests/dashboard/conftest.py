@@ -9,8 +9,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -21,22 +22,42 @@ from tests.dashboard.seed import Seeded, seed
 TOKEN = "dashboard-test-token"
 SECRET = "dashboard-test-secret"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 #: What a browser sends; without HTML in Accept, /runs/{id} redirects to the JSON API.
 BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
 
 
-@pytest.fixture(scope="module")
-def seeded_db() -> Iterator[tuple[str, Any, Seeded]]:
-    """(url, store, seeded) of a fresh PostgreSQL database holding the scenario of ``seed.py``."""
+@contextmanager
+def seeded_database(seed_with: Callable[[Any], T]) -> Iterator[tuple[str, Any, T]]:
+    """(url, store, what ``seed_with(store)`` returned) of a fresh, migrated PostgreSQL database; the store
+    is disposed and the database dropped on exit."""
     from service.db import Store
 
     for url in fresh_pg_database():
         store = Store.from_url(url)
         store.upgrade()
         try:
-            yield url, store, seed(store)
+            yield url, store, seed_with(store)
         finally:
             store.dispose()
+
+
+@contextmanager
+def served(url: str, **env: str) -> Iterator[str]:
+    """The base URL of the service over database ``url`` started as a subprocess (:func:`start_server`),
+    stopped by its pid on exit."""
+    proc, base = start_server(url, **env)
+    try:
+        yield base
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def seeded_db() -> Iterator[tuple[str, Any, Seeded]]:
+    """(url, store, seeded) of a fresh PostgreSQL database holding the scenario of ``seed.py``."""
+    with seeded_database(seed) as world:
+        yield world
 
 
 def make_app(store: Any, url: str, **overrides: Any) -> Any:

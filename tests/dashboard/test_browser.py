@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import fresh_pg_database
-from tests.dashboard.conftest import TOKEN, start_server, stop_server
+from tests.dashboard.conftest import TOKEN, seeded_database, served
 from tests.dashboard.seed import (
     ACC_CELL,
     CELLS,
@@ -43,26 +42,20 @@ STATE_COLOURS = {"reg-accuracy": "rgb(251, 217, 213)", "reg-latency": "rgb(255, 
 @pytest.fixture(scope="module")
 def world() -> Iterator[tuple[Any, Seeded, WideSeeded]]:
     """(store, small scenario, 40x12 scenario) in one fresh database."""
-    from service.db import Store
 
-    for url in fresh_pg_database():
-        store = Store.from_url(url)
-        store.upgrade()
-        try:
-            small = seed(store)
-            yield url, store, small, seed_wide(store, parent=small.main_shas[-1])  # type: ignore[misc]
-        finally:
-            store.dispose()
+    def both(store: Any) -> tuple[Seeded, WideSeeded]:
+        small = seed(store)
+        return small, seed_wide(store, parent=small.main_shas[-1])
+
+    with seeded_database(both) as (url, store, (small, wide)):
+        yield url, store, small, wide  # type: ignore[misc]
 
 
 @pytest.fixture(scope="module")
 def server(world: Any) -> Iterator[str]:
     """Base URL of the service started as a subprocess on a free loopback port (stopped by pid)."""
-    proc, base = start_server(world[0])
-    try:
+    with served(world[0]) as base:
         yield base
-    finally:
-        stop_server(proc)
 
 
 @pytest.fixture(scope="module")
@@ -222,21 +215,10 @@ def test_acknowledge_needs_the_token(page: Any, server: str, world: Any, shots: 
 def kinds_world() -> Iterator[tuple[str, Any]]:
     """(base URL, seeded findings): one finding of every kind and category (tests.dashboard.seed_kinds) in a
     database of its own, served by a second service subprocess."""
-    from service.db import Store
     from tests.dashboard.seed_kinds import seed_every_finding
 
-    for url in fresh_pg_database():
-        store = Store.from_url(url)
-        store.upgrade()
-        try:
-            seeded = seed_every_finding(store)
-            proc, base = start_server(url)
-            try:
-                yield base, seeded
-            finally:
-                stop_server(proc)
-        finally:
-            store.dispose()
+    with seeded_database(seed_every_finding) as (url, _, seeded), served(url) as base:
+        yield base, seeded
 
 
 def test_every_finding_kind_is_visible_in_the_browser(browser: Any, kinds_world: Any, shots: Path) -> None:

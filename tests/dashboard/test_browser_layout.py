@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import fresh_pg_database
-from tests.dashboard.conftest import start_server, stop_server
+from tests.dashboard.conftest import seeded_database, served
 from tests.dashboard.seed import ACC_CELL, CELLS, make_result, seed, sha, write_all
 from tests.dashboard.test_browser import CHROMIUM_ARGS, browser, screenshot  # noqa: F401 - fixture
 
@@ -27,37 +26,32 @@ LONG_SUBJECT = ("Keep Resize scales and the Loop-carried accumulators in fp32 wh
 LONG_WORD = "amp_pass/passes/insert_casts_between_consecutive_low_precision_nodes_of_the_same_dtype_and_scope.py"
 
 
-@pytest.fixture(scope="module")
-def layout_server() -> Iterator[tuple[str, Any]]:
-    """(base URL, seeded) of a service over the small scenario plus two main revisions whose subjects are
-    a long sentence and one long unbreakable word, with a ping delivery naming its repository."""
-    from service.db import Store
+def seed_long_subjects(store: Any) -> Any:
+    """The small scenario plus two main revisions whose subjects are a long sentence and one long
+    unbreakable word, and a ping delivery naming its repository; returns the small scenario."""
     from service.regressions.detect import detect_run
 
-    for url in fresh_pg_database():
-        store = Store.from_url(url)
-        store.upgrade()
-        try:
-            seeded = seed(store)
-            rng = random.Random(3)
-            parent = seeded.main_shas[-1]
-            for i, subject in enumerate((LONG_SUBJECT, f"Move {LONG_WORD} next to the painter")):
-                rev = sha(f"long-{i}")
-                store.upsert_revision(rev, parents=[parent], branch="main", author="Margaret Hamilton",
-                                      message=f"{subject}\n\nbody", committed_at=datetime(2026, 11, 21, 9 + i, tzinfo=UTC))
-                run = store.create_run(rev, "push", cells=CELLS)
-                write_all(store, run, [make_result(cell, rev, 6 + i, rng) for cell in CELLS])
-                detect_run(store, run)
-                parent = rev
-            store.record_delivery("7e3f1c60-aaaa-bbbb-cccc-0123456789ab", "ping", "accepted", reason="ping",
-                                  repository="acme/amp-pass")
-            proc, base = start_server(url)
-            try:
-                yield base, seeded
-            finally:
-                stop_server(proc)
-        finally:
-            store.dispose()
+    seeded = seed(store)
+    rng = random.Random(3)
+    parent = seeded.main_shas[-1]
+    for i, subject in enumerate((LONG_SUBJECT, f"Move {LONG_WORD} next to the painter")):
+        rev = sha(f"long-{i}")
+        store.upsert_revision(rev, parents=[parent], branch="main", author="Margaret Hamilton",
+                              message=f"{subject}\n\nbody", committed_at=datetime(2026, 11, 21, 9 + i, tzinfo=UTC))
+        run = store.create_run(rev, "push", cells=CELLS)
+        write_all(store, run, [make_result(cell, rev, 6 + i, rng) for cell in CELLS])
+        detect_run(store, run)
+        parent = rev
+    store.record_delivery("7e3f1c60-aaaa-bbbb-cccc-0123456789ab", "ping", "accepted", reason="ping",
+                          repository="acme/amp-pass")
+    return seeded
+
+
+@pytest.fixture(scope="module")
+def layout_server() -> Iterator[tuple[str, Any]]:
+    """(base URL, seeded) of a service over :func:`seed_long_subjects`."""
+    with seeded_database(seed_long_subjects) as (url, _, seeded), served(url) as base:
+        yield base, seeded
 
 
 @pytest.fixture(params=WIDTHS, ids=[f"{w}px" for w in WIDTHS])
