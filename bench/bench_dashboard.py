@@ -36,7 +36,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sqlalchemy as sa  # noqa: E402
-from bench_queries import cells, seed, sha, synthetic, timed  # noqa: E402
+from bench_queries import (  # noqa: E402
+    cells,
+    exit_status,
+    parse_sized,
+    seed,
+    sha,
+    size_options,
+    synthetic,
+    timed,
+)
 
 from service.db import Store  # noqa: E402
 from service.db.admin import create_database, drop_database  # noqa: E402
@@ -127,16 +136,8 @@ def alternating(calls: list[Any], repeat: int) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     """Seed, measure, print the table; exit 1 when a page misses a target or an invariant fails."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--admin-url", default=os.environ.get("AMPCI_TEST_DATABASE_URL",
-                                                          "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"))
-    ap.add_argument("--revisions", type=int, default=500)
-    ap.add_argument("--small-revisions", type=int, default=50, help="the anchor size (50 x 200 = 10,000 results)")
-    ap.add_argument("--cells", type=int, default=200)
-    ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--quick", action="store_true", help="seconds: 3 and 6 revisions x 10 cells; invariants only")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.revisions, args.small_revisions, args.cells, args.repeat = 6, 3, 10, 3
+    size_options(ap, revisions=500, small_revisions=50, cells=200)
+    args = parse_sized(ap, argv)
 
     t = time.perf_counter()
     rows: list[tuple[str, int, float, float, float]] = []
@@ -188,12 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         good = p50 < TARGET_MS  # the 200-revision history too (lean SVG points: service/dashboard/plots.py)
         ok &= good
         print(f"| {label} | {n:,} | {p50:.1f} | {p90:.1f} | {cpu:.1f} | < {TARGET_MS:.0f} | {'PASS' if good else 'FAIL'} |")
-    for b in broken:
-        print(f"FAILED: {b}", file=sys.stderr)
-    if args.quick:
-        print("(--quick: timings printed, not judged)")
-        return 1 if broken else 0
-    return 0 if ok and not broken else 1
+    return exit_status(ok, broken, args.quick)
 
 
 if __name__ == "__main__":

@@ -192,20 +192,44 @@ def measure(admin_url: str, revisions: int, n_cells: int, repeat: int, keep: boo
     return revisions * n_cells, rows, broken
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Measure at the small and the full size, print the table; exit 1 when a target or invariant fails."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def size_options(ap: argparse.ArgumentParser, revisions: int, small_revisions: int, cells: int) -> None:
+    """The options of a bench over two seeded databases (this one and bench_dashboard.py): the admin URL,
+    the full and the anchor size, the repeats, and ``--quick`` (see :func:`parse_sized`)."""
     ap.add_argument("--admin-url", default=os.environ.get("AMPCI_TEST_DATABASE_URL",
                                                           "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"))
-    ap.add_argument("--revisions", type=int, default=200)
-    ap.add_argument("--small-revisions", type=int, default=20, help="the anchor size (20 x 500 = 10,000 results)")
-    ap.add_argument("--cells", type=int, default=500)
+    ap.add_argument("--revisions", type=int, default=revisions)
+    ap.add_argument("--small-revisions", type=int, default=small_revisions,
+                    help=f"the anchor size ({small_revisions} x {cells} = {small_revisions * cells:,} results)")
+    ap.add_argument("--cells", type=int, default=cells)
     ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--keep", action="store_true", help="keep the full-size database (its URL is printed)")
     ap.add_argument("--quick", action="store_true", help="seconds: 3 and 6 revisions x 10 cells; invariants only")
+
+
+def parse_sized(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse; ``--quick`` means 3 and 6 revisions of 10 cells, 3 repeats."""
     args = ap.parse_args(argv)
     if args.quick:
         args.revisions, args.small_revisions, args.cells, args.repeat = 6, 3, 10, 3
+    return args
+
+
+def exit_status(ok: bool, broken: list[str], quick: bool) -> int:
+    """Print each broken invariant on stderr; 1 when one is broken, or (not ``quick``: timings judged) a
+    target was missed, else 0."""
+    for b in broken:
+        print(f"FAILED: {b}", file=sys.stderr)
+    if quick:
+        print("(--quick: timings printed, not judged)")
+        return 1 if broken else 0
+    return 0 if ok and not broken else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure at the small and the full size, print the table; exit 1 when a target or invariant fails."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    size_options(ap, revisions=200, small_revisions=20, cells=500)
+    ap.add_argument("--keep", action="store_true", help="keep the full-size database (its URL is printed)")
+    args = parse_sized(ap, argv)
 
     t = time.perf_counter()
     small_n, small, broken = measure(args.admin_url, args.small_revisions, args.cells, args.repeat)
@@ -223,12 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         ok &= met
         print(f"| {label} | {n} | {p50_small:.1f} | {p50:.1f} | {p90:.1f} | {cpu:.1f} | {p50 / p50_small:.2f}x | "
               f"<= {target:.0f} ms | {'PASS' if met else 'FAIL'} |")
-    for b in broken:
-        print(f"FAILED: {b}", file=sys.stderr)
-    if args.quick:
-        print("(--quick: timings printed, not judged)")
-        return 1 if broken else 0
-    return 0 if ok and not broken else 1
+    return exit_status(ok, broken, args.quick)
 
 
 if __name__ == "__main__":
