@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     """Exit 0: no regressions; 1: regressions found, or a cell without a baseline result fails;
     2: bad input (an unknown revision or baseline: nothing stored); 3: a service is unavailable;
     4: ``--timeout`` passed before the run finished."""
-    from service.orchestration import scheduler
+    from service.orchestration.sweeps import load_sweep
     from service.settings import Settings
 
     settings = Settings.from_env()
@@ -71,7 +71,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--workers must be >= 1")
     if args.timeout is not None and not args.timeout > 0:  # (NaN included)
         raise UserError("--timeout must be a positive number of seconds")
-    config = scheduler.load_sweep(args.config, args.sweep)
+    config = load_sweep(args.config, args.sweep)
+    if settings.embedded:  # the pool's workers start (fork server preload, job code) while this process
+        from service.orchestration.localpool import warm_up  # imports the scheduler and stores the run
+
+        warm_up(args.workers)
+    from service.orchestration import scheduler
     store = scheduler.open_store(settings)
     sha, baseline = scheduler.sweep_revisions(settings, args.revision, args.baseline)  # stores nothing
     baseline_run = None

@@ -1,7 +1,11 @@
 """The embedded local pool: runs a run's jobs in spawned worker subprocesses of this process.
 
 Used when no broker is configured.  The parent is the only database writer; job code (and so
-onnxruntime) is imported only in the subprocesses.
+onnxruntime) is imported only in the subprocesses.  This module imports only the standard library and
+:mod:`service.settings` at its top (the bookkeeping of :mod:`service.orchestration.jobs`, and with it
+SQLAlchemy, is imported where it is used): a worker subprocess unpickles :func:`_slot_main` from here and
+does not pay for a database layer it never touches, and :func:`warm_up` can start the workers before its
+caller imports anything heavy.
 """
 
 from __future__ import annotations
@@ -13,13 +17,6 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from service.orchestration.jobs import (
-    cell_options,
-    complete_job,
-    dispatcher,
-    finish_if_complete,
-    record_crashed,
-)
 from service.settings import Settings
 
 
@@ -72,6 +69,7 @@ class _Slot:
         self.proc: Any = None
         self.conn: Any = None
         self._start_lock = threading.Lock()
+        self._retired = False
 
     def _start(self) -> None:
         ctx = _context()
@@ -84,8 +82,16 @@ class _Slot:
     def ensure_started(self) -> None:
         """Start the subprocess unless it is running (thread-safe: a prestart and a job may race)."""
         with self._start_lock:
+            if self._retired:
+                raise _SlotDied()
             if self.proc is None or not self.proc.is_alive():
                 self._start()
+
+    def retire(self) -> None:
+        """Stop the subprocess (once a start in progress is done) and never start it again."""
+        with self._start_lock:
+            self._retired = True
+        self.stop(kill=True)
 
     def run(self, request: tuple[Any, ...], timeout: float) -> str | None:
         """Result JSON, or None on timeout (the subprocess is killed); _SlotDied if it died."""
@@ -114,6 +120,45 @@ class _Slot:
         self.proc.join(5)
         self.conn.close()
         self.proc = self.conn = None
+
+
+#: Worker subprocesses started by :func:`warm_up`, idle, for the next :class:`LocalPool` of this process.
+_WARM: list[_Slot] = []
+_WARM_LOCK = threading.Lock()
+
+
+def warm_up(workers: int | None = None) -> None:
+    """Start ``workers`` (default: CPU count) local worker subprocesses now, in the background, for the
+    next :class:`LocalPool` of this process to take (:meth:`LocalPool.prestart` adopts them).
+
+    Meant for the very start of a command that will run jobs here (``ampci sweep`` without a broker):
+    the fork server's preload (numpy, onnx, onnx_ir) and each worker's job code import run on the other
+    cores while the command imports its own layers and stores the run, instead of after it.  Costs the
+    caller a thread and a few ms; a worker that no pool takes dies with this process (daemonic)."""
+    want = max(1, workers or os.cpu_count() or 1)
+    with _WARM_LOCK:
+        new = [_Slot() for _ in range(max(0, want - len(_WARM)))]
+        _WARM.extend(new)
+    if new:
+        threading.Thread(target=_start_all, args=(new,), daemon=True, name="ampci-pool-warm-up").start()
+
+
+def _start_all(slots: list[_Slot]) -> None:
+    for slot in slots:  # the first start waits for the preloading server
+        try:
+            slot.ensure_started()
+        except Exception:  # noqa: BLE001 - run() starts it again, and reports, when a job needs it
+            pass
+
+
+def _take_warm(most: int) -> list[_Slot]:
+    """Up to ``most`` slots started by :func:`warm_up` (the others are stopped: no pool will want them)."""
+    with _WARM_LOCK:
+        taken, rest = _WARM[:most], _WARM[most:]
+        _WARM.clear()
+    for slot in rest:
+        threading.Thread(target=slot.retire, daemon=True, name="ampci-pool-retire").start()
+    return taken
 
 
 class LocalPool:
@@ -152,8 +197,11 @@ class LocalPool:
         """Start up to ``workers`` (at most ``jobs``) worker subprocesses now, idle, so that their
         start-up (imports, fork server) overlaps what the caller does before :meth:`submit`."""
         want = min(self.workers, self.workers if jobs is None else max(0, jobs))
+        warm = _take_warm(max(0, want - len(self._idle)))  # started by warm_up() already, if any
         with self._lock:
-            new = []
+            self._slots.extend(warm)
+            self._idle.extend(warm)
+            new = list(warm)  # (their start, if still in progress, is waited for below)
             while len(self._idle) < want:
                 slot = _Slot()
                 self._slots.append(slot)
@@ -233,6 +281,13 @@ class LocalPool:
                 self._job_ended()
 
     def _run_one(self, slot: _Slot, job: Any, worker: str) -> None:
+        from service.orchestration.jobs import (
+            cell_options,
+            complete_job,
+            dispatcher,
+            finish_if_complete,
+            record_crashed,
+        )
         from workers.result import JobResult
 
         pending: bool | None = None  # whether the run still has pending jobs after this one (None: ask)
@@ -332,6 +387,8 @@ class LocalPool:
     def cancel(self) -> None:
         """Stop now (e.g. Ctrl-C): kill the subprocesses, mark unfinished jobs ``cancelled``, finish the run;
         the jobs of adopted runs (:meth:`hand_back_on_cancel`) are handed back instead."""
+        from service.orchestration.jobs import finish_if_complete
+
         self._cancelled.set()
         run_ids = set()
         while True:
