@@ -43,4 +43,4 @@ def register(subparsers: Any) -> None:
                    help="pending, accepted, rejected, failed or duplicate")
     p.add_argument("--limit", type=bounded_int(1, 100_000), default=100)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=cmd_deliveries)
+    p.set_defaults(func=cmd_deliveries, startup_in_command=True)  # open_store ends start-up

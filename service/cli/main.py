@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, NoReturn
 
+from service.cli.startup import pause_gc, startup_complete
+
 COMMAND_MODULES: tuple[str, ...] = (
     "service.cli.convert_cmd",
     "service.cli.sweep_cmd",
@@ -148,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     _ask_json_usage(parser, argv)
     try:
         args = parser.parse_args(argv)
+        if not getattr(args, "startup_in_command", False):
+            startup_complete()  # the collector is on again for the command's own work (service/cli/startup.py)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("ampci: interrupted", file=sys.stderr)
@@ -175,11 +179,17 @@ def _discard_stdout() -> None:
 
 
 def entry() -> None:
-    """Console-script wrapper around :func:`main`.  Once the command returned, every object still alive is
+    """Console-script wrapper around :func:`main`.  Start-up runs with the cyclic garbage collector paused
+    (:mod:`service.cli.startup`: it resumes, start-up's heap frozen, before the command's own work).  Once
+    the command returned, every object still alive is
     frozen out of the garbage collector (:func:`gc.freeze`): the interpreter's exit then skips a last full
     collection over the imported layers (0.3-0.6 s after importing SQLAlchemy, the better part of a short
     query command's exit); atexit handlers, stream flushes and the exit status are as before."""
-    code = main()
+    pause_gc()
+    try:
+        code = main()
+    finally:
+        startup_complete()  # a command that ended before its start-up did: the collector is on again
     import gc
 
     gc.freeze()

@@ -21,18 +21,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.cli.argtypes import bounded_int, dtype_name, one_of, policy_name, target_name
+from service.cli.startup import startup_complete
 from service.errors import ConfigError, UserError
 
 
 def open_store() -> Any:
-    """The Store of this process's settings; the schema must be at head (embedded SQLite is upgraded)."""
+    """The Store of this process's settings; the schema must be at head (embedded SQLite is upgraded).
+    Ends the console script's start-up (:func:`service.cli.startup.startup_complete`) once the store's
+    modules, dialect and driver are imported: the commands that call it register ``startup_in_command``."""
     from service.db.migrate import head, stored_revision  # no Alembic import while the schema is current
     from service.db.store import Store
     from service.settings import Settings, redact_url
 
     settings = Settings.from_env()
     url = settings.effective_database_url
-    store = Store.from_url(url)
+    store = Store.from_url(url)  # loads the database's dialect and driver: the last of start-up
+    startup_complete()  # (service/cli/startup.py) the query's own objects are collected as usual
     at, want = stored_revision(store.engine), head()
     if at != want:
         if not settings.database_url:
@@ -147,11 +151,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--status", type=one_of("run status", _run_states),
                    help="queued, running, complete, partial, failed or cancelled")
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=50)
-    p.set_defaults(func=cmd_runs)
+    p.set_defaults(func=cmd_runs, startup_in_command=True)
 
     p = _common(subparsers.add_parser("run", help="one run: summary and jobs"))
     p.add_argument("run_id", type=record_id("run"), metavar="ID")
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(func=cmd_run, startup_in_command=True)
 
     p = _common(subparsers.add_parser("results", help="stored results, filtered"))
     p.add_argument("--run", type=record_id("run"), dest="run_id")
@@ -160,7 +164,7 @@ def register(subparsers: Any) -> None:
     _cell_filters(p)
     p.add_argument("--status", type=one_of("result status", _result_statuses), help="pass, fail_accuracy, ...")
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=5000)
-    p.set_defaults(func=cmd_results)
+    p.set_defaults(func=cmd_results, startup_in_command=True)
 
     p = _common(subparsers.add_parser("regressions", help="regressions, improvements and flaky cells"))
     p.add_argument("--open", action="store_true", help="only open findings")
@@ -170,36 +174,36 @@ def register(subparsers: Any) -> None:
                    help="only this run; exit 1 if it has open regressions")
     p.add_argument("--category", choices=["regression", "improvement", "flaky"])
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=1000)
-    p.set_defaults(func=cmd_regressions)
+    p.set_defaults(func=cmd_regressions, startup_in_command=True)
 
     p = _common(subparsers.add_parser("compare", help="cell-by-cell comparison of two revisions"))
     p.add_argument("rev_a", metavar="REV_A", type=revision_arg)
     p.add_argument("rev_b", metavar="REV_B", type=revision_arg)
-    p.set_defaults(func=cmd_compare)
+    p.set_defaults(func=cmd_compare, startup_in_command=True)
 
     p = _common(subparsers.add_parser("history", help="a metric of a model over runs, with a plot"))
     p.add_argument("model", metavar="MODEL", type=text_arg("model"))
     _cell_filters(p, dtype_required=True)
     p.add_argument("--metric", type=text_arg("metric", 100), default="cosine")
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=200)
-    p.set_defaults(func=cmd_history)
+    p.set_defaults(func=cmd_history, startup_in_command=True)
 
     p = _common(subparsers.add_parser("ack", help="acknowledge a regression (or mark it a false positive)"))
     p.add_argument("regression_id", type=record_id("regression"), metavar="ID")
     p.add_argument("--false-positive", action="store_true")
     p.add_argument("--by", type=text_arg("by", 200), default=os.environ.get("USER") or None)
     p.add_argument("--note", type=text_arg("note", 2000))
-    p.set_defaults(func=cmd_ack)
+    p.set_defaults(func=cmd_ack, startup_in_command=True)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """List runs."""
+    if not args.json:  # no table, no rich; a table's modules are imported during start-up (before open_store)
+        from service.regressions.render import runs_table
     runs = open_store().list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger, status=args.status)
-    if args.json:  # no table: rich is not imported
+    if args.json:
         emit(args, [r.to_dict() for r in runs])
         return 0
-    from service.regressions.render import runs_table
-
     out = console(args)
     emit(args, [r.to_dict() for r in runs], runs_table(runs, out.width), out=out)
     return 0
@@ -268,14 +272,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Compare two revisions."""
     from service.cli.revision_lookup import resolve_with_results
 
+    if not args.json:  # no table, no rich; a table's modules are imported during start-up (before open_store)
+        from service.regressions.render import compare_table
     store = open_store()  # branch, tag or short sha, like --revision; a revision without results says so
     a, b = resolve_with_results(store, args.rev_a), resolve_with_results(store, args.rev_b)
     rows = store.compare(a, b)
-    if args.json:  # no table: rich is not imported
+    if args.json:
         emit(args, {"a": a, "b": b, "cells": [r.to_dict() for r in rows]})
         return 0
-    from service.regressions.render import compare_table
-
     out = console(args)
     emit(args, {"a": a, "b": b, "cells": [r.to_dict() for r in rows]}, compare_table(rows, a, b, out.width), out=out)
     return 0
