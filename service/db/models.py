@@ -99,7 +99,8 @@ class RevisionParent(Base):
 
 class Run(Base):
     """All jobs of one sweep for one revision.  ``dispatch`` says how its jobs were dispatched when
-    it was created: ``broker`` (also every run older than the column) or ``local``."""
+    it was created: ``broker`` (also every run older than the column) or ``local``; ``local_owner`` is
+    the process running a local run's jobs (:mod:`service.orchestration.orphans`)."""
 
     __table__ = Table(
         "runs", metadata,
@@ -115,6 +116,8 @@ class Run(Base):
         Column("finished_at", TS),
         # a server default, so rows written by code older than the column (and existing rows) are broker
         Column("dispatch", String(16), default="broker", server_default="broker", nullable=False),
+        # local runs: the process running their jobs, {"host", "pid", "start"}; NULL: none (orphans.py)
+        Column("local_owner", JSON(none_as_null=True)),
         Index("ix_runs_revision_created", "revision_sha", "created_at"),
     )
 

@@ -5,11 +5,12 @@ process (``ampci serve`` or ``ampci sweep`` without a broker).  Its jobs live in
 memory queue; if the process stops, nothing else runs them.  This module makes that safe:
 
 * **the owner is recorded**: when a pool takes a run's jobs (:meth:`LocalPool.submit`) it writes
-  ``runs.meta["local_owner"] = {"host", "pid", "start"}`` (``start``: the process's start time, so
-  a recycled pid is not mistaken for the owner) — one UPDATE per submit;
+  ``runs.local_owner = {"host", "pid", "start"}`` (``start``: the process's start time, so a
+  recycled pid is not mistaken for the owner; a column since migration 0007, before it a key of
+  ``runs.meta``) — one UPDATE per submit;
 * **a clean stop hands the jobs back** (:meth:`LocalPool.shutdown`, called by the app's lifespan on
   SIGTERM): the job being run is re-queued (its interrupted attempt not counted), the queued ones
-  stay queued, and ownership is released (``local_owner`` null);
+  stay queued, and ownership is released (``local_owner`` NULL);
 * **the next process resumes them** (:func:`resume_orphans`: ``ampci serve`` at start-up, ``ampci
   reconcile --resume`` without a broker): the jobs of unfinished local runs whose owner was released
   or is a dead process *on this host* are claimed (under a row lock, re-checked, so two resumers
@@ -31,7 +32,7 @@ import sqlalchemy as sa
 
 from service.db import models as m
 
-OWNER_KEY = "local_owner"
+OWNER_KEY = "local_owner"  # the column of runs (migration 0007; a key of runs.meta before it)
 t_run, t_job = m.Run.__table__, m.Job.__table__
 
 
@@ -73,17 +74,14 @@ def owner_state(owner: Any) -> str:
 
 
 def _set_owner(conn: Any, run_ids: list[int], owner: dict[str, Any] | None) -> None:
-    import json
+    conn.execute(t_run.update().where(t_run.c.id.in_(run_ids)).values(local_owner=owner or None))
 
-    value = json.dumps(owner)
-    if conn.dialect.name == "postgresql":
-        stmt = sa.text("UPDATE runs SET meta = (COALESCE(meta::jsonb, '{}'::jsonb) || "
-                       "jsonb_build_object(CAST(:key AS text), CAST(:owner AS jsonb)))::json WHERE id IN :ids")
-    else:
-        stmt = sa.text("UPDATE runs SET meta = json_set(COALESCE(meta, '{}'), '$.' || :key, json(:owner)) "
-                       "WHERE id IN :ids")
-    conn.execute(stmt.bindparams(sa.bindparam("ids", expanding=True)),
-                 {"key": OWNER_KEY, "owner": value, "ids": run_ids})
+
+def owner_of(store: Any, run_id: int) -> dict[str, Any] | None:
+    """The recorded owner of run ``run_id`` (``{"host", "pid", "start"}``), None when nobody owns it."""
+    with store.transaction() as conn:
+        owner = conn.execute(sa.select(t_run.c.local_owner).where(t_run.c.id == run_id)).scalar_one_or_none()
+    return owner if isinstance(owner, dict) and owner else None
 
 
 def claim_runs(store: Any, run_ids: Any, owner: dict[str, Any] | None = None) -> None:
@@ -101,8 +99,8 @@ def release_runs(store: Any, run_ids: Any) -> None:
         return
     mine = me()
     with store.transaction() as conn:
-        rows = conn.execute(sa.select(t_run.c.id, t_run.c.meta).where(t_run.c.id.in_(ids))).all()
-        ours = [r.id for r in rows if _same(((r.meta or {}).get(OWNER_KEY)), mine)]
+        rows = conn.execute(sa.select(t_run.c.id, t_run.c.local_owner).where(t_run.c.id.in_(ids))).all()
+        ours = [r.id for r in rows if _same(r.local_owner, mine)]
         if ours:
             _set_owner(conn, ours, None)
 
@@ -156,12 +154,12 @@ def find_orphans(store: Any, *, include_alive: bool = False) -> list[Orphan]:
             counts.setdefault(run_id, {})[status] = int(n)
         if not counts:
             return []
-        rows = conn.execute(sa.select(t_run.c.id, t_run.c.meta).where(t_run.c.id.in_(sorted(counts)),
-                                                                      t_run.c.dispatch == "local")
+        rows = conn.execute(sa.select(t_run.c.id, t_run.c.local_owner)
+                            .where(t_run.c.id.in_(sorted(counts)), t_run.c.dispatch == "local")
                             .order_by(t_run.c.id)).all()
     out = []
     for r in rows:
-        owner = (r.meta or {}).get(OWNER_KEY)
+        owner = r.local_owner
         state = owner_state(owner)
         if state == "alive" and not include_alive:
             continue
@@ -180,11 +178,10 @@ def resume_orphans(store: Any, pool: Any, *, force: bool = False) -> list[Orphan
         if not (orphan.resumable or (force and orphan.state == "other-host")):
             continue
         with store.transaction() as conn:
-            q = sa.select(t_run.c.meta).where(t_run.c.id == orphan.run_id)
+            q = sa.select(t_run.c.local_owner).where(t_run.c.id == orphan.run_id)
             if conn.dialect.name == "postgresql":
                 q = q.with_for_update()
-            meta = conn.execute(q).scalar_one_or_none() or {}
-            now = owner_state(meta.get(OWNER_KEY))
+            now = owner_state(conn.execute(q).scalar_one_or_none())
             if now == "alive" or (now == "other-host" and not force):
                 continue  # taken meanwhile
             _set_owner(conn, [orphan.run_id], mine)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from service.db import models as m
 from service.orchestration import orphans, scheduler
@@ -50,10 +49,7 @@ class Taken:
 
 def _set_owner(store: Any, run_id: int, owner: Any) -> None:
     with store.transaction() as conn:
-        meta = conn.execute(sa.select(m.Run.__table__.c.meta).where(m.Run.__table__.c.id == run_id)).scalar_one()
-        meta = dict(meta or {})
-        meta[orphans.OWNER_KEY] = owner
-        conn.execute(m.Run.__table__.update().where(m.Run.__table__.c.id == run_id).values(meta=meta))
+        conn.execute(m.Run.__table__.update().where(m.Run.__table__.c.id == run_id).values(local_owner=owner))
 
 
 def test_only_released_or_dead_owners_are_taken_over(db_url: str) -> None:
@@ -88,7 +84,7 @@ def test_only_released_or_dead_owners_are_taken_over(db_url: str) -> None:
         assert sorted(j.run_id for j in pool.jobs) == sorted([runs["dead"]] * 2 + [runs["released"]] * 2)
         (requeued,) = [j for j in store.jobs(runs["dead"]) if j.id == running.id]
         assert requeued.status == "queued" and requeued.attempts == 1  # the dead worker's attempt counts
-        assert store.get_run(runs["dead"]).meta[orphans.OWNER_KEY]["pid"] == os.getpid()
+        assert orphans.owner_of(store, runs["dead"])["pid"] == os.getpid()
         assert orphans.resume_orphans(store, Taken()) == []  # now this live process owns them
         assert {o.run_id for o in orphans.resume_orphans(store, Taken(), force=True)} == {runs["other"]}
     finally:
@@ -103,7 +99,7 @@ def test_shutdown_requeues_the_running_job_and_the_next_pool_finishes_the_run(tm
     run_id = store.create_run(key, "manual", None, "t", CELLS)
     pool = scheduler.LocalPool(settings, store, workers=1)
     pool.submit(store.jobs(run_id))
-    assert store.get_run(run_id).meta[orphans.OWNER_KEY]["pid"] == os.getpid()  # the owner is recorded
+    assert orphans.owner_of(store, run_id)["pid"] == os.getpid()  # the owner is recorded
     deadline = time.monotonic() + 90
     while not (any(j.status == "running" for j in store.jobs(run_id)) and pool._slots
                and pool._slots[0].proc is not None):
@@ -112,7 +108,7 @@ def test_shutdown_requeues_the_running_job_and_the_next_pool_finishes_the_run(tm
     pool.shutdown()
     jobs = store.jobs(run_id)
     assert {j.status for j in jobs} == {"queued"} and {j.attempts for j in jobs} == {0}, jobs
-    assert store.get_run(run_id).meta[orphans.OWNER_KEY] is None  # released
+    assert orphans.owner_of(store, run_id) is None  # released
     assert store.get_run(run_id).finished_at is None
 
     # `ampci reconcile` without a broker lists them
@@ -167,7 +163,7 @@ def test_the_app_hands_local_jobs_back_on_stop_and_resumes_them_on_start(tmp_pat
         # the lifespan's end (SIGTERM) handed the running job back and released the run
         jobs = store.jobs(run_id)
         assert {j.status for j in jobs} <= {"queued", "done"} and "queued" in {j.status for j in jobs}, jobs
-        assert store.get_run(run_id).meta[orphans.OWNER_KEY] is None
+        assert orphans.owner_of(store, run_id) is None
         dispatch._LOCAL_POOLS.clear()  # the next "process" gets a fresh pool
         with TestClient(create_app(settings)):
             run = scheduler.wait_for_run(store, run_id, timeout=240)
@@ -231,7 +227,7 @@ def test_sigterm_to_an_embedded_serve_then_a_restart_leaves_no_job_behind(pg_url
     jobs = store.jobs(run_id)
     assert "running" not in {j.status for j in jobs}, jobs
     assert "queued" in {j.status for j in jobs}
-    assert store.get_run(run_id).meta[orphans.OWNER_KEY] is None  # handed back
+    assert orphans.owner_of(store, run_id) is None  # handed back
     assert "Traceback" not in (tmp_path / "first.log").read_text()
 
     second, _ = serve(tmp_path / "second.log")

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from service.db import models as m
 from service.orchestration import orphans, scheduler
@@ -52,9 +51,7 @@ def _sweep(tmp_path: Path, log: Path) -> subprocess.Popen[bytes]:
 
 
 def _owner(store: Any, run_id: int) -> Any:
-    with store.transaction() as conn:
-        meta = conn.execute(sa.select(m.Run.__table__.c.meta).where(m.Run.__table__.c.id == run_id)).scalar_one()
-    return (meta or {}).get(orphans.OWNER_KEY)
+    return orphans.owner_of(store, run_id)
 
 
 def test_a_sweep_adopts_a_killed_sweeps_jobs_but_never_a_live_owners(tmp_path: Path) -> None:
@@ -91,8 +88,8 @@ def test_a_sweep_adopts_a_killed_sweeps_jobs_but_never_a_live_owners(tmp_path: P
                                     [("conv_net", "fp16", "default", "cpu")], dispatch="local")
         with store.transaction() as conn:
             conn.execute(m.Run.__table__.update().where(m.Run.__table__.c.id == live_run).values(
-                meta={orphans.OWNER_KEY: {"host": socket.gethostname(), "pid": sleeper.pid,
-                                          "start": orphans._start_time(sleeper.pid)}}))
+                local_owner={"host": socket.gethostname(), "pid": sleeper.pid,
+                             "start": orphans._start_time(sleeper.pid)}))
 
         second = _sweep(tmp_path, tmp_path / "second.log")
         procs.append(second)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -182,5 +183,60 @@ def test_0003_records_run_dispatch_and_existing_runs_are_broker(db_url: str) -> 
         engine.dispose()
         assert migrate.upgrade(db_url) == HEAD and drift(db_url) == []
         assert set(_dispatch_by_sweep(engine).values()) == {"broker"}  # what 0002 cannot hold is gone
+    finally:
+        engine.dispose()
+
+
+def test_0007_moves_the_local_owner_from_meta_to_its_column_and_back(db_url: str) -> None:
+    """0006 → 0007 moves ``runs.meta["local_owner"]`` to ``runs.local_owner`` (out of meta, the rest of
+    meta kept; an empty owner becomes NULL); going back to 0006 puts it back in meta and drops the column."""
+    from service.orchestration import orphans
+
+    rev = "b" * 40
+    owner = {"host": "h1", "pid": 4242, "start": "99"}
+    metas = {"owned": {"local_owner": owner, "cell_defaults": {"repeats": 6}}, "released": {"local_owner": None},
+             "plain": {"requested_revision": "HEAD"}}
+    migrate.upgrade(db_url, "0006")
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO revisions (sha, parents, created_at) "
+                                 "VALUES (:s, '[]', CURRENT_TIMESTAMP)"), {"s": rev})
+            for sweep, meta in metas.items():
+                conn.execute(sa.text("INSERT INTO runs (revision_sha, trigger, status, sweep, meta, created_at, "
+                                     "dispatch) VALUES (:s, 'manual', 'queued', :sweep, :meta, CURRENT_TIMESTAMP, "
+                                     "'local')"), {"s": rev, "sweep": sweep, "meta": json.dumps(meta)})
+
+        def rows() -> dict[str, tuple[Any, Any]]:
+            with engine.connect() as conn:
+                cols = {c["name"] for c in sa.inspect(conn).get_columns("runs")}
+                q = f"SELECT sweep, meta{', local_owner' if 'local_owner' in cols else ''} FROM runs"
+                out = {}
+                for r in conn.execute(sa.text(q)):
+                    meta = json.loads(r[1]) if isinstance(r[1], str) else r[1]
+                    value = r[2] if len(r) > 2 else "no column"
+                    out[r[0]] = (meta, json.loads(value) if isinstance(value, str) and value != "no column"
+                                 else value)
+            engine.dispose()
+            return out
+
+        assert migrate.upgrade(db_url) == HEAD and drift(db_url) == []
+        got = rows()
+        assert got["owned"] == ({"cell_defaults": {"repeats": 6}}, owner)
+        assert got["released"] == ({}, None) and got["plain"] == ({"requested_revision": "HEAD"}, None)
+        from service.db import Store
+
+        store = Store(engine)
+        ids = {r.sweep: r.id for r in store.list_runs(limit=10)}
+        assert orphans.owner_of(store, ids["owned"]) == owner and orphans.owner_of(store, ids["plain"]) is None
+        found = {o.run_id: o.state for o in orphans.find_orphans(store, include_alive=True)}
+        assert found == {}  # no pending jobs: nothing to adopt
+        engine.dispose()
+
+        assert migrate.downgrade(db_url, "0006") == "0006"
+        got = rows()
+        assert got["owned"] == ({"cell_defaults": {"repeats": 6}, "local_owner": owner}, "no column")
+        assert got["plain"] == ({"requested_revision": "HEAD"}, "no column")
+        assert migrate.upgrade(db_url) == HEAD and rows()["owned"][1] == owner
     finally:
         engine.dispose()
