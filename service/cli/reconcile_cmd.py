@@ -19,7 +19,8 @@ Redis) and nothing is sent.
 Without ``AMPCI_BROKER_URL`` it lists the unfinished local runs with queued or running jobs and
 their owning process (released by a clean stop, dead, alive, or on another host); ``--resume`` runs
 the jobs of those whose process stopped or died (``--force``: also another host's) on a local pool
-here until they are done.  ``ampci serve`` without a broker resumes them by itself when it starts.
+here until they are done.  ``ampci serve`` without a broker resumes them by itself when it starts, and
+``ampci sweep`` without a broker adopts them beside its own run.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ of the sweep it runs the baseline revision for those cells first (as ``asv conti
 or Celery when ``AMPCI_BROKER_URL`` is set), shows live progress on stderr (jobs done/failed, ETA),
 waits, prints the result table and the regressions against the baseline, and exits 1 when there are
 any, or when a cell with no baseline result fails (a CI gate: :mod:`service.regressions.gate`).
+
+Embedded mode also adopts the jobs of local runs whose owning process is gone (a stopped or killed
+``ampci serve`` or ``sweep`` on this host; a live owner's never): they run after this sweep's own jobs,
+stay out of its gate, are listed as ``adopted_runs`` in ``--json``, and are handed back on Ctrl-C.
 """
 
 from __future__ import annotations
