@@ -8,7 +8,7 @@ imports nothing from ``workers``.  Protocol, one JSON object per line:
 - worker -> zygote: ``{"argv": [...], "stdout": PATH, "stderr": PATH, "memory": BYTES}``;
 - zygote -> worker: ``{"pid": CHILD}`` at once, then ``{"pid": CHILD, "code": N, "cpu_s": S}`` or
   ``{"pid": CHILD, "signal": N}`` when the child ends (``cpu_s``: the user + system CPU seconds the child
-  spent from receiving its request to its exit, all its threads, as ``os.times`` counts them in the child).
+  spent from receiving its request to its exit, all its threads, as ``getrusage`` counts them in the child).
 
 The zygote is either this script (a fresh interpreter: the fallback) or, when its worker started a
 fork server (:func:`workers.zygotes.start_forkserver`), a process forked from that preloaded server
@@ -34,10 +34,11 @@ import traceback
 
 
 def _cpu_seconds(since=None):
-    """User + system CPU seconds of this process (all its threads), less those of ``since`` (an ``os.times``)."""
-    t = os.times()
-    spent = t.user + t.system
-    return spent - (since.user + since.system) if since is not None else spent
+    """User + system CPU seconds of this process (all its threads; ``getrusage``: microseconds, where
+    ``os.times`` counts 10 ms clock ticks), less ``since`` (an earlier value of this function)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    spent = ru.ru_utime + ru.ru_stime
+    return spent - since if since is not None else spent
 
 
 def _child(req, done_fd, started=None):
@@ -105,7 +106,7 @@ def _prefork():
         os.close(done_r)
         os.setsid()
         data = _read_all(req_r)
-        started = os.times()  # the conversion's CPU time starts with its request, not with the fork
+        started = _cpu_seconds()  # the conversion's CPU time starts with its request, not with the fork
         os.close(req_r)
         if not data.strip():
             os._exit(0)

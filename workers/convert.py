@@ -27,10 +27,11 @@ DEFAULT_PASS_ROOT = Path(__file__).resolve().parents[1]
 #: Cold-path entry: ``python -m amp_pass`` after removing setuptools' editable-install finders, which
 #: would otherwise fill modules missing from the pass root's ``amp_pass`` with this checkout's.
 _ISOLATED_MAIN = (
-    "import atexit, os, runpy, sys\n"
+    "import atexit, os, resource, runpy, sys\n"
     "_cpu_file = os.environ.pop('AMPCI_CPU_REPORT', '')\n"
     "if _cpu_file:\n"
-    "    atexit.register(lambda: open(_cpu_file, 'w').write(repr(sum(os.times()[:2]))))\n"
+    "    _ru = lambda: resource.getrusage(resource.RUSAGE_SELF)\n"
+    "    atexit.register(lambda: open(_cpu_file, 'w').write(repr(_ru().ru_utime + _ru().ru_stime)))\n"
     "sys.meta_path[:] = [f for f in sys.meta_path\n"
     "                    if not (getattr(f, '__module__', '') or '').startswith('__editable__')]\n"
     "runpy.run_module('amp_pass', run_name='__main__', alter_sys=True)\n"
