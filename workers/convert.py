@@ -162,6 +162,34 @@ def reference_workload(src: Path, scratch: Path) -> float:
     return time.perf_counter() - start
 
 
+def pass_env(root: Path) -> dict[str, str]:
+    """The environment a conversion of the pass under ``root`` runs in (warm or cold): this process's, with
+    ``root`` first on ``PYTHONPATH``, no bytecode written into the worktree, one BLAS/OpenMP thread."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(root), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, "1")
+    return env
+
+
+def prewarm(pass_root: Path | None) -> bool:
+    """Start the conversion zygote of ``pass_root`` (default: this checkout) now, as the first warm conversion
+    would (same environment: it is the one that conversion then uses), so that it imports the pass while the
+    caller does something else.  True when a zygote is up; False (nothing raised) when none could start --
+    the conversion then reports why, as it would have."""
+    root = Path(pass_root) if pass_root else DEFAULT_PASS_ROOT
+    if not (root / "amp_pass").is_dir():
+        return False
+    from workers.zygotes import ZygoteUnavailable, zygote_for
+
+    try:
+        zygote_for(root, pass_env(root))
+    except ZygoteUnavailable:
+        return False
+    return True
+
+
 def _convert_once(src: Path, dst: Path, report: Path, dtype: str, policy: str, target: str,
                   pass_root: Path | None, timeout_s: float, memory_bytes: int, warm: bool,
                   inputs: Path | None, tolerance: str | None) -> ConvertOutcome:
@@ -169,11 +197,7 @@ def _convert_once(src: Path, dst: Path, report: Path, dtype: str, policy: str, t
     root = Path(pass_root) if pass_root else DEFAULT_PASS_ROOT
     if not (root / "amp_pass").is_dir():
         return ConvertOutcome("convert_error", f"pass root {root} has no amp_pass package")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(root), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env.setdefault(var, "1")
+    env = pass_env(root)
     argv = ["convert", str(src), "-o", str(dst), "--dtype", dtype, "--policy", policy, "--target", target,
             "--report", str(report)]
     cmd, cwd = [sys.executable, "-c", _ISOLATED_MAIN, *argv], root

@@ -24,23 +24,47 @@ def _slot_main(conn: Any) -> None:
     """Body of one local worker subprocess: run requested cells one at a time until told to stop.
 
     First, while it has one thread, it forks its conversion fork server (numpy, onnx and onnx_ir
-    imported once: :func:`workers.zygotes.start_forkserver`), then imports the job code once for all
-    its jobs."""
+    imported once: :func:`workers.zygotes.start_forkserver`).  Then it imports the job code once for all
+    its jobs, in a thread, while it waits for its first request and starts that request's revision's
+    conversion zygote (:func:`_prewarm`): the zygote imports the pass in its own process while this one
+    imports onnxruntime, instead of after it, on the first job's path."""
+    import importlib
+
     from workers.zygotes import start_forkserver
 
     start_forkserver()
-    import workers.job  # noqa: F401 - onnxruntime and the job code, once per worker, before its first job
+    # onnxruntime and the job code, once per worker, before its first job
+    importer = threading.Thread(target=importlib.import_module, args=("workers.job",), daemon=True)
+    importer.start()
+    try:
+        request = conn.recv()
+    except EOFError:
+        return
+    if request is not None:
+        _prewarm(request)
+    importer.join()
     from workers.cell import run_cell  # the only place the service side reaches job code
 
-    while True:
+    while request is not None:
+        cell, revision, config, options = request
+        conn.send(run_cell(tuple(cell), revision, config, options).to_json())
         try:
             request = conn.recv()
         except EOFError:
             return
-        if request is None:
-            return
-        cell, revision, config, options = request
-        conn.send(run_cell(tuple(cell), revision, config, options).to_json())
+
+
+def _prewarm(request: tuple[Any, ...]) -> None:
+    """Start the conversion zygote of ``request``'s revision (the first job's conversion then finds it up);
+    any failure is left for the job to meet and report."""
+    try:
+        from workers.convert import prewarm
+        from workers.revisions import RevisionCache
+
+        _, revision, config, _ = request
+        prewarm(RevisionCache.from_config(config).checkout(revision))
+    except Exception:  # noqa: BLE001 - the job reports what went wrong
+        pass
 
 
 class _SlotDied(Exception):
