@@ -6,9 +6,11 @@ Seeds a fresh PostgreSQL database (dropped at the end) with ``bench/bench_querie
 (200 revisions x 500 cells = 100,000 results by default), then times, round after round and in
 alternation so that load on the machine hits every command alike, the whole processes
 
-    python -c pass                    (anchor of ``ampci --help``)
+    python -c pass                    (anchor of ``ampci --help``, ``convert --help`` and ``zoo list``)
     python -c "import sqlalchemy"     (anchor of the query commands)
     ampci --help
+    ampci convert --help              (its options are declared without importing onnx: issue 25)
+    ampci zoo list                    (the manifests are read without numpy)
     ampci runs --json
     ampci compare REV_A REV_B
     ampci runs --json                 (embedded mode: a new, empty SQLite under AMPCI_DATA_DIR)
@@ -18,7 +20,7 @@ its modules are imported (opening the store, the schema check, the Store calls a
 output: JSON, or the rich table of 500 cells), output thrown away.  Prints medians, ratios and
 PASS/FAIL per target:
 
-    ampci --help       <= 3 x (python -c pass) + 0.1 s
+    ampci --help       <= 3 x (python -c pass) + 0.1 s   (and ``convert --help``, ``zoo list``, the same)
     ampci runs --json  <= 1.5 x (python -c "import sqlalchemy") + the query itself
     ampci compare      <= 1.5 x (python -c "import sqlalchemy") + the query itself
     (and ``runs --json`` on the embedded SQLite, the same)
@@ -35,7 +37,8 @@ checkout's own modules would otherwise be compiled from source in every process,
 
 Exit 1 when a target is missed or a command fails.  ``--quick`` (seconds: 3 revisions x 10 cells, 3
 rounds) checks what must hold on any machine: each command exits 0, ``runs --json`` lists the seeded
-runs, ``compare`` names both revisions, ``--help`` lists every command; the timing table is printed
+runs, ``compare`` names both revisions, ``--help`` lists every command, ``convert --help`` its auto options,
+``zoo list`` the smoke models; the timing table is printed
 but not judged (three rounds on a busy machine are not a measurement).
 """
 
@@ -66,6 +69,8 @@ from service.db.migrate import upgrade  # noqa: E402
 HELP_FACTOR, HELP_SLACK_S = 3.0, 0.1
 QUERY_FACTOR = 1.5
 EMBEDDED = "ampci runs --json (embedded SQLite, empty)"
+#: judged as ``ampci --help`` is: they answer from the parser or a manifest and import no model stack
+HELP_LIKE = ("ampci --help", "ampci convert --help", "ampci zoo list")
 
 
 def ampci_argv() -> list[str]:
@@ -150,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         commands: dict[str, tuple[list[str], dict[str, str]]] = {
             "python -c pass": ([py, "-c", "pass"], on_pg),
             "ampci --help": ([*ampci_argv(), "--help"], on_pg),
+            "ampci convert --help": ([*ampci_argv(), "convert", "--help"], on_pg),
+            "ampci zoo list": ([*ampci_argv(), "zoo", "list"], embedded),
             'python -c "import sqlalchemy"': ([py, "-c", "import sqlalchemy"], on_pg),
             "ampci runs --json": ([*ampci_argv(), "runs", "--json"], on_pg),
             "ampci compare A B": ([*ampci_argv(), "compare", rev_a, rev_b], on_pg),
@@ -181,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
             missing = [c for c in COMMANDS if c not in last["ampci --help"].stdout]
             if missing:
                 failures.append(f"`ampci --help` does not list {missing}")
+            if "--calibration-data" not in last["ampci convert --help"].stdout:
+                failures.append("`ampci convert --help` does not list --calibration-data")
+            if "smoke" not in last["ampci zoo list"].stdout:
+                failures.append("`ampci zoo list` lists no smoke model")
             if json.loads(last[EMBEDDED].stdout) != []:
                 failures.append("`ampci runs --json` on a new embedded SQLite is not []")
         q_runs = in_process(in_process_command(on_pg, ["runs", "--json"]), args.rounds)
@@ -198,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     for kind, samples, index, judged in (("wall", times, 0, True), ("CPU (user + system)", cpu_times, 1, False)):
         med = {name: statistics.median(ts) for name, ts in samples.items()}
         bare, sqla = med["python -c pass"], med['python -c "import sqlalchemy"']
-        targets = [("ampci --help", "python -c pass", bare, HELP_FACTOR * bare + HELP_SLACK_S,
-                    f"<= {HELP_FACTOR:g} x anchor + {HELP_SLACK_S:g} s")]
+        targets = [(name, "python -c pass", bare, HELP_FACTOR * bare + HELP_SLACK_S,
+                    f"<= {HELP_FACTOR:g} x anchor + {HELP_SLACK_S:g} s") for name in HELP_LIKE]
         targets += [(name, 'python -c "import sqlalchemy"', sqla, QUERY_FACTOR * sqla + q[index],
                      f"<= {QUERY_FACTOR:g} x anchor + query {q[index] * 1000:.0f} ms") for name, q in queries.items()]
         print(f"\n{kind} seconds{'' if judged else ' (printed, not judged: what the commands cost on a busy machine)'}")
