@@ -18,12 +18,14 @@ from service.cli.query_cmd import emit, open_store
 def cmd_deliveries(args: argparse.Namespace) -> int:
     """List deliveries (an unknown ``--status`` is a one-line error, exit 2)."""
     from rich.table import Table
+    from rich.text import Text
 
     rows = open_store().list_deliveries(status=args.status, limit=args.limit)
     table = Table("delivery", "event", "status", "run", "received (UTC)", "reason")
     for d in rows:
-        table.add_row(d.delivery_id, d.event, d.status, str(d.run_id or ""),
-                      d.received_at.strftime("%Y-%m-%d %H:%M:%S"), (d.reason or "")[:120])
+        table.add_row(*(Text(cell) for cell in (  # stored text is text, never rich markup ("[/x]")
+            d.delivery_id, d.event, d.status, str(d.run_id or ""), d.received_at.strftime("%Y-%m-%d %H:%M:%S"),
+            (d.reason or "")[:120])))
     emit(args, [d.to_dict() for d in rows], table if rows else "no deliveries")
     return 0
 

@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from rich.table import Table
+from rich.text import Text
 
 from service.db.records import CompareRow, HistoryPoint, JobInfo, RegressionInfo, ResultRow, RunInfo
 
@@ -46,15 +47,16 @@ NARROW = 120
 
 
 def _table(title: str, columns: Sequence[tuple[str, str]], rows: Iterable[Mapping[str, str]]) -> Table:
-    """A table of ``columns`` (name, kind) whose rows map column names to text.  Kind ``text`` folds
+    """A table of ``columns`` (name, kind) whose rows map column names to text, printed as it is (never
+    read as rich markup).  Kind ``text`` folds
     onto more lines when the console is too narrow (never ``mini…``); ``num`` never wraps (numbers
     stay whole); ``id`` is a right-aligned number."""
     t = Table(title=title)
     for name, kind in columns:
         t.add_column(name, justify="right" if kind == "id" else "left", no_wrap=kind != "text",
                      overflow="fold", min_width=len(name) if kind != "text" else None)
-    for row in rows:
-        t.add_row(*(row[name] for name, _ in columns))
+    for row in rows:  # stored text is text: rich would read "[/x]" or "[bold]" in a model name as markup
+        t.add_row(*(Text(row[name]) for name, _ in columns))
     return t
 
 
