@@ -101,6 +101,10 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     return schedule
 
 
+#: How long a new pool child may take to start (preloading the job code) before Celery kills it.
+PROC_ALIVE_TIMEOUT_S = 120.0
+
+
 def declared_queue(name: str) -> Queue:
     """The queue ``name`` bound to a direct exchange of its own with its own name as routing key.  A bare
     ``Queue(name)`` gets Celery's defaults (``task_default_queue``: exchange ``cpu``, key ``cpu``) for every
@@ -121,6 +125,10 @@ def make_app(settings: Settings) -> Celery:
         task_acks_on_failure_or_timeout=True,   # a job that *fails* is recorded, not redelivered
         worker_prefetch_multiplier=1,
         worker_max_tasks_per_child=200,          # bound slow leaks of onnxruntime arenas
+        # a pool child preloads numpy/onnx/onnx_ir (its conversion fork server) and onnxruntime before it
+        # reports up (service.orchestration.tasks.preload_job_code): 4-8 s on a busy 2-core machine, where
+        # Celery's default of 4 s SIGKILLed every new child, so the worker never ran a job again
+        worker_proc_alive_timeout=PROC_ALIVE_TIMEOUT_S,
         task_soft_time_limit=soft,
         task_time_limit=hard,
         broker_transport_options=transport_options(settings),

@@ -4,7 +4,8 @@ Started as ``celery -A tests.distributed.hook_app worker``.  Models named ``noop
 job's revision for real and then return a ``pass`` result after ``AMPCI_TEST_NOOP_DELAY`` seconds
 (no onnxruntime); models named ``poison_*`` kill the worker process running them (SIGKILL), every
 time.  Every other model runs the real job.  ``AMPCI_TEST_IGNORE_SOFT_LIMIT=1`` makes noop jobs
-ignore the soft time limit, so only the hard limit stops them.
+ignore the soft time limit, so only the hard limit stops them.  ``AMPCI_TEST_CHILD_INIT_DELAY`` makes each pool
+child sleep that many seconds more in its start-up (after the job code's preload), as a slow machine does.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import os
 import signal
 import time
 from typing import Any
+
+from celery.signals import worker_process_init
 
 from service.orchestration import tasks
 from service.orchestration.celery_app import app  # noqa: F401  - `celery -A` looks for `app`
@@ -48,6 +51,11 @@ def _sleep(seconds: float) -> None:
         except SoftTimeLimitExceeded:
             if os.environ.get("AMPCI_TEST_IGNORE_SOFT_LIMIT") != "1":
                 raise
+
+
+@worker_process_init.connect
+def _slow_child_start(**_: Any) -> None:
+    time.sleep(float(os.environ.get("AMPCI_TEST_CHILD_INIT_DELAY", "0")))
 
 
 tasks.run_cell = run_cell

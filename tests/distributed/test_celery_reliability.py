@@ -91,6 +91,23 @@ def test_redis_restart_while_jobs_are_queued_loses_nothing(
     assert len(counts) == len(models) and set(counts.values()) == {1}
 
 
+def test_a_pool_child_that_starts_slowly_still_runs_the_jobs(cluster_settings, start_worker) -> None:
+    """A pool child preloads the job code before it reports up, which takes seconds on a busy machine.
+    Celery gives a replacement child (after a crash, or after ``worker_max_tasks_per_child`` jobs) 4 s by
+    default and then SIGKILLs it, again and again: the worker never ran a job again.  Here every child
+    starts in 6 s and the poison job kills each one it reaches."""
+    w = start_worker("wslow", extra_env={"AMPCI_TEST_CHILD_INIT_DELAY": "6"})
+    w.wait_ready()
+    cfg, catalog = _sweep(["poison_pill", "noop_a"])
+    store = open_store(cluster_settings)
+    started = start_sweep(cluster_settings, cfg, "main", catalog=catalog, store=store)
+    run = wait_for_run(store, started.run_id, timeout=240)
+    jobs = {j.model: j for j in store.jobs(started.run_id)}
+    assert jobs["noop_a"].status == "done" and jobs["poison_pill"].status == "crashed"
+    assert run.status == "partial"
+    assert "Timed out waiting for UP message" not in w.log.read_text()
+
+
 def test_poison_job_ends_crashed_while_others_complete(cluster_settings, start_worker) -> None:
     workers = [start_worker(f"wp{i}", extra_env={"AMPCI_TEST_NOOP_DELAY": "0.1"}) for i in range(2)]
     for w in workers:
