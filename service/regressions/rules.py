@@ -335,7 +335,11 @@ def latency_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, 
         # job's conditions, so a run-to-run swing the baseline itself shows is not a change of the model
         return []
     severity = "info" if category == "improvement" else ("major" if ratio > 1.5 else "minor")
-    detail = (f"p50 {ma_raw:.4g} ms -> {mb_raw:.4g} ms (x{ratio:.2f} {unit}, n={len(a)}/{len(b)}, "
+    # with CPU ratios, the converted model's CPU p50s too: the wall p50s of two jobs measured under different
+    # load can move either way whatever the model did
+    cpu = (f"; CPU {statistics.median(base.cpu_latency_samples):.4g} ms -> "
+           f"{statistics.median(new.cpu_latency_samples):.4g} ms" if ca and cb else "")
+    detail = (f"p50 {ma_raw:.4g} ms -> {mb_raw:.4g} ms{cpu} (x{ratio:.2f} {unit}, n={len(a)}/{len(b)}, "
               f"Mann-Whitney p={p:.2g})")
     return [Finding("latency", category, severity, "latency_p50_ms", ma_raw, mb_raw, detail, p)]
 

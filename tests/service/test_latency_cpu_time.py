@@ -38,6 +38,8 @@ def test_cpu_time_ratios_show_a_20_percent_slowdown_that_wall_time_hides() -> No
     (f,) = latency_rule(base, new, TH, "m", "fp16")
     assert (f.kind, f.category) == ("latency", "regression")
     assert "CPU time relative to fp32" in f.detail and "x1.2" in f.detail
+    cpu_p50s = statistics.median(base.cpu_latency_samples), statistics.median(new.cpu_latency_samples)
+    assert f"; CPU {cpu_p50s[0]:.4g} ms -> {cpu_p50s[1]:.4g} ms (" in f.detail  # the work, beside the wall p50s
     assert f.baseline_value == pytest.approx(statistics.median(base.latency_samples))  # p50s stay wall time
     # the same jobs without their CPU samples: wall-time ratios alone are far from significant
     assert latency_rule(_busy(1.0, 1, cpu=False), _busy(1.2, 2, cpu=False), TH, "m", "fp16") == []
