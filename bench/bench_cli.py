@@ -15,8 +15,9 @@ alternation so that load on the machine hits every command alike, the whole proc
     ampci compare REV_A REV_B
     ampci runs --json                 (embedded mode: a new, empty SQLite under AMPCI_DATA_DIR)
 
-and, in this process, "the query itself" of each query command: the same command run in-process once
-its modules are imported (opening the store, the schema check, the Store calls and formatting the
+and, in this process and in the same rounds, "the query itself" of each query command: the same command
+run in-process once its modules are imported (this process's heap frozen out of the collector, as the
+command's start-up heap is) (opening the store, the schema check, the Store calls and formatting the
 output: JSON, or the rich table of 500 cells), output thrown away.  Prints medians, ratios and
 PASS/FAIL per target:
 
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import resource
@@ -92,16 +94,11 @@ def run_timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, subpr
     return time.perf_counter() - t, _children_cpu() - cpu, proc
 
 
-def in_process(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
-    """Median wall seconds and median CPU seconds (this process's) of ``fn`` after one warm-up call."""
+def timed_call(fn: Callable[[], object]) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (this process's) of one call of ``fn``."""
+    c, t = time.process_time(), time.perf_counter()
     fn()
-    times, cpu_times = [], []
-    for _ in range(rounds):
-        c, t = time.process_time(), time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-        cpu_times.append(time.process_time() - c)
-    return statistics.median(times), statistics.median(cpu_times)
+    return time.perf_counter() - t, time.process_time() - c
 
 
 def in_process_command(environ: dict[str, str], argv: list[str]) -> Callable[[], object]:
@@ -162,9 +159,18 @@ def main(argv: list[str] | None = None) -> int:
             "ampci compare A B": ([*ampci_argv(), "compare", rev_a, rev_b], on_pg),
             EMBEDDED: ([*ampci_argv(), "runs", "--json"], embedded),
         }
+        # "the query itself": each query command called in this process, in the same rounds as the
+        # processes (the same load), after round 0 imported its modules; this process's own heap (the
+        # seeding's) frozen out of the collector, as a command's start-up heap is (service/cli/startup.py)
+        in_proc = {"ampci runs --json": in_process_command(on_pg, ["runs", "--json"]),
+                   "ampci compare A B": in_process_command(on_pg, ["compare", rev_a, rev_b]),
+                   EMBEDDED: in_process_command(embedded, ["runs", "--json"])}
+        q_times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in in_proc}
         times: dict[str, list[float]] = {name: [] for name in commands}
         cpu_times: dict[str, list[float]] = {name: [] for name in commands}
         last: dict[str, subprocess.CompletedProcess[str]] = {}
+        gc.collect()
+        gc.freeze()
         for i in range(args.rounds + 1):  # round 0 warms the page cache, writes the bytecode and creates the
             order = list(commands) if i % 2 else list(reversed(commands))  # SQLite: not counted; alternate
             for name in order:                                              # who goes first
@@ -174,6 +180,12 @@ def main(argv: list[str] | None = None) -> int:
                     times[name].append(seconds)
                     cpu_times[name].append(cpu)
                 last[name] = proc
+            for name, fn in in_proc.items():
+                seconds, cpu = timed_call(fn)
+                if i:
+                    q_times[name][0].append(seconds)
+                    q_times[name][1].append(cpu)
+        gc.unfreeze()
         for name, proc in last.items():
             if proc.returncode != 0:
                 failures.append(f"`{name}` exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
@@ -194,9 +206,6 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append("`ampci zoo list` lists no smoke model")
             if json.loads(last[EMBEDDED].stdout) != []:
                 failures.append("`ampci runs --json` on a new embedded SQLite is not []")
-        q_runs = in_process(in_process_command(on_pg, ["runs", "--json"]), args.rounds)
-        q_compare = in_process(in_process_command(on_pg, ["compare", rev_a, rev_b]), args.rounds)
-        q_embedded = in_process(in_process_command(embedded, ["runs", "--json"]), args.rounds)
     finally:
         drop_database(args.admin_url, url)
         embedded_dir.cleanup()
@@ -205,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     n_results = args.revisions * args.cells
     print(f"{n_results:,} results on PostgreSQL (and an empty embedded SQLite); {args.rounds} alternating rounds, "
           f"medians; load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min) on {os.cpu_count()} CPUs")
-    queries = {"ampci runs --json": q_runs, "ampci compare A B": q_compare, EMBEDDED: q_embedded}
+    queries = {name: (statistics.median(w), statistics.median(c)) for name, (w, c) in q_times.items()}
     for kind, samples, index, judged in (("wall", times, 0, True), ("CPU (user + system)", cpu_times, 1, False)):
         med = {name: statistics.median(ts) for name, ts in samples.items()}
         bare, sqla = med["python -c pass"], med['python -c "import sqlalchemy"']
