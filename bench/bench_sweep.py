@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -123,6 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="seconds: warm-up + one smoke sweep; invariants only")
     args = ap.parse_args(argv)
     data_dir = Path(tempfile.mkdtemp(prefix="ampci-bench-sweep-"))
+    try:
+        return _measure(args, data_dir)
+    finally:  # its SQLite database and revision worktrees
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _measure(args: argparse.Namespace, data_dir: Path) -> int:
+    """The sweeps and the table of :func:`main`, with scratch data under ``data_dir``."""
     problems: list[str] = []
     smoke = ["--sweep", "smoke"]
     if args.quick:  # one small cell instead of the smoke sweep's six
