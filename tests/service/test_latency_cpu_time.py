@@ -147,3 +147,24 @@ def test_detection_reads_the_stored_cpu_samples(store: Store) -> None:
     slow = run_with(store, shas[1], [result(1.2, 2)])
     (reg,) = store.regressions(run_id=slow)
     assert reg.kind == "latency" and "CPU time relative to fp32" in reg.detail
+
+
+def test_a_ratio_moved_only_by_the_fp32_reference_is_no_finding() -> None:
+    # run (a) of bench_verdicts: a tiny fp32 model (12 us of CPU) took 29 us with other jobs thrashing the caches,
+    # while the unchanged converted model went 0.84 -> 0.94 ms: the ratio halved, the model did not get faster
+    rng = random.Random(11)
+
+    def job(conv_ms: float, fp32_ms: float) -> CellSample:
+        conv = tuple(conv_ms * (1 + rng.uniform(-0.02, 0.02)) for _ in range(20))
+        fp32 = tuple(fp32_ms * (1 + rng.uniform(-0.02, 0.02)) for _ in range(20))
+        return CellSample(status="pass", latency_samples=conv, fp32_latency_samples=fp32, cpu_latency_samples=conv,
+                          fp32_cpu_latency_samples=fp32, env_fingerprint="e")
+
+    quiet, busy = job(0.84, 0.012), job(0.94, 0.029)
+    assert statistics.median(relative_cpu_latency(busy)) / statistics.median(relative_cpu_latency(quiet)) < 0.5
+    assert latency_rule(quiet, busy, TH, "m", "fp16") == []   # no improvement
+    assert latency_rule(job(0.94, 0.029), job(0.84, 0.012), TH, "m", "fp16") == []  # and the reverse: no regression
+    # a real slowdown of the converted model still fires when its fp32 reference also got slower
+    (f,) = latency_rule(quiet, job(1.30, 0.014), TH, "m", "fp16")
+    assert f.category == "regression"
+
