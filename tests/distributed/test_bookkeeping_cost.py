@@ -2,8 +2,11 @@
 
 The budget: at most 4 SQL statements and 2 commits around each job's own work (start the attempt;
 write the result and end the job; ask whether the run is done), the run summary built once, by the
-run's last job only.  Counted with SQLAlchemy's engine events on the Store the worker uses, so any
-re-fetch of rows or per-job summary that comes back fails here.
+run's last job only.  Counted with SQLAlchemy's engine events on the Store the worker uses and, on the
+psycopg connections of its job bookkeeping (``Store._bookkeeping``, plain prepared SQL), by a counting
+cursor class on every connection that pool hands out, so any re-fetch of rows or per-job summary that
+comes back fails here.  Those bookkeeping commits are asynchronous (``synchronous_commit`` off: no
+``fdatasync`` per job), the Store's other connections keep the server's synchronous commits.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -25,22 +29,40 @@ MAX_STATEMENTS, MAX_COMMITS = 4, 2
 
 
 class Counter:
-    """Statements sent and commits made on one engine (all threads), resettable: a commit is a
-    COMMIT or a writing statement sent in autocommit mode."""
+    """Statements sent and commits made by a Store (all threads), resettable: a commit is a COMMIT or
+    a writing statement sent in autocommit mode.  SQLAlchemy statements are counted with the engine's
+    events, the job bookkeeping's psycopg statements by a cursor class set on each of its connections
+    at checkout (``seen`` keeps those connections)."""
 
-    def __init__(self, engine: sa.engine.Engine) -> None:
+    def __init__(self, store: Any) -> None:
         self.statements: list[str] = []
         self.commits = 0
+        self.seen: dict[int, psycopg.Connection[Any]] = {}
         self._lock = threading.Lock()
-        sa.event.listen(engine, "before_cursor_execute", self._statement)
-        sa.event.listen(engine, "commit", self._commit)
+        sa.event.listen(store.engine, "before_cursor_execute", self._statement)
+        sa.event.listen(store.engine, "commit", self._commit)
+        counter = self
+
+        class CountingCursor(psycopg.Cursor):  # type: ignore[type-arg]
+            def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+                counter._sent(str(query), self.connection.autocommit)
+                return super().execute(query, params, **kwargs)
+
+        def checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+            dbapi_conn.cursor_factory = CountingCursor
+            with self._lock:
+                self.seen[id(dbapi_conn)] = dbapi_conn
+
+        sa.event.listen(store._bookkeeping_pool(), "checkout", checkout)
 
     def _statement(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        self._sent(statement, conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT")
+
+    def _sent(self, statement: str, autocommit: bool) -> None:
         with self._lock:
             self.statements.append(" ".join(statement.split())[:120])
             # a writing statement in autocommit mode is a transaction (a commit) of its own
-            if (conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
-                    and not statement.lstrip().upper().startswith("SELECT")):
+            if autocommit and not statement.lstrip().upper().startswith(("SELECT", "SET", "SHOW")):
                 self.commits += 1
 
     def _commit(self, conn: Any) -> None:
@@ -63,7 +85,7 @@ def worker(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tupl
         return JobResult(*cell, status="pass", revision=revision, message="noop")
 
     monkeypatch.setattr(tasks, "run_cell", noop_run_cell)
-    return store, settings, Counter(store.engine)
+    return store, settings, Counter(store)
 
 
 def _cells(n: int) -> list[tuple[str, str, str, str]]:
@@ -78,6 +100,7 @@ def test_each_job_but_the_last_costs_at_most_4_statements_and_2_commits(worker) 
     for job in jobs[:-1]:
         assert tasks.execute_job(job.id, settings, "w1", store=store) == "done"
         statements, commits = counter.take()
+        assert statements, "no statement counted: the counter does not see the bookkeeping"
         assert len(statements) <= MAX_STATEMENTS, statements
         assert commits <= MAX_COMMITS, statements
         assert not any("regressions" in s for s in statements), statements  # no detection, no summary
@@ -98,8 +121,29 @@ def test_a_redelivered_finished_job_costs_one_statement(worker) -> None:
     counter.take()
     assert tasks.execute_job(job.id, settings, "w2", store=store) == "done"
     statements, commits = counter.take()
-    assert len(statements) <= 2 and commits <= 1, statements  # the refused update, then the row it read
+    assert 1 <= len(statements) <= 2 and commits <= 1, statements  # the refused update, then the row it read
     assert store.get_job(job.id).attempts == 1
+
+
+def test_job_bookkeeping_commits_asynchronously_and_nothing_else_does(worker) -> None:
+    """Per-job commits skip the fdatasync (synchronous_commit off on the bookkeeping connections only, see
+    Store._bookkeeping); a run's finish and every other write keep the server's synchronous commit, and a
+    job's end is visible to another session at once."""
+    store, settings, counter = worker
+    run_id = store.create_run(SHA, "push", cells=_cells(2))
+    first, last = store.jobs(run_id)
+    assert tasks.execute_job(first.id, settings, "w1", store=store) == "done"
+    with store.transaction() as conn:  # another session (the Store's own pool) sees the end at once
+        assert conn.execute(sa.text("SELECT status FROM jobs WHERE id = :i"), {"i": first.id}).scalar() == "done"
+        assert conn.execute(sa.text("SHOW synchronous_commit")).scalar() == "on"
+    assert counter.seen, "the job went through no bookkeeping connection"
+    for pg in counter.seen.values():
+        assert pg.execute("SHOW synchronous_commit").fetchone()[0] == "off"
+    assert tasks.execute_job(last.id, settings, "w1", store=store) == "done"
+    assert store.get_run(run_id).status == "complete"
+    with psycopg.connect(store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False),
+                         autocommit=True) as fresh:
+        assert fresh.execute("SELECT count(*) FROM results WHERE run_id = %s", (run_id,)).fetchone()[0] == 2
 
 
 def test_workers_finishing_the_last_jobs_at_once_finish_the_run(worker) -> None:
