@@ -164,6 +164,11 @@ def test_a_ratio_moved_only_by_the_fp32_reference_is_no_finding() -> None:
     assert statistics.median(relative_cpu_latency(busy)) / statistics.median(relative_cpu_latency(quiet)) < 0.5
     assert latency_rule(quiet, busy, TH, "m", "fp16") == []   # no improvement
     assert latency_rule(job(0.94, 0.029), job(0.84, 0.012), TH, "m", "fp16") == []  # and the reverse: no regression
+    # bench_verdicts (c), no added load: an unchanged 0.80 ms model read x0.90 relative, its own CPU p50 x0.9994
+    assert latency_rule(job(0.8015, 0.0100), job(0.8010, 0.0111), TH, "m", "fp16") == []
+    # its own CPU p50 must move by more than half the margin (sqrt(1.10) = x1.049): x1.02 is not enough
+    assert latency_rule(job(1.0, 0.05), job(1.02, 0.042), TH, "m", "fp16") == []
+    assert [f.category for f in latency_rule(job(1.0, 0.05), job(1.09, 0.045), TH, "m", "fp16")] == ["regression"]
     # a real slowdown of the converted model still fires when its fp32 reference also got slower
     (f,) = latency_rule(quiet, job(1.30, 0.014), TH, "m", "fp16")
     assert f.category == "regression"
