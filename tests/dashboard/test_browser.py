@@ -245,7 +245,7 @@ def test_every_finding_kind_is_visible_in_the_browser(browser: Any, kinds_world:
             resp = pg.goto(f"{base}/regressions/{f.regression_id}")
             assert resp is not None and resp.status == 200, (kind, category)
             assert category in pg.inner_text("#reg-state") and kind in pg.inner_text("h1")
-            assert fstate in pg.inner_text("#reg-state")
+            assert fstate.replace("_", " ") in pg.inner_text("#reg-state")  # the state in words
             assert pg.locator("#reg-state").evaluate("e => getComputedStyle(e).backgroundColor") == colour
         from tests.dashboard.seed_kinds import CELL
 
