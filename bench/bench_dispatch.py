@@ -233,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         r = redis.Redis.from_url(env["AMPCI_BROKER_URL"], socket_timeout=None)
         timed = [tuple(map(float, x.split())) for x in r.lrange(BOOKKEEPING_KEY, 0, -1)]
         bookkeeping, bookkeeping_cpu = [w for w, _ in timed], [c for _, c in timed]
+        # the run can finish while the other worker still runs a bare task it reserved earlier: wait for the
+        # stamps (bounded) before counting them
+        deadline = time.perf_counter() + 60
+        while r.llen(bare_key) < args.jobs and time.perf_counter() < deadline:
+            time.sleep(0.05)
         bare_stamps = [float(x) for x in r.lrange(bare_key, 0, -1)]
         # 3. the anchor: bare Celery round trips, one at a time, on the same Redis and (now idle) workers
         trips: list[float] = []
