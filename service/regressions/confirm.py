@@ -94,6 +94,17 @@ def wilcoxon_greater(x: Sequence[float]) -> float:
     return float(res.pvalue)
 
 
+def _pair_stats(first: Sequence[float], second: Sequence[float]
+                ) -> tuple[list[tuple[float, float]], list[float], float, float]:
+    """The pairs timed positive on both sides, their log ratios (second / first), the median ratio and the
+    median per-pair difference (second - first); ratio 1.0 and difference 0.0 when no pair qualifies."""
+    pairs = [(a, b) for a, b in zip(first, second, strict=False) if a > 0 and b > 0]
+    if not pairs:
+        return [], [], 1.0, 0.0
+    logs = [math.log(b / a) for a, b in pairs]
+    return pairs, logs, math.exp(statistics.median(logs)), statistics.median(b - a for a, b in pairs)
+
+
 def paired_verdict(kind: str, baseline: Sequence[float], candidate: Sequence[float], th: Thresholds,
                    unit: str) -> PairedVerdict:
     """Confirmed when, over the pairs timed interleaved, the median candidate/baseline ratio exceeds the
@@ -101,12 +112,9 @@ def paired_verdict(kind: str, baseline: Sequence[float], candidate: Sequence[flo
     signed-rank test on the log ratios gives p < ``confirm_p``; dismissed otherwise (also when no pair
     has positive times on both sides)."""
     ratio_limit, floor, p_limit = limits(kind, th)
-    pairs = [(b, c) for b, c in zip(baseline, candidate, strict=False) if b > 0 and c > 0]
+    pairs, logs, ratio, diff = _pair_stats(baseline, candidate)
     if not pairs:
         return PairedVerdict(False, 1.0, 1.0, 0.0, "no pair timed on both sides")
-    logs = [math.log(c / b) for b, c in pairs]
-    ratio = math.exp(statistics.median(logs))
-    diff = statistics.median(c - b for b, c in pairs)
     p = wilcoxon_greater(logs)
     confirmed = ratio > ratio_limit and diff > floor and p < p_limit
     detail = (f"{'confirmed' if confirmed else 'dismissed'} by {len(pairs)} interleaved pairs: median ratio "
@@ -123,12 +131,9 @@ def recovery_verdict(kind: str, regressed: Sequence[float], candidate: Sequence[
     median per-pair difference below minus its floor, one-sided Wilcoxon p < ``confirm_p`` on the log
     ratios.  ``ratio`` and ``difference`` are candidate vs regressed."""
     ratio_limit, floor, p_limit = limits(kind, th)
-    pairs = [(b, c) for b, c in zip(regressed, candidate, strict=False) if b > 0 and c > 0]
+    pairs, logs, ratio, diff = _pair_stats(regressed, candidate)
     if not pairs:
         return PairedVerdict(False, 1.0, 1.0, 0.0, "recovery not confirmed: no pair timed on both sides")
-    logs = [math.log(c / b) for b, c in pairs]
-    ratio = math.exp(statistics.median(logs))
-    diff = statistics.median(c - b for b, c in pairs)
     p = wilcoxon_greater([-x for x in logs])
     confirmed = ratio < 1 / ratio_limit and diff < -floor and p < p_limit
     detail = (f"recovery {'confirmed' if confirmed else 'not confirmed'} by {len(pairs)} interleaved pairs against "
