@@ -13,42 +13,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from amp_pass.cli_args import add_convert_arguments as add_convert_arguments
+from amp_pass.cli_args import opset_arg as _opset_arg  # noqa: F401 - the name callers used
 from amp_pass.errors import OptionsError, OutputError
 from amp_pass.io import chmod_as_created, convert_file
-from amp_pass.options import DTYPES, ConversionOptions
-from amp_pass.policy import TARGETS
-
-
-def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add MODEL, -o, --dtype, --policy, --target, --no-keep-io-types, --opset, --keep-initializer-inputs,
-    --report, --json to ``parser``."""
-    parser.add_argument("model", type=Path, help="fp32 ONNX model to convert")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="where to write the converted model")
-    parser.add_argument("--dtype", default="fp16", choices=sorted(DTYPES), help="low-precision dtype")
-    parser.add_argument("--policy", default="default",
-                        help="named policy (default, conservative, aggressive) or a TOML/YAML policy file")
-    parser.add_argument("--target", default="cuda", choices=TARGETS, help="target overlay")
-    parser.add_argument("--no-keep-io-types", dest="keep_io_types", action="store_false",
-                        help="fold low precision into the model's inputs and outputs")
-    parser.add_argument("--opset", default="auto", type=_opset_arg, metavar="N|auto|keep",
-                        help="default-domain opset to convert at: auto (default) upgrades to the lowest opset "
-                             "at which the compute ops accept the dtype (bf16: up to 22), keep never upgrades; "
-                             "an opset N that cannot be reached is an error")
-    parser.add_argument("--keep-initializer-inputs", action="store_true",
-                        help="keep graph inputs that have an initializer (IR 3 style weights) as inputs; by default "
-                             "they become constants (IR version raised to 4 where needed)")
-    parser.add_argument("--report", type=Path, default=None, help="write the JSON report to this file")
-    parser.add_argument("--json", action="store_true", help="print the JSON report on stdout")
-
-
-def _opset_arg(text: str) -> int | str:
-    """``--opset``: an integer opset, "auto" or "keep"."""
-    if text in ("auto", "keep"):
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an opset number, 'auto' or 'keep', got {text!r}") from None
+from amp_pass.options import ConversionOptions
 
 
 def options_from_args(args: argparse.Namespace) -> ConversionOptions:

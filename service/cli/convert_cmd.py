@@ -1,21 +1,15 @@
 """``ampci convert MODEL -o OUT``: run the mixed-precision pass on one model (calls into amp_pass).
 
-The options are those of ``python -m amp_pass convert`` (:func:`amp_pass.cli.add_convert_arguments`) and
-``workers.autoconvert``'s ``--policy auto`` options (:func:`workers.autoconvert.add_auto_arguments`),
-declared here again by :func:`add_arguments` because both of those modules import onnx (and numpy) when
-imported: ``ampci convert --help`` and a usage error answer without loading the model stack, which is
-imported only when the command runs (issue 25).  tests/service/test_cli_imports.py holds the two
-declarations equal (option strings, destinations, defaults, choices, types, help), so an option added to
-the pass's CLI fails that test until it is declared here too.
+The options are those of ``python -m amp_pass convert`` and ``workers.autoconvert``'s ``--policy auto``
+options, added from their standard-library-only declarations (:mod:`amp_pass.cli_args`,
+:mod:`workers.auto_args`): ``ampci convert --help`` and a usage error answer without loading the model
+stack, which is imported only when the command runs (issue 25).
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-#: ``amp_pass.options.DTYPES`` (sorted), which imports onnx_ir to map them to ir.DataType.
-DTYPES: tuple[str, ...] = ("bf16", "fp16")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -28,52 +22,14 @@ def _run(args: argparse.Namespace) -> int:
     return run_convert(args)
 
 
-def opset_arg(text: str) -> int | str:
-    """``--opset``: an integer opset, "auto" or "keep" (as ``amp_pass.cli._opset_arg``)."""
-    if text in ("auto", "keep"):
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an opset number, 'auto' or 'keep', got {text!r}") from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add what :func:`amp_pass.cli.add_convert_arguments` and :func:`workers.autoconvert.add_auto_arguments`
-    add, in their order, with their plain types (``Path``, ``int``, ``float``), importing neither."""
-    from amp_pass.policy import TARGETS  # stdlib only: the source of truth for target names
+    """Add :func:`amp_pass.cli_args.add_convert_arguments`'s and :func:`workers.auto_args.add_auto_arguments`'s
+    options, in that order (both modules use the standard library only)."""
+    from amp_pass.cli_args import add_convert_arguments
+    from workers.auto_args import add_auto_arguments
 
-    parser.add_argument("model", type=Path, help="fp32 ONNX model to convert")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="where to write the converted model")
-    parser.add_argument("--dtype", default="fp16", choices=list(DTYPES), help="low-precision dtype")
-    parser.add_argument("--policy", default="default",
-                        help="named policy (default, conservative, aggressive) or a TOML/YAML policy file")
-    parser.add_argument("--target", default="cuda", choices=TARGETS, help="target overlay")
-    parser.add_argument("--no-keep-io-types", dest="keep_io_types", action="store_false",
-                        help="fold low precision into the model's inputs and outputs")
-    parser.add_argument("--opset", default="auto", type=opset_arg, metavar="N|auto|keep",
-                        help="default-domain opset to convert at: auto (default) upgrades to the lowest opset "
-                             "at which the compute ops accept the dtype (bf16: up to 22), keep never upgrades; "
-                             "an opset N that cannot be reached is an error")
-    parser.add_argument("--keep-initializer-inputs", action="store_true",
-                        help="keep graph inputs that have an initializer (IR 3 style weights) as inputs; by default "
-                             "they become constants (IR version raised to 4 where needed)")
-    parser.add_argument("--report", type=Path, default=None, help="write the JSON report to this file")
-    parser.add_argument("--json", action="store_true", help="print the JSON report on stdout")
-    # workers.autoconvert.add_auto_arguments
-    parser.add_argument("--tolerance", default=None,
-                        help="policy auto: accuracy to meet, e.g. cosine=0.9995[,max_abs=..,snr_db=..,max_rel=..] "
-                             "(default cosine=0.9995 for fp16, 0.995 for bf16)")
-    parser.add_argument("--calibration-data", "--inputs", dest="calibration_data", type=Path, default=None,
-                        help=".npz of model inputs (one array per input, optionally a leading sample axis): "
-                             "what policy auto measures on, and calibration (keep nodes fp32 whose observed "
-                             "values overflow/underflow)")
-    parser.add_argument("--inputs-source", default=None, help=argparse.SUPPRESS)  # the job: where its npz came from
-    parser.add_argument("--max-steps", type=int, default=16, help="policy auto: most candidate evaluations")
-    parser.add_argument("--overflow-margin", type=float, default=0.5,
-                        help="keep fp32 when observed |x| exceeds this fraction of the dtype's max")
-    parser.add_argument("--max-reduction", type=int, default=32768,
-                        help="keep fp32 when a node sums more terms than this per output element")
+    add_convert_arguments(parser)
+    add_auto_arguments(parser)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
