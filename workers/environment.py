@@ -2,7 +2,7 @@
 
 The **fingerprint** (``environment["fingerprint"]``) identifies where latency and conversion-time samples are
 comparable: the machine and the runtime (device, provider, onnxruntime/onnx/python versions, CPU model and
-count, thread settings), and **nothing about the pass revision** under test, so a cell's latency compares
+count, thread settings, the timing method), and **nothing about the pass revision** under test, so a cell's latency compares
 across revisions measured in one environment.  The pass revision and its worktree stay in the environment
 dict as information only (:data:`FINGERPRINT_KEYS` lists what the fingerprint covers).
 """
@@ -78,7 +78,12 @@ def _may_be_in_git(path: Path) -> bool:
 
 #: The environment keys whose values the fingerprint hashes (machine and runtime, never the pass revision).
 FINGERPRINT_KEYS: tuple[str, ...] = ("onnxruntime", "provider", "device", "cuda_usable", "python", "onnx", "platform",
-                                     "cpu_count", "threads")
+                                     "cpu_count", "threads", "measurement")
+#: How the job takes its timing samples (latency blocks, the conversion-time reference workload of
+#: :func:`workers.convert.reference_workload`).  Part of the fingerprint: bumped whenever that method changes,
+#: so that samples taken one way are never compared with samples taken another (2: the reference workload
+#: reads a model cut down to ``REFERENCE_BYTES``).
+MEASUREMENT_METHOD = "2"
 #: Environment variables that change how many threads the runtime uses.
 THREAD_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "ORT_NUM_THREADS")
 
@@ -98,8 +103,9 @@ def fingerprint_of(environment: dict[str, str]) -> str:
 
 def fingerprint(provider: str, pass_root: Path, revision: str | None, intra_op_threads: int = 0) -> dict[str, str]:
     """The environment of a job: onnxruntime version and provider, device (GPU name or CPU model), CPU count,
-    thread settings, python, onnx, platform, plus (information only) the pass revision and root; its
-    ``fingerprint`` entry hashes the machine and runtime keys only (see the module doc)."""
+    thread settings, python, onnx, platform, the timing method (:data:`MEASUREMENT_METHOD`), plus (information
+    only) the pass revision and root; its ``fingerprint`` entry hashes the machine and runtime keys only (see
+    the module doc)."""
     gpu = gpu_name() if provider.startswith("CUDA") else None
     env = {
         "onnxruntime": ort.__version__,
@@ -111,6 +117,7 @@ def fingerprint(provider: str, pass_root: Path, revision: str | None, intra_op_t
         "platform": f"{sys.platform}-{platform.machine()}",
         "cpu_count": str(os.cpu_count() or 0),
         "threads": thread_settings(intra_op_threads),
+        "measurement": MEASUREMENT_METHOD,
         "pass_revision": revision or pass_revision(pass_root),
         "pass_root": str(pass_root),
     }
