@@ -42,3 +42,17 @@ def test_bench_runs_quick_and_its_invariants_hold(script: Path, tmp_path: Path) 
                           text=True, timeout=QUICK_TIMEOUT_S)
     tail = (proc.stdout[-2000:] + "\n--- stderr ---\n" + proc.stderr[-2000:]).strip()
     assert proc.returncode == 0, f"`python bench/{script.name} --quick` exited {proc.returncode}:\n{tail}"
+
+
+def test_the_drain_cost_leaves_pool_child_replacements_out_for_both_sides() -> None:
+    """bench_dispatch's like-for-like drain figure: per pool child, consecutive completions; a gap across a
+    replacement (new pid on the same worker) is counted apart, whichever drain it fell in."""
+    sys.path.insert(0, str(ROOT))
+    from bench.bench_dispatch import drain_cost
+
+    a = [("w1@h:10", 0.00), ("w1@h:10", 0.01), ("w1@h:10", 0.02), ("w1@h:11", 2.02), ("w1@h:11", 2.03)]
+    b = [("w2@h:20", 0.005), ("w2@h:20", 0.025), ("w2@h:20", 0.045)]
+    got = drain_cost(a + b)
+    assert got.tasks == 8 and got.replacements == 1 and abs(got.replaced_s - 2.0) < 1e-9
+    assert abs(got.per_task_ms - (0.01 * 3 + 0.02 * 2) / 5 * 1000) < 1e-6  # 3 gaps of 10 ms, 2 of 20 ms
+    assert drain_cost([("w@h:1", 1.0)]).per_task_ms != drain_cost([("w@h:1", 1.0)]).per_task_ms  # NaN
