@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,7 +66,6 @@ def run(args: argparse.Namespace) -> int:
     """Exit 0: no regressions; 1: regressions found, or a cell without a baseline result fails;
     2: bad input (an unknown revision or baseline: nothing stored); 3: a service is unavailable;
     4: ``--timeout`` passed before the run finished."""
-    from service.orchestration.sweeps import load_sweep
     from service.settings import Settings
 
     settings = Settings.from_env()
@@ -75,11 +75,15 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--workers must be >= 1")
     if args.timeout is not None and not args.timeout > 0:  # (NaN included)
         raise UserError("--timeout must be a positive number of seconds")
-    config = load_sweep(args.config, args.sweep)
-    if settings.embedded:  # the pool's workers start (fork server preload, job code) while this process
-        from service.orchestration.localpool import warm_up  # imports the scheduler and stores the run
+    # first thing: the pool's workers start (fork server preload, job code: the longest chain of the sweep's
+    # start) while this process reads the sweep, imports the scheduler and stores the run
+    if settings.embedded:
+        from service.orchestration.localpool import warm_up
 
         warm_up(args.workers)
+    from service.orchestration.sweeps import load_sweep
+
+    config = load_sweep(args.config, args.sweep)
     from service.orchestration import scheduler
     store = scheduler.open_store(settings)
     sha, baseline = scheduler.sweep_revisions(settings, args.revision, args.baseline)  # stores nothing
@@ -98,7 +102,43 @@ def run(args: argparse.Namespace) -> int:
         _emit(args, {"run_id": started.run_id, "revision": started.revision, "jobs": started.cells,
                      "status": "queued"}, None)
         return 0
-    run_info = _wait(store, started, args.timeout)
+    _import_for_the_end()
+    run_info = _wait(store, started, args.timeout, stop_workers=False)
+    stopping = _stop_workers_meanwhile(started.pool)  # while the report is made: none of it needs them
+    try:
+        return _report(args, store, started, run_info, baseline_run, adopted)
+    finally:
+        if stopping is not None:
+            stopping.join()  # every worker process reaped before this command returns
+
+
+#: Modules that finishing a run (:func:`service.orchestration.jobs.finish_if_complete`) and its report import
+#: on first use, after the last job: imported by :func:`_import_for_the_end` while the jobs run instead.
+END_MODULES = ("service.regressions.bisect", "service.regressions.gate", "service.regressions.verdict")
+
+
+def _import_for_the_end() -> None:
+    """Import :data:`END_MODULES` now (the sweep's jobs are starting: this process would only wait), so that
+    the time from the last job's end to the exit holds no imports."""
+    import importlib
+
+    for name in END_MODULES:
+        importlib.import_module(name)
+
+
+def _stop_workers_meanwhile(pool: Any) -> threading.Thread | None:
+    """Start stopping ``pool``'s finished workers (:meth:`LocalPool.stop_workers`) in a thread; the caller
+    joins it.  None without a pool (Celery)."""
+    if pool is None:
+        return None
+    stopping = threading.Thread(target=pool.stop_workers, name="ampci-pool-stop")
+    stopping.start()
+    return stopping
+
+
+def _report(args: argparse.Namespace, store: Any, started: Any, run_info: Any, baseline_run: int | None,
+            adopted: list[int]) -> int:
+    """Print the finished run's outcome (table or ``--json``) and its gate; return the exit status."""
     results = store.results(run_id=started.run_id)
     regressions = store.regressions(run_id=started.run_id, category="regression")
     regressions = [r for r in regressions if r.state in ("open", "acknowledged")]
@@ -192,8 +232,10 @@ def _run_baseline(settings: Any, config: Any, store: Any, baseline: str, args: a
     return started.run_id
 
 
-def _wait(store: Any, started: Any, timeout: float | None) -> Any:
-    """Wait for a started run with progress; on Ctrl-C or timeout cancel embedded jobs (Celery jobs go on)."""
+def _wait(store: Any, started: Any, timeout: float | None, stop_workers: bool = True) -> Any:
+    """Wait for a started run with progress; on Ctrl-C or timeout cancel embedded jobs (Celery jobs go on).
+    An embedded run's pool has ended every job it was given when this returns; its worker processes are
+    stopped too unless ``stop_workers`` is False (then the caller stops them: ``pool.stop_workers()``)."""
     try:
         if started.pool is not None:  # the pool tells us when a job ends
             run_info = _wait_with_progress(store, started.run_id, started.cells, timeout, started.pool.wait_for_change)
@@ -212,10 +254,12 @@ def _wait(store: Any, started: Any, timeout: float | None) -> Any:
         if adopted and any(store.has_pending_jobs(r) for r in adopted):
             print(f"finishing adopted run(s) {', '.join(map(str, adopted))}", file=sys.stderr)
         try:
-            started.pool.close()  # runs the adopted runs' jobs to the end too
+            started.pool.finish()  # runs the adopted runs' jobs to the end too
         except BaseException:  # Ctrl-C meanwhile: adopted runs are handed back, not cancelled
             started.pool.cancel()
             raise
+        if stop_workers:
+            started.pool.stop_workers()
     return run_info
 
 

@@ -10,9 +10,11 @@ caller imports anything heavy.
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
 import queue
+import signal
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -25,14 +27,26 @@ def _slot_main(conn: Any) -> None:
 
     First, while it has one thread, it forks its conversion fork server (numpy, onnx and onnx_ir
     imported once: :func:`workers.zygotes.start_forkserver`).  Then it imports the job code once for all
-    its jobs, in a thread, while it waits for its first request and starts that request's revision's
-    conversion zygote (:func:`_prewarm`): the zygote imports the pass in its own process while this one
-    imports onnxruntime, instead of after it, on the first job's path."""
+    its jobs, in a thread, while it waits for its first request, and starts that request's revision's
+    conversion zygote in another (:func:`_prewarm`): the zygote imports the pass in its own process while
+    this one imports onnxruntime and then runs the first job's steps before its conversion (fetch, load,
+    reference), instead of after them, on the first job's path; the conversion finds the zygote up, or
+    waits for the start in progress (:func:`workers.zygotes.zygote_for` starts one per pass root).
+    When it ends (told to stop, or its parent gone) it stops its zygotes and its fork server by pid."""
+    from workers import zygotes
+
+    zygotes.start_forkserver()
+    try:
+        _serve_requests(conn)
+    finally:  # its conversion processes end with it, by pid: zygotes (process groups), then their fork server
+        zygotes.shutdown()
+        zygotes.stop_forkserver()
+
+
+def _serve_requests(conn: Any) -> None:
+    """The request loop of :func:`_slot_main` (after its fork server started)."""
     import importlib
 
-    from workers.zygotes import start_forkserver
-
-    start_forkserver()
     # onnxruntime and the job code, once per worker, before its first job
     importer = threading.Thread(target=importlib.import_module, args=("workers.job",), daemon=True)
     importer.start()
@@ -40,8 +54,8 @@ def _slot_main(conn: Any) -> None:
         request = conn.recv()
     except EOFError:
         return
-    if request is not None:
-        _prewarm(request)
+    if request is not None:  # the zygote starts while the first job loads its model and reference
+        threading.Thread(target=_prewarm, args=(request,), daemon=True, name="ampci-prewarm").start()
     importer.join()
     from workers.cell import run_cell  # the only place the service side reaches job code
 
@@ -85,6 +99,43 @@ def _context() -> Any:
     return ctx
 
 
+#: Worker subprocesses of this process that are started and not yet stopped (guarded by _SERVER_LOCK):
+#: at exit, multiprocessing's fork server is stopped by pid when none is (:func:`stop_idle_forkserver`).
+_LIVE: set[_Slot] = set()
+_SERVER_LOCK = threading.Lock()
+
+
+def stop_idle_forkserver() -> bool:
+    """Stop multiprocessing's fork server of this process now, by its pid, when no local worker
+    subprocess is started (none live, none warming up): True when one was stopped.  Runs at this
+    process's exit (``atexit``); a later worker start would start a new server.
+
+    The server is this process's child and would otherwise end only after this process exited and it
+    noticed, in a full interpreter teardown with numpy, onnx and onnx_ir loaded (0.1-0.3 s), holding
+    this process's stdout and stderr open meanwhile: a caller reading them (CI, ``$(ampci sweep ...)``)
+    waited for it.  Its workers are stopped and reaped before (their exit status comes through it), so
+    nothing is left behind; with a worker still up it is left to end as before."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    with _SERVER_LOCK, _WARM_LOCK:
+        if _LIVE or _WARM or server is None or not hasattr(server, "_stop_unlocked"):
+            return False
+        with server._lock:
+            pid = server._forkserver_pid
+            if pid is None:
+                return False
+            try:
+                os.kill(pid, signal.SIGKILL)  # nothing of its teardown is needed: its workers are gone
+            except ProcessLookupError:
+                pass
+            try:
+                server._stop_unlocked()  # closes its "alive" pipe, reaps it, removes its socket file
+            except OSError:  # its socket file went with multiprocessing's temp dir (its exit handler ran first)
+                server._forkserver_pid = server._forkserver_address = None
+    return True
+
+
 class _Slot:
     """One worker subprocess (forked from a clean preloaded server, or spawned: the parent's threads
     and sockets are not inherited)."""
@@ -94,12 +145,16 @@ class _Slot:
         self.conn: Any = None
         self._start_lock = threading.Lock()
         self._retired = False
+        self._asked = False  # told to stop (ask_to_stop) and not yet joined
 
     def _start(self) -> None:
         ctx = _context()
-        self.conn, child = ctx.Pipe()
-        proc = ctx.Process(target=_slot_main, args=(child,), daemon=True, name="ampci-local-worker")
-        proc.start()
+        with _SERVER_LOCK:  # never while stop_idle_forkserver() stops the server it is forked from
+            self.conn, child = ctx.Pipe()
+            proc = ctx.Process(target=_slot_main, args=(child,), daemon=True, name="ampci-local-worker")
+            proc.start()
+            _LIVE.add(self)
+        self._asked = False
         self.proc = proc  # only once it has a pid
         child.close()
 
@@ -130,25 +185,38 @@ class _Slot:
         self.stop(kill=True)
         return None
 
-    def stop(self, kill: bool = False) -> None:
-        if self.proc is None:
+    def ask_to_stop(self) -> None:
+        """Tell an idle subprocess to end after its current request, without waiting: :meth:`stop` then
+        joins it (several are asked first and joined after, so their exits overlap)."""
+        if self.proc is None or self._asked:
             return
         try:
-            if not kill:
-                self.conn.send(None)
-                self.proc.join(5)
+            self.conn.send(None)
         except (OSError, BrokenPipeError):
             pass
+        self._asked = True
+
+    def stop(self, kill: bool = False) -> None:
+        """End the subprocess (asked, then killed after 5 s; ``kill``: at once) and reap it."""
+        if self.proc is None:
+            return
+        if not kill:
+            self.ask_to_stop()
+            self.proc.join(5)
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(5)
         self.conn.close()
+        with _SERVER_LOCK:
+            _LIVE.discard(self)
         self.proc = self.conn = None
+        self._asked = False
 
 
 #: Worker subprocesses started by :func:`warm_up`, idle, for the next :class:`LocalPool` of this process.
 _WARM: list[_Slot] = []
 _WARM_LOCK = threading.Lock()
+atexit.register(stop_idle_forkserver)
 
 
 def warm_up(workers: int | None = None) -> None:
@@ -362,10 +430,22 @@ class LocalPool:
 
     def close(self) -> None:
         """Wait for the queued jobs' threads and stop every subprocess."""
+        self.finish()
+        self.stop_workers()
+
+    def finish(self) -> None:
+        """Wait for the prestart and for the queued jobs' threads: every job queued so far has ended and its
+        result is written (the subprocesses stay up; :meth:`stop_workers` or :meth:`close` stops them)."""
         if self._prestart is not None:
             self._prestart.join()
         for t in self._threads:
             t.join()
+
+    def stop_workers(self) -> None:
+        """Stop every subprocess of this pool, all told at once and then each reaped (killed after 5 s).
+        Call it after :meth:`finish`: a job still running is cut short."""
+        for slot in self._slots:  # all asked first: their exits overlap
+            slot.ask_to_stop()
         for slot in self._slots:
             slot.stop()
 
