@@ -75,15 +75,13 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--workers must be >= 1")
     if args.timeout is not None and not args.timeout > 0:  # (NaN included)
         raise UserError("--timeout must be a positive number of seconds")
-    # first thing: the pool's workers start (fork server preload, job code: the longest chain of the sweep's
-    # start) while this process reads the sweep, imports the scheduler and stores the run
-    if settings.embedded:
-        from service.orchestration.localpool import warm_up
-
-        warm_up(args.workers)
     from service.orchestration.sweeps import load_sweep
 
-    config = load_sweep(args.config, args.sweep)
+    config = load_sweep(args.config, args.sweep)  # a bad sweep is refused before anything starts
+    if settings.embedded:  # the pool's workers start (fork server preload, job code: the longest chain of the
+        from service.orchestration.localpool import warm_up  # sweep's start) while this process imports the
+
+        warm_up(args.workers)  # scheduler and stores the run
     from service.orchestration import scheduler
     store = scheduler.open_store(settings)
     sha, baseline = scheduler.sweep_revisions(settings, args.revision, args.baseline)  # stores nothing

@@ -114,13 +114,17 @@ def stop_idle_forkserver() -> bool:
     noticed, in a full interpreter teardown with numpy, onnx and onnx_ir loaded (0.1-0.3 s), holding
     this process's stdout and stderr open meanwhile: a caller reading them (CI, ``$(ampci sweep ...)``)
     waited for it.  Its workers are stopped and reaped before (their exit status comes through it), so
-    nothing is left behind; with a worker still up it is left to end as before."""
+    nothing is left behind; with a worker still up, or one being started, it is left to end as before
+    (this never waits for a start in progress: an early error exit is not held up by the server's preload)."""
     from multiprocessing import forkserver
 
     server = getattr(forkserver, "_forkserver", None)
-    with _SERVER_LOCK, _WARM_LOCK:
-        if _LIVE or _WARM or server is None or not hasattr(server, "_stop_unlocked"):
-            return False
+    if not _SERVER_LOCK.acquire(blocking=False):  # a worker is being started (its server may be preloading)
+        return False
+    try:
+        with _WARM_LOCK:
+            if _LIVE or _WARM or server is None or not hasattr(server, "_stop_unlocked"):
+                return False
         with server._lock:
             pid = server._forkserver_pid
             if pid is None:
@@ -133,6 +137,8 @@ def stop_idle_forkserver() -> bool:
                 server._stop_unlocked()  # closes its "alive" pipe, reaps it, removes its socket file
             except OSError:  # its socket file went with multiprocessing's temp dir (its exit handler ran first)
                 server._forkserver_pid = server._forkserver_address = None
+    finally:
+        _SERVER_LOCK.release()
     return True
 
 

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -145,3 +146,14 @@ def test_stop_forkserver_kills_and_reaps_the_zygote_fork_server() -> None:
     proc = subprocess.run([sys.executable, "-c", STOP_SERVER], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout) == {"reaped": True, "stopped": True, "again": True}
+
+
+def test_the_exit_never_waits_for_a_worker_start_in_progress() -> None:
+    from service.orchestration import localpool
+
+    done: list[bool] = []
+    with localpool._SERVER_LOCK:  # as a worker start holds it while the fork server preloads (~1 s)
+        waiter = threading.Thread(target=lambda: done.append(localpool.stop_idle_forkserver()), daemon=True)
+        waiter.start()
+        waiter.join(5)
+        assert done == [False], "the exit handler waited for a worker start (an early error exit held up)"
