@@ -21,6 +21,13 @@ sweep (model fetch, fp32 references, revision worktree).  Prints, with their anc
   ``--workers 1`` and ``--workers 2``, alternated ``--pairs`` times (medians); target: 2 workers
   faster than 1.
 
+Every sweep process may write and reuse bytecode (``PYTHONDONTWRITEBYTECODE`` cleared, a private
+``PYTHONPYCACHEPREFIX`` under the scratch data dir, written by the warm-up sweep), as ``bench_cli.py``'s
+processes do: an installed ampci runs from compiled bytecode, and where the environment forbids writing
+it (as the CI machine's does) the CLI and each worker would otherwise compile the checkout's own modules
+from source in every sweep.  The pass at the revision under test is never written to (its conversions
+run with ``PYTHONDONTWRITEBYTECODE=1``, :func:`workers.convert.pass_env`).
+
 ``--quick`` (seconds: a warm-up and a measured one-cell sweep, no 12-cell pairs) checks the
 invariants only: the sweeps exit 0, every cell ``pass``, every result carries its timings; exit 1
 when one fails.  The full run also exits 1 when a target is missed.
@@ -64,7 +71,9 @@ repeats = 10
 def sweep(data_dir: Path, args: list[str]) -> tuple[float, dict]:
     """Wall seconds of one ``ampci sweep --json`` process and its JSON report (``report["_started"]``: the
     epoch second the process was started, to place the jobs' timestamps)."""
-    env = {**os.environ, "AMPCI_DATA_DIR": str(data_dir)}
+    env = {**os.environ, "AMPCI_DATA_DIR": str(data_dir),
+           # bytecode as an installed ampci has it (see the module doc), in a private folder
+           "PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(data_dir / "pycache")}
     env.pop("AMPCI_BROKER_URL", None)
     env.pop("AMPCI_DATABASE_URL", None)
     started = time.time()
