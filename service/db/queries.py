@@ -87,6 +87,24 @@ def regression_info(r: Row[Any]) -> RegressionInfo:
     return RegressionInfo(**d)
 
 
+def regressions_query(state: str | None = None, since: datetime | None = None, revision_sha: str | None = None,
+                      run_id: int | None = None, category: str | None = None, limit: int = 1000) -> sa.Select[Any]:
+    """The statement behind :meth:`QueriesMixin.regressions` (whole ``regressions`` rows newest first, at most
+    ``limit``, filtered by each given value), for a caller already inside a transaction."""
+    q = sa.select(t_reg).order_by(t_reg.c.created_at.desc(), t_reg.c.id.desc()).limit(limit)
+    if state:
+        q = q.where(t_reg.c.state == state)
+    if since is not None:
+        q = q.where(t_reg.c.created_at >= since)
+    if revision_sha:
+        q = q.where(t_reg.c.revision_sha == revision_sha)
+    if run_id is not None:
+        q = q.where(t_reg.c.run_id == run_id)
+    if category:
+        q = q.where(t_reg.c.category == category)
+    return q
+
+
 class QueriesMixin:
     """Query methods; requires ``self.transaction()`` and ``self.clock`` from Store."""
 
@@ -292,17 +310,8 @@ class QueriesMixin:
         """Stored findings newest first; ``state='open'`` gives open ones only."""
         if state is not None and state not in REG_STATES:
             raise UserError(f"unknown regression state {state!r}; expected one of {', '.join(REG_STATES)}")
-        q = sa.select(t_reg).order_by(t_reg.c.created_at.desc(), t_reg.c.id.desc()).limit(limit)
-        if state:
-            q = q.where(t_reg.c.state == state)
-        if since is not None:
-            q = q.where(t_reg.c.created_at >= since)
-        if revision:
-            q = q.where(t_reg.c.revision_sha == self.resolve_revision(revision))
-        if run_id is not None:
-            q = q.where(t_reg.c.run_id == run_id)
-        if category:
-            q = q.where(t_reg.c.category == category)
+        q = regressions_query(state=state, since=since, revision_sha=self.resolve_revision(revision) if revision
+                              else None, run_id=run_id, category=category, limit=limit)
         with self.transaction() as conn:
             return [regression_info(r) for r in conn.execute(q)]
 
@@ -326,14 +335,22 @@ class QueriesMixin:
         return self.get_regression(regression_id)
 
 
+def _ancestors_query() -> sa.Select[Any]:
+    """The recursive ancestry walk with bound ``sha`` and ``max_depth`` (built once: :data:`_ANCESTORS`)."""
+    anc = (sa.select(t_par.c.parent_sha.label("sha"), sa.literal(1).label("depth"))
+           .where(t_par.c.child_sha == sa.bindparam("sha")).cte("anc", recursive=True))
+    step = (sa.select(t_par.c.parent_sha, (anc.c.depth + 1))
+            .join(anc, t_par.c.child_sha == anc.c.sha).where(anc.c.depth < sa.bindparam("max_depth")))
+    anc = anc.union(step)
+    return sa.select(anc.c.sha, sa.func.min(anc.c.depth).label("d")).group_by(anc.c.sha).order_by("d", anc.c.sha)
+
+
+#: One statement object for every walk: its cache key is worked out once, not on each call.
+_ANCESTORS = _ancestors_query()
+
+
 def ancestors(conn: Connection, sha: str, max_depth: int = 1000, include_self: bool = False) -> list[tuple[str, int]]:
     """(sha, depth) of the ancestors of ``sha`` nearest first (one recursive query; depth-bounded)."""
-    anc = (sa.select(t_par.c.parent_sha.label("sha"), sa.literal(1).label("depth"))
-           .where(t_par.c.child_sha == sha).cte("anc", recursive=True))
-    step = (sa.select(t_par.c.parent_sha, (anc.c.depth + 1))
-            .join(anc, t_par.c.child_sha == anc.c.sha).where(anc.c.depth < max_depth))
-    anc = anc.union(step)
-    rows = conn.execute(sa.select(anc.c.sha, sa.func.min(anc.c.depth).label("d"))
-                        .group_by(anc.c.sha).order_by("d", anc.c.sha)).all()
+    rows = conn.execute(_ANCESTORS, {"sha": sha, "max_depth": max_depth}).all()
     out = [(r.sha, int(r.d)) for r in rows if r.sha != sha]
     return [(sha, 0), *out] if include_self else out

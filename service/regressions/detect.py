@@ -32,21 +32,21 @@ in ``ampci regressions --open``, the CI gate or the dashboard's regression lists
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from service.db import models as m
-from service.db.queries import ancestors, stored_error_unit
+from service.db.queries import ancestors, regression_info, regressions_query, stored_error_unit
 from service.db.records import Cell, RegressionInfo
 from service.db.runs import dialect_insert
 from service.regressions.confirm import CONFIRM_TRIGGER, SUSPECTED_RESOLVED, confirmation_pairs
-from service.regressions.measured import GRAPH_PATHS, floats, graph_fields
+from service.regressions.measured import floats, graph_fields
 from service.regressions.rules import (
     KINDS,
     TIMING_KINDS,
@@ -66,56 +66,110 @@ Regression = RegressionInfo
 t_rev, t_run, t_res, t_reg = (m.Revision.__table__, m.Run.__table__, m.Result.__table__,
                               m.Regression.__table__)
 CELL = (t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target)
-#: The result columns a CellSample is built from, and ``data`` whole: :func:`sample` reads its JSON paths
-#: (latency samples, convergence unit, graph figures) in Python, one JSON document per row, instead of
-#: a dozen JSON-path expressions that each re-parse the stored text on the server (6x the query time).
-SAMPLE_COLS = (t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, *CELL, t_res.c.status, t_res.c.max_abs,
+#: The result columns a CellSample is built from, and ``data`` whole *as text* (labelled ``doc``): :func:`sample`
+#: reads its JSON paths (latency samples, convergence unit, graph figures) in Python, parsing a document only
+#: when a rule needs that result (a row fetched and then passed over costs no parse).  Not a dozen JSON-path
+#: expressions on the server: ``results.data`` is ``json``, so each would re-parse the stored text there (6x the
+#: query time), and one cast to ``jsonb`` to extract them from costs the server more than ``json.loads`` costs
+#: the client (26 vs 19 us for a 2 kB document).  The cell comes first (:func:`_lead_cell`), and :func:`sample`
+#: reads the columns after ``revision_sha`` by position (a Row's attribute lookup costs 15x its index).
+SAMPLE_COLS = (*CELL, t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_res.c.status, t_res.c.max_abs,
                t_res.c.cosine, t_res.c.final_error, t_res.c.diverged, t_res.c.low_precision_fraction,
-               t_res.c.casts_inserted, t_res.c.env_fingerprint, t_res.c.latency_p50_ms, t_res.c.data)
+               t_res.c.casts_inserted, t_res.c.env_fingerprint, t_res.c.latency_p50_ms,
+               sa.cast(t_res.c.data, sa.Text).label("doc"))
 LINEAGE_TRIGGERS = ("push", "nightly", "manual")
 #: Results of confirmation runs time two revisions at once: never a baseline (:mod:`service.regressions.confirm`).
 NOT_CONFIRMATION = t_res.c.run_id.not_in(sa.select(t_run.c.id).where(t_run.c.trigger == CONFIRM_TRIGGER))
 
 
 def sample(row: Any) -> CellSample:
-    """A CellSample from a row selected with SAMPLE_COLS.
+    """A CellSample from a row selected with SAMPLE_COLS (its ``doc``, the stored ``results.data`` as text,
+    parsed once here).
 
     The convergence error unit is the stored result's ``convergence.error_unit``; a result stored
     before the job recorded one has ``absolute`` errors (as :meth:`workers.result.JobResult.from_dict`
     reads it).  The measured compute counts, conversion-time samples and the pass's convergence come from
-    ``results.data`` (:func:`service.regressions.measured.graph_fields`)."""
-    return CellSample(status=row.status, max_abs=row.max_abs, cosine=row.cosine, final_error=row.final_error,
-                      diverged=row.diverged, low_precision_fraction=row.low_precision_fraction,
-                      casts_inserted=row.casts_inserted,
-                      latency_samples=floats(json_path(row.data, ("latency", "samples_ms"))),
-                      fp32_latency_samples=floats(json_path(row.data, ("latency", "fp32_samples_ms"))),
-                      env_fingerprint=row.env_fingerprint,
-                      error_unit=stored_error_unit(json_path(row.data, ("convergence", "error_unit"))),
-                      cpu_latency_samples=floats(json_path(row.data, ("latency", "cpu_samples_ms"))),
-                      fp32_cpu_latency_samples=floats(json_path(row.data, ("latency", "fp32_cpu_samples_ms"))),
-                      **graph_fields(SimpleNamespace(**{label: json_path(row.data, path)
-                                                        for label, path in GRAPH_PATHS})))
+    ``results.data`` (:func:`service.regressions.measured.graph_fields`).  A path whose key is missing or
+    whose step is not an object reads as None, as the JSON-path operators read it."""
+    status, max_abs, cosine, final_error, diverged, low_precision, casts, env, _p50, doc = row[7:]  # SAMPLE_COLS
+    data = json.loads(doc) if isinstance(doc, str | bytes) else doc
+    latency, graph, convergence = _obj(data, "latency"), _obj(data, "graph"), _obj(data, "convergence")
+    return CellSample(status=status, max_abs=max_abs, cosine=cosine, final_error=final_error, diverged=diverged,
+                      low_precision_fraction=low_precision, casts_inserted=casts,
+                      latency_samples=floats(latency.get("samples_ms")),
+                      fp32_latency_samples=floats(latency.get("fp32_samples_ms")),
+                      env_fingerprint=env,
+                      error_unit=stored_error_unit(convergence.get("error_unit")),
+                      cpu_latency_samples=floats(latency.get("cpu_samples_ms")),
+                      fp32_cpu_latency_samples=floats(latency.get("fp32_cpu_samples_ms")),
+                      **graph_fields(graph))
 
 
-def json_path(data: Any, path: Sequence[str]) -> Any:
-    """The value at ``path`` in a stored ``results.data`` document (None where a key is missing or a
-    step is not an object), as the JSON-path operators read it."""
-    for key in path:
-        if not isinstance(data, dict):  # what a JSON object loads as (not the slower ABC check)
-            return None
-        data = data.get(key)
-    return data
+_NO_OBJECT: Mapping[str, Any] = {}
+
+
+def _obj(data: Any, key: str) -> Mapping[str, Any]:
+    """``data[key]`` when ``data`` and it are JSON objects, else an empty mapping (every key reads None)."""
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, dict) else _NO_OBJECT
 
 
 def _cell(row: Any) -> Cell:
     return (row.model, row.dtype, row.policy, row.target)
 
 
-def _same_cell(other: sa.Table | Any, run_id: int) -> sa.ColumnElement[bool]:
+def _lead_cell(row: Any) -> Cell:
+    """The cell of a row whose first four columns are CELL (SAMPLE_COLS, :func:`_history` rows)."""
+    return row[:4]  # type: ignore[no-any-return]  # a Row slice is a plain tuple
+
+
+#: The other side of :func:`_same_cell`, built once (an alias copies every column of ``results`` when made).
+_CUR = t_res.alias("cur")
+
+
+def _same_cell(other: sa.Table | Any, run_id: int | sa.BindParameter[int]) -> sa.ColumnElement[bool]:
     """Join condition: ``other``'s cell is one of the cells of run ``run_id`` (no bound cell lists)."""
-    cur = t_res.alias("cur")
+    cur = _CUR
     return sa.exists().where(cur.c.run_id == run_id, cur.c.model == other.c.model, cur.c.dtype == other.c.dtype,
                              cur.c.policy == other.c.policy, cur.c.target == other.c.target)
+
+
+#: What identifies a finding of a run (with ``run_id``: the table's unique key).
+_KEY_COLS = ("model", "dtype", "policy", "target", "kind", "category")
+
+
+def _statements() -> dict[str, Any]:
+    """Detection's statements, with bound ``run_id`` (and the other values each names), built once: a
+    statement object made afresh on every call costs its construction and its cache key each time."""
+    run_id = sa.bindparam("run_id")
+    chunk = sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(sa.bindparam("shas", expanding=True)),
+                                          t_res.c.run_id != run_id, _same_cell(t_res, run_id), NOT_CONFIRMATION)
+    branch = sa.select(t_rev.c.branch).where(t_rev.c.sha == sa.bindparam("sha")).scalar_subquery()
+    run_ids = (sa.select(t_run.c.id).join(t_rev, t_rev.c.sha == t_run.c.revision_sha)
+               .where(t_run.c.id < run_id, t_run.c.trigger.in_(sa.bindparam("triggers", expanding=True)),
+                      sa.or_(sa.func.coalesce(branch, "") == "", t_rev.c.branch == branch))
+               .order_by(t_run.c.id.desc()).limit(sa.bindparam("limit")))
+    history = (sa.select(*CELL, t_res.c.run_id, t_res.c.id, t_res.c.status, t_res.c.latency_p50_ms,
+                         t_res.c.env_fingerprint)
+               .where(t_res.c.run_id.in_(run_ids.scalar_subquery())).order_by(t_res.c.run_id))
+    return {
+        "current": sa.select(*SAMPLE_COLS).where(t_res.c.run_id == run_id),
+        "chunk": chunk,
+        "chunk_before": chunk.where(t_res.c.run_id < sa.bindparam("before_run")),
+        "history": history.where(_same_cell(t_res, run_id)),
+        "history_of_models": history.where(t_res.c.model.in_(sa.bindparam("models", expanding=True))),
+        "open_regressions": sa.select(t_reg).join(t_run, t_run.c.id == t_reg.c.run_id).where(
+            t_run.c.trigger.in_(LINEAGE_TRIGGERS), t_reg.c.category == "regression",
+            t_reg.c.state.in_(("open", "acknowledged")), t_reg.c.run_id < run_id,
+            t_reg.c.baseline_result_id.is_not(None), _same_cell(t_reg, run_id)),
+        "findings": regressions_query().where(t_reg.c.run_id == run_id),
+        "delete_stale": t_reg.delete().where(  # the run's open/suspected findings but those in ``keys``
+            t_reg.c.run_id == run_id, t_reg.c.state.in_(("open", "suspected")),
+            sa.tuple_(*(t_reg.c[k] for k in _KEY_COLS)).not_in(sa.bindparam("keys", expanding=True))),
+    }
+
+
+_Q = _statements()
 
 
 def nearest_results(conn: Connection, start: str, include_self: bool, run_id: int, cells: Sequence[Cell],
@@ -126,8 +180,17 @@ def nearest_results(conn: Connection, start: str, include_self: bool, run_id: in
     Ancestors are searched in growing chunks (1, 4, 16, … revisions; the deep ancestry is only
     walked when the near one lacks a cell), so the usual case costs two small queries.
     """
+    return _nearest(conn, start, include_self, run_id, cells, max_depth, before_run)[0]
+
+
+def _nearest(conn: Connection, start: str, include_self: bool, run_id: int, cells: Sequence[Cell],
+             max_depth: int, before_run: int | None = None) -> tuple[dict[Cell, Any], dict[Cell, list[Any]]]:
+    """:func:`nearest_results`, and for each cell found, every row of that cell at its baseline's revision
+    that the search fetched (the baseline row included): all of the cell's results there outside run
+    ``run_id`` and confirmation runs (before ``before_run``, when given)."""
     missing = set(cells)
     found: dict[Cell, Any] = {}
+    fetched: dict[tuple[Cell, str], list[Any]] = defaultdict(list)
     anc = ancestors(conn, start, 4, include_self)
     deep = False
     i, size = 0, 1
@@ -142,41 +205,36 @@ def nearest_results(conn: Connection, start: str, include_self: bool, run_id: in
         chunk = anc[i:i + size]
         depth = dict(chunk)
         i, size = i + size, size * 4
-        q = sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(list(depth)), t_res.c.run_id != run_id,
-                                          _same_cell(t_res, run_id), NOT_CONFIRMATION)
-        if before_run is not None:
-            q = q.where(t_res.c.run_id < before_run)
+        params = {"shas": list(depth), "run_id": run_id, "before_run": before_run}
         best: dict[Cell, Any] = {}
-        for r in conn.execute(q):
-            c = _cell(r)
+        for r in conn.execute(_Q["chunk" if before_run is None else "chunk_before"], params).all():
+            c = _lead_cell(r)
             if c not in missing:
                 continue
+            fetched[c, r.revision_sha].append(r)
             cur = best.get(c)
             if cur is None or (depth[r.revision_sha], -r.id) < (depth[cur.revision_sha], -cur.id):
                 best[c] = r
         found.update(best)
         missing -= set(best)
-    return found
+    return found, {c: fetched[c, r.revision_sha] for c, r in found.items()}
 
 
-def _history(conn: Connection, run: Any, branch: str | None, triggers: Sequence[str],
-             limit: int) -> dict[Cell, list[Any]]:
-    """Results of the run's cells in the last ``limit`` lineage runs before it (same branch), oldest first."""
-    if limit <= 0:
+def _history(conn: Connection, run: Any, triggers: Sequence[str], limit: int,
+             cells: Sequence[Cell] | None = None) -> dict[Cell, list[Any]]:
+    """Results of the run's cells (or of ``cells`` only) in the last ``limit`` runs with one of ``triggers``
+    before it, oldest first; on the branch of the run's revision when it has one (else any branch).  One
+    statement: the branch and the run ids are subqueries."""
+    if limit <= 0 or (cells is not None and not cells):
         return {}
-    q = (sa.select(t_run.c.id).join(t_rev, t_rev.c.sha == t_run.c.revision_sha)
-         .where(t_run.c.id < run.id, t_run.c.trigger.in_(triggers)).order_by(t_run.c.id.desc()).limit(limit))
-    if branch:
-        q = q.where(t_rev.c.branch == branch)
-    run_ids = conn.execute(q).scalars().all()
+    wanted = None if cells is None else set(cells)
+    params = {"run_id": run.id, "sha": run.revision_sha, "triggers": list(triggers), "limit": limit,
+              "models": sorted({c[0] for c in wanted or ()})}
     out: dict[Cell, list[Any]] = defaultdict(list)
-    if run_ids:
-        rows = conn.execute(sa.select(t_res.c.run_id, *CELL, t_res.c.id, t_res.c.status, t_res.c.latency_p50_ms,
-                                      t_res.c.env_fingerprint)
-                            .where(t_res.c.run_id.in_(run_ids), _same_cell(t_res, run.id))
-                            .order_by(t_res.c.run_id)).all()
-        for r in rows:
-            out[_cell(r)].append(r)
+    for r in conn.execute(_Q["history" if wanted is None else "history_of_models"], params).all():
+        c = _lead_cell(r)
+        if wanted is None or c in wanted:
+            out[c].append(r)
     return out
 
 
@@ -213,26 +271,25 @@ def nightly_latency(series: Sequence[Any], cur: Any, th: Thresholds) -> tuple[Fi
 
 
 def detect_run(store: Store, run_id: int, thresholds: Thresholds | None = None) -> list[RegressionInfo]:
-    """Detect, store and return the findings of ``run_id`` (see the module docstring)."""
+    """Detect, store and return the findings of ``run_id`` (see the module docstring): the run's stored
+    findings as :meth:`Store.regressions` lists them, read in the transaction that stored them."""
     th = thresholds or store.thresholds or Thresholds()
     with store.transaction() as conn:
         run = store.run_row(conn, run_id)
-        current = {_cell(r): r for r in conn.execute(sa.select(*SAMPLE_COLS).where(t_res.c.run_id == run_id))}
+        current = {_lead_cell(r): r for r in conn.execute(_Q["current"], {"run_id": run_id}).all()}
         if current:
             _detect(conn, store, run, current, th)
-    return store.regressions(run_id=run_id)
+        return [regression_info(r) for r in conn.execute(_Q["findings"], {"run_id": run_id})]
 
 
 def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], th: Thresholds) -> None:
     if run.trigger in ("bisect", "confirm"):
         _store_findings(conn, run.id, [])  # drops open findings stored by older versions
         return
-    branch = conn.execute(sa.select(t_rev.c.branch).where(t_rev.c.sha == run.revision_sha)).scalar()
     nightly = run.trigger == "nightly"
     cells = sorted(current)
-    base = _baselines(conn, run, cells, th)
-    lineage = _history(conn, run, branch, LINEAGE_TRIGGERS, th.flaky_window - 1)
-    nightly_hist = (_history(conn, run, branch, ("nightly",), th.nightly_window + th.nightly_consecutive)
+    base, at_base = _baselines(conn, run, cells, th)
+    nightly_hist = (_history(conn, run, ("nightly",), th.nightly_window + th.nightly_consecutive)
                     if nightly else {})
     already_open = _open_kinds(conn, run.id) if nightly else set()
     now = store.clock()
@@ -243,21 +300,30 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
                      convert_time_p=max(th.convert_time_p, th.suspect_p)) if suspect else th
     strict = {"latency": th.latency_p, "conversion_time": th.convert_time_p}
 
-    pools = _baseline_pools(conn, run.id, base, th.latency_pool)
-    rows: list[dict[str, Any]] = []
+    # the push path's chunk queries fetched every result at each baseline's revision: the pools come from
+    # those rows (no second query); a nightly search stops at earlier runs, its pools do not
+    pools = _baseline_pools(conn, run.id, base, th.latency_pool, None if nightly else at_base)
+    samples = _Samples()
+    kinds = tuple(k for k in KINDS if not (nightly and k == "latency"))
+    found: list[tuple[Cell, Any, list[tuple[Finding, int | None, str | None]]]] = []
     for cell in cells:
         cur = current[cell]
         findings: list[tuple[Finding, int | None, str | None]] = []
         if cell in base:
             b = base[cell]
-            kinds = tuple(k for k in KINDS if not (nightly and k == "latency"))
-            base_sample = pooled(sample(b), pools.get(cell, []))
-            findings += [(f, b.id, b.revision_sha) for f in compare_cells(base_sample, sample(cur), screen, cell[0],
+            base_sample = pooled(samples(b), pools.get(cell, []))
+            findings += [(f, b.id, b.revision_sha) for f in compare_cells(base_sample, samples(cur), screen, cell[0],
                                                                           cell[1], kinds)]
         if nightly:
             got = nightly_latency(nightly_hist.get(cell, []), cur, th)
             if got is not None:
                 findings.append((got[0], got[1], None))
+        if findings:
+            found.append((cell, cur, findings))
+    # the lineage only decides whether a finding is flaky: read for the cells that have one
+    lineage = _history(conn, run, LINEAGE_TRIGGERS, th.flaky_window - 1, [cell for cell, _, _ in found])
+    rows: list[dict[str, Any]] = []
+    for cell, cur, findings in found:
         flaky = flaky_reason(cell, [r.status for r in lineage.get(cell, [])] + [cur.status], th)
         for f, base_id, base_sha in findings:
             if nightly and f.category == "regression" and (cell, f.kind) in already_open:
@@ -281,15 +347,36 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
     _store_findings(conn, run.id, rows)
     if run.trigger in LINEAGE_TRIGGERS:
         _resolve(conn, run, current, th, now, suspect, {(r["model"], r["dtype"], r["policy"], r["target"])
-                                                        for r in rows if r["state"] == "suspected"})
+                                                        for r in rows if r["state"] == "suspected"}, samples)
 
 
-def _baseline_pools(conn: Connection, run_id: int, base: Mapping[Cell, Any], limit: int) -> dict[Cell, list[CellSample]]:
+class _Samples:
+    """:func:`sample` of result rows, each result's document parsed once per detection (by result id)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, CellSample] = {}
+
+    def __call__(self, row: Any) -> CellSample:
+        """The CellSample of ``row`` (a SAMPLE_COLS row), built on its first request."""
+        got = self._by_id.get(row.id)
+        if got is None:
+            got = self._by_id[row.id] = sample(row)
+        return got
+
+
+def _baseline_pools(conn: Connection, run_id: int, base: Mapping[Cell, Any], limit: int,
+                    at_base: Mapping[Cell, Sequence[Any]] | None = None) -> dict[Cell, list[CellSample]]:
     """For each baseline result in ``base``, up to ``limit - 1`` more results of the same cell at the same
-    revision (newest first, run ``run_id`` and the baseline result itself excluded), as samples to pool
-    with it (:func:`service.regressions.rules.pooled` keeps those of the same environment only)."""
+    revision (newest first, run ``run_id``, confirmation runs and the baseline result itself excluded), as
+    samples to pool with it (:func:`service.regressions.rules.pooled` keeps those of the same environment
+    only).  ``at_base``: those results already fetched (each cell's rows at its baseline's revision, as
+    :func:`_nearest` returns them), taken instead of a query; only rows that are pooled are parsed."""
     if limit <= 1 or not base:
         return {}
+    if at_base is not None:
+        out_rows = {c: sorted((r for r in at_base.get(c, ()) if r.id != b.id), key=lambda r: -r.id)[:limit - 1]
+                    for c, b in base.items()}
+        return {c: [sample(r) for r in rs] for c, rs in out_rows.items() if rs}
     shas = {b.revision_sha for b in base.values()}
     used = {b.id for b in base.values()}
     q = (sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(shas), t_res.c.run_id != run_id,
@@ -304,12 +391,13 @@ def _baseline_pools(conn: Connection, run_id: int, base: Mapping[Cell, Any], lim
     return out
 
 
-def _baselines(conn: Connection, run: Any, cells: Sequence[Cell], th: Thresholds) -> dict[Cell, Any]:
-    """The baseline result of each of ``cells`` (see the module docstring); cells without one are absent."""
+def _baselines(conn: Connection, run: Any, cells: Sequence[Cell],
+               th: Thresholds) -> tuple[dict[Cell, Any], dict[Cell, list[Any]]]:
+    """The baseline result of each of ``cells`` (see the module docstring; cells without one are absent),
+    and the rows fetched at each baseline's revision (:func:`_nearest`)."""
     nightly = run.trigger == "nightly"
     start, include_self = (run.baseline_sha, True) if run.baseline_sha else (run.revision_sha, nightly)
-    return nearest_results(conn, start, include_self, run.id, list(cells), th.ancestor_depth,
-                           run.id if nightly else None)
+    return _nearest(conn, start, include_self, run.id, list(cells), th.ancestor_depth, run.id if nightly else None)
 
 
 def baseline_revisions(store: Store, run_id: int, thresholds: Thresholds | None = None) -> dict[Cell, str]:
@@ -328,7 +416,7 @@ def baseline_statuses(store: Store, run_id: int, thresholds: Thresholds | None =
         cells = sorted({_cell(r) for r in conn.execute(sa.select(*CELL).where(t_res.c.run_id == run_id))})
         if not cells:
             return {}
-        return {c: (r.revision_sha, r.status) for c, r in _baselines(conn, run, cells, th).items()}
+        return {c: (r.revision_sha, r.status) for c, r in _baselines(conn, run, cells, th)[0].items()}
 
 
 def cells_with_results(store: Store, sha: str) -> set[Cell]:
@@ -344,26 +432,51 @@ def _open_kinds(conn: Connection, run_id: int) -> set[tuple[Cell, str]]:
     return {(_cell(r), r.kind) for r in rows}
 
 
+#: Up to this many findings, the stale ones are deleted by one statement naming the findings kept (6 bound
+#: values each: far below PostgreSQL's 65,535 and SQLite's 32,766); a larger run selects its stale ids first.
+DELETE_KEYS_MAX = 1000
+
+
 def _store_findings(conn: Connection, run_id: int, rows: list[dict[str, Any]]) -> None:
-    key_cols = ("model", "dtype", "policy", "target", "kind", "category")
-    wanted = {tuple(r[k] for k in key_cols) for r in rows}
-    stale = [r.id for r in conn.execute(sa.select(t_reg.c.id, *(t_reg.c[k] for k in key_cols))
-                                        .where(t_reg.c.run_id == run_id, t_reg.c.state.in_(("open", "suspected"))))
-             if tuple(getattr(r, k) for k in key_cols) not in wanted]
-    if stale:
-        conn.execute(t_reg.delete().where(t_reg.c.id.in_(stale)))
+    """Store ``rows`` as the findings of run ``run_id``: its open or suspected findings not among them (by
+    cell, kind and category) are deleted, the others inserted or updated, keeping state a human set."""
+    key_cols = _KEY_COLS
+    wanted = sorted({tuple(r[k] for k in key_cols) for r in rows})
+    if len(wanted) <= DELETE_KEYS_MAX:  # one statement, no select first
+        conn.execute(_Q["delete_stale"], {"run_id": run_id, "keys": wanted})
+    else:
+        kept = set(wanted)
+        stale = [r.id for r in conn.execute(sa.select(t_reg.c.id, *(t_reg.c[k] for k in key_cols))
+                                            .where(t_reg.c.run_id == run_id, t_reg.c.state.in_(("open", "suspected"))))
+                 if tuple(r[1:]) not in kept]
+        if stale:
+            conn.execute(t_reg.delete().where(t_reg.c.id.in_(stale)))
     if not rows:
         return
-    ins = dialect_insert(conn, t_reg)
-    keep = {"run_id", *key_cols, "state", "created_at"}
-    conn.execute(ins.on_conflict_do_update(
-        index_elements=[t_reg.c.run_id, *(t_reg.c[k] for k in key_cols)],
-        set_={c.name: ins.excluded[c.name] for c in t_reg.c if c.name not in keep and c.name != "id"
-              and not c.name.startswith("state") and c.name != "resolved_by_result_id"}), rows)
+    conn.execute(_upsert(conn), rows)
+
+
+_UPSERTS: dict[str, Any] = {}
+
+
+def _upsert(conn: Connection) -> Any:
+    """The findings' upsert for the connection's dialect: on a finding already stored (same run, cell, kind and
+    category) its values are updated and its state, creation time and resolution kept.  Built once per dialect
+    (``excluded`` copies every column of ``regressions`` when made)."""
+    stmt = _UPSERTS.get(conn.dialect.name)
+    if stmt is None:
+        ins = dialect_insert(conn, t_reg)
+        keep = {"run_id", *_KEY_COLS, "state", "created_at"}
+        stmt = _UPSERTS[conn.dialect.name] = ins.on_conflict_do_update(
+            index_elements=[t_reg.c.run_id, *(t_reg.c[k] for k in _KEY_COLS)],
+            set_={c.name: ins.excluded[c.name] for c in t_reg.c if c.name not in keep and c.name != "id"
+                  and not c.name.startswith("state") and c.name != "resolved_by_result_id"})
+    return stmt
 
 
 def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Thresholds, now: Any,
-             suspect: bool = False, suspected_cells: set[Cell] | None = None) -> None:
+             suspect: bool = False, suspected_cells: set[Cell] | None = None,
+             samples: Callable[[Any], CellSample] = sample) -> None:
     """Resolve the earlier regressions this run no longer shows (see the module docstring).
 
     With ``suspect`` (the run's timing findings are confirmed), a timing regression is not resolved by this
@@ -375,9 +488,7 @@ def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Threshold
     tries again)."""
     suspected_cells = set(suspected_cells or ())
     recovering: dict[Cell, str] = {}  # cell -> the regressed revision its confirmation job times
-    open_regs = conn.execute(sa.select(t_reg).join(t_run, t_run.c.id == t_reg.c.run_id).where(
-        t_run.c.trigger.in_(LINEAGE_TRIGGERS), t_reg.c.category == "regression", t_reg.c.state.in_(("open", "acknowledged")), t_reg.c.run_id < run.id,
-        t_reg.c.baseline_result_id.is_not(None), _same_cell(t_reg, run.id))).all()
+    open_regs = conn.execute(_Q["open_regressions"], {"run_id": run.id}).all()
     if not open_regs:  # the usual case: no walk of the whole ancestry (11 ms of 200 revisions)
         return
     # only a revision that contains the regressed one (itself or a descendant) can resolve it: a run of
@@ -390,8 +501,8 @@ def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Threshold
     rows = {r.id: r for r in conn.execute(sa.select(*SAMPLE_COLS).where(t_res.c.id.in_(ids)))}
     for reg in open_regs:
         b, cur, bad = rows.get(reg.baseline_result_id), current[_cell(reg)], rows.get(reg.result_id)
-        if b is None or not returned_to_baseline(reg.kind, sample(b), sample(cur), th, reg.model, reg.dtype,
-                                                 sample(bad) if bad is not None else None):
+        if b is None or not returned_to_baseline(reg.kind, samples(b), samples(cur), th, reg.model, reg.dtype,
+                                                 samples(bad) if bad is not None else None):
             continue
         cell = _cell(reg)
         if suspect and reg.kind in TIMING_KINDS:
