@@ -190,7 +190,12 @@ def _count_nodes(graph: Any) -> int:
 
 def _tensors(graph: Any) -> Any:
     """Every tensor of ``graph`` and its subgraphs, in file order: initializers, then each node's tensor
-    attributes (a Constant's value, a subgraph's own initializers and nodes)."""
+    attributes (a Constant's value, a subgraph's own initializers and nodes).
+
+    The same walk as ``amp_pass.io._tensors`` (which also yields sparse initializers), kept apart on purpose:
+    this runs in the worker process, from which zygote fork servers are forked, and that lineage must never
+    import this checkout's ``amp_pass`` (a zygote imports the pass of the revision under test:
+    :mod:`workers.zygotes`)."""
     yield from graph.initializer
     for node in graph.node:
         for attr in node.attribute:
