@@ -97,9 +97,35 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
+#: AMPCI_SANDBOX: how the pass under test is isolated (:mod:`workers.sandbox`).
+SANDBOX_MODES = ("require", "best-effort", "auto")
 #: What a GitHub run can report: the commit status, the PR comment, a check run (AMPCI_GITHUB_REPORT).
 GITHUB_REPORTS = frozenset({"status", "comment", "check"})
-_MAY_BE_ZERO = frozenset({"db_max_overflow", "local_workers", "latency_threads", "confirm_pairs"})
+#: AMPCI_FORK_POLICY: what becomes of an untrusted pull request (from a fork, or by a non-member):
+#: ``approve`` waits for a maintainer's approval, ``always`` runs it at once, ``never`` never runs it.
+FORK_POLICIES = ("approve", "always", "never")
+# a GitHub login: letters, digits and single inner hyphens, at most 39; an app's account ends in [bot]
+_LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}(?:\[bot\])?$")
+
+
+def parse_choice(name: str, raw: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (case-insensitive, surrounding blanks ignored), lower-cased; else a ConfigError."""
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ConfigError(f"{name}: expected one of {', '.join(choices)}, got {raw!r}")
+    return value
+
+
+def parse_logins(name: str, raw: str) -> str:
+    """A comma list of GitHub logins, normalised (blanks and empty items dropped); a malformed login is a
+    ConfigError naming the variable."""
+    logins = [item.strip() for item in raw.split(",") if item.strip()]
+    for login in logins:
+        if not _LOGIN.match(login):
+            raise ConfigError(f"{name}: not a GitHub login: {login[:60]!r} (expected a comma list of logins)")
+    return ",".join(logins)
+
+_MAY_BE_ZERO = frozenset({"db_max_overflow", "local_workers", "latency_threads", "confirm_pairs", "confirm_max_per_pr"})
 
 
 @dataclass(frozen=True)
@@ -121,6 +147,8 @@ class Settings:
     read_token_required: bool = False
     allowed_repos: str = ""           # comma-separated owner/name list for webhooks
     tracked_branches: str = "main,master"
+    trusted_authors: str = ""         # comma list of GitHub logins whose pull requests run at once, even from forks
+    fork_policy: str = "approve"      # untrusted pull requests: approve (wait for a maintainer), always, never
     convert_timeout: float = 600.0    # seconds for the conversion subprocess
     convert_memory: int = 8 * 1024**3  # bytes (RLIMIT_AS) for the conversion subprocess
     job_timeout: float = 1800.0       # hard time limit of one job
@@ -132,6 +160,8 @@ class Settings:
     worktree_cache_size: int = 8
     convert_repeats: int = 5          # conversions per job timed for the conversion-time rule
     confirm_pairs: int = 8            # interleaved baseline/candidate pairs that confirm a timing regression (0: off)
+    confirm_max_cells: int = 8        # suspected cells one run's confirmation times at most (largest effect first)
+    confirm_max_per_pr: int = 16      # cells all confirmations of one pull request time at most (0: none)
     latency_threads: int = 1          # intra-op threads of the timed sessions (0: onnxruntime's default)
     max_body_bytes: int = 1024 * 1024
     http_header_timeout: float = 10.0   # a request's headers must arrive within this (else the connection is closed)
@@ -150,7 +180,18 @@ class Settings:
     db_pool_size: int = 5            # PostgreSQL connections each engine keeps open (SQLite: unused)
     db_max_overflow: int = 10        # extra connections an engine may open under load, closed after use
     local_workers: int = 0           # embedded-mode job subprocesses per process (0: the CPU count)
+    sandbox: str = ""                # pass sandbox: require | best-effort | auto (empty: require served, auto embedded)
+    sandbox_max_procs: int = 64      # processes/threads the sandboxed pass may have at once
+    sandbox_max_file: int = 4 * 1024**3  # bytes of any one file the pass writes (and of each output copied out)
+    sandbox_scratch: int = 8 * 1024**3   # size of the pass's scratch tmpfs (its outputs included)
     log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        """Check the values :meth:`from_env` cannot type (also for settings built directly)."""
+        parse_choice(f"{PREFIX}FORK_POLICY", self.fork_policy, FORK_POLICIES)
+        if self.sandbox:
+            parse_choice(f"{PREFIX}SANDBOX", self.sandbox, SANDBOX_MODES)
+        parse_logins(f"{PREFIX}TRUSTED_AUTHORS", self.trusted_authors)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -165,7 +206,8 @@ class Settings:
             kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
             if kind == "bool":
                 kwargs[f.name] = parse_bool(var, raw)
-            elif kind == "int" and f.name in {"convert_memory", "max_body_bytes"}:
+            elif kind == "int" and f.name in {"convert_memory", "max_body_bytes", "sandbox_max_file",
+                                              "sandbox_scratch"}:
                 kwargs[f.name] = parse_size(var, raw)
             elif kind == "int":
                 kwargs[f.name] = parse_int(var, raw, minimum=0 if f.name in _MAY_BE_ZERO else 1)
@@ -180,6 +222,12 @@ class Settings:
                     raise ConfigError(f"{var}: expected a number, got {raw!r}") from None
             elif kind == "Path":
                 kwargs[f.name] = Path(raw).expanduser()
+            elif f.name == "sandbox":
+                kwargs[f.name] = parse_choice(var, raw, SANDBOX_MODES)
+            elif f.name == "fork_policy":
+                kwargs[f.name] = parse_choice(var, raw, FORK_POLICIES)
+            elif f.name == "trusted_authors":
+                kwargs[f.name] = parse_logins(var, raw)
             else:
                 kwargs[f.name] = raw.strip()
         return cls(**kwargs)  # type: ignore[arg-type]
@@ -210,7 +258,16 @@ class Settings:
                             job_timeout=self.job_timeout, latency_runs=self.latency_runs,
                             latency_warmup=self.latency_warmup, convergence_steps=self.convergence_steps,
                             accuracy_k=self.accuracy_k, worktree_cache_size=self.worktree_cache_size,
-                            convert_repeats=self.convert_repeats, latency_threads=self.latency_threads)
+                            convert_repeats=self.convert_repeats, latency_threads=self.latency_threads,
+                            sandbox=self.sandbox_mode(), sandbox_max_procs=self.sandbox_max_procs,
+                            sandbox_max_file=self.sandbox_max_file, sandbox_scratch=self.sandbox_scratch)
+
+    def sandbox_mode(self) -> str:
+        """``AMPCI_SANDBOX``, or its default: ``require`` for a served deployment (a broker or a database URL
+        configured), ``auto`` for the embedded commands."""
+        if self.sandbox:
+            return self.sandbox
+        return "require" if (self.broker_url or self.database_url) else "auto"
 
     def db_pool(self) -> dict[str, int]:
         """The connection bounds of one engine (``make_engine(url, **settings.db_pool())``): at most
@@ -229,6 +286,11 @@ class Settings:
             raise ConfigError(f"AMPCI_GITHUB_REPORT: unknown report {unknown[0]!r}; expected a comma list of "
                               f"{', '.join(sorted(GITHUB_REPORTS))}")
         return chosen
+
+    def trusted_author_set(self) -> frozenset[str]:
+        """Lower-cased GitHub logins (``AMPCI_TRUSTED_AUTHORS``) whose pull requests are trusted even from forks
+        (GitHub logins are case-insensitive)."""
+        return frozenset(login.lower() for login in self.trusted_authors.split(",") if login)
 
     def tracked_branch_set(self) -> set[str]:
         """Branches whose pushes trigger a run."""

@@ -9,7 +9,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workers.sandbox import SandboxPolicy
 
 
 def _default_cache_dir() -> Path:
@@ -37,7 +40,8 @@ class WorkerConfig:
     ``worktree_cache_size``: pass worktrees kept; ``convert_repeats``: conversions per job timed for
     the conversion-time rule (the first one's model is the job's; repeats stop once the conversions
     took more than ~5 s in all, see :func:`workers.convert.convert_in_subprocess`); ``latency_threads``:
-    onnxruntime intra-op threads of the timed sessions (0: its default, one per core).  One thread by
+    onnxruntime intra-op threads of the timed sessions (0: its default, one per core); ``sandbox*``: the
+    pass sandbox's mode and limits (:mod:`workers.sandbox`).  One thread by
     default: with the default pool on two cores a converted/fp32 latency ratio swung 2.4x from session to
     session of one model (0.7-1.7), with one thread 1.02x, so results of one revision are comparable.
     """
@@ -55,6 +59,18 @@ class WorkerConfig:
     worktree_cache_size: int = 8
     convert_repeats: int = 5
     latency_threads: int = 1
+    sandbox: str = "auto"             # require | best-effort | auto (workers.sandbox)
+    sandbox_max_procs: int = 64
+    sandbox_max_file: int = 4 * 1024**3
+    sandbox_scratch: int = 8 * 1024**3
+
+    def sandbox_policy(self) -> SandboxPolicy:
+        """The pass sandbox of this worker: its mode and limits, hiding the data and cache directories."""
+        from workers.sandbox import SandboxPolicy
+
+        return SandboxPolicy(mode=self.sandbox, hide=(str(self.data_dir), str(self.cache_dir)),
+                             max_procs=self.sandbox_max_procs, max_file_bytes=self.sandbox_max_file,
+                             scratch_bytes=self.sandbox_scratch)
 
     def for_cell(self, options: dict[str, Any] | None) -> WorkerConfig:
         """This config with a cell's sweep options applied: ``repeats`` -> latency runs, ``timeout`` ->

@@ -71,7 +71,8 @@ def confirm_cell(cell: tuple[str, str, str, str], roots: dict[str, Path], kinds:
         def convert(side: str, i: int) -> float:
             dst, report = tmpdir / f"{side}-{i}.onnx", tmpdir / f"{side}-{i}.json"
             got = convert_in_subprocess(src, dst, report, dtype, policy, target_kind(target), roots[side],
-                                        config.convert_timeout, config.convert_memory)
+                                        config.convert_timeout, config.convert_memory,
+                                        sandbox=config.sandbox_policy())
             if got.status != "ok":
                 raise ConfirmError(got.status, f"{side} revision: {got.message}")
             converted.setdefault(side, dst)

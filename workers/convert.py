@@ -1,42 +1,35 @@
-"""Run the pass in an isolated subprocess with a time and a memory limit.
+"""Run the pass under test in its sandbox, with a time and a memory limit.
 
-``python -m amp_pass convert SRC -o DST --dtype D --policy P --target T --report FILE`` runs (cold:
-a fresh interpreter; warm: forked from a zygote that imported the pass once) with ``pass_root``
-first on ``PYTHONPATH`` (so the pass at a given revision is imported, not this
-process's copy), in its own process group, with ``RLIMIT_AS`` set before exec.  A crash, hang or
-memory blow-up of the pass never reaches the worker: :func:`convert_in_subprocess` always returns
-a :class:`ConvertOutcome` whose ``status`` is ``ok`` / ``convert_error`` / ``timeout`` / ``crash``.
+The pass at a revision is untrusted code: each conversion runs as ``python -m amp_pass convert SRC -o DST ...``
+would, but in the sandbox of :mod:`workers._sandbox` (allow-listed environment, no inherited descriptors, no
+network, a read-only view of everything but its own scratch, its own PID namespace, limits), made by a
+supervisor process pre-forked from a zygote (warm: :mod:`workers.zygotes`) or from a one-shot fresh
+interpreter (cold).  A crash, hang, memory blow-up or hostile act of the pass never reaches the worker:
+:func:`convert_in_subprocess` always returns a :class:`ConvertOutcome` whose ``status`` is ``ok`` /
+``convert_error`` / ``timeout`` / ``crash``, with what the pass returned checked as data first (the report
+against its schema and size, the output's size) and its error text cut to a bounded tail with credentials
+redacted (:func:`workers.redact.redact`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workers.redact import redact
+from workers.sandbox import SandboxPolicy, SandboxUnavailable, resolve_mode, spec_for
+
 #: The repository that holds this checkout's ``amp_pass`` (the default pass root).
 DEFAULT_PASS_ROOT = Path(__file__).resolve().parents[1]
 
-#: Cold-path entry: ``python -m amp_pass`` after removing setuptools' editable-install finders, which
-#: would otherwise fill modules missing from the pass root's ``amp_pass`` with this checkout's.
-_ISOLATED_MAIN = (
-    "import atexit, os, resource, runpy, sys\n"
-    "_cpu_file = os.environ.pop('AMPCI_CPU_REPORT', '')\n"
-    "if _cpu_file:\n"
-    "    _ru = lambda: resource.getrusage(resource.RUSAGE_SELF)\n"
-    "    atexit.register(lambda: open(_cpu_file, 'w').write(repr(_ru().ru_utime + _ru().ru_stime)))\n"
-    "sys.meta_path[:] = [f for f in sys.meta_path\n"
-    "                    if not (getattr(f, '__module__', '') or '').startswith('__editable__')]\n"
-    "runpy.run_module('amp_pass', run_name='__main__', alter_sys=True)\n"
-)
 _TAIL = 2000
+#: Largest report the pass may write (bytes); a larger one is refused.
+MAX_REPORT_BYTES = 16 * 2**20
 #: Repeats of a conversion stop once the conversions so far took more than this many seconds.
 REPEAT_BUDGET_S = 5.0
 #: Model bytes the reference workload beside each conversion sample parses, walks and serialises in memory
@@ -67,13 +60,7 @@ class ConvertOutcome:
     cpu_s: float | None = None
     # the CPU seconds of each sample of ``samples_s`` (empty unless known for every one: kept paired)
     cpu_samples_s: list[float] = field(default_factory=list)
-
-
-def _limit_memory(max_bytes: int) -> Any:
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (max_bytes, max_bytes))
-
-    return apply
+    sandbox: str = ""  # "full" or "best-effort": how the pass was isolated
 
 
 def _last_line(text: str) -> str:
@@ -85,7 +72,8 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
                           pass_root: Path | None, timeout_s: float, memory_bytes: int,
                           warm: bool = True, inputs: Path | None = None,
                           tolerance: str | None = None, repeats: int = 1,
-                          repeat_budget_s: float = REPEAT_BUDGET_S) -> ConvertOutcome:
+                          repeat_budget_s: float = REPEAT_BUDGET_S,
+                          sandbox: SandboxPolicy | None = None) -> ConvertOutcome:
     """Convert ``src`` to ``dst`` with the pass under ``pass_root``; never raises for pass failures.
 
     ``warm``: fork the conversion from a zygote that has the pass imported already (see
@@ -98,11 +86,16 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
     to ``dst``, removed after; ``dst`` and ``report`` stay the first conversion's) until ``repeats``
     conversions ran or their wall times add up to more than ``repeat_budget_s``; a repeat that fails
     ends the repeating.  ``ConvertOutcome.samples_s`` holds the wall time of every successful one, as
-    this process timed it (the pass's own ``seconds`` is not used), and ``cpu_samples_s`` the user + system CPU
-    seconds the conversion process itself spent in each (measured in that process: a warm child from its
-    request to its exit, a cold one over its whole life; empty unless known for every sample)."""
+    the sandbox's supervisor timed it (the pass's own ``seconds`` is not used), and ``cpu_samples_s`` the user + system CPU
+    seconds the conversion process itself spent in each (from its request to its exit; empty unless known for
+    every sample).  ``sandbox``: the worker's sandbox policy (default: ``auto``)."""
+    policy_ = sandbox or SandboxPolicy()
+    try:
+        mode = resolve_mode(policy_)
+    except SandboxUnavailable as exc:
+        return ConvertOutcome("crash", str(exc))
     first = _convert_once(src, dst, report, dtype, policy, target, pass_root, timeout_s, memory_bytes,
-                          warm, inputs, tolerance)
+                          warm, inputs, tolerance, policy_, mode)
     if first.status != "ok":
         return first
     first.samples_s = [first.wall_s]
@@ -118,7 +111,7 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
         r_dst, r_report = dst.with_name(f".repeat{i}-{dst.name}"), report.with_name(f".repeat{i}-{report.name}")
         try:
             again = _convert_once(src, r_dst, r_report, dtype, policy, target, pass_root, timeout_s,
-                                  memory_bytes, warm, inputs, tolerance)
+                                  memory_bytes, warm, inputs, tolerance, policy_, mode)
         finally:
             for p in (r_dst, r_report, r_dst.with_name(r_dst.name + ".data")):
                 p.unlink(missing_ok=True)
@@ -238,107 +231,112 @@ def reference_workload(src: Path, scratch: Path, passes: int | None = None) -> f
     return time.perf_counter() - start
 
 
-def pass_env(root: Path) -> dict[str, str]:
-    """The environment a conversion of the pass under ``root`` runs in (warm or cold): this process's, with
-    ``root`` first on ``PYTHONPATH``, no bytecode written into the worktree, one BLAS/OpenMP thread."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(root), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env.setdefault(var, "1")
-    return env
-
-
-def prewarm(pass_root: Path | None) -> bool:
+def prewarm(pass_root: Path | None, sandbox: SandboxPolicy | None = None) -> bool:
     """Start the conversion zygote of ``pass_root`` (default: this checkout) now, as the first warm conversion
-    would (same environment: it is the one that conversion then uses), so that it imports the pass while the
-    caller does something else.  True when a zygote is up; False (nothing raised) when none could start --
-    the conversion then reports why, as it would have."""
+    would (same sandbox spec: it is the one that conversion then uses), so that its first supervisor makes the
+    sandbox and imports the pass while the caller does something else.  True when a zygote is up; False
+    (nothing raised) when none could start -- the conversion then reports why, as it would have."""
     root = Path(pass_root) if pass_root else DEFAULT_PASS_ROOT
     if not (root / "amp_pass").is_dir():
         return False
     from workers.zygotes import ZygoteUnavailable, zygote_for
 
+    policy = sandbox or SandboxPolicy()
     try:
-        zygote_for(root, pass_env(root))
-    except ZygoteUnavailable:
+        zygote_for(root, spec_for(policy, [root], resolve_mode(policy) == "full"))
+    except (ZygoteUnavailable, SandboxUnavailable):
         return False
     return True
 
 
 def _convert_once(src: Path, dst: Path, report: Path, dtype: str, policy: str, target: str,
                   pass_root: Path | None, timeout_s: float, memory_bytes: int, warm: bool,
-                  inputs: Path | None, tolerance: str | None) -> ConvertOutcome:
-    """One conversion (see :func:`convert_in_subprocess`)."""
+                  inputs: Path | None, tolerance: str | None, sandbox: SandboxPolicy,
+                  mode: str) -> ConvertOutcome:
+    """One conversion in the sandbox (see :func:`convert_in_subprocess`)."""
+    from workers.zygotes import Zygote, ZygoteUnavailable, zygote_for
+
     root = Path(pass_root) if pass_root else DEFAULT_PASS_ROOT
     if not (root / "amp_pass").is_dir():
         return ConvertOutcome("convert_error", f"pass root {root} has no amp_pass package")
-    env = pass_env(root)
     argv = ["convert", str(src), "-o", str(dst), "--dtype", dtype, "--policy", policy, "--target", target,
             "--report", str(report)]
-    cmd, cwd = [sys.executable, "-c", _ISOLATED_MAIN, *argv], root
+    module, lib, preimport = "amp_pass", [root], ("amp_pass", "amp_pass.cli")
     if policy == "auto":
         from workers.autoconvert import command
 
-        cmd, cwd, warm = command(src, dst, report, dtype, target, root, inputs, tolerance), DEFAULT_PASS_ROOT, False
-        env["PYTHONPATH"] = os.pathsep.join([str(DEFAULT_PASS_ROOT), env["PYTHONPATH"]])
-    if warm:
-        from workers.zygotes import ZygoteUnavailable, zygote_for
-
-        out_p, err_p = report.with_name("pass.stdout"), report.with_name("pass.stderr")
+        # this checkout's workers drive the search; the revision's amp_pass converts (``--pass-root``)
+        argv = command(src, dst, report, dtype, target, root.resolve(), inputs, tolerance)[3:]
+        module, lib, preimport, warm = "workers.autoconvert", [DEFAULT_PASS_ROOT, root], ("workers.autoconvert",), False
+    spec = spec_for(sandbox, lib, mode == "full", preimport)
+    for p in (dst, report, dst.with_name(dst.name + ".data")):
+        p.unlink(missing_ok=True)
+    out_p, err_p = report.with_name(f".{report.name}.stdout"), report.with_name(f".{report.name}.stderr")
+    request = {"module": module, "argv": argv, "inputs": [str(src), *([str(inputs)] if inputs else [])],
+               "outputs": {str(dst): dst.name, str(dst) + ".data": dst.name + ".data", str(report): report.name},
+               "stdout": str(out_p), "stderr": str(err_p), "memory": int(memory_bytes)}
+    one_shot: Zygote | None = None
+    try:
         try:
-            zygote = zygote_for(root, env)  # (re)starting it is not part of the conversion's time
-            start = time.perf_counter()
-            ended = zygote.run(argv, out_p, err_p, memory_bytes, timeout_s)
+            zygote = zygote_for(root, spec) if warm else None
         except ZygoteUnavailable:
-            pass  # cold path below reports why the pass cannot even start
-        else:
-            err = err_p.read_text(errors="replace") if err_p.exists() else ""
-            rc = -ended.signal if ended.signal is not None else int(ended.code or 0)
-            got = _outcome(rc, err, ended.timed_out, time.perf_counter() - start, dst, report, timeout_s,
-                           memory_bytes)
-            got.cpu_s = ended.cpu_s
-            return got
-    cpu_file = report.with_name(f".cpu-{report.name}")
-    cpu_file.unlink(missing_ok=True)
-    if policy != "auto":
-        env["AMPCI_CPU_REPORT"] = str(cpu_file)  # written by _ISOLATED_MAIN when the interpreter exits
-    start = time.perf_counter()
+            zygote = None
+        if zygote is None:
+            try:
+                zygote = one_shot = Zygote(root, spec, forked=False)
+            except ZygoteUnavailable as exc:
+                return ConvertOutcome("crash", f"cannot start the pass sandbox: {exc}", sandbox=mode)
+        start = time.perf_counter()
+        try:
+            ended = zygote.run(request, timeout_s)
+        except ZygoteUnavailable as exc:
+            return ConvertOutcome("crash", f"the pass sandbox failed: {exc}", sandbox=mode)
+        wall = ended.wall_s if ended.wall_s is not None else time.perf_counter() - start
+        err = _tail(err_p)
+        if ended.sandbox_error:
+            return ConvertOutcome("crash", f"the pass sandbox could not be made: {ended.sandbox_error}", sandbox=mode)
+        rc = -ended.signal if ended.signal is not None else int(ended.code or 0)
+        got = _outcome(rc, err, ended.timed_out, wall, dst, report, timeout_s, memory_bytes, ended.oversized or [])
+        got.cpu_s = ended.cpu_s
+        got.sandbox = mode
+        return got
+    finally:
+        if one_shot is not None:
+            one_shot.close()
+        for p in (out_p, err_p):
+            p.unlink(missing_ok=True)
+
+
+def _tail(path: Path) -> str:
+    """The last :data:`_TAIL` characters of a file the pass wrote (its stderr), read without loading it whole."""
     try:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True, preexec_fn=_limit_memory(memory_bytes))
-    except OSError as exc:
-        return ConvertOutcome("crash", f"cannot start the pass subprocess: {exc}")
-    try:
-        _, err = proc.communicate(timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        _, err = proc.communicate()
-        timed_out = True
-    got = _outcome(proc.returncode, err or "", timed_out, time.perf_counter() - start, dst, report, timeout_s,
-                   memory_bytes)
-    try:
-        got.cpu_s = float(cpu_file.read_text()) if cpu_file.exists() else None
-    except (OSError, ValueError):
-        got.cpu_s = None
-    cpu_file.unlink(missing_ok=True)
-    return got
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 4 * _TAIL))
+            return fh.read().decode(errors="replace")[-_TAIL:]
+    except OSError:
+        return ""
 
 
 def _outcome(rc: int, err: str, timed_out: bool, wall: float, dst: Path, report: Path, timeout_s: float,
-             memory_bytes: int) -> ConvertOutcome:
-    """Classify how the pass process ended (``rc < 0``: killed by signal ``-rc``)."""
+             memory_bytes: int, oversized: list[str] | None = None) -> ConvertOutcome:
+    """Classify how the pass process ended (``rc < 0``: killed by signal ``-rc``).  What the pass returned is
+    data: the report must be a JSON object of at most :data:`MAX_REPORT_BYTES` (:func:`check_report`), outputs
+    over the sandbox's size cap were not copied out, and the message is a redacted one-line tail."""
+    err = redact(err)
     if timed_out:
         return ConvertOutcome("timeout", f"conversion exceeded its time limit of {timeout_s:g}s and was killed",
                               wall_s=wall, returncode=rc)
+    if oversized:
+        return ConvertOutcome("convert_error", f"the pass wrote outputs over the size limit: {', '.join(oversized)}",
+                              wall_s=wall, returncode=rc)
     if rc == 0:
         try:
-            data = json.loads(report.read_text())
+            data = check_report(report)
         except (OSError, ValueError) as exc:
-            return ConvertOutcome("convert_error", f"the pass exited 0 but wrote no readable report: {exc}",
-                                  wall_s=wall, returncode=rc)
+            return ConvertOutcome("convert_error", f"the pass exited 0 but wrote no usable report: "
+                                  f"{redact(str(exc))[:300]}", wall_s=wall, returncode=rc)
         if not dst.is_file():
             return ConvertOutcome("convert_error", "the pass exited 0 but wrote no model", wall_s=wall, returncode=rc)
         return ConvertOutcome("ok", "", data, wall, rc)
@@ -356,8 +354,17 @@ def _outcome(rc: int, err: str, timed_out: bool, wall: float, dst: Path, report:
                           wall_s=wall, returncode=rc)
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
+def check_report(path: Path) -> dict[str, Any]:
+    """The pass's report as a dict, checked as untrusted data: at most :data:`MAX_REPORT_BYTES`, a JSON object
+    whose keys are strings, ``seconds`` (when present) a finite non-negative number.  ValueError otherwise."""
+    size = path.stat().st_size
+    if size > MAX_REPORT_BYTES:
+        raise ValueError(f"report of {size} bytes is over the {MAX_REPORT_BYTES} byte limit")
+    data = json.loads(path.read_bytes())
+    if not isinstance(data, dict):
+        raise ValueError("report is not a JSON object")
+    seconds = data.get("seconds", 0.0)
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)
+                                or not 0 <= seconds < 1e7):
+        raise ValueError("report's seconds is not a duration")
+    return data

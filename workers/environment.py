@@ -78,12 +78,13 @@ def _may_be_in_git(path: Path) -> bool:
 
 #: The environment keys whose values the fingerprint hashes (machine and runtime, never the pass revision).
 FINGERPRINT_KEYS: tuple[str, ...] = ("onnxruntime", "provider", "device", "cuda_usable", "python", "onnx", "platform",
-                                     "cpu_count", "threads", "measurement")
+                                     "cpu_count", "threads", "measurement", "sandbox")
 #: How the job takes its timing samples (latency blocks, the conversion-time reference workload of
 #: :func:`workers.convert.reference_workload`).  Part of the fingerprint: bumped whenever that method changes,
 #: so that samples taken one way are never compared with samples taken another (2: the reference workload
-#: reads a model cut down to ``REFERENCE_BYTES``).
-MEASUREMENT_METHOD = "2"
+#: reads a model cut down to ``REFERENCE_BYTES``; 3: a conversion sample is timed by the sandbox's supervisor,
+#: from the request reaching the pre-started pass process to its exit).
+MEASUREMENT_METHOD = "3"
 #: Environment variables that change how many threads the runtime uses.
 THREAD_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "ORT_NUM_THREADS")
 
@@ -101,7 +102,8 @@ def fingerprint_of(environment: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def fingerprint(provider: str, pass_root: Path, revision: str | None, intra_op_threads: int = 0) -> dict[str, str]:
+def fingerprint(provider: str, pass_root: Path, revision: str | None, intra_op_threads: int = 0,
+                sandbox: str = "") -> dict[str, str]:
     """The environment of a job: onnxruntime version and provider, device (GPU name or CPU model), CPU count,
     thread settings, python, onnx, platform, the timing method (:data:`MEASUREMENT_METHOD`), plus (information
     only) the pass revision and root; its ``fingerprint`` entry hashes the machine and runtime keys only (see
@@ -118,6 +120,7 @@ def fingerprint(provider: str, pass_root: Path, revision: str | None, intra_op_t
         "cpu_count": str(os.cpu_count() or 0),
         "threads": thread_settings(intra_op_threads),
         "measurement": MEASUREMENT_METHOD,
+        "sandbox": sandbox,  # full | best-effort: how the pass was isolated (timings differ between the two)
         "pass_revision": revision or pass_revision(pass_root),
         "pass_root": str(pass_root),
     }

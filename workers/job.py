@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 import tempfile
 import traceback
 from collections.abc import Mapping
@@ -91,7 +92,8 @@ def run_job(spec: JobSpec, settings: WorkerConfig) -> JobResult:
     job.close()
     with clock.phase("fingerprint"):
         provider = result.latency.provider if result.latency and result.latency.provider else CPU
-        result.environment = fingerprint(provider, pass_root, spec.revision, settings.latency_threads)
+        result.environment = fingerprint(provider, pass_root, spec.revision, settings.latency_threads,
+                                         job.sandbox)
     result.timings = clock.finish()
     return result
 
@@ -105,6 +107,7 @@ class _Job:
         self._fp32: SessionRunner | None = None
         self.emulated: EmulatedRunner | None = None
         self._held: list[Runner] = []  # other sessions of this job, released by close()
+        self.sandbox = ""  # how the pass was isolated (set by the conversion)
 
     def close(self) -> None:
         """Release the job's onnxruntime sessions now (their teardown counts as model execution)."""
@@ -150,11 +153,12 @@ class _Job:
             entry = self.spec.entry or load_zoo(self.spec.zoo_path, self.settings.data_dir).get(self.spec.model)
         except ZooError as exc:
             raise JobFailed("bad_spec", str(exc)) from None
-        try:
+        try:  # verified against its sha256 on every use; a changed cache file is fetched or made again
             fetched = fetch_entry(entry, Path(self.settings.cache_dir))
         except FetchError as exc:
             raise JobFailed("bad_model", str(exc)) from None
         self.result.model_sha256 = fetched.sha256
+        self.model_path = fetched.path
         return entry, fetched.path, fetched.sha256
 
     def _load(self, entry: ZooEntry, path: Path) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
@@ -199,19 +203,45 @@ class _Job:
             raise JobFailed("reference_error", f"fp32 model fails to run: {exc}") from None
 
     def _reference(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        key = self.cache.key(self.sha, self.seed, feeds_digest(self.feeds), "outputs")
+        """The fp32 reference and baseline outputs, from the cache when there (see :mod:`workers.reference`).
 
-        def compute() -> dict[str, np.ndarray]:
-            ref = self._run_ref(self.fp32(), self.feeds)
+        The model bytes every session of the job runs are checked against the verified sha256 first (the
+        file may have changed since it was fetched).  A cached entry is used only if the optimized fp32
+        model, run once more on the same feeds, reproduces its ``ref`` outputs, and, when its ``baseline``
+        is not within that same bound of ``ref`` (only then could it widen the accuracy bound), the
+        unoptimized model run once more reproduces the baseline (:func:`workers.reference.rerun_mismatch`);
+        otherwise the job is a ``reference_error`` naming the entry, never a wider tolerance.
+        """
+        got = hashlib.sha256(self.model_bytes).hexdigest()
+        if got != self.sha:
+            raise JobFailed("bad_model", f"model file {self.model_path} changed after it was verified: "
+                            f"sha256 {got}, expected {self.sha}")
+        key = self.cache.key(self.sha, self.seed, feeds_digest(self.feeds), "outputs", refcache.runtime_tag())
+
+        def plain() -> dict[str, np.ndarray]:
             try:
-                plain = SessionRunner(self.model_bytes, "cpu", self.clock, optimize=False)
+                runner = SessionRunner(self.model_bytes, "cpu", self.clock, optimize=False)
             except SessionError as exc:
                 raise JobFailed("reference_error", f"fp32 model does not load unoptimized: {exc}") from None
-            return refcache.join(ref=ref, baseline=self._run_ref(plain, self.feeds))
+            return self._run_ref(runner, self.feeds)
 
-        arrays, hit = self.cache.get_or_compute(key, compute)
+        arrays, hit = self.cache.get_or_compute(key, lambda: refcache.join(
+            ref=self._run_ref(self.fp32(), self.feeds), baseline=plain()))
+        ref, baseline = refcache.split(arrays, "ref"), refcache.split(arrays, "baseline")
+        if hit:
+            self._check_rerun("fp32 rerun", "reference", key, ref, self._run_ref(self.fp32(), self.feeds))
+            if refcache.rerun_mismatch(ref, baseline) is not None:
+                self._check_rerun("unoptimized fp32 rerun", "baseline", key, baseline, plain())
         self.clock.timings["reference_cached"] = float(hit)
-        return refcache.split(arrays, "ref"), refcache.split(arrays, "baseline")
+        return ref, baseline
+
+    def _check_rerun(self, what: str, noun: str, key: str, cached: Mapping[str, np.ndarray],
+                     rerun: Mapping[str, np.ndarray]) -> None:
+        """``reference_error`` naming the cache entry when a fresh run does not reproduce cached outputs."""
+        why = refcache.rerun_mismatch(cached, rerun)
+        if why is not None:
+            raise JobFailed("reference_error", f"{what} does not reproduce the cached {noun} at "
+                            f"{self.cache.path(key)}: {why}")
 
     def _convert(self, src: Path, tmp: Path, ref: dict[str, np.ndarray],
                  baseline: dict[str, np.ndarray]) -> onnx.ModelProto:
@@ -225,7 +255,9 @@ class _Job:
         outcome = convert_in_subprocess(src, dst, report, s.dtype, s.policy, target_kind(s.target), s.pass_root,
                                         self.settings.convert_timeout, self.settings.convert_memory,
                                         inputs=inputs, tolerance=tolerance,
-                                        repeats=self.settings.convert_repeats)
+                                        repeats=self.settings.convert_repeats,
+                                        sandbox=self.settings.sandbox_policy())
+        self.sandbox = outcome.sandbox
         self.clock.timings["convert_subprocess_s"] = outcome.wall_s
         self.clock.timings["convert_repeats_s"] = sum(outcome.samples_s[1:])
         if outcome.status != "ok":
@@ -299,17 +331,25 @@ class _Job:
             return
         steps = self.spec.steps or e.steps_configured or self.settings.convergence_steps
         digest = feeds_digest(self.feeds)
+        extra = f"{steps}|{refcache.runtime_tag()}"
         try:
             if e.stateful:
-                key = self.cache.key(self.sha, self.seed, digest, "rollout", str(steps))
-                arrays, _ = self.cache.get_or_compute(key, lambda: _flatten_steps(
+                key = self.cache.key(self.sha, self.seed, digest, "rollout", extra)
+                arrays, hit = self.cache.get_or_compute(key, lambda: _flatten_steps(
                     rollout(lambda f: self._run_ref(self.fp32(), f), e, self.seed, steps)))
-                self.result.convergence = stateful_convergence(_unflatten_steps(arrays, steps), self.emulated, e,
-                                                               self.seed)
+                ref_steps = _unflatten_steps(arrays, steps)
+                if hit:  # rerun the first step and one other, each from the cached state before it
+                    for t in sorted({0, 1 + secrets.randbelow(steps - 1) if steps > 1 else 0}):
+                        feeds = _rollout_step_feeds(e, self.seed, ref_steps, t)
+                        self._check_rerun("fp32 rerun", f"reference (step {t})", key, ref_steps[t],
+                                          self._run_ref(self.fp32(), feeds))
+                self.result.convergence = stateful_convergence(ref_steps, self.emulated, e, self.seed)
             else:
                 feeds = loop_feeds(e, self.seed, steps)
-                key = self.cache.key(self.sha, self.seed, digest, "loop", str(steps))
-                ref, _ = self.cache.get_or_compute(key, lambda: self._run_ref(self.fp32(), feeds))
+                key = self.cache.key(self.sha, self.seed, digest, "loop", extra)
+                ref, hit = self.cache.get_or_compute(key, lambda: self._run_ref(self.fp32(), feeds))
+                if hit:
+                    self._check_rerun("fp32 rerun", "reference", key, ref, self._run_ref(self.fp32(), feeds))
                 self.result.convergence = loop_convergence(ref, self.emulated(feeds), e)
         except SessionError as exc:
             raise JobFailed("convert_error", f"converted model fails during the convergence rollout: {exc}") from None
@@ -416,6 +456,20 @@ def _flatten_steps(steps: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 def _unflatten_steps(arrays: dict[str, np.ndarray], steps: int) -> list[dict[str, np.ndarray]]:
     stacked = refcache.split(arrays, "rollout")
     return [{k: v[t] for k, v in stacked.items()} for t in range(steps)]
+
+
+def _rollout_step_feeds(entry: ZooEntry, seed: int, ref_steps: list[dict[str, np.ndarray]],
+                        step: int) -> dict[str, np.ndarray]:
+    """The feeds :func:`workers.convergence.rollout` gives the model at ``step``, its state taken from
+    ``ref_steps[step - 1]`` (so one cached transition can be rerun alone)."""
+    assert entry.stateful is not None
+    fresh = make_feeds(entry, seed, step=step)
+    if not step:
+        return fresh
+    feeds = {k: v for k, v in fresh.items() if k not in entry.stateful.state}
+    for inp, out in entry.stateful.state.items():
+        feeds[inp] = ref_steps[step - 1][out].astype(fresh[inp].dtype)
+    return feeds
 
 
 def _line(exc: BaseException) -> str:

@@ -23,12 +23,23 @@ Guarantees:
   ``amp_pass`` directory, keyed by the sha256 (64 hex digits) of its paths and bytes; the same
   content always gives the same key, and a snapshot is written atomically (temp dir + rename).
   Snapshots are shared by all repositories (``root/trees/<key>``): their key is their content.
+* A cached tree is verified on every use, since code under test may be able to write the cache (the
+  whole tree is on the conversion's import path): a worktree must hold exactly the files of its commit's
+  tree with their git blob ids and nothing else (no untracked or ignored file, no ``__pycache__``: the
+  pass runs with bytecode writing off) besides git's ``.git`` file and the use stamp.  It is compared
+  with ``git ls-tree`` of the commit in the bare clone, not with ``git status``, which trusts the
+  worktree's index (an edit marked ``--assume-unchanged`` there is invisible to it); see
+  :mod:`workers.tree_verify`.  A worktree that differs is removed and checked out afresh (one log
+  line).  A snapshot must hash to its key and hold nothing but ``amp_pass/`` without bytecode or
+  symbolic links (:func:`snapshot_problems`); one that differs is removed and refused (RevisionError),
+  or made again by :meth:`RevisionCache.snapshot`.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -40,8 +51,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from workers.tree_verify import remove_tree, snapshot_layout_problems, tree_problems
+
 if TYPE_CHECKING:
     from workers.config import WorkerConfig
+
+log = logging.getLogger(__name__)
 
 SHA_RE = re.compile(r"\A[0-9a-f]{40}\Z")
 WORKTREE_KEY_RE = re.compile(r"\A[0-9a-f]{64}\Z")  # sha256 content hash; git commit shas are 40 hex
@@ -165,6 +180,12 @@ class RevisionCache:
             if not (path / PASS_PACKAGE).is_dir():
                 raise RevisionError(f"worktree snapshot {revision} is not on this machine "
                                     f"(expected {path}); WORKTREE sweeps need a shared cache directory")
+            problems = snapshot_problems(path, revision)
+            if problems:
+                log.warning("worktree snapshot %s differs from its key (%s); removed", path, "; ".join(problems))
+                _remove(path)
+                raise RevisionError(f"worktree snapshot {revision} at {path} differs from its key "
+                                    f"({'; '.join(problems)}); it was removed: snapshot the tree again")
             _touch(path)
             return path
         sha = validate_sha(revision)
@@ -173,16 +194,25 @@ class RevisionCache:
             # complete only once `worktree add` returned: its .git file appears before the files are
             # checked out, and the use stamp is written after (a worker killed in between left it half made)
             if (path / ".git").exists() and (path / _LAST_USED).exists():
-                _touch(path)
-                return path
+                problems = self._worktree_problems(path, sha)
+                if not problems:
+                    _touch(path)
+                    return path
+                log.warning("worktree %s differs from commit %s (%s); checking it out afresh", path, sha,
+                            "; ".join(problems))
             self._ensure_commit(sha)
-            if path.exists():  # a half-made worktree from a killed process
-                shutil.rmtree(path, ignore_errors=True)
+            if path.exists() or path.is_symlink():  # a half-made or changed worktree
+                _remove(path)
             git(["worktree", "prune"], cwd=self.bare)
             self.trees.mkdir(parents=True, exist_ok=True)
             # --force twice: a killed `worktree add` leaves its registration locked ("initializing"),
             # which prune keeps and a single --force refuses; we hold the lock, nobody else uses it
             git(["worktree", "add", "--detach", "--force", "--force", str(path), sha], cwd=self.bare)
+            problems = self._worktree_problems(path, sha)
+            if problems:
+                raise RevisionError(f"a fresh checkout of {sha} at {path} differs from the commit "
+                                    f"({'; '.join(problems)}): .gitattributes that change file contents on "
+                                    "checkout are not supported")
             _touch(path)
             self._evict(self.trees, keep=path)
             return path
@@ -192,10 +222,15 @@ class RevisionCache:
         key = content_key(tree)
         dest = self.snapshots / key
         if (dest / PASS_PACKAGE).is_dir():
-            _touch(dest)
-            return key
+            problems = snapshot_problems(dest, key)
+            if not problems:
+                _touch(dest)
+                return key
+            log.warning("worktree snapshot %s differs from its key (%s); making it again", dest, "; ".join(problems))
+            _remove(dest)
         self.snapshots.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".snap-", dir=self.snapshots))
+        tmp.chmod(0o755)  # mkdtemp's 0700 would keep the sandboxed pass (another uid) from reading it
         try:
             src = tree / PASS_PACKAGE
             for path in _snapshot_files(src):
@@ -275,6 +310,20 @@ class RevisionCache:
         items = [p for p in self.trees.iterdir() if p.is_dir() and not p.name.startswith(".")]
         return [p.name for p in sorted(items, key=_last_used, reverse=True)]
 
+    def _worktree_problems(self, path: Path, sha: str) -> list[str]:
+        """:func:`tree_problems` of the worktree ``path`` against commit ``sha``, plus its ``.git`` file,
+        which must be a file naming this clone's administrative folder for it."""
+        problems = tree_problems(path, _commit_tree(self.bare, sha), skip=(".git", _LAST_USED))
+        dotgit = path / ".git"
+        try:
+            link = dotgit.read_text().strip() if dotgit.is_file() and not dotgit.is_symlink() else ""
+        except OSError:
+            link = ""
+        admin = os.path.dirname(link.removeprefix("gitdir: ")) if link.startswith("gitdir: ") else ""
+        if not admin or os.path.realpath(admin) != os.path.realpath(self.bare / "worktrees"):
+            problems.insert(0, f".git does not point into {self.bare / 'worktrees'}")
+        return problems
+
     # -- internals (called with the lock held) -------------------------------------------------
     def _ensure_clone(self) -> None:
         if (self.bare / "HEAD").exists():
@@ -329,8 +378,19 @@ class RevisionCache:
             git(["worktree", "prune"], cwd=self.bare)
 
 
+def _remove(path: Path) -> None:
+    if not remove_tree(path):
+        raise RevisionError(f"cannot remove {path} from the revision cache")
+
+
 def _touch(path: Path) -> None:
-    (path / _LAST_USED).write_text(f"{time.time():.6f}\n")
+    """Write the use stamp; never through a symbolic link planted in its place."""
+    stamp = path / _LAST_USED
+    if stamp.is_symlink() or (stamp.exists() and not stamp.is_file()):
+        _remove(stamp)
+    fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{time.time():.6f}\n")
 
 
 def _last_used(path: Path) -> float:
@@ -338,6 +398,35 @@ def _last_used(path: Path) -> float:
         return float((path / _LAST_USED).read_text().strip())
     except (OSError, ValueError):
         return 0.0
+
+
+#: ``git ls-tree`` of commits, by (bare clone, sha): a commit's tree never changes.
+_TREES: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
+
+
+def _commit_tree(bare: Path, sha: str) -> dict[str, tuple[str, str]]:
+    """``{path: (mode, object id)}`` of every entry of commit ``sha``'s tree, recursively."""
+    key = (str(bare), validate_sha(sha))
+    if key not in _TREES:
+        entries = {}
+        for record in git(["ls-tree", "-r", "-z", "--full-tree", sha], cwd=bare).split("\0"):
+            if record:
+                meta, rel = record.split("\t", 1)
+                mode, _kind, obj = meta.split()
+                entries[rel] = (mode, obj)
+        _TREES[key] = entries
+    return _TREES[key]
+
+
+def snapshot_problems(path: Path, key: str) -> list[str]:
+    """How the snapshot ``path`` differs from its key: anything besides ``amp_pass/`` and the use stamp,
+    bytecode, ``__pycache__`` or links inside (a snapshot is copied as plain files without them:
+    :func:`workers.tree_verify.snapshot_layout_problems`), or content whose :func:`content_key` is not
+    ``key``; empty when it is intact."""
+    problems = snapshot_layout_problems(path, PASS_PACKAGE, skip=(_LAST_USED,))
+    if not problems and content_key(path) != key:
+        problems.append(f"{PASS_PACKAGE}/ content hashes to another key")
+    return problems
 
 
 def describe(cache: RevisionCache, sha: str) -> dict[str, object]:

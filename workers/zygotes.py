@@ -1,24 +1,21 @@
-"""Warm conversion: one long-lived zygote per pass root, forking an isolated child per conversion.
+"""Warm conversion: one long-lived zygote per pass root, pre-forking a sandboxed supervisor per conversion.
 
-Starting ``python -m amp_pass`` costs seconds of imports per job; a zygote (``workers/_zygote.py``)
-pays them once per worker process and pass version.  A worker that called :func:`start_forkserver`
-(the local pool's worker subprocesses and the Celery worker children do, at start, while
-single-threaded) does not pay them even once per pass version: its zygotes are forked from a fork
-server that has numpy, onnx and onnx_ir imported (never ``amp_pass``), and each imports only the
-revision's ``amp_pass`` (tens of ms instead of seconds); without one, a zygote is a fresh interpreter
-running ``workers/_zygote.py``.  Isolation is unchanged: each conversion
-runs in a forked child with its own session, ``RLIMIT_AS``, and stdout/stderr files, and is killed
-(process group) on timeout.  A zygote is restarted when the pass's sources change (mtime/size
-fingerprint of the ``amp_pass`` tree), when it died, or when the interpreter differs; if it cannot
-start, :func:`run_warm` raises :class:`ZygoteUnavailable` and the caller falls back to a cold
-subprocess (which then reports the pass's import error as a job status).
+Starting ``python -m amp_pass`` costs seconds of imports per job.  A worker that called
+:func:`start_forkserver` (the local pool's workers and the Celery worker children do, at start) has a fork
+server: a *fresh interpreter* with the pass's allow-listed environment that imports numpy, onnx and onnx_ir
+(never ``amp_pass``) and forks zygotes; without one, a zygote is a fresh interpreter running
+``workers/_zygote.py``.  A zygote is trusted code: it never imports the pass.  It pre-forks, ahead of each
+request, the conversion's supervisor, which makes the sandbox (:mod:`workers._sandbox`: namespaces, read-only
+mounts, dropped privileges, limits) and starts the pass process that imports the revision's ``amp_pass``
+(tens of ms) -- so each conversion is a new sandboxed process, and no process of the pass outlives it.
+A zygote is restarted when the pass's sources change (mtime/size fingerprint of the ``amp_pass`` tree) or
+when it died; if it cannot start, :class:`ZygoteUnavailable` is raised and the caller starts a one-shot
+zygote as a fresh interpreter (the cold path).
 """
 
 from __future__ import annotations
 
 import atexit
-import gc
-import importlib
 import json
 import os
 import queue
@@ -50,6 +47,9 @@ class ChildExit:
     signal: int | None
     timed_out: bool
     cpu_s: float | None = None
+    wall_s: float | None = None      # timed by the sandbox's supervisor: request to the pass's exit
+    sandbox_error: str | None = None  # the sandbox could not be made for this conversion
+    oversized: list[str] | None = None  # outputs over the size cap, not copied out
 
 
 def source_fingerprint(root: Path) -> tuple[tuple[str, int, int], ...]:
@@ -68,18 +68,27 @@ PRELOAD = ("numpy", "onnx", "onnx_ir")
 
 
 class _ForkServer:
-    """A process forked from this worker (see :func:`start_forkserver`) that forks zygotes on request."""
+    """A fresh interpreter (``_zygote.py --forkserver``) that forks zygotes on request; started by
+    :func:`start_forkserver`, it shares nothing with the worker but the socket."""
 
-    def __init__(self, pid: int, sock: socket.socket) -> None:
-        self.pid, self.sock, self.lock = pid, sock, threading.Lock()
+    def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
+        self.proc, self.pid, self.sock, self.lock = proc, proc.pid, sock, threading.Lock()
+        self.ready = False
 
-    def fork_zygote(self, root: Path, env: dict[str, str]) -> tuple[int, int, int]:
-        """(pid, fd to write requests, fd to read protocol lines) of a new zygote for ``root``."""
+    def fork_zygote(self, spec: dict) -> tuple[int, int, int]:
+        """(pid, fd to write requests, fd to read protocol lines) of a new zygote with sandbox ``spec``."""
         req_r, req_w = os.pipe()
         out_r, out_w = os.pipe()
         try:
             with self.lock:
-                socket.send_fds(self.sock, [json.dumps({"root": str(root), "env": env}).encode()], [req_r, out_w])
+                if not self.ready:  # its first message says the preload is done
+                    self.sock.settimeout(_START_TIMEOUT)
+                    hello = self.sock.recv(256)
+                    self.sock.settimeout(None)
+                    if not hello:
+                        raise OSError("it exited while preloading")
+                    self.ready = True
+                socket.send_fds(self.sock, [json.dumps({"spec": spec}).encode()], [req_r, out_w])
                 reply = self.sock.recv(256)
         except OSError as exc:
             for fd in (req_w, out_r):
@@ -99,42 +108,28 @@ _FORKSERVER: _ForkServer | None = None
 
 
 def start_forkserver(preload: tuple[str, ...] = PRELOAD) -> bool:
-    """Import ``preload`` here, then fork this process into the fork server of its zygotes.
-
-    Call it early in a worker process, while it has one thread (before onnxruntime sessions exist);
-    returns False (and zygotes stay fresh interpreters) when the process has other threads or
-    ``preload`` cannot be imported.  The server closes every inherited descriptor but its socket,
-    imports nothing more, and exits when this process's end of the socket closes (it dies with it).
-    """
+    """Start this process's zygote fork server: a fresh interpreter with the pass's environment (never a
+    fork of this process: nothing of its memory, settings or credentials is in it) that imports ``preload``
+    in the background and then forks zygotes.  Returns at once; False where it cannot start."""
     global _FORKSERVER
     if _FORKSERVER is not None:
         return True
-    if threading.active_count() > 1 or not hasattr(socket, "send_fds"):
+    if not hasattr(socket, "send_fds"):
         return False
-    try:
-        for name in preload:
-            importlib.import_module(name)
-    except ImportError:
-        return False
+    from workers.sandbox import pass_env
+
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            stream.flush()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the fork server
-        code = 0
-        try:
-            ours.close()
-            # the preloaded heap, as inherited, moves out of the collector's sight (O(1)): each zygote's
-            # collection before its own freeze then walks what importing the pass made, not numpy, onnx and
-            # onnx_ir again (~0.1 s of the first conversion's path on a 2-core machine)
-            gc.freeze()
-            _forkserver_loop(theirs)
-        except BaseException:  # noqa: BLE001 - a fork server never returns into the worker's code
-            code = 1
-        os._exit(code)
-    theirs.close()
-    _FORKSERVER = _ForkServer(pid, ours)
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", str(_SCRIPT), "--forkserver", str(theirs.fileno()),
+                                 *preload], pass_fds=[theirs.fileno()], env=pass_env(), cwd="/",
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    except OSError:
+        ours.close()
+        return False
+    finally:
+        theirs.close()
+    _FORKSERVER = _ForkServer(proc, ours)
     return True
 
 
@@ -151,82 +146,62 @@ def stop_forkserver() -> None:
         os.kill(server.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    try:
-        os.waitpid(server.pid, 0)
-    except ChildProcessError:
-        pass
-
-
-def _forkserver_loop(sock: socket.socket) -> None:
-    """Body of the fork server: one request (root, env, two fds) forks one zygote; EOF ends it."""
-    from workers import _zygote
-
-    keep = sock.fileno()
-    os.closerange(3, keep)
-    os.closerange(keep + 1, 1 << 16)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # zygotes are reaped by the kernel
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the worker's to handle
-    while True:
-        msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
-        if not msg:
-            os._exit(0)
-        req = json.loads(msg)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                sock.close()
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                code = _zygote.become(req["root"], fds[0], fds[1], req["env"]) or 0
-            finally:
-                os._exit(code)
-        for fd in fds:
-            os.close(fd)
-        sock.send(json.dumps({"pid": pid}).encode())
+    server.proc.wait()
 
 
 class Zygote:
-    """One running zygote process for one pass root (forked from this process's fork server when it
-    has one, else a fresh interpreter)."""
+    """One running zygote process for one pass root and sandbox spec (forked from this process's fork server
+    when it has one, else a fresh interpreter)."""
 
-    def __init__(self, root: Path, env: dict[str, str]) -> None:
+    def __init__(self, root: Path, spec: dict, forked: bool = True) -> None:
         self.root = root
         self.fingerprint = source_fingerprint(root)
         self.proc: subprocess.Popen[str] | None = None
         global _FORKSERVER
-        server = _FORKSERVER
+        server = _FORKSERVER if forked else None
         if server is not None:
             try:
-                self.pid, req_w, out_r = server.fork_zygote(root, env)
+                self.pid, req_w, out_r = server.fork_zygote(spec)
             except ZygoteUnavailable:  # the fork server died: fresh interpreters from now on
                 _FORKSERVER = server = None
         if server is not None:
             self._stdin = os.fdopen(req_w, "w", buffering=1)
             self._stdout = os.fdopen(out_r, "r")
         else:
-            self.proc = subprocess.Popen([sys.executable, str(_SCRIPT), str(root)], cwd=root, env=env,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, text=True, bufsize=1, start_new_session=True)
+            from workers.sandbox import pass_env
+
+            try:
+                self.proc = subprocess.Popen([sys.executable, "-I", str(_SCRIPT)], cwd="/", env=pass_env(),
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                                             start_new_session=True)
+            except OSError as exc:
+                raise ZygoteUnavailable(f"cannot start a conversion zygote: {exc}") from None
             assert self.proc.stdin is not None and self.proc.stdout is not None
             self.pid, self._stdin, self._stdout = self.proc.pid, self.proc.stdin, self.proc.stdout
+            self._stdin.write(json.dumps(spec) + "\n")
+            self._stdin.flush()
         self.forked = server is not None
         self._ended = threading.Event()
         self._lines: queue.Queue[dict | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
-        hello = self._next(_START_TIMEOUT)
+        try:
+            hello = self._next(_START_TIMEOUT)
+        except queue.Empty:
+            hello = None
         if not hello or not hello.get("ready"):
             self.close()
-            why = hello.get("error") if hello else "it exited or did not answer"
-            raise ZygoteUnavailable(f"conversion zygote for {root} did not start: {why}")
+            raise ZygoteUnavailable(f"conversion zygote for {root} did not start: it exited or did not answer")
 
     def _read(self) -> None:
         try:
             for line in self._stdout:
                 try:
-                    self._lines.put(json.loads(line))
+                    msg = json.loads(line)
                 except ValueError:
                     continue
+                if isinstance(msg, dict):
+                    self._lines.put(msg)
         except (OSError, ValueError):  # closed under us by close()
             pass
         self._ended.set()
@@ -248,11 +223,11 @@ class Zygote:
             pass
         return True
 
-    def run(self, argv: list[str], stdout: Path, stderr: Path, memory: int, timeout: float) -> ChildExit:
-        """Run one conversion child; kill its process group after ``timeout`` seconds."""
+    def run(self, request: dict, timeout: float) -> ChildExit:
+        """Run one conversion (``request``: see ``_zygote.py``); kill its supervisor's process group after
+        ``timeout`` seconds (the sandboxed pass dies with it: its parent-death signal and PID namespace)."""
         try:
-            self._stdin.write(json.dumps({"argv": argv, "stdout": str(stdout), "stderr": str(stderr),
-                                          "memory": memory}) + "\n")
+            self._stdin.write(json.dumps(request) + "\n")
             self._stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise ZygoteUnavailable(f"conversion zygote is gone: {exc}") from None
@@ -283,9 +258,10 @@ class Zygote:
         if done is None or done.get("pid") != pid:
             self.close()
             raise ZygoteUnavailable(f"conversion zygote died or answered out of step: {done!r}")
-        cpu = done.get("cpu_s")
-        return ChildExit(code=done.get("code"), signal=done.get("signal"), timed_out=timed_out,
-                         cpu_s=float(cpu) if isinstance(cpu, int | float) and not isinstance(cpu, bool) else None)
+        return ChildExit(code=_int(done.get("code")), signal=_int(done.get("signal")), timed_out=timed_out,
+                         cpu_s=_seconds(done.get("cpu_s")), wall_s=_seconds(done.get("wall_s")),
+                         sandbox_error=str(done["sandbox_error"])[:500] if done.get("sandbox_error") else None,
+                         oversized=[str(n)[:200] for n in done.get("oversized", []) if isinstance(n, str)][:8])
 
     def close(self) -> None:
         try:
@@ -302,26 +278,46 @@ class Zygote:
                     pass
 
 
-_ZYGOTES: OrderedDict[Path, Zygote] = OrderedDict()
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _seconds(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e7:
+        return float(value)
+    return None
+
+
+_ZYGOTES: OrderedDict[tuple[Path, str], Zygote] = OrderedDict()
 _LOCK = threading.Lock()
 
 
-def zygote_for(root: Path, env: dict[str, str]) -> Zygote:
-    """The live zygote for ``root`` with up-to-date sources, started (or restarted) if needed."""
+def zygote_for(root: Path, spec: dict) -> Zygote:
+    """The live zygote for ``root`` and sandbox ``spec`` with up-to-date sources, started (or restarted)
+    if needed."""
     root = root.resolve()
+    key = (root, json.dumps(spec, sort_keys=True))
     with _LOCK:
-        z = _ZYGOTES.get(root)
+        z = _ZYGOTES.get(key)
         if z is not None and (not z.alive() or z.fingerprint != source_fingerprint(root)):
             z.close()
             z = None
         if z is None:
-            z = Zygote(root, env)
-            _ZYGOTES[root] = z
-        _ZYGOTES.move_to_end(root)
+            z = Zygote(root, spec)
+            _ZYGOTES[key] = z
+        _ZYGOTES.move_to_end(key)
         while len(_ZYGOTES) > MAX_ZYGOTES:
             _, old = _ZYGOTES.popitem(last=False)
             old.close()
         return z
+
+
+def zygote_of(root: Path) -> Zygote | None:
+    """The most recently used live-or-not zygote of ``root`` (any sandbox spec), or None."""
+    root = Path(root).resolve()
+    with _LOCK:
+        found = [z for (r, _), z in _ZYGOTES.items() if r == root]
+    return found[-1] if found else None
 
 
 def shutdown() -> None:

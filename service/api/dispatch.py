@@ -5,6 +5,10 @@ sha GitHub (or the API caller) gave, stored as sent; the worker checks it out wh
 The webhook intake hands it batches (:meth:`RunDispatcher.submit_many`): all revisions, runs and
 job rows of a batch in one transaction of a few multi-row statements, then one broker message
 per job over the process's cached Celery app.  Nothing here runs on the webhook's request path.
+
+A pull request whose code may not run yet (:mod:`service.github.approval`) gets its run stored
+``awaiting_approval``, without jobs and without baseline runs; :meth:`RunDispatcher.approve` starts it
+(jobs, baseline runs, dispatch) as a trusted pull request's run would have been started.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from service.errors import UserError
+from service.github.approval import Approval, Approved
 from service.github.events import RunRequest
 from service.github.webhook import Submitted
 from service.settings import Settings
@@ -164,6 +170,7 @@ class RunDispatcher:
         sends its jobs).  A database failure of the shared transaction raises for the whole batch.
         """
         from service.db.records import RevisionRow, RunSpec
+        from service.db.runs import AWAITING_APPROVAL
 
         out: list[Submitted | BaseException | None] = [None] * len(items)
         specs: list[RunSpec] = []
@@ -171,6 +178,9 @@ class RunDispatcher:
         revisions: list[RevisionRow] = []
         plans: dict[int, Sequence[Any]] = {}
         for i, (request, dedup_key) in enumerate(items):
+            if request.approval == "refused":  # the intake never submits these: nothing of it may run
+                out[i] = UserError("not run: untrusted pull request (AMPCI_FORK_POLICY=never)")
+                continue
             try:
                 planned = self.planner(request.sweep)
             except Exception as exc:  # noqa: BLE001 - reported per item
@@ -183,16 +193,20 @@ class RunDispatcher:
             if request.pr_number is not None:
                 github["pr"] = request.pr_number
                 github["baseline_is_base_tip"] = True  # the merge base is resolved by the worker
+            awaiting = request.approval == "required"
+            if awaiting:
+                github.update(approval="required", untrusted=request.untrusted)
             specs.append(RunSpec(request.head_sha, request.trigger, request.baseline_sha, request.sweep,
                                  tuple(c.cell for c in planned), dedup_key,
                                  {**_options_meta(planned, request.head_sha), "github": github,
-                                  "confirm_pairs": self.settings.confirm_pairs}, self.mode))
+                                  "confirm_pairs": self.settings.confirm_pairs}, self.mode,
+                                 AWAITING_APPROVAL if awaiting else "queued"))
             spec_of.append(i)
         baseline_runs: list[tuple[str, Any]] = []
         if specs:
             with self.store.transaction() as conn:
                 self.store.upsert_revisions(revisions, conn=conn)
-                if self.settings.baseline_runs:
+                if self.settings.baseline_runs:  # a run awaiting approval gets its baseline runs when approved
                     specs, baseline_runs = self._with_baseline_runs(conn, specs, [plans[i] for i in spec_of])
                 created = self.store.create_runs(specs, conn=conn)
             for sha, new in baseline_runs:  # the baseline's missing cells go first (ampci sweep's order)
@@ -220,6 +234,8 @@ class RunDispatcher:
 
         wanted: dict[str, list[br.Cell]] = {}
         for spec in specs:
+            if spec.status != "queued":  # awaiting approval: none of its work starts before that
+                continue
             if spec.baseline_sha and spec.baseline_sha != spec.revision_sha:  # never its own baseline
                 wanted.setdefault(spec.baseline_sha, []).extend(spec.cells)
         needs = br.plan(conn, wanted)
@@ -227,7 +243,7 @@ class RunDispatcher:
         base_of: list[int] = []
         for k, (spec, planned) in enumerate(zip(specs, plans, strict=True)):
             need = needs.get(spec.baseline_sha or "")
-            if need is None or spec.baseline_sha == spec.revision_sha:
+            if need is None or spec.baseline_sha == spec.revision_sha or spec.status != "queued":
                 continue
             missing = [c for c in need.missing if c in set(spec.cells)]
             if missing:
@@ -243,7 +259,7 @@ class RunDispatcher:
             extra.setdefault(k, []).append(new.run_id)
         out = []
         for k, spec in enumerate(specs):
-            need = needs.get(spec.baseline_sha or "")
+            need = needs.get(spec.baseline_sha or "") if spec.status == "queued" else None
             waits = sorted({*(need.running if need is not None else ()), *extra.get(k, [])})
             out.append(replace(spec, meta={**spec.meta, br.AWAITS: waits}) if waits else spec)
         return out, [(s.revision_sha, new) for s, new in zip(base_specs, made, strict=True) if new.created]
@@ -257,7 +273,70 @@ class RunDispatcher:
                                               dedup_key, meta, dispatch=self.mode)
         return self._dispatch(sha, new, redispatch)
 
+    def approve(self, approval: Approval, delivery: str) -> Approved:
+        """Start the run ``approval`` approves, as a trusted pull request's run is started (its jobs, the
+        runs of its baseline's missing cells, their dispatch), and record who approved it.
+
+        The run: a label's, the newest run of that head (none yet: the head's run is created and started
+        at once); a comment's, the newest run of the pull request.  Only a run ``awaiting_approval`` is
+        started, atomically (of concurrent approvals exactly one starts it); any other is left as it is
+        (``started`` False), except that a retry of the delivery that started it re-sends the jobs that
+        never started (a dispatch that failed after the commit).  ``delivery`` is the approving delivery's id.
+        """
+        from dataclasses import replace
+
+        from service.db.records import NewRun, RunSpec
+        from service.db.runs import AWAITING_APPROVAL
+
+        what = f"PR #{approval.pr_number} ({approval.via} by {approval.by or 'unknown'})"
+        run = self.store.newest_pull_request_run(repo=approval.repo, pr=approval.pr_number,
+                                                 head_sha=approval.head_sha)
+        if run is None and approval.request is not None:  # the approved head has no run yet: start one
+            request = replace(RunRequest.from_payload(approval.request), approval="trusted", untrusted=None,
+                              body_sha256=approval.body_sha256)
+            sub = self.submit(request, request.dedup_key or f"github:{delivery}", redispatch=True)
+            return Approved(sub.run_id, sub.created, request.head_sha,
+                            f"{what}: approved head {request.head_sha[:12]} had no run; run {sub.run_id} started")
+        if run is None:
+            return Approved(None, False, None, f"{what}: no run awaits approval")
+        if run.status != AWAITING_APPROVAL:
+            gh = run.meta.get("github") or {}
+            mine = gh.get("approved_delivery") == delivery or (
+                approval.body_sha256 is not None and run.dedup_key == f"github-body:{approval.body_sha256}")
+            if mine and run.status == "queued":  # a retry: its dispatch may have failed after the commit
+                self._dispatch(run.revision_sha, NewRun(run.id, False, tuple(self.store.jobs(run.id))), True)
+            return Approved(run.id, False, run.revision_sha,
+                            f"{what}: run {run.id} of {run.revision_sha[:12]} is {run.status}, not awaiting approval")
+        planned = self.planner(run.sweep)
+        github = {**(run.meta.get("github") or {}), "approval": "approved", "approved_by": approval.by,
+                  "approved_via": approval.via, "approved_delivery": delivery}
+        spec = RunSpec(run.revision_sha, run.trigger, run.baseline_sha, run.sweep, tuple(c.cell for c in planned),
+                       None, {**run.meta, **_options_meta(planned, run.revision_sha), "github": github,
+                              "confirm_pairs": self.settings.confirm_pairs}, self.mode)
+        try:
+            with self.store.transaction() as conn:
+                specs, baseline_runs = [spec], []
+                if self.settings.baseline_runs:
+                    specs, baseline_runs = self._with_baseline_runs(conn, specs, [planned])
+                new = self.store.approve_run(run.id, specs[0].cells, specs[0].meta, conn=conn)
+                if new is None:  # approved meanwhile by another delivery: roll the baseline runs made here back
+                    raise _ApprovedMeanwhile
+        except _ApprovedMeanwhile:
+            return Approved(run.id, False, run.revision_sha, f"{what}: run {run.id} was approved meanwhile")
+        for sha, base in baseline_runs:  # the baseline's missing cells go first (as in submit_many)
+            try:
+                self._dispatch(sha, base, False)
+            except Exception as exc:  # noqa: BLE001 - reconcile re-sends; the run waits for it meanwhile
+                log.warning("baseline run %s not dispatched yet: %s: %s", base.run_id, type(exc).__name__, exc)
+        self._dispatch(run.revision_sha, new, False)
+        return Approved(run.id, True, run.revision_sha,
+                        f"{what}: approved head {run.revision_sha[:12]}; run {run.id} started")
+
     def _dispatch(self, sha: str, new: Any, redispatch: bool) -> Submitted:
+        from service.db.runs import AWAITING_APPROVAL
+
+        if new.status == AWAITING_APPROVAL:  # no jobs until approved (approve)
+            return Submitted(run_id=new.run_id, created=new.created, awaiting=True)
         if new.created:
             jobs = list(new.jobs)
         elif redispatch:
@@ -267,6 +346,10 @@ class RunDispatcher:
         if jobs:
             self.dispatch(self.settings, sha, jobs)
         return Submitted(run_id=new.run_id, created=new.created, dispatched=len(jobs))
+
+
+class _ApprovedMeanwhile(Exception):
+    """Rolls back an approval's transaction when another approval started the run first."""
 
 
 def _options_meta(planned: Sequence[Any], sha: str) -> dict[str, Any]:

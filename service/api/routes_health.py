@@ -41,10 +41,25 @@ async def healthz(request: Request) -> JSONResponse:
     ok = db_ok and br_ok
     status = "ok" if ok else "unavailable"
     down = [name for name, up in (("database", db_ok), ("broker", br_ok)) if not up]
+    sandbox = await run_in_threadpool(_sandbox_mode, ctx)
     if not _may_see_details(request):
-        return JSONResponse({"status": status, "down": down}, status_code=200 if ok else 503)
-    body = {"status": status, "down": down,
+        return JSONResponse({"status": status, "down": down, "sandbox": sandbox}, status_code=200 if ok else 503)
+    body = {"status": status, "down": down, "sandbox": sandbox,
             "database": {"ok": db_ok, "detail": redact_url(db_detail)},
             "broker": {"ok": br_ok, "detail": redact_url(br_detail)},
             "status_outbox": {"enabled": ctx.reporter.enabled}}
     return JSONResponse(body, status_code=200 if ok else 503)
+
+
+def _sandbox_mode(ctx: object) -> str:
+    """How this host isolates the pass under test: ``full``, ``best-effort``, or ``refused`` (AMPCI_SANDBOX=require
+    on a host that cannot make it: its jobs end as crashes saying so)."""
+    from workers.sandbox import SandboxUnavailable, resolve_mode
+
+    settings = getattr(ctx, "settings", None)
+    if settings is None:
+        return "unknown"
+    try:
+        return resolve_mode(settings.worker_config().sandbox_policy())
+    except SandboxUnavailable:
+        return "refused"

@@ -24,7 +24,7 @@ Rev = Annotated[str | None, Query(pattern=r"^[0-9a-fA-F]{4,64}$", description="s
 Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[\w.:+/-]+$")]
 Limit = Annotated[int, StrictInt, Query(ge=1, le=5000)]
 Trigger = Literal["push", "pull_request", "nightly", "manual", "bisect", "confirm"]
-RunState = Literal["queued", "running", "complete", "partial", "failed", "cancelled"]
+RunState = Literal["awaiting_approval", "queued", "running", "complete", "partial", "failed", "cancelled"]  # RUN_STATES
 RegState = Literal["open", "acknowledged", "resolved", "false_positive", "suspected", "dismissed"]
 Category = Literal["regression", "improvement", "flaky"]
 Metric = Literal["cosine", "max_abs", "error_ratio", "latency_p50_ms", "speedup", "low_precision_fraction",

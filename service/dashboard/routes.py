@@ -43,8 +43,9 @@ from service.api.auth import require_read
 from service.api.params import path_id, query_int
 from service.dashboard import bisection, plots, queries, views
 from service.db.deliveries import DELIVERY_STATES
-from service.db.store import TRIGGERS
+from service.db.store import AWAITING_APPROVAL, TRIGGERS
 from service.errors import NotFoundError, UserError
+from service.github.approval import AWAITING_DESCRIPTION
 from service.regressions.rules import CATEGORIES
 from service.regressions.verdict import run_verdict
 
@@ -162,8 +163,9 @@ def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
     summary = store.run_summary(run.id)
     by_cat = {c: [f for f in findings if f.category == c] for c in CATEGORIES}
     verdict = run_verdict(store, run.id)
+    awaiting = AWAITING_DESCRIPTION if run.status == AWAITING_APPROVAL else None  # no jobs, so no verdict yet
     return render("run.html", run=run, revision=revision, matrix=matrix, findings=by_cat, summary=summary,
-                  verdict=verdict,
+                  verdict=verdict, awaiting=awaiting,
                   line=summary.describe(), diff_all=diff == "all", diff=[r for r in rows if r.changed or diff == "all"],
                   diff_changed=sum(r.changed for r in rows), diff_total=len(rows), base_sha=base_sha,
                   base_cells=base_cells, no_baseline=sum(r.base_sha is None for r in rows))

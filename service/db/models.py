@@ -9,7 +9,8 @@ Vocabularies (plain strings, validated by the Store, not by database enums so th
 without a migration):
 
 - ``runs.trigger``: push, pull_request, nightly, manual, bisect
-- ``runs.status``: queued, running, complete, partial, failed, cancelled
+- ``runs.status``: :data:`service.db.runs.RUN_STATES` (awaiting_approval: a pull request run stored without
+  jobs until a maintainer approves it; queued, running, complete, partial, failed, cancelled)
 - ``runs.dispatch``: broker (one Celery message per job), local (the embedded pool of the process
   that created the run); set when the run is created, it tells ``ampci reconcile`` which jobs it owns
 - ``jobs.status``: queued, running, done, error, crashed, cancelled
@@ -17,6 +18,7 @@ without a migration):
 - ``regressions.kind``: conversion, accuracy, convergence, coverage, latency
 - ``regressions.state``: open, acknowledged, resolved, false_positive, and those of confirmation
   (:data:`service.regressions.rules.CONFIRMATION_STATES`: suspected, dismissed, suspected_resolved)
+- ``confirm_budgets``: confirmation cells spent per pull request (:mod:`service.db.budgets`)
 - ``webhook_deliveries.status``: pending (stored, not yet turned into a run), accepted, rejected, failed
   (the intake gave up after a bounded number of attempts), duplicate
 """
@@ -258,6 +260,20 @@ class WebhookDelivery(Base):
         Column("received_at", TS, index=True, nullable=False),
         Column("payload", JSON),
         Index("ix_webhook_deliveries_pending", "status", "received_at"),
+    )
+
+
+class ConfirmBudget(Base):
+    """Confirmation work spent on one pull request: ``cells`` counts the cells that confirmation runs of its
+    runs timed (``repository`` lower-case ``owner/name``, ``pr_number`` the pull request's number).  Written
+    only through :mod:`service.db.budgets`, which holds it to ``AMPCI_CONFIRM_MAX_PER_PR``."""
+
+    __table__ = Table(
+        "confirm_budgets", metadata,
+        Column("repository", NAME, primary_key=True),
+        Column("pr_number", Integer, primary_key=True),
+        Column("cells", Integer, default=0, nullable=False),
+        Column("updated_at", TS, nullable=False),
     )
 
 

@@ -179,6 +179,20 @@ class QueriesMixin:
             r = conn.execute(sa.select(t_run).where(t_run.c.dedup_key == dedup_key)).first()
         return run_info(r) if r is not None else None
 
+    def newest_pull_request_run(self, *, repo: str, pr: int, head_sha: str | None = None) -> RunInfo | None:
+        """The newest (highest id) ``pull_request`` run of pull request ``pr`` of ``repo`` (its
+        ``meta.github``; the repository compared case-insensitively), only of ``head_sha`` when given;
+        None when there is none."""
+        q = (sa.select(t_run).where(t_run.c.trigger == "pull_request",
+                                    t_run.c.meta[("github", "pr")].as_integer() == int(pr),
+                                    sa.func.lower(t_run.c.meta[("github", "repo")].as_string()) == repo.lower())
+             .order_by(t_run.c.id.desc()).limit(1))
+        if head_sha is not None:
+            q = q.where(t_run.c.revision_sha == head_sha.lower())
+        with self.transaction() as conn:
+            r = conn.execute(q).first()
+        return run_info(r) if r is not None else None
+
     def list_runs(self, limit: int = 50, revision: str | None = None, trigger: str | None = None,
                   status: str | None = None) -> list[RunInfo]:
         """Runs newest first, optionally for one revision / trigger / status."""

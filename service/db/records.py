@@ -295,6 +295,7 @@ class RunSpec:
     dedup_key: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     dispatch: str | None = None  # "broker" | "local"; None: the Store's ``run_dispatch``
+    status: str = "queued"  # or "awaiting_approval": stored without jobs until approved (Store.approve_run)
 
 
 @dataclass(frozen=True)
@@ -305,3 +306,4 @@ class NewRun:
     run_id: int
     created: bool
     jobs: tuple[JobInfo, ...]
+    status: str = "queued"  # the run's status when this call returned (a found run's as stored)

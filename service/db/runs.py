@@ -25,6 +25,12 @@ from service.db.records import Cell, JobInfo, NewRun, RevisionInfo, RevisionRow,
 from service.errors import UserError
 
 TRIGGERS = ("push", "pull_request", "nightly", "manual", "bisect", "confirm")
+#: A pull request run whose code may not run until a maintainer approves it (service.github.approval): no jobs.
+AWAITING_APPROVAL = "awaiting_approval"
+#: Every run status, the one list (``runs.status``): the API, the CLI and the dashboard take theirs from here.
+RUN_STATES = (AWAITING_APPROVAL, "queued", "running", "complete", "partial", "failed", "cancelled")
+#: The statuses a run may be created with (:class:`RunSpec.status`).
+NEW_RUN_STATES = ("queued", AWAITING_APPROVAL)
 DISPATCH_MODES = ("broker", "local")  # runs.dispatch: Celery messages, or the creating process's local pool
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__
@@ -172,9 +178,11 @@ class RunWritesMixin:
         dispatch = s.dispatch if s.dispatch is not None else self.run_dispatch
         if dispatch not in DISPATCH_MODES:
             raise UserError(f"unknown dispatch {dispatch!r}; expected one of {', '.join(DISPATCH_MODES)}")
+        if s.status not in NEW_RUN_STATES:
+            raise UserError(f"a run cannot be created {s.status!r}; expected one of {', '.join(NEW_RUN_STATES)}")
         return RunSpec(check_sha(s.revision_sha), s.trigger, check_sha(s.baseline_sha) if s.baseline_sha else None,
                        s.sweep, tuple(dict.fromkeys(check_cell(c) for c in s.cells)), s.dedup_key, s.meta or {},
-                       dispatch)
+                       dispatch, s.status)
 
     def _create_runs(self, conn: Connection, specs: list[RunSpec]) -> list[NewRun]:
         now = self.clock()
@@ -186,7 +194,7 @@ class RunWritesMixin:
 
         def row(s: RunSpec) -> dict[str, Any]:
             return {"revision_sha": s.revision_sha, "baseline_sha": s.baseline_sha, "trigger": s.trigger,
-                    "status": "queued", "sweep": s.sweep, "dedup_key": s.dedup_key, "meta": s.meta,
+                    "status": s.status, "sweep": s.sweep, "dedup_key": s.dedup_key, "meta": s.meta,
                     "created_at": now, "dispatch": s.dispatch}
 
         ids: dict[int, int] = {}        # spec index -> run id
@@ -210,18 +218,20 @@ class RunWritesMixin:
                     ids[i] = int(got[specs[i].dedup_key])
                     created.add(i)
         missing = [specs[i].dedup_key for i in keyed if i not in ids]
+        status_of: dict[int, str] = {ids[i]: specs[i].status for i in created}
         if missing:
-            found = dict(conn.execute(sa.select(t_run.c.dedup_key, t_run.c.id)
-                                      .where(t_run.c.dedup_key.in_(missing))).all())
+            found = {key: (run_id, status) for key, run_id, status in conn.execute(
+                sa.select(t_run.c.dedup_key, t_run.c.id, t_run.c.status).where(t_run.c.dedup_key.in_(missing)))}
             for key in missing:
-                ids[first_by_key[key]] = int(found[key])  # type: ignore[index]
+                ids[first_by_key[key]], status = found[key]  # type: ignore[index]
+                status_of[ids[first_by_key[key]]] = status  # type: ignore[index]
         for i, s in enumerate(specs):
             if i not in ids:  # a repeated key within specs
                 ids[i] = ids[first_by_key[s.dedup_key]]  # type: ignore[index]
         jobs: dict[int, list[JobInfo]] = {}
         job_rows = [{"run_id": ids[i], "model": c[0], "dtype": c[1], "policy": c[2], "target": c[3],
                      "status": "queued", "attempts": 0, "queued_at": now}
-                    for i in sorted(created) for c in specs[i].cells]
+                    for i in sorted(created) if specs[i].status == "queued" for c in specs[i].cells]
         if job_rows:
             for r in conn.execute(t_job.insert().returning(*t_job.c), job_rows):
                 jobs.setdefault(r.run_id, []).append(job_info(r))
@@ -230,8 +240,32 @@ class RunWritesMixin:
         if existing:
             for r in conn.execute(sa.select(t_job).where(t_job.c.run_id.in_(existing)).order_by(t_job.c.id)):
                 jobs.setdefault(r.run_id, []).append(job_info(r))
-        return [NewRun(ids[i], i in created, tuple(sorted(jobs.get(ids[i], []), key=lambda j: j.id)))
-                for i in range(len(specs))]
+        return [NewRun(ids[i], i in created, tuple(sorted(jobs.get(ids[i], []), key=lambda j: j.id)),
+                       status_of[ids[i]]) for i in range(len(specs))]
+
+    def approve_run(self, run_id: int, cells: Iterable[Cell], meta: dict[str, Any],
+                    conn: Connection | None = None) -> NewRun | None:
+        """Start a run awaiting approval: atomically, only while it is ``awaiting_approval``, it becomes
+        ``queued`` with ``meta`` and one ``queued`` job per distinct cell (in ``conn``'s transaction, or a
+        new one).  Returns the run with its jobs (``created`` True: this call started it), or None when the
+        run is not awaiting approval (already approved, by a concurrent caller too, or never awaiting):
+        of concurrent approvers exactly one starts it.  An unknown run is None as well."""
+        checked = tuple(dict.fromkeys(check_cell(c) for c in cells))
+        if conn is None:
+            with self.transaction() as own:
+                return self._approve_run(own, run_id, checked, meta)
+        return self._approve_run(conn, run_id, checked, meta)
+
+    def _approve_run(self, conn: Connection, run_id: int, cells: tuple[Cell, ...], meta: dict[str, Any]) -> NewRun | None:
+        now = self.clock()
+        started = conn.execute(t_run.update().where(t_run.c.id == run_id, t_run.c.status == AWAITING_APPROVAL)
+                               .values(status="queued", meta=meta).returning(t_run.c.id)).first()
+        if started is None:
+            return None
+        rows = [{"run_id": run_id, "model": c[0], "dtype": c[1], "policy": c[2], "target": c[3], "status": "queued",
+                 "attempts": 0, "queued_at": now} for c in cells]
+        jobs = [job_info(r) for r in conn.execute(t_job.insert().returning(*t_job.c), rows)] if rows else []
+        return NewRun(run_id, True, tuple(sorted(jobs, key=lambda j: j.id)), "queued")
 
 
 @functools.cache

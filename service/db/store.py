@@ -41,7 +41,15 @@ from service.db.records import (
     RunSummary,
     utc,
 )
-from service.db.runs import TRIGGERS, RunWritesMixin, check_cell, check_sha, dialect_insert
+from service.db.runs import (
+    AWAITING_APPROVAL,
+    RUN_STATES,
+    TRIGGERS,
+    RunWritesMixin,
+    check_cell,
+    check_sha,
+    dialect_insert,
+)
 from service.errors import DatabaseUnavailableError, NotFoundError, UserError
 from workers.result import JobResult
 
@@ -49,7 +57,6 @@ if TYPE_CHECKING:
     from service.regressions.thresholds import Thresholds
     from service.settings import Settings
 
-RUN_STATES = ("queued", "running", "complete", "partial", "failed", "cancelled")
 JOB_STATES = ("queued", "running", "done", "error", "crashed", "cancelled")
 JOB_TERMINAL = frozenset({"done", "error", "crashed", "cancelled"})
 
@@ -369,10 +376,12 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         Any job queued/running: ``queued`` (none started) or ``running``, no finish time.
         Otherwise (finish time stamped): all ``done`` → ``complete``; all ``cancelled`` →
         ``cancelled``; none ``done`` → ``failed``; else ``partial``.  A run without jobs is
-        ``complete``.  Idempotent.
+        ``complete``.  A run awaiting approval is left as it is (it has no jobs yet).  Idempotent.
         """
         with self.transaction() as conn:
-            self.run_row(conn, run_id)
+            row = self.run_row(conn, run_id)
+            if row.status == AWAITING_APPROVAL:
+                return run_info(row)  # no jobs until approved: nothing to derive
             counts = dict(conn.execute(sa.select(t_job.c.status, sa.func.count()).where(
                 t_job.c.run_id == run_id).group_by(t_job.c.status)).all())
             total = sum(counts.values())

@@ -14,19 +14,33 @@ What the payloads carry (and what they do not):
 * ``pull_request`` carries the base branch tip (``base.sha``), not the merge base.  We record the
   base tip as the run's baseline; the worker resolves ``git merge-base head base`` when it checks out
   the revision (see README "Webhook and HTTP API").
+* whether a pull request's code may run at once (head repository, author association, author login)
+  and its approval (a ``labeled`` ``pull_request``, an ``issue_comment``): :mod:`service.github.approval`.
+  An ``issue_comment`` is read only for that; its body is never stored or logged.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, ValidationError, field_validator
 
 from service.errors import UserError
+from service.github.approval import (
+    APPROVE_COMMAND,
+    APPROVE_LABEL,
+    Approval,
+    approval_for,
+    association_text,
+    is_approve_command,
+    may_approve,
+    untrusted_reason,
+)
 from service.github.sanitize import (
     AUTHOR_MAX,
     BRANCH_MAX,
@@ -39,27 +53,27 @@ from service.github.sanitize import (
     name_text,
     sane_time,
 )
+from service.github.stored import (
+    PayloadError,
+    RevisionInfo,
+    RunRequest,
+    check_commit_sha,
+    check_number,
+    stored_request,
+)
 from service.settings import Settings
 
-SHA_RE = re.compile(r"^[0-9a-fA-F]{40}$")
+__all__ = ["Approval", "Decision", "Ignored", "PayloadError", "Ping", "RepositoryNotAllowedError", "RevisionInfo",
+           "RunRequest", "check_repository", "parse_event", "stored_request"]
+
+log = logging.getLogger(__name__)
+
 ZERO_SHA = "0" * 40
-MAX_NUMBER = 2**31 - 1  # PR numbers are stored and compared as database integers
 PR_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
-SMOKE_SWEEP = "smoke"
-
-
-class PayloadError(UserError):
-    """A delivery that cannot be accepted (HTTP 400); the message is the recorded reason."""
 
 
 class RepositoryNotAllowedError(UserError):
     """A correctly signed delivery from a repository outside ``AMPCI_ALLOWED_REPOS`` (HTTP 403)."""
-
-
-def _check_sha(value: str) -> str:
-    if not SHA_RE.match(value):
-        raise ValueError(f"not a 40-hex commit sha: {value[:60]!r}")
-    return value.lower()
 
 
 def _before_text(value: Any, limit: int) -> Any:
@@ -84,12 +98,6 @@ class _Repository(_Model):
         return v
 
 
-def _number(v: int) -> int:
-    if not 1 <= v <= MAX_NUMBER:
-        raise ValueError(f"must be between 1 and {MAX_NUMBER}")
-    return v
-
-
 class _Person(_Model):
     name: str | None = None
     email: str | None = None
@@ -110,7 +118,7 @@ class _Commit(_Model):
     @field_validator("id")
     @classmethod
     def _sha(cls, v: str) -> str:
-        return _check_sha(v)
+        return check_commit_sha(v)
 
     @field_validator("message", mode="before")
     @classmethod
@@ -137,7 +145,7 @@ class _Push(_Model):
     @field_validator("before", "after")
     @classmethod
     def _shas(cls, v: str) -> str:
-        return _check_sha(v)
+        return check_commit_sha(v)
 
     @field_validator("ref")
     @classmethod
@@ -148,11 +156,12 @@ class _Push(_Model):
 class _Ref(_Model):
     sha: str
     ref: str
+    repo: Any = None  # head: {"full_name": ...}, null for a deleted fork (only compared, never stored)
 
     @field_validator("sha")
     @classmethod
     def _sha(cls, v: str) -> str:
-        return _check_sha(v)
+        return check_commit_sha(v)
 
     @field_validator("ref")
     @classmethod
@@ -175,12 +184,13 @@ class _PullRequestBody(_Model):
     head: _Ref
     base: _Ref
     user: _User | None = None
+    author_association: Any = None  # only compared with approval.TRUSTED_ASSOCIATIONS
     updated_at: datetime | None = None
 
     @field_validator("number")
     @classmethod
     def _num(cls, v: int) -> int:
-        return _number(v)
+        return check_number(v)
 
     @field_validator("title", mode="before")
     @classmethod
@@ -193,16 +203,45 @@ class _PullRequestBody(_Model):
         return sane_time(v)
 
 
+class _Label(_Model):
+    name: Any = None
+
+
 class _PullRequest(_Model):
     action: str
     number: StrictInt | None = None
     pull_request: _PullRequestBody
     repository: _Repository
+    label: _Label | None = None  # action "labeled": the label added
+    sender: _User | None = None
 
     @field_validator("number")
     @classmethod
     def _num(cls, v: int | None) -> int | None:
-        return None if v is None else _number(v)
+        return None if v is None else check_number(v)
+
+
+class _Issue(_Model):
+    number: StrictInt
+    pull_request: Any = None  # present (an object) when the issue is a pull request
+
+    @field_validator("number")
+    @classmethod
+    def _num(cls, v: int) -> int:
+        return check_number(v)
+
+
+class _Comment(_Model):
+    body: Any = None  # only compared with approval.APPROVE_COMMAND: never stored or logged
+    user: _User | None = None
+    author_association: Any = None
+
+
+class _IssueComment(_Model):
+    action: str
+    issue: _Issue
+    comment: _Comment
+    repository: _Repository
 
 
 class _Ping(_Model):
@@ -214,72 +253,6 @@ class _Ping(_Model):
     @classmethod
     def _zen(cls, v: Any) -> Any:
         return _before_text(v, 200)
-
-
-@dataclass(frozen=True)
-class RevisionInfo:
-    """One commit to upsert as a revision row (parents as far as the payload shows them)."""
-
-    sha: str
-    parents: list[str]
-    branch: str | None
-    author: str | None
-    message: str
-    committed_at: datetime | None
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """A run to create for a verified, allowed delivery.  All shas are lower-case 40 hex."""
-
-    repo: str
-    trigger: str               # "push" | "pull_request"
-    head_sha: str
-    baseline_sha: str | None   # push: previous head; pull_request: base branch tip (merge base later)
-    branch: str
-    sweep: str = SMOKE_SWEEP
-    pr_number: int | None = None
-    revisions: list[RevisionInfo] = field(default_factory=list)
-    body_sha256: str | None = None  # of the signed raw body: a replay under a new delivery id finds its run
-
-    @property
-    def dedup_key(self) -> str | None:
-        """The run's dedup key by content (``github-body:<sha256>``), None without a body hash."""
-        return f"github-body:{self.body_sha256}" if self.body_sha256 else None
-
-
-    def to_payload(self) -> dict[str, Any]:
-        """The compact JSON form stored with a pending delivery (:meth:`from_payload` reads it back)."""
-        return {"v": 1, "repo": self.repo, "trigger": self.trigger, "head_sha": self.head_sha,
-                "baseline_sha": self.baseline_sha, "branch": self.branch, "sweep": self.sweep,
-                "pr_number": self.pr_number, "body": self.body_sha256,
-                "revisions": [[r.sha, r.parents, r.branch, r.author, r.message,
-                               r.committed_at.isoformat() if r.committed_at else None] for r in self.revisions]}
-
-    @classmethod
-    def from_payload(cls, data: Any) -> RunRequest:
-        """The request :meth:`to_payload` stored; PayloadError for anything else (a corrupt row)."""
-        try:
-            if not isinstance(data, dict) or data.get("v") != 1:
-                raise ValueError("unknown payload version")
-            # the same checks as at intake: a row stored by an older version cannot fail later
-            revisions = [RevisionInfo(sha=_check_sha(r[0]), parents=[_check_sha(p) for p in r[1]],
-                                      branch=name_text(r[2], BRANCH_MAX) if r[2] is not None else None,
-                                      author=free_text(r[3], AUTHOR_MAX), message=free_text(r[4], MESSAGE_MAX) or "",
-                                      committed_at=sane_time(datetime.fromisoformat(r[5])) if r[5] else None)
-                         for r in data["revisions"]]
-            base = data["baseline_sha"]
-            pr = data["pr_number"]
-            body = data.get("body")  # absent in rows stored before replay detection
-            if body is not None and not (isinstance(body, str) and re.fullmatch(r"[0-9a-f]{64}", body)):
-                raise ValueError("body hash is not 64 hex")
-            return cls(repo=name_text(str(data["repo"]), REPOSITORY_MAX), trigger=str(data["trigger"]),
-                       head_sha=_check_sha(data["head_sha"]), baseline_sha=_check_sha(base) if base else None,
-                       branch=name_text(str(data["branch"]), BRANCH_MAX), sweep=name_text(str(data["sweep"]), 100),
-                       pr_number=None if pr is None else _number(int(pr)), revisions=revisions,
-                       body_sha256=body)
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise PayloadError(f"stored payload unreadable: {exc}"[:200]) from None
 
 
 @dataclass(frozen=True)
@@ -298,7 +271,7 @@ class Ignored:
     reason: str
 
 
-Decision = RunRequest | Ping | Ignored
+Decision = RunRequest | Approval | Ping | Ignored
 
 
 def _validation_reason(exc: ValidationError) -> str:
@@ -382,8 +355,18 @@ def _parse_pull_request(data: dict, settings: Settings) -> Decision:
     except ValidationError as exc:
         raise PayloadError(_validation_reason(exc)) from None
     check_repository(event.repository.full_name, settings)
+    if event.action == "labeled":
+        return _approval_by_label(event, settings)
     if event.action not in PR_ACTIONS:
         return Ignored(f"pull_request action {event.action[:50]!r} needs no run")
+    pr = event.pull_request
+    head_repo = pr.head.repo.get("full_name") if isinstance(pr.head.repo, dict) else None
+    reason = untrusted_reason(event.repository.full_name, head_repo, pr.author_association,
+                              pr.user.login if pr.user else None, settings)
+    return _pull_request_run(event, approval_for(reason, settings), reason)
+
+
+def _pull_request_run(event: _PullRequest, approval: str, untrusted: str | None) -> RunRequest:
     pr = event.pull_request
     head = RevisionInfo(sha=pr.head.sha, parents=[], branch=pr.head.ref,
                         author=pr.user.login if pr.user else None,
@@ -392,7 +375,45 @@ def _parse_pull_request(data: dict, settings: Settings) -> Decision:
                         committed_at=None)
     return RunRequest(repo=event.repository.full_name, trigger="pull_request", head_sha=pr.head.sha,
                       baseline_sha=pr.base.sha, branch=pr.head.ref, pr_number=pr.number,
-                      revisions=[base, head])
+                      revisions=[base, head], approval=approval, untrusted=untrusted)
+
+
+def _approval_by_label(event: _PullRequest, settings: Settings) -> Decision:
+    """The label ampci:run approves the head of that moment (only people with triage or write access label)."""
+    if event.label is None or event.label.name != APPROVE_LABEL:
+        return Ignored(f"pull_request label is not {APPROVE_LABEL}")
+    if settings.fork_policy == "never":
+        return Ignored("approval refused: AMPCI_FORK_POLICY=never")
+    pr = event.pull_request
+    request = _pull_request_run(event, "trusted", None)  # started at once when that head has no run yet
+    return Approval(repo=event.repository.full_name, pr_number=pr.number, via="label",
+                    by=event.sender.login if event.sender else None, head_sha=pr.head.sha,
+                    request=request.to_payload())
+
+
+def _parse_issue_comment(data: dict, settings: Settings) -> Decision:
+    """An ``issue_comment`` matters only as an approval: ``/ampci run`` on a pull request by an
+    OWNER/MEMBER/COLLABORATOR.  The comment's body is compared, never stored or logged."""
+    try:
+        event = _IssueComment.model_validate(data)
+    except ValidationError as exc:
+        raise PayloadError(_validation_reason(exc)) from None
+    check_repository(event.repository.full_name, settings)
+    if event.action != "created":
+        return Ignored(f"issue_comment action {event.action[:50]!r} needs no run")
+    if not isinstance(event.issue.pull_request, dict):
+        return Ignored("comment on an issue, not a pull request")
+    if not is_approve_command(event.comment.body):
+        return Ignored("comment is not an ampci command")
+    who = event.comment.user.login if event.comment.user else None
+    if not may_approve(event.comment.author_association):
+        association = association_text(event.comment.author_association)
+        log.info("%s on %s#%d by %s ignored: author_association %s may not approve", APPROVE_COMMAND,
+                 event.repository.full_name, event.issue.number, (who or "unknown")[:100], association)
+        return Ignored(f"{APPROVE_COMMAND} by a commenter who may not approve (author_association {association})")
+    if settings.fork_policy == "never":
+        return Ignored("approval refused: AMPCI_FORK_POLICY=never")
+    return Approval(repo=event.repository.full_name, pr_number=event.issue.number, via="comment", by=who)
 
 
 def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
@@ -401,7 +422,10 @@ def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
     Guarantees: never raises anything but :class:`PayloadError` (400) or
     :class:`RepositoryNotAllowedError` (403); every sha in the result is 40 lower-case hex; only
     pushes to tracked branches and opened/synchronize/reopened pull requests of allowed
-    repositories produce a :class:`RunRequest`.
+    repositories produce a :class:`RunRequest` (``approval`` says whether a pull request's run may
+    start: :mod:`service.github.approval`); only the label ampci:run being added to a pull request, or
+    a ``/ampci run`` comment on one by an OWNER/MEMBER/COLLABORATOR, produces an :class:`Approval`
+    (none under ``AMPCI_FORK_POLICY=never``).
     """
     data = _load(body)
     if event == "ping":
@@ -415,4 +439,6 @@ def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
         return _parse_push(data, settings)
     if event == "pull_request":
         return _parse_pull_request(data, settings)
+    if event == "issue_comment":
+        return _parse_issue_comment(data, settings)
     return Ignored(f"event {event[:50]!r} is not handled")

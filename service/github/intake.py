@@ -5,7 +5,9 @@ run-requesting delivery as ``pending`` with its compact payload, then answers 20
 :class:`WebhookIntake` — a background thread started with the app's lifespan — claims pending
 deliveries oldest first, creates their revisions, runs and job rows in one transaction
 (:meth:`service.api.dispatch.RunDispatcher.submit_many`), dispatches their jobs, queues the
-``pending`` commit status, and marks them ``accepted`` with the run id.
+``pending`` commit status, and marks them ``accepted`` with the run id.  An untrusted pull request's
+run is stored awaiting approval (its status says so) or, under ``AMPCI_FORK_POLICY=never``, not stored
+(an ``error`` status says so); an approval starts the run it approves (:mod:`service.github.approval`).
 
 Guarantees:
 
@@ -40,7 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.errors import DatabaseUnavailableError, UserError
-from service.github.events import PayloadError, RunRequest
+from service.github.approval import Approval
+from service.github.events import PayloadError, RunRequest, stored_request
 
 log = logging.getLogger(__name__)
 
@@ -158,15 +161,47 @@ class WebhookIntake:
         return self.store.engine.dialect.name == "postgresql"
 
     def _work_on(self, pending: list[Any]) -> tuple[list[Any], BatchOutcome]:
+        """Settle ``pending`` in order: runs are submitted together, up to each approval, which then
+        sees the runs of the deliveries before it (:mod:`service.github.approval`)."""
         from service.db.deliveries import Settlement
 
         settlements: list[Settlement] = []
+        retry = 0
         items: list[tuple[str, RunRequest]] = []
+
+        def flush() -> None:
+            nonlocal retry
+            done, again = self._settle_runs(items)
+            settlements.extend(done)
+            retry += again
+            items.clear()
+
         for p in pending:
             try:
-                items.append((p.delivery_id, RunRequest.from_payload(p.payload)))
+                request = stored_request(p.payload)
             except PayloadError as exc:
                 settlements.append(Settlement(p.delivery_id, "rejected", reason=str(exc)[:300]))
+                continue
+            if isinstance(request, Approval):
+                flush()
+                settlement = self._approve(p.delivery_id, request)
+                if settlement is None:
+                    retry += 1
+                else:
+                    settlements.append(settlement)
+            elif request.approval == "refused":
+                settlements.append(self._refuse(p.delivery_id, request))
+            else:
+                items.append((p.delivery_id, request))
+        flush()
+        accepted = sum(s.status == "accepted" for s in settlements)
+        return settlements, BatchOutcome(len(pending), accepted, len(settlements) - accepted, retry)
+
+    def _settle_runs(self, items: list[tuple[str, RunRequest]]) -> tuple[list[Any], int]:
+        """Submit run requests; (their settlements, how many are left pending for a retry)."""
+        from service.db.deliveries import Settlement
+
+        settlements: list[Settlement] = []
         results, replays = self._submit(items)
         retry = 0
         for (delivery, request), result in zip(items, results, strict=True):
@@ -179,13 +214,39 @@ class WebhookIntake:
             else:
                 self._forget(delivery)
                 reason = f"{request.trigger} {request.branch}" + (
+                    f": awaiting approval ({request.untrusted})" if result.awaiting else "") + (
                     " (replay: same signed body as an earlier delivery; its run)" if delivery in replays else "")
                 settlements.append(Settlement(delivery, "accepted", run_id=result.run_id, reason=reason[:300]))
                 # a replay sends nothing and must not reset the status of its (maybe finished) run
                 if self.reporter is not None and delivery not in replays:
-                    self.reporter.queued(result.run_id, request.repo, request.head_sha)
-        accepted = sum(s.status == "accepted" for s in settlements)
-        return settlements, BatchOutcome(len(pending), accepted, len(settlements) - accepted, retry)
+                    if result.awaiting:
+                        self.reporter.awaiting(result.run_id, request.repo, request.head_sha)
+                    else:
+                        self.reporter.queued(result.run_id, request.repo, request.head_sha)
+        return settlements, retry
+
+    def _approve(self, delivery: str, approval: Approval) -> Any:
+        """Settle an approval (``submitter.approve``); None to retry it later."""
+        from service.db.deliveries import Settlement
+
+        try:
+            got = self.submitter.approve(approval, delivery)
+        except Exception as exc:  # noqa: BLE001 - settled or retried as a run request's failure is
+            return self._failure(delivery, exc)
+        self._forget(delivery)
+        if got.started and self.reporter is not None and got.run_id is not None and got.sha is not None:
+            self.reporter.queued(got.run_id, approval.repo, got.sha)
+        return Settlement(delivery, "accepted", run_id=got.run_id, reason=got.reason[:300])
+
+    def _refuse(self, delivery: str, request: RunRequest) -> Any:
+        """Settle an untrusted pull request under ``AMPCI_FORK_POLICY=never``: no run, an ``error`` status."""
+        from service.db.deliveries import Settlement
+
+        self._forget(delivery)
+        if self.reporter is not None:
+            self.reporter.refused(request.repo, request.head_sha)
+        return Settlement(delivery, "accepted", reason=f"{request.trigger} {request.branch}: not run "
+                          f"({request.untrusted}; AMPCI_FORK_POLICY=never)"[:300])
 
     def _submit(self, items: list[tuple[str, RunRequest]]) -> tuple[list[Any], set[str]]:
         """Submit the batch; (the result per item, the deliveries found to be replays).

@@ -176,6 +176,24 @@ class StatusReporter:
         if "comment" in self.reports and self.store is not None:
             self.report_pending(self.store, run_id)
 
+    def awaiting(self, run_id: int, repo: str, sha: str) -> None:
+        """Queue the ``pending`` status of a pull request run awaiting a maintainer's approval
+        (:data:`service.github.approval.AWAITING_DESCRIPTION`); its approval calls :meth:`queued`."""
+        from service.github.approval import AWAITING_DESCRIPTION
+
+        if self.enabled and "status" in self.reports:
+            self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=AWAITING_DESCRIPTION,
+                                   target_url=self.run_url(run_id), context=self.context))
+
+    def refused(self, repo: str, sha: str) -> None:
+        """Queue the ``error`` status of an untrusted pull request that is never run
+        (``AMPCI_FORK_POLICY=never``: :data:`service.github.approval.REFUSED_DESCRIPTION`; no run, no link)."""
+        from service.github.approval import REFUSED_DESCRIPTION
+
+        if self.enabled and "status" in self.reports:
+            self._put(CommitStatus(repo=repo, sha=sha, state="error", description=REFUSED_DESCRIPTION,
+                                   context=self.context))
+
     def report_pending(self, store: Any, run_id: int) -> bool:
         """Rewrite the PR comment when a new head's run is queued: "checking HEAD (run N)", with the
         previous head's report folded below it, so a reviewer never reads an old table as the new

@@ -16,12 +16,16 @@ Order of checks (each one stops the procedure):
    timestamp outside 1970–2100) → 400, recorded ``rejected`` with the reason (see
    :mod:`service.github.sanitize`: nothing answered 202 can fail later for its content)
 5. repository not on the allowlist               → 403, recorded ``rejected``
-6. ping → 200; ignored events/branches/actions   → 202, recorded ``accepted`` with the reason
+6. ping → 200; ignored events/branches/actions   → 202, recorded ``accepted`` with the reason (an
+   ``issue_comment`` other than an approval is ignored: :mod:`service.github.approval`)
 7. run request → the delivery is recorded ``pending`` with its validated, compact payload in one
    database statement (deduplicated on the delivery id) → 202 ``queued``.  The intake
    (:mod:`service.github.intake`) then creates the revisions and the run (dedup key
    ``github:<delivery>``), dispatches its jobs, queues the ``pending`` commit status and marks
-   the delivery ``accepted`` with the run id (``GET /api/deliveries/<id>`` shows it).  A database
+   the delivery ``accepted`` with the run id (``GET /api/deliveries/<id>`` shows it).  An untrusted
+   pull request's run is stored awaiting approval (no job), or not at all under
+   ``AMPCI_FORK_POLICY=never`` (answer ``"approval": "required"``/``"refused"``); an approval (the label
+   ampci:run, a ``/ampci run`` comment) is stored the same way and starts the approved run in the intake.  A database
    that is down is a 503 and nothing is recorded (GitHub shows the delivery as failed; redeliver).
 
 A signed body replayed under a new delivery id (GitHub does not sign ``X-GitHub-Delivery``) is
@@ -44,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs
 
+from service.github.approval import Approval, Approved
 from service.github.events import (
     Ignored,
     PayloadError,
@@ -68,12 +73,13 @@ SIGNATURE_RE = re.compile(r"^sha256=[0-9a-fA-F]{64}$")
 
 @dataclass(frozen=True)
 class Submitted:
-    """What :class:`RunSubmitter` did: the run id, False when the dedup key already existed, and
-    how many job messages were sent."""
+    """What :class:`RunSubmitter` did: the run id, False when the dedup key already existed, how
+    many job messages were sent, and whether the run awaits approval (stored without jobs)."""
 
     run_id: int
     created: bool
     dispatched: int = 0
+    awaiting: bool = False
 
 
 class RunSubmitter(Protocol):
@@ -88,6 +94,10 @@ class RunSubmitter(Protocol):
 
     def submit_many(self, items: Sequence[tuple[RunRequest, str]],
                     redispatch: bool = True) -> list[Submitted | BaseException]: ...
+
+    def approve(self, approval: Approval, delivery: str) -> Approved:
+        """Start the run ``approval`` approves (:mod:`service.github.approval`); idempotent per run."""
+        ...
 
 
 class DeliveryLog(Protocol):
@@ -210,15 +220,24 @@ class WebhookProcessor:
         if isinstance(decision, Ignored):
             return Plan(Outcome(202, {"status": "ignored", "reason": decision.reason}),
                         _write(delivery, event, "accepted", f"ignored: {decision.reason}"), duplicate_if_known=True)
-        request = decision
         from service.db.deliveries import DeliveryWrite
 
-        request = replace(request, body_sha256=hashlib.sha256(body).hexdigest())  # replay key (intake)
+        body_sha256 = hashlib.sha256(body).hexdigest()  # replay key (intake)
+        if isinstance(decision, Approval):
+            approval = replace(decision, body_sha256=body_sha256)
+            write = DeliveryWrite(delivery, event, "pending", reason=f"approval by {approval.via} of "
+                                  f"PR #{approval.pr_number}", repository=approval.repo, payload=approval.to_payload())
+            return Plan(Outcome(202, {"status": "queued", "delivery": delivery, "approval": approval.via,
+                                      "pr": approval.pr_number, "sha": approval.head_sha}),
+                        write, duplicate_if_known=True, wakes_intake=True)
+        request = replace(decision, body_sha256=body_sha256)
         write = DeliveryWrite(delivery, event, "pending", reason=f"{request.trigger} {request.branch}"[:300],
                               repository=request.repo, payload=request.to_payload())
-        return Plan(Outcome(202, {"status": "queued", "delivery": delivery, "sha": request.head_sha,
-                                  "trigger": request.trigger, "baseline": request.baseline_sha}),
-                    write, duplicate_if_known=True, wakes_intake=True)
+        answer = {"status": "queued", "delivery": delivery, "sha": request.head_sha, "trigger": request.trigger,
+                  "baseline": request.baseline_sha}
+        if request.approval != "trusted":  # awaiting approval (stored without jobs), or not run at all
+            answer["approval"] = request.approval
+        return Plan(Outcome(202, answer), write, duplicate_if_known=True, wakes_intake=True)
 
     def _conclude(self, plan: Plan, got: Any) -> Outcome:
         """The answer once ``plan.write`` was recorded (``got``: a Received).  A rejection is

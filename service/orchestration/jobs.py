@@ -14,6 +14,7 @@ from typing import Any
 from service.orchestration import baseline_runs
 from service.orchestration.broker import enqueue
 from service.regressions import confirm
+from service.regressions.confirm_caps import ConfirmCaps
 from service.regressions.detect import detect_run
 from service.settings import Settings
 
@@ -53,10 +54,32 @@ def cell_options(run: Any, cell: tuple[str, str, str, str]) -> dict[str, Any]:
     return dict(meta.get("options", {}).get("|".join(cell), meta.get("cell_defaults", {})))
 
 
+def redact_result(result: Any) -> Any:
+    """``result`` with its message redacted (:func:`workers.redact.redact`) before it is stored: credential
+    shapes and the exact values of this process's own secrets (webhook secret, tokens, the passwords in its
+    database and broker URLs) -- the message may carry what the pass under test wrote."""
+    import os
+    from urllib.parse import urlsplit
+
+    from workers.redact import redact
+
+    known = [os.environ.get(f"AMPCI_{name}", "") for name in ("WEBHOOK_SECRET", "API_TOKEN", "GITHUB_TOKEN")]
+    for name in ("DATABASE_URL", "BROKER_URL"):
+        try:
+            known.append(urlsplit(os.environ.get(f"AMPCI_{name}", "")).password or "")
+        except ValueError:
+            pass
+    if result.message:
+        result.message = redact(result.message, known)
+    return result
+
+
 def record_result(store: Any, run: Any, job: Any, result: Any) -> str:
-    """Write ``result`` for ``job`` (idempotent on (run, cell)); return the job's final status."""
+    """Write ``result`` for ``job`` (idempotent on (run, cell)), its message redacted; return the job's final
+    status."""
     if result.cell != job.cell:  # a job runner returning another cell's result is our bug
         raise RuntimeError(f"job {job.id} is {job.cell} but its result is for {result.cell}")
+    redact_result(result)
     store.write_result(run.id, result, job_id=job.id)
     return "crashed" if result.status == "crashed" else "done"
 
@@ -68,7 +91,7 @@ def complete_job(store: Any, run: Any, job: Any, result: Any) -> tuple[str, bool
     False does the caller need :func:`finish_if_complete`."""
     if result.cell != job.cell:  # a job runner returning another cell's result is our bug
         raise RuntimeError(f"job {job.id} is {job.cell} but its result is for {result.cell}")
-    pending = store.complete_job(run, job.id, result)
+    pending = store.complete_job(run, job.id, redact_result(result))
     return ("crashed" if result.status == "crashed" else "done"), pending
 
 
@@ -90,8 +113,9 @@ def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None
     of its baseline's missing cells: :mod:`service.orchestration.baseline_runs`; once a run finishes, the
     runs waiting for it are finished here too): detect its regressions, confirm suspected timing regressions
     (:func:`service.regressions.confirm.advance`: while a confirmation run is pending the run stays
-    unfinished and this returns False), then finish the run (all idempotent).  Returns True once the
-    run is finished.
+    unfinished and this returns False; it confirms within ``settings``' ``AMPCI_CONFIRM_MAX_CELLS`` and
+    ``AMPCI_CONFIRM_MAX_PER_PR``, their defaults without ``settings``), then finish the run (all idempotent).
+    Returns True once the run is finished.
 
     With ``settings`` (the worker paths: Celery tasks and the embedded pool) bisection continues
     too (:func:`service.regressions.bisect.continue_bisection`): a finished ``bisect`` run advances its
@@ -107,7 +131,8 @@ def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None
         return False
     detect_run(store, run_id)
     send = dispatch if dispatch is not None else dispatcher(settings, store) if settings is not None else None
-    if confirm.advance(store, run_id, send):
+    caps = ConfirmCaps.from_settings(settings) if settings is not None else None  # default caps otherwise
+    if confirm.advance(store, run_id, send, caps):
         return False  # suspected timing regressions: the run finishes once its confirmation run is final
     store.finish_run(run_id)
     if settings is not None:

@@ -76,7 +76,7 @@ def _prewarm(request: tuple[Any, ...]) -> None:
         from workers.revisions import RevisionCache
 
         _, revision, config, _ = request
-        prewarm(RevisionCache.from_config(config).checkout(revision))
+        prewarm(RevisionCache.from_config(config).checkout(revision), config.sandbox_policy())
     except Exception:  # noqa: BLE001 - the job reports what went wrong
         pass
 

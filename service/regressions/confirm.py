@@ -26,6 +26,13 @@ positive evidence that the new revision is faster than the one known to be slow,
 revision level with the baseline.  A recovery that is real but smaller than the rule's margin stays open
 (a human can resolve it), the safe direction for a gate.
 
+**Bounded.**  A run's confirmation times at most ``AMPCI_CONFIRM_MAX_CELLS`` cells, and the runs of one pull
+request at most ``AMPCI_CONFIRM_MAX_PER_PR`` cells in all (:mod:`service.regressions.confirm_caps`: which
+cells, and the rule for the others: a suspected slowdown left out stays ``suspected`` with ``state_by``
+:data:`~service.regressions.rules.CAPPED_BY` and a "not confirmed: confirmation cap …" note, never failing the
+gate and never counted as a pass; a suspected recovery left out goes back to the state it had).  The cells
+granted, the pull request's budget spent and the confirmation run are written in one transaction.
+
 Guarantees: only suspected cells are re-measured, with at most ``confirm_pairs`` pairs per kind; a
 parent run is finished only after its confirmation run is final, so whoever waits for the run (the
 CLI gate, the commit status) sees confirmed verdicts only; a finding whose confirmation could not
@@ -44,8 +51,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from service.db import budgets
 from service.db import models as m
-from service.regressions.rules import TIMING_KINDS
+from service.db.records import RunSpec
+from service.regressions.confirm_caps import ConfirmCaps, pull_request, select
+from service.regressions.rules import CAPPED_BY, TIMING_KINDS
 from service.regressions.thresholds import Thresholds
 
 #: Trigger of a confirmation run.
@@ -171,9 +181,10 @@ def dedup_key(run_id: int) -> str:
 
 
 def _awaiting(run_id: int) -> sa.ColumnElement[bool]:
-    """The findings run ``run_id``'s confirmation decides: its own suspected ones, and the earlier timing
-    regressions whose recovery one of its results suspects."""
-    return sa.or_(sa.and_(t_reg.c.run_id == run_id, t_reg.c.state == SUSPECTED),
+    """The findings run ``run_id``'s confirmation decides: its own suspected ones (but those a cap left out),
+    and the earlier timing regressions whose recovery one of its results suspects."""
+    not_capped = sa.or_(t_reg.c.state_by.is_(None), t_reg.c.state_by != CAPPED_BY)
+    return sa.or_(sa.and_(t_reg.c.run_id == run_id, t_reg.c.state == SUSPECTED, not_capped),
                   sa.and_(t_reg.c.state == SUSPECTED_RESOLVED, t_reg.c.resolved_by_result_id.in_(
                       sa.select(t_res.c.id).where(t_res.c.run_id == run_id))))
 
@@ -189,13 +200,15 @@ def _confirm_run(store: Any, run_id: int) -> Any:
             t_run.c.dedup_key == dedup_key(run_id), t_run.c.trigger == CONFIRM_TRIGGER)).first()
 
 
-def advance(store: Any, run_id: int, send: Callable[[int], object] | None) -> bool:
+def advance(store: Any, run_id: int, send: Callable[[int], object] | None, caps: ConfirmCaps | None = None) -> bool:
     """Drive the confirmation of run ``run_id`` one step; True while it is pending (do not finish the run).
 
     No suspected finding: False.  Suspected findings and no confirmation run yet: create it (suspected
-    cells only) and dispatch it with ``send``, True; without ``send`` (a waiter that cannot dispatch): True
-    when another finisher may still create it, except when the run asked for no confirmation (the findings
-    are then opened as unconfirmed).  Confirmation run not final: True.  Final: apply its verdicts, False.
+    cells only, within ``caps``: default :class:`ConfirmCaps`; the cells left out are marked as capped) and
+    dispatch it with ``send``, True (False when a cap left no cell to confirm); without ``send`` (a waiter
+    that cannot dispatch): True when another finisher may still create it, except when the run asked for no
+    confirmation (the findings are then opened as unconfirmed).  Confirmation run not final: True.  Final:
+    apply its verdicts, False.
     """
     suspected = _suspected(store, run_id)
     if not suspected:
@@ -210,14 +223,17 @@ def advance(store: Any, run_id: int, send: Callable[[int], object] | None) -> bo
         if send is None:
             return True
         th = store.thresholds or Thresholds()
-        confirm_id = _create(store, run, suspected, max(pairs, min_pairs(th.confirm_p)))
+        confirm_id = _create(store, run, max(pairs, min_pairs(th.confirm_p)), caps or ConfirmCaps())
+        if confirm_id is None:
+            return False  # a cap left no cell to confirm: the findings say so, nothing to wait for
         try:
             send(confirm_id)
         except Exception as exc:  # noqa: BLE001 - a broker error must not leave the run waiting forever
             for job in store.jobs(confirm_id):
                 store.mark_job(job.id, "error", f"cannot dispatch: {type(exc).__name__}: {exc}")
             store.finish_run(confirm_id)
-            _open_unconfirmed(store, suspected, f"confirmation could not be dispatched: {exc}")
+            # read again: the cells a cap left out keep their own note
+            _open_unconfirmed(store, _suspected(store, run_id), f"confirmation could not be dispatched: {exc}")
             return False
         return True
     if existing.status not in _FINAL_RUN:
@@ -228,26 +244,67 @@ def advance(store: Any, run_id: int, send: Callable[[int], object] | None) -> bo
     return False
 
 
-def _create(store: Any, run: Any, suspected: Sequence[Any], pairs: int) -> int:
-    """The confirmation run of ``run`` for the cells of ``suspected`` (created once; its id)."""
-    by_cell: dict[tuple[str, str, str, str], dict[str, Any]] = {}
-    for reg in suspected:
-        cell = (reg.model, reg.dtype, reg.policy, reg.target)
-        # a slowdown is timed against its baseline; a recovery against the revision that regressed
-        side = reg.revision_sha if reg.state == SUSPECTED_RESOLVED else reg.baseline_sha
-        entry = by_cell.setdefault(cell, {"baseline": side, "kinds": [], "pairs": pairs})
-        if reg.kind not in entry["kinds"]:
-            entry["kinds"].append(reg.kind)
-    parent_meta = run.meta or {}
-    options = {}
-    for cell, confirm in by_cell.items():
-        key = "|".join(cell)
-        base = dict(parent_meta.get("options", {}).get(key, parent_meta.get("cell_defaults", {})))
-        options[key] = {**base, "confirm": confirm}
-    meta = {"confirms": run.id, "options": options, "cell_defaults": {}, "pairs": pairs}
-    confirm_id, _ = store.create_run_if_new(run.revision_sha, CONFIRM_TRIGGER, run.baseline_sha, run.sweep,
-                                            sorted(by_cell), dedup_key(run.id), meta)
-    return int(confirm_id)
+def _create(store: Any, run: Any, pairs: int, caps: ConfirmCaps) -> int | None:
+    """The confirmation run of ``run`` for its suspected cells within ``caps`` (created once; its id), the
+    cells left out marked as capped; None when a cap left no cell.  One transaction: the pull request's
+    budget row locked first (so concurrent runs of one pull request are granted in turn), the findings read
+    under that lock, the run created, the cells it times spent from the budget."""
+    pr = pull_request(run)
+    with store.transaction() as conn:
+        now = store.clock()
+        left = None
+        if pr is not None:
+            left = caps.max_per_pr - budgets.lock(conn, repository=pr[0], pr_number=pr[1], now=now)
+        made = conn.execute(sa.select(t_run.c.id).where(t_run.c.dedup_key == dedup_key(run.id),
+                                                        t_run.c.trigger == CONFIRM_TRIGGER)).scalar()
+        if made is not None:
+            return int(made)
+        suspected = list(conn.execute(sa.select(t_reg).where(_awaiting(run.id)).order_by(t_reg.c.id)))
+        chosen = select(suspected, caps, left, f"{pr[0]}#{pr[1]}" if pr is not None else "")
+        _mark_capped(conn, [r for r in suspected if _cell(r) in chosen.capped], chosen.capped, now)
+        if not chosen.chosen:
+            return None
+        by_cell: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        for reg in suspected:
+            cell = _cell(reg)
+            if cell not in chosen.chosen:
+                continue
+            # a slowdown is timed against its baseline; a recovery against the revision that regressed
+            side = reg.revision_sha if reg.state == SUSPECTED_RESOLVED else reg.baseline_sha
+            entry = by_cell.setdefault(cell, {"baseline": side, "kinds": [], "pairs": pairs})
+            if reg.kind not in entry["kinds"]:
+                entry["kinds"].append(reg.kind)
+        parent_meta = run.meta or {}
+        options = {}
+        for cell, confirm in by_cell.items():
+            key = "|".join(cell)
+            base = dict(parent_meta.get("options", {}).get(key, parent_meta.get("cell_defaults", {})))
+            options[key] = {**base, "confirm": confirm}
+        meta = {"confirms": run.id, "options": options, "cell_defaults": {}, "pairs": pairs,
+                "caps": {"max_cells": caps.max_cells, "capped": len(chosen.capped),
+                         **({"pull_request": f"{pr[0]}#{pr[1]}", "max_per_pr": caps.max_per_pr} if pr else {})}}
+        (new,) = store.create_runs([RunSpec(run.revision_sha, CONFIRM_TRIGGER, run.baseline_sha, run.sweep,
+                                            tuple(sorted(by_cell)), dedup_key(run.id), meta)], conn=conn)
+        if new.created and pr is not None:
+            budgets.spend(conn, repository=pr[0], pr_number=pr[1], cells=len(by_cell), now=now)
+        return int(new.run_id)
+
+
+def _cell(reg: Any) -> tuple[str, str, str, str]:
+    return (reg.model, reg.dtype, reg.policy, reg.target)
+
+
+def _mark_capped(conn: Any, findings: Sequence[Any], why: dict[tuple[str, str, str, str], str], now: Any) -> None:
+    """Mark ``findings`` as left out of confirmation by a cap (reason per cell in ``why``): a suspected
+    slowdown stays ``suspected`` with ``state_by`` CAPPED_BY; a suspected recovery goes back as it was."""
+    for reg in findings:
+        note = why[_cell(reg)]
+        if reg.state == SUSPECTED_RESOLVED:
+            conn.execute(t_reg.update().where(t_reg.c.id == reg.id, t_reg.c.state == SUSPECTED_RESOLVED).values(
+                **_not_recovered(reg, f"recovery not confirmed: {note}"), state_by=CONFIRMED_BY, state_at=now))
+            continue
+        conn.execute(t_reg.update().where(t_reg.c.id == reg.id, t_reg.c.state == SUSPECTED).values(
+            state_by=CAPPED_BY, state_at=now, state_note=f"not confirmed: {note}"))
 
 
 def _open_unconfirmed(store: Any, suspected: Sequence[Any], why: str) -> None:

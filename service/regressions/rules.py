@@ -35,6 +35,11 @@ TIMING_KINDS = ("latency", "conversion_time")
 #: confirmation run times its regressed revision against that run's interleaved (then ``resolved``, or back
 #: to the state it had: :mod:`service.regressions.confirm`).
 CONFIRMATION_STATES = ("suspected", "dismissed", "suspected_resolved")
+#: ``state_by`` of a ``suspected`` finding that its run's confirmation left out because a cap was reached (the
+#: cells per run, or the pull request's budget: :mod:`service.regressions.confirm_caps`): it stays suspected
+#: for good, never fails the gate, and the verdict counts it as :data:`CAPPED_LABEL`, never as a pass.
+CAPPED_BY = "ampci-confirm-cap"
+CAPPED_LABEL = "not confirmed (cap)"
 
 
 @dataclass(frozen=True)

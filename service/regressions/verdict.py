@@ -9,7 +9,9 @@ jobs that ended without a result and its open/acknowledged regressions, and appl
 * the exit code of ``ampci sweep`` and ``ampci regressions --run`` (``decision.exit_code``).
 
 Guarantees: a cell that could not measure is said **first**, with the count by status; a cell without a
-baseline result is "not compared", and "no regressions" is only ever said of cells that were compared.
+baseline result is "not compared", and "no regressions" is only ever said of cells that were compared; a
+suspected timing finding that a confirmation cap left out is said as "N not confirmed (cap) (kind)": it does
+not fail the gate, and "no regressions" is then not said.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.regressions.gate import JOB_ERROR, CellOutcome, GateDecision, decide
-from service.regressions.rules import CONFIRMATION_STATES
+from service.regressions.rules import CAPPED_BY, CAPPED_LABEL, CONFIRMATION_STATES
 
 #: Unmeasured statuses that say the run could not be carried out (a bad spec, a worker that died, a job
 #: without any result) rather than that the pass failed: the commit status is ``error`` for them.
@@ -51,7 +53,8 @@ class RunVerdict:
     #: unfinished runs this run waits for before it is judged (its baseline's missing cells: a webhook run)
     waiting_for: tuple[int, ...] = ()
     #: open/acknowledged findings of every other category (improvement, flaky, …) and timing findings being
-    #: confirmed or dismissed (``suspected``, ``dismissed``): category or state -> kind -> count
+    #: confirmed or dismissed (``suspected``, ``dismissed``), and suspected ones a confirmation cap left out
+    #: (:data:`~service.regressions.rules.CAPPED_LABEL`): category, state or that label -> kind -> count
     others: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
@@ -94,7 +97,7 @@ class RunVerdict:
             out.append(f"waiting for the baseline's missing cells (run {runs}) before judging")
         if d.not_compared:
             out.append(f"{len(d.not_compared)} of {self.cells} cells not compared (no baseline result)")
-        if not d.exit_code and d.compared and not self.regressions:
+        if not d.exit_code and d.compared and not self.regressions and CAPPED_LABEL not in self.others:
             out.append(f"no regressions in {d.compared} compared cell{'s' if d.compared != 1 else ''}")
         if not out:
             out.append("no results: nothing compared")
@@ -145,9 +148,10 @@ def run_verdict(store: Any, run_id: int) -> RunVerdict:
     for g in live:
         if g.category != "regression":
             others.setdefault(g.category, Counter())[g.kind] += 1
-    for g in found:  # timing findings being confirmed, or dismissed by their confirmation: shown, never failing
+    for g in found:  # timing findings being confirmed, dismissed by it or left out by a cap: shown, never failing
         if g.state in CONFIRMATION_STATES:
-            others.setdefault(g.state, Counter())[g.kind] += 1
+            capped = g.state == "suspected" and g.state_by == CAPPED_BY
+            others.setdefault(CAPPED_LABEL if capped else g.state, Counter())[g.kind] += 1
     pending = sum(j.status in ("queued", "running") for j in jobs)
     decision = decide(outcomes, base, len(regs))
     waiting = ()

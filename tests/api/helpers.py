@@ -39,16 +39,43 @@ def push_payload(after: str, before: str | None = None, branch: str = "main", re
     }
 
 
-def pr_payload(head: str, base: str, action: str = "opened", number: int = 7, repo: str = REPO) -> dict[str, Any]:
-    """A GitHub ``pull_request`` payload."""
-    return {
-        "action": action, "number": number,
-        "pull_request": {"number": number, "title": "Keep Resize scales in fp32", "state": "open",
-                         "head": {"sha": head, "ref": "feature/resize", "label": "dev:feature/resize"},
-                         "base": {"sha": base, "ref": "main", "label": "acme:main"},
-                         "user": {"login": "dev"}, "merge_commit_sha": None},
-        "repository": {"full_name": repo},
-    }
+_SAME_REPO = object()
+
+
+def pr_payload(head: str, base: str, action: str = "opened", number: int = 7, repo: str = REPO,
+               association: str | None = "MEMBER", head_repo: Any = _SAME_REPO, login: str = "dev",
+               label: str | None = None) -> dict[str, Any]:
+    """A GitHub ``pull_request`` payload: by default a member's branch of the repository itself
+    (trusted); ``head_repo`` names a fork (None: a deleted fork), ``association=None`` leaves
+    ``author_association`` out, ``label`` adds the ``label`` of a ``labeled`` action."""
+    head_repo = repo if head_repo is _SAME_REPO else head_repo
+    pull: dict[str, Any] = {
+        "number": number, "title": "Keep Resize scales in fp32", "state": "open",
+        "head": {"sha": head, "ref": "feature/resize", "label": "dev:feature/resize",
+                 "repo": None if head_repo is None else {"full_name": head_repo}},
+        "base": {"sha": base, "ref": "main", "label": "acme:main", "repo": {"full_name": repo}},
+        "user": {"login": login}, "merge_commit_sha": None}
+    if association is not None:
+        pull["author_association"] = association
+    payload: dict[str, Any] = {"action": action, "number": number, "pull_request": pull,
+                               "repository": {"full_name": repo}, "sender": {"login": "maintainer"}}
+    if label is not None:
+        payload["label"] = {"name": label, "color": "ededed"}
+    return payload
+
+
+def comment_payload(number: int, body: str, association: str | None = "MEMBER", repo: str = REPO,
+                    action: str = "created", on_pull_request: bool = True, login: str = "maintainer") -> dict[str, Any]:
+    """A GitHub ``issue_comment`` payload (on a pull request unless ``on_pull_request`` is False;
+    ``association=None`` leaves ``author_association`` out)."""
+    issue: dict[str, Any] = {"number": number, "title": "Keep Resize scales in fp32", "state": "open"}
+    if on_pull_request:
+        issue["pull_request"] = {"url": f"https://api.github.com/repos/{repo}/pulls/{number}"}
+    comment: dict[str, Any] = {"id": 1, "body": body, "user": {"login": login}}
+    if association is not None:
+        comment["author_association"] = association
+    return {"action": action, "issue": issue, "comment": comment, "repository": {"full_name": repo},
+            "sender": {"login": login}}
 
 
 def encode(payload: Any) -> bytes:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.workers.fakes import BEHAVIOURS, fake_pass
+from workers import zygotes
 from workers.convert import convert_in_subprocess
 from workers.zoo.synthetic import synthetic_model_path
-from workers.zygotes import zygote_for
 
 EXPECTED = {
     "perturb": ("ok", ""),
@@ -46,12 +46,13 @@ def test_zygote_survives_child_failures_and_restarts_when_the_pass_changes(tmp_p
                                      root, timeout_s=30, memory_bytes=1024**3).status
 
     assert convert() == "crash"
-    first = zygote_for(root, dict(os.environ))
-    assert convert() == "crash" and zygote_for(root, dict(os.environ)) is first  # the zygote itself lives on
+    first = zygotes.zygote_of(root)
+    assert first is not None
+    assert convert() == "crash" and zygotes.zygote_of(root) is first  # the zygote itself lives on
     fake_pass(root, "reject")  # a new pass version (new sources) must be picked up
     os.utime(root / "amp_pass" / "__main__.py", ns=(1, 1))
     assert convert() == "convert_error"
-    assert zygote_for(root, dict(os.environ)) is not first
+    assert zygotes.zygote_of(root) is not first
 
 
 def test_pass_root_that_cannot_import_falls_back_to_cold_and_reports(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ PROBE = textwrap.dedent('''
     def convert(root, timeout=60.0):
         r = convert_in_subprocess(src, tmp / "o.onnx", tmp / "r.json", "fp16", "default", "cpu", root,
                                   timeout_s=timeout, memory_bytes=1024**3)
-        z = zygotes._ZYGOTES.get(Path(root).resolve())
+        z = zygotes.zygote_of(root)
         return [r.status, r.message, bool(z and z.forked), z.pid if z else None]
 
     for behaviour in ("perturb", "reject", "segfault", "memory", "hang"):
@@ -128,7 +128,7 @@ FALLBACK = textwrap.dedent('''
     root = fake_pass(tmp / "pass", "perturb")
     r = convert_in_subprocess(src, tmp / "o.onnx", tmp / "r.json", "fp16", "default", "cpu", root,
                               timeout_s=60, memory_bytes=1024**3)
-    z = zygotes._ZYGOTES[root.resolve()]
+    z = zygotes.zygote_of(root)
     print(json.dumps([r.status, z.forked, zygotes._FORKSERVER is None]))
 ''')
 

@@ -2,9 +2,16 @@
 
 Guarantees for :func:`fetch_entry`: the returned file's sha256 is the one returned (and equals the
 manifest's for package/path/url sources, or the source file's for ``onnx_light``); a ``path``
-source gives an absolute path (a relative one is relative to its manifest's folder); a cached file is
-never fetched or generated again; a downloaded file with the wrong checksum is deleted and reported
-as a :class:`~workers.zoo.registry.FetchError`; a partial file is never visible (atomic rename).
+source gives an absolute path (a relative one is relative to its manifest's folder); a partial file is
+never visible (atomic rename).
+
+The cache may be written by code under test, so it is verified on every call: a cached file is hashed
+again whenever it changed since this process last hashed it (in-process memo keyed by inode, size, mtime
+and ctime: :func:`~workers.zoo.registry.verified_sha256`), against the manifest's sha256 (package, url),
+the regenerated model's (synthetic) or the materialised model's (``onnx_light``: materialised once per
+process to learn it).  A cached file that differs is deleted and fetched or made again; when the new one
+still differs, a :class:`~workers.zoo.registry.FetchError` names the cache path.  A valid cached file is
+never fetched or generated again.  A user's own ``path`` file is never deleted, only reported.
 """
 
 from __future__ import annotations
@@ -78,7 +85,7 @@ def _download(entry: ZooEntry, cache_dir: Path, timeout: float) -> FetchedModel:
     if dest.exists():
         if verified_sha256(dest) == entry.sha256:
             return FetchedModel(dest, entry.sha256)
-        dest.unlink()  # corrupted cache entry: fetch again below
+        dest.unlink(missing_ok=True)  # changed in the cache: fetch again below
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".part")
     digest = hashlib.sha256()
@@ -103,6 +110,6 @@ def _download(entry: ZooEntry, cache_dir: Path, timeout: float) -> FetchedModel:
     if got != entry.sha256:
         os.unlink(tmp)
         raise FetchError(f"{entry.name}: checksum mismatch for {url}: expected {entry.sha256}, got {got}; "
-                         "the downloaded file was deleted")
+                         f"the downloaded file was deleted (cache path {dest})")
     os.replace(tmp, dest)
     return FetchedModel(dest, got)

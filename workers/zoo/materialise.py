@@ -10,6 +10,7 @@ from the graph inputs and raises the IR version to 7.  The result is determinist
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections import defaultdict
@@ -19,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from workers.zoo.registry import FetchError, sha256_file, verified_sha256
+from workers.zoo.registry import FetchError, verified_sha256
 
 #: Bump when the materialisation rule changes, so old cached files are not reused.
 MATERIALISE_VERSION = 1
@@ -85,26 +86,38 @@ def materialise(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
     return m
 
 
+#: sha256 of the bytes this process materialised, by cache file: what a cached file must hash to.
+_MADE: dict[Path, str] = {}
+
+
 def materialised_light_model(name: str, source_sha256: str | None, seed: int, cache_dir: Path) -> tuple[Path, str]:
-    """(path, sha256) of the cached materialised model for light model ``name`` (verified source; generated once)."""
+    """(path, sha256) of the cached materialised model for light model ``name`` (verified source).
+
+    The cached file is checked on every call against the sha256 of the model as this process
+    materialises it: the first call of a process materialises it in memory to learn that sha256 (the
+    manifest only pins the source; a sha256 written next to the file in the cache could be rewritten with
+    it), later calls hash the file only when it changed (:func:`verified_sha256`).  A file that differs is
+    replaced atomically by the materialised model.
+    """
     src = light_model_source(name)
     got = verified_sha256(src)
     if source_sha256 is not None and got != source_sha256:
         raise FetchError(f"checksum mismatch for {src} (installed onnx package): expected {source_sha256}, "
                          f"got {got}; update zoo.toml for this onnx version")
     dest = cache_dir / "materialised" / f"{got[:16]}-seed{seed}-v{MATERIALISE_VERSION}" / f"{name}.onnx"
-    sidecar = dest.with_suffix(".sha256")
-    if dest.exists() and sidecar.exists():
-        sha = sidecar.read_text().strip()
-        if verified_sha256(dest) == sha:
-            return dest, sha
-        dest.unlink()
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    want = _MADE.get(dest)
+    if want is not None and dest.exists() and verified_sha256(dest) == want:
+        return dest, want
     data = materialise(onnx.load(src), seed).SerializeToString()
+    want = _MADE[dest] = hashlib.sha256(data).hexdigest()
+    if dest.exists() and verified_sha256(dest) == want:
+        return dest, want
+    dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".part")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
-    sha = sha256_file(Path(tmp))
     os.replace(tmp, dest)
-    sidecar.write_text(sha + "\n")
-    return dest, sha
+    if verified_sha256(dest) != want:
+        raise FetchError(f"materialised model {dest} does not hash to what was written ({want}); "
+                         "something else is writing the cache")
+    return dest, want

@@ -1,0 +1,133 @@
+"""What a webhook delivery stores for the intake: a :class:`RunRequest` or an
+:class:`~service.github.approval.Approval`, in a compact, versioned JSON form.
+
+The webhook handler (:mod:`service.github.webhook`) stores the validated request with the pending
+delivery; the intake (:mod:`service.github.intake`) reads it back with :func:`stored_request`, which
+checks every value again, so a row stored by an older version cannot fail later.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from service.errors import UserError
+from service.github.approval import APPROVALS, Approval
+from service.github.sanitize import (
+    AUTHOR_MAX,
+    BRANCH_MAX,
+    MESSAGE_MAX,
+    REPOSITORY_MAX,
+    free_text,
+    name_text,
+    sane_time,
+)
+
+SHA_RE = re.compile(r"^[0-9a-fA-F]{40}$")
+MAX_NUMBER = 2**31 - 1  # PR numbers are stored and compared as database integers
+SMOKE_SWEEP = "smoke"
+
+
+class PayloadError(UserError):
+    """A delivery that cannot be accepted (HTTP 400); the message is the recorded reason."""
+
+
+def check_commit_sha(value: str) -> str:
+    """``value`` lower-cased when it is a 40-hex commit sha; ValueError otherwise."""
+    if not SHA_RE.match(value):
+        raise ValueError(f"not a 40-hex commit sha: {value[:60]!r}")
+    return value.lower()
+
+
+def check_number(v: int) -> int:
+    """``v`` when it is a storable pull request number (1 .. MAX_NUMBER); ValueError otherwise."""
+    if not 1 <= v <= MAX_NUMBER:
+        raise ValueError(f"must be between 1 and {MAX_NUMBER}")
+    return v
+
+
+@dataclass(frozen=True)
+class RevisionInfo:
+    """One commit to upsert as a revision row (parents as far as the payload shows them)."""
+
+    sha: str
+    parents: list[str]
+    branch: str | None
+    author: str | None
+    message: str
+    committed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A run to create for a verified, allowed delivery.  All shas are lower-case 40 hex."""
+
+    repo: str
+    trigger: str               # "push" | "pull_request"
+    head_sha: str
+    baseline_sha: str | None   # push: previous head; pull_request: base branch tip (merge base later)
+    branch: str
+    sweep: str = SMOKE_SWEEP
+    pr_number: int | None = None
+    revisions: list[RevisionInfo] = field(default_factory=list)
+    body_sha256: str | None = None  # of the signed raw body: a replay under a new delivery id finds its run
+    approval: str = "trusted"  # approval.APPROVALS: run at once, await a maintainer's approval, or not run
+    untrusted: str | None = None  # why a pull request is not trusted (None: trusted)
+
+    @property
+    def dedup_key(self) -> str | None:
+        """The run's dedup key by content (``github-body:<sha256>``), None without a body hash."""
+        return f"github-body:{self.body_sha256}" if self.body_sha256 else None
+
+
+    def to_payload(self) -> dict[str, Any]:
+        """The compact JSON form stored with a pending delivery (:meth:`from_payload` reads it back)."""
+        return {"v": 1, "repo": self.repo, "trigger": self.trigger, "head_sha": self.head_sha,
+                "baseline_sha": self.baseline_sha, "branch": self.branch, "sweep": self.sweep,
+                "pr_number": self.pr_number, "body": self.body_sha256, "approval": self.approval,
+                "untrusted": self.untrusted,
+                "revisions": [[r.sha, r.parents, r.branch, r.author, r.message,
+                               r.committed_at.isoformat() if r.committed_at else None] for r in self.revisions]}
+
+    @classmethod
+    def from_payload(cls, data: Any) -> RunRequest:
+        """The request :meth:`to_payload` stored; PayloadError for anything else (a corrupt row)."""
+        try:
+            if not isinstance(data, dict) or data.get("v") != 1:
+                raise ValueError("unknown payload version")
+            # the same checks as at intake: a row stored by an older version cannot fail later
+            revisions = [RevisionInfo(sha=check_commit_sha(r[0]), parents=[check_commit_sha(p) for p in r[1]],
+                                      branch=name_text(r[2], BRANCH_MAX) if r[2] is not None else None,
+                                      author=free_text(r[3], AUTHOR_MAX), message=free_text(r[4], MESSAGE_MAX) or "",
+                                      committed_at=sane_time(datetime.fromisoformat(r[5])) if r[5] else None)
+                         for r in data["revisions"]]
+            base = data["baseline_sha"]
+            pr = data["pr_number"]
+            body = data.get("body")  # absent in rows stored before replay detection
+            if body is not None and not (isinstance(body, str) and re.fullmatch(r"[0-9a-f]{64}", body)):
+                raise ValueError("body hash is not 64 hex")
+            approval = data.get("approval", "trusted")  # absent in rows stored before approvals: trusted then
+            if approval not in APPROVALS:
+                raise ValueError(f"unknown approval {str(approval)[:20]!r}")
+            untrusted = data.get("untrusted")
+            return cls(repo=name_text(str(data["repo"]), REPOSITORY_MAX), trigger=str(data["trigger"]),
+                       head_sha=check_commit_sha(data["head_sha"]), baseline_sha=check_commit_sha(base) if base else None,
+                       branch=name_text(str(data["branch"]), BRANCH_MAX), sweep=name_text(str(data["sweep"]), 100),
+                       pr_number=None if pr is None else check_number(int(pr)), revisions=revisions,
+                       body_sha256=body, approval=approval,
+                       untrusted=free_text(untrusted, 200) if isinstance(untrusted, str) else None)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise PayloadError(f"stored payload unreadable: {exc}"[:200]) from None
+
+
+def stored_request(data: Any) -> RunRequest | Approval:
+    """What a pending delivery's stored payload asks for (:meth:`RunRequest.to_payload` or
+    :meth:`~service.github.approval.Approval.to_payload`); PayloadError for a corrupt row."""
+    if isinstance(data, dict) and data.get("kind") == "approval":
+        try:
+            return Approval.from_payload(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PayloadError(f"stored payload unreadable: {exc}"[:200]) from None
+    return RunRequest.from_payload(data)

@@ -1,0 +1,505 @@
+"""The sandbox one conversion of the pass under test runs in (standard library only; loaded by file path).
+
+The pass at a pull request's revision is untrusted code.  Each conversion runs in two processes made by
+:func:`supervise`, called in a process freshly forked from a zygote (trusted: it never imports the pass):
+
+* the **supervisor** (trusted; root where the worker is root) leaves the worker's session, keeps only its
+  two protocol pipes (stdin/stdout/stderr become ``/dev/null``), and in ``full`` mode unshares a mount, network
+  and PID namespace: every mount becomes read-only, ``/tmp`` an empty size-capped tmpfs that holds the only
+  writable directory (``/tmp/.ampci/out``), ``/dev`` a handful of harmless nodes, and each ``hide`` path (the
+  data and cache directories, ``/run``) an empty read-only tmpfs; the pass's import roots are bound read-only
+  under ``/tmp/.ampci/lib``;
+* the **pass** (PID 1 of the new PID namespace) mounts its own ``/proc``, drops to the sandbox uid/gid with no
+  groups and no capabilities (root), or nests a user namespace (non-root), sets ``PR_SET_NO_NEW_PRIVS``, its
+  parent-death signal and the resource limits (address space, processes, file size, no core files), takes
+  the allow-listed environment, imports ``amp_pass`` from the revision's root, and then waits for its request.
+
+The supervisor forwards the request (argv rewritten to the in-sandbox paths, each input bound read-only),
+times the conversion from then to the pass's exit (the set-up and the import are outside the figure),
+copies the outputs (each capped in size) out of the tmpfs into the job's directory, and writes one line to
+the zygote: ``{"code", "cpu_s", "wall_s"}``.  When the pass (PID 1) exits, or its supervisor is killed,
+the kernel kills every process left in its namespace: no daemon outlives its conversion.
+
+``best-effort`` mode (no namespaces: a container without the permission) keeps the environment allowlist,
+the descriptor closing, the limits and the process-group kill, and says so (:func:`probe`).
+"""
+
+import ctypes
+import json
+import os
+import resource
+import runpy
+import signal
+import sys
+import time
+import traceback
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+
+#: Where the pass sees its world inside the sandbox (a tmpfs over /tmp).
+BASE = "/tmp/.ampci"
+DEV_NODES = ("null", "zero", "full", "random", "urandom")
+
+_libc = None
+
+
+class SandboxError(Exception):
+    """The sandbox could not be made (the message says which step and why)."""
+
+
+def _c():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise SandboxError(f"{what}: {os.strerror(err)}")
+
+
+def _mount(src, target, fstype, flags, data=None):
+    _check(_c().mount(src.encode() if src else None, target.encode(), fstype.encode() if fstype else None,
+                      ctypes.c_ulong(flags), data.encode() if data else None), f"mount {target}")
+
+
+def _unshare(flags, what):
+    _check(_c().unshare(ctypes.c_int(flags)), f"unshare({what})")
+
+
+def _prctl(option, arg):
+    _check(_c().prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                      ctypes.c_ulong(0)), f"prctl({option})")
+
+
+def _write(path, text):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _mountpoints():
+    points = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) > 4:
+                points.append(parts[4].replace("\\040", " "))
+    return points
+
+
+def _close_fds(keep):
+    """stdin/stdout/stderr to /dev/null; every descriptor but ``keep`` closed."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        if fd != null:
+            os.dup2(null, fd)
+    keep = sorted({0, 1, 2, *keep})
+    low = 3
+    for fd in keep:
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, 1 << 16)
+
+
+def _blocked_ancestor(path, uid):
+    """The first ancestor directory of ``path`` that ``uid`` may not traverse (None: all traversable)."""
+    if uid == 0:
+        return None
+    parts = os.path.abspath(path).split("/")[1:]
+    here = "/"
+    for part in parts[:-1]:
+        here = os.path.join(here, part)
+        try:
+            st = os.stat(here)
+        except OSError:
+            return None
+        if not (st.st_mode & 0o001 or (st.st_uid == uid and st.st_mode & 0o100)):
+            return here
+    return None
+
+
+def _new_dir(path, mode=0o755):
+    os.makedirs(path, exist_ok=True)
+    os.chmod(path, mode)
+
+
+def _bind(fd, target, writable=False):
+    """Bind the file or directory open as ``fd`` onto ``target`` (read-only unless ``writable``)."""
+    _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
+    if not writable:
+        _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _build_mounts(spec, libs):
+    """In the supervisor, after unsharing the mount namespace: see the module doc.  ``libs``: O_PATH
+    descriptors of the import roots, opened before anything was hidden."""
+    uid = spec["uid"]
+    # the interpreter's own trees must stay readable for the sandbox uid: an untraversable ancestor
+    # (e.g. /root, 0700, holding a pyenv) is replaced by an empty tmpfs with just that tree bound back
+    keep = {}
+    for tree in {os.path.realpath(p) for p in spec["interpreter"]}:
+        blocked = _blocked_ancestor(os.path.join(tree, "x"), uid)
+        if blocked:
+            child = os.path.join(blocked, os.path.relpath(tree, blocked).split("/")[0])
+            keep.setdefault(blocked, {})[child] = os.open(child, os.O_PATH)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    for point in reversed(_mountpoints()):
+        try:
+            _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+        except SandboxError:
+            if point in ("/", "/proc", "/sys"):
+                raise
+    for blocked, children in sorted(keep.items()):
+        _mount("tmpfs", blocked, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
+        for child, fd in children.items():
+            _new_dir(child)
+            _bind(fd, child)
+            os.close(fd)
+        _mount(None, blocked, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for hidden in spec["hide"]:
+        if os.path.isdir(hidden) and not any(t == hidden or t.startswith(hidden.rstrip("/") + "/")
+                                             for t in map(os.path.realpath, spec["interpreter"])):
+            _mount("tmpfs", hidden, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
+    dev_fds = {n: os.open(f"/dev/{n}", os.O_PATH) for n in DEV_NODES if os.path.exists(f"/dev/{n}")}
+    gpu = [n for n in os.listdir("/dev") if n.startswith("nvidia")] if os.path.isdir("/dev") else []
+    dev_fds.update({n: os.open(f"/dev/{n}", os.O_PATH) for n in gpu})
+    _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755")
+    for name, fd in dev_fds.items():
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            _new_dir(f"/dev/{name}")
+        else:
+            os.close(os.open(f"/dev/{name}", os.O_CREAT | os.O_WRONLY, 0o666))
+        _mount(f"/proc/self/fd/{fd}", f"/dev/{name}", None, MS_BIND)
+        os.close(fd)
+    _mount(None, "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(spec['scratch_bytes'])},mode=1777")
+    for sub in ("lib", "in", "out", "home"):
+        _new_dir(f"{BASE}/{sub}", 0o755)
+    for i, fd in enumerate(libs):
+        _new_dir(f"{BASE}/lib/{i}")
+        _bind(fd, f"{BASE}/lib/{i}")
+        os.close(fd)
+    for sub in ("out", "home"):
+        os.chown(f"{BASE}/{sub}", uid, spec["gid"])
+        os.chmod(f"{BASE}/{sub}", 0o700)
+
+
+def _limits(spec):
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    size = int(spec["max_file_bytes"])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    if os.geteuid() != 0:  # root is not bound by RLIMIT_NPROC; the sandbox uid is
+        procs = int(spec["max_procs"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (procs, procs))
+
+
+def _drop_privileges(spec, full):
+    """Root: the sandbox uid/gid, no groups, hence no capabilities.  Non-root in ``full`` mode: a nested user
+    namespace, so the mounts made above belong to a namespace the pass has no capability in."""
+    if os.geteuid() == 0:
+        if full or spec.get("drop_root_best_effort"):
+            os.setgroups([])
+            os.setresgid(spec["gid"], spec["gid"], spec["gid"])
+            os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+    elif full:
+        uid, gid = os.geteuid(), os.getegid()
+        _unshare(CLONE_NEWUSER, "nested user namespace")
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    _limits(spec)
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+def _cpu(since=None):
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    spent = ru.ru_utime + ru.ru_stime
+    return spent - since if since is not None else spent
+
+
+def _read_all(fd):
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _pass_main(spec, lib_paths, req_r, ready_w, full):
+    """PID 1 of the sandbox (see the module doc): mounts its /proc, drops privileges, then forks the pass and
+    stays its init -- signals from inside a PID namespace do not reach an init without handlers, and when it
+    exits the kernel kills everything left in the namespace.  Never returns."""
+    code = 1
+    try:
+        if full:
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        _drop_privileges(spec, full)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        pid = os.fork()
+        if pid == 0:
+            _run_pass(spec, lib_paths, req_r, ready_w, full)
+        os.close(req_r)
+        _prctl(PR_SET_DUMPABLE, 0)  # the pass (same uid) may not ptrace its init
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status):
+            os.write(ready_w, f"S {os.WTERMSIG(status)}\n".encode())
+        code = os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1
+    finally:
+        os._exit(code & 0xFF)
+
+
+def _run_pass(spec, lib_paths, req_r, ready_w, full):
+    """The pass process: its environment, import roots and import, then one request.  Never returns."""
+    code = 1
+    try:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        os.environ.clear()
+        os.environ.update(spec["env"])
+        home = f"{BASE}/home" if full else spec["env"].get("HOME", "/")
+        if full:
+            os.environ.update(HOME=home, TMPDIR=home)
+        os.chdir(home if os.path.isdir(home) else "/")
+        sys.dont_write_bytecode = True
+        sys.meta_path[:] = [f for f in sys.meta_path
+                            if not (getattr(f, "__module__", "") or "").startswith("__editable__")]
+        for name in [m for m in sys.modules if m.split(".")[0] in spec["fresh_modules"]]:
+            del sys.modules[name]
+        sys.path[:0] = lib_paths
+        import importlib
+
+        importlib.invalidate_caches()
+        failed = None
+        try:  # the pass's own code runs from here on; modules after the first are optional
+            for i, name in enumerate(spec["preimport"]):
+                try:
+                    importlib.import_module(name)
+                except ImportError as exc:
+                    if i == 0 or exc.name != name:
+                        raise
+        except BaseException:  # noqa: BLE001 - reported as the conversion's error once it is asked for
+            failed = traceback.format_exc()
+        os.write(ready_w, b"r")
+        req = json.loads(_read_all(req_r) or b"null")
+        os.close(req_r)
+        if not req:
+            os._exit(0)
+        started = _cpu()
+        memory = int(req["memory"])
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        for fd, path in ((1, req["stdout"]), (2, req["stderr"])):
+            f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(f, fd)
+            os.close(f)
+        if failed is not None:
+            sys.stderr.write(failed)
+        else:
+            import gc
+
+            gc.disable()
+            sys.argv = [f"python -m {req['module']}", *req["argv"]]
+            code = 0
+            try:
+                runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                if not isinstance(exc.code, int | None):
+                    print(exc.code, file=sys.stderr)
+            except BaseException:  # noqa: BLE001 - report like the interpreter would, then exit 1
+                traceback.print_exc()
+                code = 1
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os.write(ready_w, f"{code & 0xFF} {max(0.0, _cpu(started)):.6f}\n".encode())
+    finally:
+        os._exit(code & 0xFF if isinstance(code, int) else 1)
+
+
+def _copy_out(src, host_root, dest, cap):
+    """Copy ``src`` (inside the sandbox's tmpfs) to ``dest`` (a host path, opened from ``host_root``), at
+    most ``cap`` bytes; False when it is larger (nothing copied) or not a regular file."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return True  # not written: the worker sees no file
+    try:
+        st = os.fstat(fd)
+        if not os.path.stat.S_ISREG(st.st_mode) or st.st_size > cap:
+            return False
+        out = os.open(dest.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644,
+                      dir_fd=host_root)
+        try:
+            left = st.st_size
+            while left > 0:
+                sent = os.sendfile(out, fd, None, min(left, 1 << 24))
+                if sent <= 0:
+                    break
+                left -= sent
+        finally:
+            os.close(out)
+        return True
+    finally:
+        os.close(fd)
+
+
+def supervise(spec, req_fd, done_fd):
+    """The supervisor of one conversion (see the module doc), in a process freshly forked from a zygote:
+    waits for one request on ``req_fd`` (JSON, EOF without one: exit quietly), writes one JSON line to
+    ``done_fd``.  Never returns."""
+    code = 1
+    try:
+        os.setsid()
+        _close_fds([req_fd, done_fd])
+        full = spec["mode"] == "full"
+        host_root = os.open("/", os.O_PATH | os.O_DIRECTORY)  # the worker's view, for inputs and outputs
+        if full:
+            if os.geteuid() != 0:
+                uid, gid = os.geteuid(), os.getegid()
+                _unshare(CLONE_NEWUSER, "user namespace")
+                _write("/proc/self/setgroups", "deny")
+                _write("/proc/self/uid_map", f"{uid} {uid} 1")
+                _write("/proc/self/gid_map", f"{gid} {gid} 1")
+                spec = dict(spec, uid=uid, gid=gid)
+            _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID, "mount, network and PID namespaces")
+            # opened in the new namespace (a bind mount's source must be in the caller's namespace)
+            _build_mounts(spec, [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in spec["lib"]])
+            lib_paths = [f"{BASE}/lib/{i}" for i in range(len(spec["lib"]))]
+        else:
+            lib_paths = list(spec["lib"])
+        req_r, req_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(req_w)
+            os.close(ready_r)
+            for fd in (req_fd, done_fd, host_root):
+                os.close(fd)
+            _pass_main(spec, lib_paths, req_r, ready_w, full)
+        os.close(req_r)
+        os.close(ready_w)
+        ready = os.read(ready_r, 1)
+        data = _read_all(req_fd)
+        os.close(req_fd)
+        if not data.strip():
+            os._exit(0)
+        req = json.loads(data)
+        if not ready:
+            raise SandboxError("the sandboxed pass process ended before it was ready")
+        inside = dict(req)
+        outs = req["outputs"]  # host path -> name inside out/
+        if full:
+            argv = []
+            mapping = {h: f"{BASE}/out/{n}" for h, n in outs.items()}
+            for i, host in enumerate(req["inputs"]):
+                target = f"{BASE}/in/{i}-{os.path.basename(host)}"
+                _copy_in(host, host_root, target)
+                mapping[host] = target
+            mapping.update({p: lib_paths[i] for i, p in enumerate(spec["lib"])})
+            for arg in req["argv"]:
+                argv.append(mapping.get(arg, arg))
+            inside.update(argv=argv, stdout=f"{BASE}/out/.stdout", stderr=f"{BASE}/out/.stderr")
+        start = time.perf_counter()
+        os.write(req_w, json.dumps(inside).encode())
+        os.close(req_w)
+        said = b""
+        while not said.endswith(b"\n"):
+            chunk = os.read(ready_r, 64)
+            if not chunk:
+                break
+            said += chunk
+        wall = time.perf_counter() - start
+        _, status = os.waitpid(pid, 0)
+        words = said.decode(errors="replace").split()
+        reply = {"wall_s": wall}
+        if os.WIFSIGNALED(status):
+            reply["signal"] = os.WTERMSIG(status)
+        elif words[:1] == ["S"] and len(words) > 1 and words[1].isdigit():
+            reply["signal"] = int(words[1])
+        else:
+            reply["code"] = os.WEXITSTATUS(status)
+            try:
+                reply["cpu_s"] = min(float(words[1]), wall * (os.cpu_count() or 1) + 1.0)
+            except (IndexError, ValueError):
+                pass
+        if full:
+            cap = int(spec["max_file_bytes"])
+            too_big = []
+            for host, name in [*outs.items(), (req["stdout"], ".stdout"), (req["stderr"], ".stderr")]:
+                if not _copy_out(f"{BASE}/out/{name}", host_root, host, cap):
+                    too_big.append(os.path.basename(host))
+            if too_big:
+                reply["oversized"] = too_big
+        os.write(done_fd, (json.dumps(reply) + "\n").encode())
+        code = 0
+    except BaseException as exc:  # noqa: BLE001 - the zygote reports a failed sandbox as a crash
+        try:
+            os.write(done_fd, (json.dumps({"sandbox_error": f"{type(exc).__name__}: {exc}"}) + "\n").encode())
+        except OSError:
+            pass
+    finally:
+        os._exit(code)
+
+
+def _copy_in(host, host_root, target):
+    """Copy the worker's file ``host`` (resolved in the worker's mount namespace through ``host_root``) to
+    ``target`` in the sandbox's tmpfs, read-only for the pass (a bind mount cannot take its source from
+    another mount namespace)."""
+    src = os.open(host.lstrip("/"), os.O_RDONLY | os.O_NOFOLLOW, dir_fd=host_root)
+    try:
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        try:
+            left = os.fstat(src).st_size
+            while left > 0:
+                sent = os.sendfile(out, src, None, min(left, 1 << 24))
+                if sent <= 0:
+                    break
+                left -= sent
+        finally:
+            os.close(out)
+    finally:
+        os.close(src)
+
+
+def probe(spec):
+    """None when a ``full`` sandbox can be made here, else why not (one line).  Forks a child that makes
+    the namespaces and mounts of :func:`supervise` and drops privileges, then exits."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        why = ""
+        try:
+            spec = dict(spec)
+            if os.geteuid() != 0:
+                uid, gid = os.geteuid(), os.getegid()
+                _unshare(CLONE_NEWUSER, "user namespace")
+                _write("/proc/self/setgroups", "deny")
+                _write("/proc/self/uid_map", f"{uid} {uid} 1")
+                _write("/proc/self/gid_map", f"{gid} {gid} 1")
+                spec.update(uid=uid, gid=gid)
+            _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID, "mount, network and PID namespaces")
+            _build_mounts(spec, [])
+            _drop_privileges(spec, True)
+        except BaseException as exc:  # noqa: BLE001
+            why = f"{type(exc).__name__}: {exc}"
+        os.write(w, why.encode()[:500])
+        os._exit(0)
+    os.close(w)
+    why = _read_all(r).decode(errors="replace")
+    os.close(r)
+    os.waitpid(pid, 0)
+    return why or None
