@@ -7,7 +7,9 @@ on ``worker-cpu`` with 6 results (the pull request against the base tip), result
 read back through ``GET /api/runs/{id}`` and the ``ampci`` CLI inside the api container, a worker
 container killed mid-job has its job redelivered and the run still ends with one result per cell,
 a Redis restart loses no queued job, ``/healthz`` names the dependency that is down, bad
-configuration is one line in ``docker compose logs``, and ``down -v`` leaves nothing behind.
+configuration is one line in ``docker compose logs``, and ``down -v`` leaves nothing behind.  The credentials reach the api container alone, a worker
+container can make the full pass sandbox (deploy/seccomp-worker.json), and a hostile pass revision
+run through the stack reaches neither PostgreSQL nor Redis nor the API from its conversion.
 
 Docker is required: when no daemon can be started the test fails, unless ``AMPCI_NO_DOCKER=1`` is set
 (then it is skipped, saying so).  Timings go to ``artifacts/deploy_timings.json``.
@@ -25,6 +27,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from deploy.images import LOCAL_OVERRIDE, build_base_images, compose_command, docker_env, ensure_dockerd
 from tests.api.helpers import encode, pr_payload, push_payload, webhook_headers
@@ -36,6 +39,12 @@ SECRET = "deploy-test-secret"
 REPO = "acme/amp-pass"
 CELLS = 6  # sweeps/smoke.toml: 3 smoke models x fp16/bf16 x default x cpu
 HEALTHY = ("postgres", "redis", "api", "beat", "worker-cpu")
+API_TOKEN = "deploy-test-api-token"
+GITHUB_TOKEN = "ghs_" + "D" * 36
+CREDENTIALS = {"AMPCI_WEBHOOK_SECRET", "AMPCI_GITHUB_TOKEN", "AMPCI_API_TOKEN"}
+#: Why the worker's pass sandbox cannot be made, with the worker's own policy ("None": it can).
+SANDBOX_PROBE = ("from service.settings import Settings; from workers.sandbox import full_sandbox_error; "
+                 "print(full_sandbox_error(Settings.from_env().worker_config().sandbox_policy()))")
 TIMINGS: dict[str, float] = {}
 
 
@@ -64,7 +73,8 @@ def stack() -> Iterator[Stack]:
     port = free_port()
     env.update(AMPCI_WEBHOOK_SECRET=SECRET, AMPCI_ALLOWED_REPOS=REPO, AMPCI_BIND="127.0.0.1",
                AMPCI_PORT=str(port), AMPCI_JOB_TIMEOUT="40s", AMPCI_LOG_LEVEL="INFO",
-               AMPCI_TRACKED_BRANCHES="main")
+               AMPCI_TRACKED_BRANCHES="main", AMPCI_API_TOKEN=API_TOKEN, AMPCI_GITHUB_TOKEN=GITHUB_TOKEN,
+               AMPCI_GITHUB_API_URL="http://127.0.0.1:9")  # statuses go nowhere (refused at once)
     project = f"ampcitest{uuid.uuid4().hex[:10]}"
     st = Stack(compose, project, [ROOT / "docker-compose.yml", LOCAL_OVERRIDE], env, port=port)
     try:
@@ -148,6 +158,18 @@ def test_stack_runs_jobs_survives_a_killed_worker_and_a_redis_restart(stack: Sta
     env = stack.exec("worker-cpu", "env").stdout
     for line in ("AMPCI_ALLOWED_REPOS=acme/amp-pass", "AMPCI_JOB_TIMEOUT=40s", "AMPCI_TRACKED_BRANCHES=main"):
         assert line in env.splitlines(), f"{line} did not reach worker-cpu"
+    # -- the credentials reach the api alone (not the workers, which run untrusted pass code, nor beat)
+    for service in ("worker-cpu", "beat"):
+        names = {ln.split("=", 1)[0] for ln in stack.exec(service, "env").stdout.splitlines()}
+        assert not names & CREDENTIALS, f"{service} has {sorted(names & CREDENTIALS)}"
+    api_env = stack.exec("api", "env").stdout.splitlines()
+    for line in (f"AMPCI_WEBHOOK_SECRET={SECRET}", f"AMPCI_API_TOKEN={API_TOKEN}", f"AMPCI_GITHUB_TOKEN={GITHUB_TOKEN}"):
+        assert line in api_env, f"{line.split('=')[0]} did not reach the api"
+    # -- the worker makes the full pass sandbox (AMPCI_SANDBOX=require would refuse conversions otherwise)
+    t_probe = time.monotonic()
+    probe = stack.exec("worker-cpu", "python3", "-c", SANDBOX_PROBE).stdout.strip()
+    TIMINGS["sandbox probe"] = round(time.monotonic() - t_probe, 1)
+    assert probe == "None", f"worker-cpu cannot make the full pass sandbox: {probe}"
     ports = stack.container("api")["NetworkSettings"]["Ports"]["8000/tcp"]
     assert [p["HostIp"] for p in ports] == ["127.0.0.1"], ports
     for service in ("api", "worker-cpu"):
@@ -221,20 +243,86 @@ def test_stack_runs_jobs_survives_a_killed_worker_and_a_redis_restart(stack: Sta
     stack.wait_healthy(HEALTHY, timeout=120)
 
 
+#: A pass revision that tries the stack's services from its conversion, then fails with one line of findings.
+_HOSTILE_MAIN = """import json, os, socket, sys
+
+found = {"connected": [], "failed": {}, "ampci_env": sorted(k for k in os.environ if k.startswith("AMPCI_"))}
+found["pids"] = len([p for p in os.listdir("/proc") if p.isdigit()]) if os.path.isdir("/proc") else 0
+for host, port in TARGETS:
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        found["connected"].append(f"{host}:{port}")
+    except OSError as exc:
+        found["failed"][f"{host}:{port}"] = type(exc).__name__
+print("FINDINGS " + json.dumps(found, sort_keys=True), file=sys.stderr)
+sys.exit(1)
+"""
+
+
+def _commit_hostile_revision(stack: Stack, services: tuple[str, ...], targets: list[tuple[str, int]]) -> str:
+    """The same commit (fixed dates and author: the same sha) on branch ``hostile-pass`` of ``/app`` -- the
+    pass repository -- in each of ``services``: HEAD with ``amp_pass/__main__.py`` replaced by the hostile one.
+    A clone is edited and pushed back, so /app's own checkout (the installed code) is left alone."""
+    main = f"TARGETS = {targets!r}\n" + _HOSTILE_MAIN
+    script = (
+        'set -e; d=$(mktemp -d); git clone -q /app "$d/p"; cd "$d/p"; printf "%s" "$MAIN" > amp_pass/__main__.py; '
+        "git add amp_pass/__main__.py; "
+        "export GIT_AUTHOR_NAME=hostile GIT_AUTHOR_EMAIL=hostile@example.invalid GIT_COMMITTER_NAME=hostile "
+        "GIT_COMMITTER_EMAIL=hostile@example.invalid GIT_AUTHOR_DATE=2024-01-01T00:00:00Z "
+        "GIT_COMMITTER_DATE=2024-01-01T00:00:00Z; "
+        'git commit -q -m "a hostile pass"; git push -q -f origin HEAD:refs/heads/hostile-pass; '
+        'git rev-parse HEAD; rm -rf "$d"')
+    shas = {stack.exec(svc, "env", f"MAIN={main}", "sh", "-c", script).stdout.strip() for svc in services}
+    assert len(shas) == 1, f"the hostile commit differs between {services}: {shas}"
+    return shas.pop()
+
+
+def test_a_hostile_pass_revision_reaches_no_service(stack: Stack) -> None:
+    """Its conversions (in worker-cpu's pass sandbox) connect to neither PostgreSQL, Redis nor the API, by name
+    or by address, see no AMPCI_* setting and no process of the worker; the run still ends with 6 results."""
+    resolve = "import socket, sys; print(' '.join(socket.gethostbyname(h) for h in sys.argv[1:]))"
+    pg_ip, redis_ip, api_ip = stack.exec("worker-cpu", "python3", "-c", resolve, "postgres", "redis", "api").stdout.split()
+    targets = [("postgres", 5432), ("redis", 6379), ("api", 8000), (pg_ip, 5432), (redis_ip, 6379), (api_ip, 8000)]
+    # the worker itself reaches them (the network is there; the sandbox is what shuts it)
+    reach = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()"
+    for host, port in targets[:3]:
+        stack.exec("worker-cpu", "python3", "-c", reach, host, str(port))
+    head = stack.exec("api", "git", "-C", "/app", "rev-parse", "HEAD").stdout.strip()
+    sha = _commit_hostile_revision(stack, ("api", "beat", "worker-cpu"), targets)
+    t0 = time.monotonic()
+    _webhook(stack, "pull_request", pr_payload(sha, head, number=31, repo=REPO))
+    run_id = _run_of(stack, sha, "pull_request")
+    detail = _finished(stack, run_id, timeout=300)
+    TIMINGS["webhook to 6 results (hostile pull request)"] = round(time.monotonic() - t0, 1)
+    results = [c["result"] for c in detail["cells"] if c.get("result")]
+    assert len(results) == CELLS, f"{len(results)} results: {detail['summary']}"
+    for r in results:
+        assert r["status"] == "convert_error" and "FINDINGS " in r["message"], (r["status"], r["message"])
+        found = json.loads(r["message"].split("FINDINGS ", 1)[1])
+        assert found["connected"] == [], f"the pass reached {found['connected']} from worker-cpu"
+        assert sorted(found["failed"]) == sorted(f"{h}:{p}" for h, p in targets), found
+        assert found["ampci_env"] == [], found
+        assert found["pids"] <= 2, f"the pass saw {found['pids']} processes"
+
+
 def _bad_config_file() -> Path:
-    """A compose override with three misconfigured services (written next to the test's other files)."""
+    """A compose override with four misconfigured services (written next to the test's other files)."""
     path = ROOT / "artifacts" / "deploy-bad-config.yml"
     path.parent.mkdir(exist_ok=True)
     common = {"image": "ampci:latest", "restart": "no"}
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["worker-cpu"]
+    worker = {**common, "security_opt": compose["security_opt"], "cap_drop": compose["cap_drop"]}
     good = {"AMPCI_DATABASE_URL": "postgresql+psycopg://ampci:ampci@postgres:5432/ampci",
             "AMPCI_BROKER_URL": "redis://redis:6379/0"}
     services = {
         "bad-db-password": {**common, "command": ["ampci", "db", "upgrade"],
                             "environment": {**good, "AMPCI_DATABASE_URL":
                                             "postgresql+psycopg://ampci:wrong-password@postgres:5432/ampci"}},
-        "bad-broker": {**common, "command": ["ampci", "worker", "--queues", "cpu"],
+        "bad-broker": {**worker, "command": ["ampci", "worker", "--queues", "cpu"],
                        "environment": {**good, "AMPCI_BROKER_URL": "redis://no-such-broker:6379/0"}},
-        "bad-queue": {**common, "command": ["ampci", "worker", "--queues", "cpu-typo"], "environment": good},
+        "bad-queue": {**worker, "command": ["ampci", "worker", "--queues", "cpu-typo"], "environment": good},
+        # a worker without the seccomp profile of docker-compose.yml cannot make the pass sandbox
+        "no-sandbox": {**common, "command": ["ampci", "worker", "--queues", "cpu"], "environment": good},
     }
     path.write_text(json.dumps({"services": services}, indent=2))  # JSON is YAML
     return path
@@ -242,11 +330,12 @@ def _bad_config_file() -> Path:
 
 def test_bad_configuration_is_one_line_in_compose_logs(stack: Stack) -> None:
     bad = _bad_config_file()
-    stack.run("up", "-d", "--no-deps", "--no-build", "bad-db-password", "bad-broker", "bad-queue",
-              files=[bad], timeout=120)
+    bad_services = ("bad-db-password", "bad-broker", "bad-queue", "no-sandbox")
+    stack.run("up", "-d", "--no-deps", "--no-build", *bad_services, files=[bad], timeout=120)
     expect = {"bad-db-password": "ampci: error: database unavailable at postgresql+psycopg://ampci:***@postgres",
               "bad-broker": "ampci: error: broker unavailable at redis://no-such-broker:6379/0",
-              "bad-queue": "ampci: warning: queue 'cpu-typo' has no producer"}
+              "bad-queue": "ampci: warning: queue 'cpu-typo' has no producer",
+              "no-sandbox": "ampci: error: AMPCI_SANDBOX=require but the pass sandbox cannot be made here"}
 
     def said(service: str) -> list[str]:
         lines = [ln.split("|", 1)[-1].strip() for ln in stack.logs(service, files=[bad]).splitlines()]
@@ -256,14 +345,15 @@ def test_bad_configuration_is_one_line_in_compose_logs(stack: Stack) -> None:
         lines = wait_for(f"{service} to say what is wrong", lambda s=service, t=text: (
             [ln for ln in said(s) if ln.startswith(t)] and said(s)), timeout=90)
         assert len([ln for ln in lines if ln.startswith(text)]) == 1, lines
-        if service != "bad-queue":  # the two that exit: that one line and nothing else (no traceback)
+        if service != "bad-queue":  # those that exit: that one line and nothing else (no traceback)
             assert len(lines) == 1, lines
     assert "password authentication failed" in said("bad-db-password")[0]
-    for service in ("bad-db-password", "bad-broker"):
+    assert "deploy/seccomp-worker.json" in said("no-sandbox")[0]  # what to enable
+    for service, code in (("bad-db-password", 3), ("bad-broker", 3), ("no-sandbox", 2)):
         state = wait_for(f"{service} to exit", lambda s=service: (
             (st := stack.container(s)["State"])["Status"] == "exited" and st), timeout=60)
-        assert state["ExitCode"] == 3, (service, state)
-    stack.run("rm", "-f", "-s", "bad-db-password", "bad-broker", "bad-queue", files=[bad], timeout=60)
+        assert state["ExitCode"] == code, (service, state)
+    stack.run("rm", "-f", "-s", *bad_services, files=[bad], timeout=60)
 
 
 def test_missing_webhook_secret_fails_up_with_one_line(stack: Stack) -> None:
