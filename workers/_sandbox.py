@@ -135,6 +135,19 @@ def _new_dir(path, mode=0o755):
     os.chmod(path, mode)
 
 
+def _locked_flags(path):
+    """The flags of the mount at ``path`` a remount must keep (a user namespace cannot clear them)."""
+    try:
+        f = os.statvfs(path).f_flag
+    except OSError:
+        return 0
+    flags = f & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for st, ms in ((os.ST_NOATIME, 1024), (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21)):
+        if f & st:
+            flags |= ms
+    return flags
+
+
 def _bind(fd, target, writable=False):
     """Bind the file or directory open as ``fd`` onto ``target`` (read-only unless ``writable``)."""
     _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
@@ -157,7 +170,7 @@ def _build_mounts(spec, libs):
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     for point in reversed(_mountpoints()):
         try:
-            _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+            _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _locked_flags(point))
         except SandboxError:
             if point in ("/", "/proc", "/sys"):
                 raise
@@ -216,11 +229,28 @@ def _drop_privileges(spec, full):
     elif full:
         uid, gid = os.geteuid(), os.getegid()
         _unshare(CLONE_NEWUSER, "nested user namespace")
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"{uid} {uid} 1")
-        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+        if os.path.exists("/proc/self/uid_map"):  # else (no /proc) unmapped: the pass shows as the overflow uid
+            _write("/proc/self/setgroups", "deny")
+            _write("/proc/self/uid_map", f"{uid} {uid} 1")
+            _write("/proc/self/gid_map", f"{gid} {gid} 1")
     _limits(spec)
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+def _init_namespace(spec, full):
+    """In PID 1 of the sandbox (and the probe's): its own /proc, then :func:`_drop_privileges`.
+
+    A non-root worker in a container whose /proc has masked entries (Docker's default) may not mount a new
+    proc from a user namespace (the kernel refuses a proc less covered than the one it can see): the pass
+    then gets an empty read-only /proc (it sees no process at all, not the worker's)."""
+    if full:
+        try:
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        except SandboxError:
+            if os.geteuid() == 0:
+                raise
+            _mount("tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
+    _drop_privileges(spec, full)
 
 
 def _cpu(since=None):
@@ -244,9 +274,7 @@ def _pass_main(spec, lib_paths, req_r, ready_w, full):
     exits the kernel kills everything left in the namespace.  Never returns."""
     code = 1
     try:
-        if full:
-            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        _drop_privileges(spec, full)
+        _init_namespace(spec, full)
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         pid = os.fork()
         if pid == 0:
@@ -493,7 +521,20 @@ def probe(spec):
                 spec.update(uid=uid, gid=gid)
             _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID, "mount, network and PID namespaces")
             _build_mounts(spec, [])
-            _drop_privileges(spec, True)
+            inner_r, inner_w = os.pipe()
+            child = os.fork()
+            if child == 0:  # PID 1 of the new PID namespace, as the pass's init: its /proc, then the drop
+                os.close(inner_r)
+                inner = ""
+                try:
+                    _init_namespace(spec, True)
+                except BaseException as exc:  # noqa: BLE001
+                    inner = f"{type(exc).__name__}: {exc}"
+                os.write(inner_w, inner.encode()[:500])
+                os._exit(0)
+            os.close(inner_w)
+            why = _read_all(inner_r).decode(errors="replace")
+            os.waitpid(child, 0)
         except BaseException as exc:  # noqa: BLE001
             why = f"{type(exc).__name__}: {exc}"
         os.write(w, why.encode()[:500])
