@@ -52,13 +52,17 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 def _sandbox_mode(ctx: object) -> str:
-    """How this host isolates the pass under test: ``full``, ``best-effort``, or ``refused`` (AMPCI_SANDBOX=require
-    on a host that cannot make it: its jobs end as crashes saying so)."""
+    """How the pass under test is isolated where this process runs it (embedded mode: its own pool): ``full``,
+    ``best-effort``, or ``refused`` (AMPCI_SANDBOX=require on a host that cannot make it: jobs end as crashes
+    saying so); ``workers`` when a broker is configured (the Celery workers run the pass, each result's
+    ``environment.sandbox`` says how)."""
     from workers.sandbox import SandboxUnavailable, resolve_mode
 
     settings = getattr(ctx, "settings", None)
     if settings is None:
         return "unknown"
+    if not settings.embedded:
+        return "workers"
     try:
         return resolve_mode(settings.worker_config().sandbox_policy())
     except SandboxUnavailable:

@@ -76,7 +76,7 @@ def test_healthz_hides_details_from_anonymous_callers_when_reads_need_a_token(ma
     for resp in (anonymous, wrong):
         assert resp.status_code == 503 and resp.json() == {"status": "unavailable", "down": ["broker"],
                                                          "sandbox": resp.json().get("sandbox")}, resp.text
-        assert resp.json()["sandbox"] in {"full", "best-effort", "refused"}
+        assert resp.json()["sandbox"] in {"full", "best-effort", "refused", "workers"}
     assert allowed.status_code == 503 and allowed.json()["broker"]["ok"] is False
     assert "127.0.0.1" in allowed.json()["database"]["detail"] and "s3cret-pw" not in allowed.text
     settings = make_settings(broker_url="redis://:s3cret-pw@127.0.0.1:1/0", github_token="")
