@@ -165,7 +165,7 @@ def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
     verdict = run_verdict(store, run.id)
     awaiting = AWAITING_DESCRIPTION if run.status == AWAITING_APPROVAL else None  # no jobs, so no verdict yet
     return render("run.html", run=run, revision=revision, matrix=matrix, findings=by_cat, summary=summary,
-                  verdict=verdict, awaiting=awaiting,
+                  verdict=verdict, awaiting=awaiting, sandbox=views.sandbox_line(store.sandbox_modes(run.id)),
                   line=summary.describe(), diff_all=diff == "all", diff=[r for r in rows if r.changed or diff == "all"],
                   diff_changed=sum(r.changed for r in rows), diff_total=len(rows), base_sha=base_sha,
                   base_cells=base_cells, no_baseline=sum(r.base_sha is None for r in rows))

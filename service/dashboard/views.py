@@ -342,3 +342,18 @@ def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
     rows.append(("environment fingerprint", envs[0] or "–", envs[1] or "–",
                  "same" if envs[0] == envs[1] else "differs (latency not compared pairwise)"))
     return rows
+
+
+def sandbox_line(modes: list[str]) -> tuple[str, bool] | None:
+    """How the pass ran in a run's results, given each result's ``environment.sandbox`` (issue 31): (the line,
+    whether it warns), None without results.  A cell whose pass ran ``best-effort`` (no network, mount or PID
+    isolation: its worker could not make the namespaces) warns."""
+    if not modes:
+        return None
+    weak = sum(m == "best-effort" for m in modes)
+    if weak:
+        return (f"best-effort in {weak} of {len(modes)} cells: the pass ran without network, mount and PID "
+                "isolation (environment, descriptors and limits only)", True)
+    full = sum(m == "full" for m in modes)
+    return (f"full in {full} of {len(modes)} cells" if full else "not recorded (results from before the sandbox)",
+            False)

@@ -179,6 +179,13 @@ class QueriesMixin:
             r = conn.execute(sa.select(t_run).where(t_run.c.dedup_key == dedup_key)).first()
         return run_info(r) if r is not None else None
 
+    def sandbox_modes(self, run_id: int) -> list[str]:
+        """How the pass ran in each result of run ``run_id`` (issue 31): its ``environment.sandbox`` --
+        ``full``, ``best-effort``, or ``""`` for a result from before the sandbox."""
+        q = sa.select(t_res.c.data[("environment", "sandbox")].as_string()).where(t_res.c.run_id == int(run_id))
+        with self.transaction() as conn:
+            return [str(v or "") for (v,) in conn.execute(q)]
+
     def newest_pull_request_run(self, *, repo: str, pr: int, head_sha: str | None = None) -> RunInfo | None:
         """The newest (highest id) ``pull_request`` run of pull request ``pr`` of ``repo`` (its
         ``meta.github``; the repository compared case-insensitively), only of ``head_sha`` when given;

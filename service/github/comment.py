@@ -145,6 +145,9 @@ def _footnotes(report: PullRequestReport) -> list[str]:
         shown = ", ".join(f"{escape('/'.join(cell))} ({escape(why)})" for cell, why in report.not_measured[:10])
         more = f" and {len(report.not_measured) - 10} more" if len(report.not_measured) > 10 else ""
         notes.append(f"{_plural(len(report.not_measured), 'cell was', 'cells were')} not measured: {shown}{more}.")
+    if report.best_effort:
+        notes.append(f"⚠ The pass ran best-effort in {_plural(report.best_effort, 'cell', 'cells')}: without network, "
+                     "mount and PID isolation (its worker could not make the sandbox; see AMPCI_SANDBOX).")
     return notes
 
 

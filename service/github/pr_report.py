@@ -77,6 +77,7 @@ class PullRequestReport:
     counts: dict[str, int]
     rows: tuple[ReportRow, ...]
     not_measured: tuple[tuple[Cell, str], ...] = field(default_factory=tuple)  # (cell, why)
+    best_effort: int = 0              # cells whose pass ran without the full sandbox (issue 31)
     state: str = "success"            # the commit status state (service.github.reporter.final_state)
 
     @property
@@ -167,5 +168,13 @@ def build_report(store: Any, run_id: int, public_url: str,
         run_url=f"{public}/runs/{run.id}", run_status=run.status, head_sha=run.revision_sha,
         head_subject=subject, baseline_sha=run.baseline_sha,
         baseline_revisions=tuple(sorted(set(based.values()))), cells=len(cells), counts=counts, rows=rows,
-        not_measured=missing,
+        not_measured=missing, best_effort=_best_effort(store, run_id),
         state=final_state(store.run_summary(run_id), verdict) if final_state is not None else verdict.state)
+
+
+def _best_effort(store: Any, run_id: int) -> int:
+    """Cells of the run whose pass ran ``best-effort`` (no network, mount or PID isolation)."""
+    try:
+        return sum(m == "best-effort" for m in store.sandbox_modes(run_id))
+    except AttributeError:  # a store without the query (a test double): nothing to say
+        return 0

@@ -83,6 +83,14 @@ def test_footnotes_for_fallback_new_and_unmeasured_cells():
     assert "fallback" not in render_comment(_report()).lower()
 
 
+def test_a_best_effort_sandbox_is_said_in_the_comment_and_the_check_run():
+    body = render_comment(_report(best_effort=2))
+    assert "The pass ran best-effort in 2 cells" in body
+    assert "best-effort" not in render_comment(_report())
+    run = check_run(_report(best_effort=1))
+    assert run is not None and "best-effort in 1 cell" in run.summary
+
+
 @pytest.mark.parametrize(("counts", "status", "want"), [
     ({"regression": 2, "unchanged": 46}, "complete", "❌ Merging #7 regresses 2 cells"),
     ({"unchanged": 46}, "complete", "✅ Merging #7: no change in 46 cells"),

@@ -118,3 +118,17 @@ def test_result_numbers_do_not_subtract_final_errors_across_units() -> None:
     assert rows["convergence error unit"] == ("absolute", "relative", "changed")
     same = {name: change for name, _, _, change in views.result_numbers(jr(0.5, "relative"), jr(5e-3, "relative"))}
     assert same["final step error"] == "-0.495" and same["convergence error unit"] == ""
+
+
+@pytest.mark.parametrize(("modes", "line", "warns"), [
+    ([], None, None),
+    (["full", "full"], "full in 2 of 2 cells", False),
+    (["full", "best-effort", ""], "best-effort in 1 of 3 cells", True),
+    (["", ""], "not recorded", False),
+])
+def test_the_run_page_says_how_the_pass_was_sandboxed(modes: list[str], line: str | None, warns: bool | None) -> None:
+    got = views.sandbox_line(modes)
+    if line is None:
+        assert got is None
+    else:
+        assert got is not None and got[0].startswith(line) and got[1] is warns
