@@ -296,9 +296,8 @@ def _run_pass(spec, lib_paths, req_r, ready_w, full):
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         os.environ.clear()
         os.environ.update(spec["env"])
-        home = f"{BASE}/home" if full else spec["env"].get("HOME", "/")
-        if full:
-            os.environ.update(HOME=home, TMPDIR=home)
+        home = f"{BASE}/home" if full else spec["home"]
+        os.environ.update(HOME=home, TMPDIR=home)
         os.chdir(home if os.path.isdir(home) else "/")
         sys.dont_write_bytecode = True
         sys.meta_path[:] = [f for f in sys.meta_path
@@ -406,8 +405,11 @@ def supervise(spec, req_fd, done_fd):
             # opened in the new namespace (a bind mount's source must be in the caller's namespace)
             _build_mounts(spec, [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in spec["lib"]])
             lib_paths = [f"{BASE}/lib/{i}" for i in range(len(spec["lib"]))]
-        else:
+        else:  # best effort: a scratch home of its own, removed after the conversion
+            import tempfile
+
             lib_paths = list(spec["lib"])
+            spec = dict(spec, home=tempfile.mkdtemp(prefix="ampci-pass-"))
         req_r, req_w = os.pipe()
         ready_r, ready_w = os.pipe()
         pid = os.fork()
@@ -423,6 +425,10 @@ def supervise(spec, req_fd, done_fd):
         data = _read_all(req_fd)
         os.close(req_fd)
         if not data.strip():
+            if not full:
+                import shutil
+
+                shutil.rmtree(spec["home"], ignore_errors=True)
             os._exit(0)
         req = json.loads(data)
         if not ready:
@@ -471,6 +477,10 @@ def supervise(spec, req_fd, done_fd):
                     too_big.append(os.path.basename(host))
             if too_big:
                 reply["oversized"] = too_big
+        if not full:
+            import shutil
+
+            shutil.rmtree(spec["home"], ignore_errors=True)
         os.write(done_fd, (json.dumps(reply) + "\n").encode())
         code = 0
     except BaseException as exc:  # noqa: BLE001 - the zygote reports a failed sandbox as a crash

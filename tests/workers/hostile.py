@@ -23,7 +23,7 @@ PORTS = {ports!r}
 VICTIMS = {victims!r}
 DAEMON_MARK = {mark!r}
 KILL_PARENT = {kill_parent!r}
-found = {{"uid": os.getuid(), "env": sorted(os.environ)}}
+found = {{"uid": os.getuid(), "env": sorted(os.environ), "home": os.environ.get("HOME", "")}}
 found["ampci_env"] = [k for k in os.environ if k.startswith("AMPCI_")]
 try:
     found["self_environ_ampci"] = b"AMPCI_" in open("/proc/self/environ", "rb").read()

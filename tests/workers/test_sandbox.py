@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -105,6 +106,8 @@ def test_best_effort_keeps_the_environment_and_descriptors_clean(tmp_path: Path,
     assert out.status == "convert_error" and out.sandbox == "best-effort"
     got = findings(out.message)
     assert got["ampci_env"] == [] and got["self_environ_ampci"] is False and got["sockets_inherited"] == 0
+    # its home (where it wrote its big file) is a scratch directory of its own, removed after the conversion
+    assert got["home"].startswith(tempfile.gettempdir() + "/ampci-pass-") and not Path(got["home"]).exists()
 
 
 @needs_full
