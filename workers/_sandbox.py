@@ -40,7 +40,7 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 
 #: Where the pass sees its world inside the sandbox (a tmpfs over /tmp).
 BASE = "/tmp/.ampci"
@@ -268,32 +268,41 @@ def _read_all(fd):
         chunks.append(chunk)
 
 
+class _Lines:
+    """Lines read from a pipe descriptor (one ``os.read`` buffer kept between calls)."""
+
+    def __init__(self, fd):
+        self.fd, self.buf = fd, b""
+
+    def next(self):
+        """The next line without its newline, or None at end of file."""
+        while b"\n" not in self.buf:
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+
 def _pass_main(spec, lib_paths, req_r, ready_w, full):
-    """PID 1 of the sandbox (see the module doc): mounts its /proc, drops privileges, then forks the pass and
-    stays its init -- signals from inside a PID namespace do not reach an init without handlers, and when it
-    exits the kernel kills everything left in the namespace.  Never returns."""
-    code = 1
+    """PID 1 of the sandbox (see the module doc): mounts its /proc, drops privileges, then becomes the pass
+    process of the session (:func:`_pass_zygote`).  Being the namespace's init, no signal from inside reaches it
+    (a conversion cannot kill the process that reports it), and when it exits, or its supervisor kills it, the
+    kernel kills everything left in the namespace.  Never returns."""
     try:
         _init_namespace(spec, full)
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        pid = os.fork()
-        if pid == 0:
-            _run_pass(spec, lib_paths, req_r, ready_w, full)
-        os.close(req_r)
-        _prctl(PR_SET_DUMPABLE, 0)  # the pass (same uid) may not ptrace its init
-        _, status = os.waitpid(pid, 0)
-        if os.WIFSIGNALED(status):
-            os.write(ready_w, f"S {os.WTERMSIG(status)}\n".encode())
-        code = os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1
+        _pass_zygote(spec, lib_paths, req_r, ready_w, full)
     finally:
-        os._exit(code & 0xFF)
+        os._exit(1)
 
 
-def _run_pass(spec, lib_paths, req_r, ready_w, full):
-    """The pass process: its environment, import roots and import, then one request.  Never returns."""
-    code = 1
+def _pass_zygote(spec, lib_paths, req_r, ready_w, full):
+    """The pass process of one sandbox session: its environment, import roots and import (once), then one forked
+    child per request line (the conversions of one job), each reported as ``code cpu_s`` or ``S signal`` on
+    ``ready_w``.  Never returns."""
     try:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         os.environ.clear()
         os.environ.update(spec["env"])
         home = f"{BASE}/home" if full else spec["home"]
@@ -316,13 +325,34 @@ def _run_pass(spec, lib_paths, req_r, ready_w, full):
                 except ImportError as exc:
                     if i == 0 or exc.name != name:
                         raise
-        except BaseException:  # noqa: BLE001 - reported as the conversion's error once it is asked for
+        except BaseException:  # noqa: BLE001 - reported as each conversion's error once it is asked for
             failed = traceback.format_exc()
+        import gc
+
+        gc.collect()
+        gc.freeze()  # the conversions inherit the imported pass without the collector copying its pages
         os.write(ready_w, b"r")
-        req = json.loads(_read_all(req_r) or b"null")
-        os.close(req_r)
-        if not req:
-            os._exit(0)
+        lines = _Lines(req_r)
+        while True:
+            line = lines.next()
+            if line is None:
+                os._exit(0)
+            pid = os.fork()
+            if pid == 0:
+                os.close(req_r)
+                _run_conversion(json.loads(line), failed, ready_w)
+            _, status = os.waitpid(pid, 0)
+            end = f"S {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"E {os.WEXITSTATUS(status)}"
+            os.write(ready_w, f"{end}\n".encode())  # always the last line of a conversion
+    finally:
+        os._exit(1)
+
+
+def _run_conversion(req, failed, ready_w):
+    """One conversion, in a child of the pass process: its limits, streams and ``python -m MODULE ARGV``; writes
+    ``code cpu_s`` (CPU seconds from the request) on ``ready_w``.  Never returns."""
+    code = 1
+    try:
         started = _cpu()
         memory = int(req["memory"])
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
@@ -335,7 +365,7 @@ def _run_pass(spec, lib_paths, req_r, ready_w, full):
         else:
             import gc
 
-            gc.disable()
+            gc.disable()  # a short-lived child: its exit frees everything
             sys.argv = [f"python -m {req['module']}", *req["argv"]]
             code = 0
             try:
@@ -384,14 +414,14 @@ def _copy_out(src, host_root, dest, cap):
 
 
 def supervise(spec, req_fd, done_fd):
-    """The supervisor of one conversion (see the module doc), in a process freshly forked from a zygote:
-    waits for one request on ``req_fd`` (JSON, EOF without one: exit quietly), writes one JSON line to
-    ``done_fd``.  Never returns."""
-    code = 1
+    """The supervisor of one sandbox session (see the module doc), in a process freshly forked from a zygote:
+    makes the sandbox and its pass process, then serves request lines on ``req_fd`` (JSON; the conversions of one
+    job), answering each with one JSON line on ``done_fd``.  End of file on ``req_fd`` ends the session: the
+    sandbox's init is killed, and with it every process of the pass.  Never returns."""
+    code, pid1, full, home = 1, None, spec["mode"] == "full", None
     try:
         os.setsid()
         _close_fds([req_fd, done_fd])
-        full = spec["mode"] == "full"
         host_root = os.open("/", os.O_PATH | os.O_DIRECTORY)  # the worker's view, for inputs and outputs
         if full:
             if os.geteuid() != 0:
@@ -405,15 +435,16 @@ def supervise(spec, req_fd, done_fd):
             # opened in the new namespace (a bind mount's source must be in the caller's namespace)
             _build_mounts(spec, [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in spec["lib"]])
             lib_paths = [f"{BASE}/lib/{i}" for i in range(len(spec["lib"]))]
-        else:  # best effort: a scratch home of its own, removed after the conversion
+        else:  # best effort: a scratch home of its own, removed when the session ends
             import tempfile
 
             lib_paths = list(spec["lib"])
-            spec = dict(spec, home=tempfile.mkdtemp(prefix="ampci-pass-"))
+            home = tempfile.mkdtemp(prefix="ampci-pass-")
+            spec = dict(spec, home=home)
         req_r, req_w = os.pipe()
         ready_r, ready_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
+        pid1 = os.fork()
+        if pid1 == 0:
             os.close(req_w)
             os.close(ready_r)
             for fd in (req_fd, done_fd, host_root):
@@ -422,66 +453,70 @@ def supervise(spec, req_fd, done_fd):
         os.close(req_r)
         os.close(ready_w)
         ready = os.read(ready_r, 1)
-        data = _read_all(req_fd)
-        os.close(req_fd)
-        if not data.strip():
-            if not full:
-                import shutil
-
-                shutil.rmtree(spec["home"], ignore_errors=True)
-            os._exit(0)
-        req = json.loads(data)
-        if not ready:
-            raise SandboxError("the sandboxed pass process ended before it was ready")
-        inside = dict(req)
-        outs = req["outputs"]  # host path -> name inside out/
-        if full:
-            argv = []
-            mapping = {h: f"{BASE}/out/{n}" for h, n in outs.items()}
-            for i, host in enumerate(req["inputs"]):
-                target = f"{BASE}/in/{i}-{os.path.basename(host)}"
-                _copy_in(host, host_root, target)
-                mapping[host] = target
-            mapping.update({p: lib_paths[i] for i, p in enumerate(spec["lib"])})
-            for arg in req["argv"]:
-                argv.append(mapping.get(arg, arg))
-            inside.update(argv=argv, stdout=f"{BASE}/out/.stdout", stderr=f"{BASE}/out/.stderr")
-        start = time.perf_counter()
-        os.write(req_w, json.dumps(inside).encode())
-        os.close(req_w)
-        said = b""
-        while not said.endswith(b"\n"):
-            chunk = os.read(ready_r, 64)
-            if not chunk:
+        requests, said = _Lines(req_fd), _Lines(ready_r)
+        copied = {}  # host input -> its copy inside (a job's conversions read the same input)
+        while True:
+            line = requests.next()
+            if line is None:
                 break
-            said += chunk
-        wall = time.perf_counter() - start
-        _, status = os.waitpid(pid, 0)
-        words = said.decode(errors="replace").split()
-        reply = {"wall_s": wall}
-        if os.WIFSIGNALED(status):
-            reply["signal"] = os.WTERMSIG(status)
-        elif words[:1] == ["S"] and len(words) > 1 and words[1].isdigit():
-            reply["signal"] = int(words[1])
-        else:
-            reply["code"] = os.WEXITSTATUS(status)
-            try:
-                reply["cpu_s"] = min(float(words[1]), wall * (os.cpu_count() or 1) + 1.0)
-            except (IndexError, ValueError):
-                pass
-        if full:
-            cap = int(spec["max_file_bytes"])
-            too_big = []
-            for host, name in [*outs.items(), (req["stdout"], ".stdout"), (req["stderr"], ".stderr")]:
-                if not _copy_out(f"{BASE}/out/{name}", host_root, host, cap):
-                    too_big.append(os.path.basename(host))
-            if too_big:
-                reply["oversized"] = too_big
-        if not full:
-            import shutil
-
-            shutil.rmtree(spec["home"], ignore_errors=True)
-        os.write(done_fd, (json.dumps(reply) + "\n").encode())
+            if not line.strip():
+                continue
+            if not ready:
+                raise SandboxError("the sandboxed pass process ended before it was ready")
+            req = json.loads(line)
+            inside = dict(req)
+            outs = req["outputs"]  # host path -> name inside out/
+            if full:
+                for name in os.listdir(f"{BASE}/out"):  # the previous conversion's files
+                    os.unlink(f"{BASE}/out/{name}")
+                mapping = {h: f"{BASE}/out/{n}" for h, n in outs.items()}
+                for host in req["inputs"]:
+                    if host not in copied:
+                        copied[host] = f"{BASE}/in/{len(copied)}-{os.path.basename(host)}"
+                        _copy_in(host, host_root, copied[host])
+                    mapping[host] = copied[host]
+                mapping.update({p: lib_paths[i] for i, p in enumerate(spec["lib"])})
+                inside.update(argv=[mapping.get(a, a) for a in req["argv"]], stdout=f"{BASE}/out/.stdout",
+                              stderr=f"{BASE}/out/.stderr")
+            start = time.perf_counter()
+            os.write(req_w, (json.dumps(inside) + "\n").encode())
+            # the conversion's own ``code cpu_s`` line (when it got that far), then the pass process's
+            # ``E code`` / ``S signal`` line once the conversion process has ended; the first ends the timing
+            words, end, wall = [], None, None
+            while end is None:
+                answer = said.next()
+                if answer is None:
+                    break
+                got = answer.decode(errors="replace").split()
+                if wall is None:
+                    wall = time.perf_counter() - start
+                if got[:1] in (["E"], ["S"]) and len(got) > 1 and got[1].isdigit():
+                    end = got
+                else:
+                    words = got
+            reply = {"wall_s": wall if wall is not None else time.perf_counter() - start}
+            if end is None:  # the pass process (or its init) is gone: this session ends here
+                _, status = os.waitpid(pid1, 0)
+                pid1 = None
+                reply["signal"] = os.WTERMSIG(status) if os.WIFSIGNALED(status) else signal.SIGKILL
+            elif end[0] == "S":
+                reply["signal"] = int(end[1])
+            else:
+                reply["code"] = int(end[1]) & 0xFF
+                try:
+                    reply["cpu_s"] = min(float(words[1]), reply["wall_s"] * (os.cpu_count() or 1) + 1.0)
+                except (IndexError, ValueError):
+                    pass
+            if full:
+                cap = int(spec["max_file_bytes"])
+                too_big = [os.path.basename(host) for host, name in
+                           [*outs.items(), (req["stdout"], ".stdout"), (req["stderr"], ".stderr")]
+                           if not _copy_out(f"{BASE}/out/{name}", host_root, host, cap)]
+                if too_big:
+                    reply["oversized"] = too_big
+            os.write(done_fd, (json.dumps(reply) + "\n").encode())
+            if pid1 is None:
+                break
         code = 0
     except BaseException as exc:  # noqa: BLE001 - the zygote reports a failed sandbox as a crash
         try:
@@ -489,7 +524,18 @@ def supervise(spec, req_fd, done_fd):
         except OSError:
             pass
     finally:
-        os._exit(code)
+        try:
+            if home is not None:
+                import shutil
+
+                shutil.rmtree(home, ignore_errors=True)
+            if pid1 is not None:  # the session's end: its init, hence every process of the pass
+                os.kill(pid1, signal.SIGKILL)
+                os.waitpid(pid1, 0)
+            if not full:  # no PID namespace: what the pass left in this process group goes with it
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+        finally:
+            os._exit(code)
 
 
 def _copy_in(host, host_root, target):

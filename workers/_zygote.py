@@ -8,6 +8,8 @@ nothing from ``workers`` and loads ``_sandbox.py`` (beside it) by file path.  Pr
   :func:`become` instead;
 - zygote -> worker at start: ``{"ready": true}``;
 - worker -> zygote: ``{"module", "argv", "inputs", "outputs", "stdout", "stderr"}`` (host paths);
+- worker -> zygote: ``{"end": SESSION}`` when a job's conversions are done; zygote -> worker ``{"ended": SESSION}``
+  once that session's sandbox is gone;
 - zygote -> worker: ``{"pid": SUPERVISOR}`` at once, then ``{"pid", "code", "cpu_s", "wall_s"}`` or
   ``{"pid", "signal", "wall_s"}`` (or ``{"pid", "sandbox_error"}``) when the conversion ended.
 
@@ -67,53 +69,89 @@ def _prefork(spec):
 def _read_line(fd):
     chunks = []
     while True:
-        chunk = os.read(fd, 4096)
+        chunk = os.read(fd, 1)
         if not chunk:
             break
         chunks.append(chunk)
-        if b"\n" in chunk:
+        if chunk == b"\n":
             break
     return b"".join(chunks)
 
 
-def _dispatch(child, req):
-    """Hand ``req`` to the pre-forked supervisor ``child``; report its pid, then how the conversion ended."""
-    pid, req_w, done_r = child
-    try:
-        os.write(req_w, json.dumps(req).encode())
-    except OSError:
-        pass
-    os.close(req_w)
-    _send({"pid": pid})
-    line = _read_line(done_r).decode(errors="replace").strip()
-    os.close(done_r)
-    _, status = os.waitpid(pid, 0)
-    try:
-        said = json.loads(line) if line else {}
-    except ValueError:
-        said = {}
-    if not isinstance(said, dict) or not said:
-        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else signal.SIGKILL
-        _send({"pid": pid, "signal": sig})
-        return
-    said["pid"] = pid
-    _send(said)
+class _Sessions:
+    """The zygote's supervisors: the one serving the current session (the conversions of one job) and the next
+    one, pre-forked when a session ends (between jobs, off any job's critical path)."""
+
+    def __init__(self, spec):
+        self.spec, self.current, self.session, self.ready = spec, None, None, _prefork(spec)
+
+    def end(self):
+        """End the current session (its supervisor kills the sandbox, and with it every process of the pass);
+        pre-fork the next supervisor."""
+        if self.current is not None:
+            pid, req_w, done_r = self.current
+            self.current = self.session = None
+            for fd in (req_w, done_r):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        if self.ready is None:
+            self.ready = _prefork(self.spec)
+
+    def dispatch(self, req):
+        """Hand ``req`` to the supervisor of its session; report its pid, then how the conversion ended.  A
+        request without a session is a session of its own."""
+        session = req.get("session")
+        if self.current is not None and (session is None or session != self.session):
+            self.end()
+        if self.current is None:
+            self.current, self.session = self.ready or _prefork(self.spec), session
+            self.ready = None
+        pid, req_w, done_r = self.current
+        try:
+            os.write(req_w, (json.dumps(req) + "\n").encode())
+        except OSError:
+            pass
+        _send({"pid": pid})
+        line = _read_line(done_r).decode(errors="replace").strip()
+        try:
+            said = json.loads(line) if line else {}
+        except ValueError:
+            said = {}
+        if not isinstance(said, dict) or not said:  # the supervisor is gone (killed on timeout)
+            said = {"signal": signal.SIGKILL}
+            self.end()
+        elif session is None or "sandbox_error" in said:
+            self.end()
+        said["pid"] = pid
+        _send(said)
 
 
 def _serve(spec, lines):
     gc.collect()
     gc.freeze()
-    child = _prefork(spec)
+    sessions = _Sessions(spec)
     _send({"ready": True})
     for line in lines:
         if not line.strip():
             continue
-        _dispatch(child, json.loads(line))
-        child = _prefork(spec)
-    try:
-        os.close(child[1])  # EOF: the waiting supervisor exits quietly
-    except OSError:
-        pass
+        msg = json.loads(line)
+        if "end" in msg:  # the job is done with its conversions: nothing of its pass stays
+            if msg["end"] == sessions.session:
+                sessions.end()
+            _send({"ended": msg["end"]})
+            continue
+        sessions.dispatch(msg)
+    if sessions.current is not None:
+        pid, req_w, _ = sessions.current
+        os.close(req_w)
+    if sessions.ready is not None:
+        os.close(sessions.ready[1])  # EOF: the waiting supervisor exits quietly
     return 0
 
 

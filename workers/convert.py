@@ -94,8 +94,59 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
         mode = resolve_mode(policy_)
     except SandboxUnavailable as exc:
         return ConvertOutcome("crash", str(exc))
+    session = _Session(warm and policy != "auto")
+    try:
+        return _convert_repeats(src, dst, report, dtype, policy, target, pass_root, timeout_s, memory_bytes,
+                                inputs, tolerance, repeats, repeat_budget_s, policy_, mode, session)
+    finally:
+        session.close()
+
+
+class _Session:
+    """The sandbox session of one job's conversions: one zygote supervisor (so one sandbox, one import of the
+    pass) serves them all; closing it ends the sandbox and every process of the pass with it.  Warm: the
+    pass root's long-lived zygote; cold: a one-shot zygote, a fresh interpreter, closed with the session."""
+
+    def __init__(self, warm: bool) -> None:
+        import uuid
+
+        self.warm, self.id = warm, uuid.uuid4().hex
+        self.zygote: Any = None
+        self.one_shot = False
+
+    def zygote_for(self, root: Path, spec: dict[str, Any]) -> Any:
+        """The zygote that serves this session (started on first use); ZygoteUnavailable when none can start."""
+        from workers.zygotes import Zygote, ZygoteUnavailable, zygote_for
+
+        if self.zygote is not None and self.zygote.alive():
+            return self.zygote
+        self.close()
+        if self.warm:
+            try:
+                self.zygote = zygote_for(root, spec)
+                return self.zygote
+            except ZygoteUnavailable:
+                pass
+        self.zygote, self.one_shot = Zygote(root, spec, forked=False), True
+        return self.zygote
+
+    def close(self) -> None:
+        """End the session: its sandbox and every process of the pass in it are gone when this returns."""
+        z, self.zygote = self.zygote, None
+        if z is None:
+            return
+        z.end(self.id)
+        if self.one_shot:
+            z.close()
+
+
+def _convert_repeats(src: Path, dst: Path, report: Path, dtype: str, policy: str, target: str,
+                     pass_root: Path | None, timeout_s: float, memory_bytes: int, inputs: Path | None,
+                     tolerance: str | None, repeats: int, repeat_budget_s: float, policy_: SandboxPolicy,
+                     mode: str, session: _Session) -> ConvertOutcome:
+    """The body of :func:`convert_in_subprocess`: the first conversion, then the timed repeats."""
     first = _convert_once(src, dst, report, dtype, policy, target, pass_root, timeout_s, memory_bytes,
-                          warm, inputs, tolerance, policy_, mode)
+                          inputs, tolerance, policy_, mode, session)
     if first.status != "ok":
         return first
     first.samples_s = [first.wall_s]
@@ -111,7 +162,7 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
         r_dst, r_report = dst.with_name(f".repeat{i}-{dst.name}"), report.with_name(f".repeat{i}-{report.name}")
         try:
             again = _convert_once(src, r_dst, r_report, dtype, policy, target, pass_root, timeout_s,
-                                  memory_bytes, warm, inputs, tolerance, policy_, mode)
+                                  memory_bytes, inputs, tolerance, policy_, mode, session)
         finally:
             for p in (r_dst, r_report, r_dst.with_name(r_dst.name + ".data")):
                 p.unlink(missing_ok=True)
@@ -250,11 +301,11 @@ def prewarm(pass_root: Path | None, sandbox: SandboxPolicy | None = None) -> boo
 
 
 def _convert_once(src: Path, dst: Path, report: Path, dtype: str, policy: str, target: str,
-                  pass_root: Path | None, timeout_s: float, memory_bytes: int, warm: bool,
+                  pass_root: Path | None, timeout_s: float, memory_bytes: int,
                   inputs: Path | None, tolerance: str | None, sandbox: SandboxPolicy,
-                  mode: str) -> ConvertOutcome:
-    """One conversion in the sandbox (see :func:`convert_in_subprocess`)."""
-    from workers.zygotes import Zygote, ZygoteUnavailable, zygote_for
+                  mode: str, session: _Session) -> ConvertOutcome:
+    """One conversion in the sandbox of ``session`` (see :func:`convert_in_subprocess`)."""
+    from workers.zygotes import ZygoteUnavailable
 
     root = Path(pass_root) if pass_root else DEFAULT_PASS_ROOT
     if not (root / "amp_pass").is_dir():
@@ -267,25 +318,19 @@ def _convert_once(src: Path, dst: Path, report: Path, dtype: str, policy: str, t
 
         # this checkout's workers drive the search; the revision's amp_pass converts (``--pass-root``)
         argv = command(src, dst, report, dtype, target, root.resolve(), inputs, tolerance)[3:]
-        module, lib, preimport, warm = "workers.autoconvert", [DEFAULT_PASS_ROOT, root], ("workers.autoconvert",), False
+        module, lib, preimport = "workers.autoconvert", [DEFAULT_PASS_ROOT, root], ("workers.autoconvert",)
     spec = spec_for(sandbox, lib, mode == "full", preimport)
     for p in (dst, report, dst.with_name(dst.name + ".data")):
         p.unlink(missing_ok=True)
     out_p, err_p = report.with_name(f".{report.name}.stdout"), report.with_name(f".{report.name}.stderr")
     request = {"module": module, "argv": argv, "inputs": [str(src), *([str(inputs)] if inputs else [])],
                "outputs": {str(dst): dst.name, str(dst) + ".data": dst.name + ".data", str(report): report.name},
-               "stdout": str(out_p), "stderr": str(err_p), "memory": int(memory_bytes)}
-    one_shot: Zygote | None = None
+               "stdout": str(out_p), "stderr": str(err_p), "memory": int(memory_bytes), "session": session.id}
     try:
         try:
-            zygote = zygote_for(root, spec) if warm else None
-        except ZygoteUnavailable:
-            zygote = None
-        if zygote is None:
-            try:
-                zygote = one_shot = Zygote(root, spec, forked=False)
-            except ZygoteUnavailable as exc:
-                return ConvertOutcome("crash", f"cannot start the pass sandbox: {exc}", sandbox=mode)
+            zygote = session.zygote_for(root, spec)
+        except ZygoteUnavailable as exc:
+            return ConvertOutcome("crash", f"cannot start the pass sandbox: {exc}", sandbox=mode)
         start = time.perf_counter()
         try:
             ended = zygote.run(request, timeout_s)
@@ -301,8 +346,6 @@ def _convert_once(src: Path, dst: Path, report: Path, dtype: str, policy: str, t
         got.sandbox = mode
         return got
     finally:
-        if one_shot is not None:
-            one_shot.close()
         for p in (out_p, err_p):
             p.unlink(missing_ok=True)
 

@@ -263,6 +263,19 @@ class Zygote:
                          sandbox_error=str(done["sandbox_error"])[:500] if done.get("sandbox_error") else None,
                          oversized=[str(n)[:200] for n in done.get("oversized", []) if isinstance(n, str)][:8])
 
+    def end(self, session: str) -> None:
+        """End sandbox session ``session`` (the conversions of one job): the zygote's supervisor for it kills its
+        sandbox, and with it every process of the pass, before the zygote answers (waited for here, 30 s at most;
+        a zygote that does not answer is closed).  A dead zygote has nothing to end."""
+        try:
+            self._stdin.write(json.dumps({"end": session}) + "\n")
+            self._stdin.flush()
+            said = self._next(30.0)
+        except (BrokenPipeError, OSError, ValueError, queue.Empty):
+            said = None
+        if not said or said.get("ended") != session:  # out of step, or stuck: never trust this zygote again
+            self.close()
+
     def close(self) -> None:
         try:
             os.killpg(self.pid, signal.SIGKILL)

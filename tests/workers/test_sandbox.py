@@ -99,10 +99,15 @@ def test_best_effort_keeps_the_environment_and_descriptors_clean(tmp_path: Path,
     for k, v in SECRETS.items():
         monkeypatch.setenv(k, v)
     src, _ = synthetic_model_path("conv_net", 0, tmp_path / "cache")
-    root = hostile_pass(tmp_path / "pass", [], [], "4243.1", kill_parent=False)
-    out = convert_in_subprocess(src, tmp_path / "out.onnx", tmp_path / "report.json", "fp16", "default", "cpu",
-                                root, timeout_s=120, memory_bytes=2 * 2**30, warm=False,
-                                sandbox=sb.SandboxPolicy(mode="best-effort"))
+    mark = f"31.{uuid.uuid4().int % 10**6}"  # its daemon sleeps at most 31 s
+    root = hostile_pass(tmp_path / "pass", [], [], mark, kill_parent=False)
+    try:
+        out = convert_in_subprocess(src, tmp_path / "out.onnx", tmp_path / "report.json", "fp16", "default", "cpu",
+                                    root, timeout_s=120, memory_bytes=2 * 2**30, warm=False,
+                                    sandbox=sb.SandboxPolicy(mode="best-effort"))
+    finally:  # best effort has no PID namespace: a daemon in its own session survives; ours to stop, by pid
+        for pid in processes_with(mark):
+            os.kill(pid, 9)
     assert out.status == "convert_error" and out.sandbox == "best-effort"
     got = findings(out.message)
     assert got["ampci_env"] == [] and got["self_environ_ampci"] is False and got["sockets_inherited"] == 0
