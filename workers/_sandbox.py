@@ -1,7 +1,8 @@
-"""The sandbox one conversion of the pass under test runs in (standard library only; loaded by file path).
+"""The sandbox the pass under test runs in (standard library only; loaded by file path).
 
-The pass at a pull request's revision is untrusted code.  Each conversion runs in two processes made by
-:func:`supervise`, called in a process freshly forked from a zygote (trusted: it never imports the pass):
+The pass at a pull request's revision is untrusted code.  The conversions of one job run in one sandbox
+*session*, made by :func:`supervise` in a process freshly forked from a zygote (trusted: it never imports the
+pass):
 
 * the **supervisor** (trusted; root where the worker is root) leaves the worker's session, keeps only its
   two protocol pipes (stdin/stdout/stderr become ``/dev/null``), and in ``full`` mode unshares a mount, network
@@ -9,19 +10,22 @@ The pass at a pull request's revision is untrusted code.  Each conversion runs i
   writable directory (``/tmp/.ampci/out``), ``/dev`` a handful of harmless nodes, and each ``hide`` path (the
   data and cache directories, ``/run``) an empty read-only tmpfs; the pass's import roots are bound read-only
   under ``/tmp/.ampci/lib``;
-* the **pass** (PID 1 of the new PID namespace) mounts its own ``/proc``, drops to the sandbox uid/gid with no
-  groups and no capabilities (root), or nests a user namespace (non-root), sets ``PR_SET_NO_NEW_PRIVS``, its
-  parent-death signal and the resource limits (address space, processes, file size, no core files), takes
-  the allow-listed environment, imports ``amp_pass`` from the revision's root, and then waits for its request.
+* the **pass process** (PID 1 of the new PID namespace) mounts its own ``/proc``, drops to the sandbox uid/gid
+  with no groups and no capabilities (root), or nests a user namespace (non-root), sets ``PR_SET_NO_NEW_PRIVS``,
+  its parent-death signal and the resource limits (processes, file size, no core files), takes the
+  allow-listed environment, imports ``amp_pass`` from the revision's root once, and then forks one
+  **conversion** per request (its own address-space limit and stdout/stderr files).
 
-The supervisor forwards the request (argv rewritten to the in-sandbox paths, each input bound read-only),
-times the conversion from then to the pass's exit (the set-up and the import are outside the figure),
-copies the outputs (each capped in size) out of the tmpfs into the job's directory, and writes one line to
-the zygote: ``{"code", "cpu_s", "wall_s"}``.  When the pass (PID 1) exits, or its supervisor is killed,
-the kernel kills every process left in its namespace: no daemon outlives its conversion.
+For each request the supervisor copies the inputs in (read-only for the pass), rewrites argv to the in-sandbox
+paths, times the conversion from the request to the conversion's own report (set-up and import are outside the
+figure), copies the outputs (each capped in size) out of the tmpfs into the job's directory, and writes one line
+to the zygote: ``{"code", "cpu_s", "wall_s"}``.  When the session ends (the zygote closes its pipe) or its
+supervisor is killed (a timeout), the pass process dies, and with it, being the namespace's init, every process
+left in the namespace: no process of the pass outlives its job's conversions, and nothing of one job's pass
+reaches another's.
 
 ``best-effort`` mode (no namespaces: a container without the permission) keeps the environment allowlist,
-the descriptor closing, the limits and the process-group kill, and says so (:func:`probe`).
+the descriptor closing, the limits, a scratch home and the process-group kill, and says so (:func:`probe`).
 """
 
 import ctypes
@@ -333,19 +337,37 @@ def _pass_zygote(spec, lib_paths, req_r, ready_w, full):
         gc.freeze()  # the conversions inherit the imported pass without the collector copying its pages
         os.write(ready_w, b"r")
         lines = _Lines(req_r)
+        child = _prefork_conversion(req_r, failed, ready_w)
         while True:
             line = lines.next()
             if line is None:
                 os._exit(0)
-            pid = os.fork()
-            if pid == 0:
-                os.close(req_r)
-                _run_conversion(json.loads(line), failed, ready_w)
+            pid, to_child = child
+            os.write(to_child, line + b"\n")
+            os.close(to_child)
             _, status = os.waitpid(pid, 0)
             end = f"S {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"E {os.WEXITSTATUS(status)}"
             os.write(ready_w, f"{end}\n".encode())  # always the last line of a conversion
+            child = _prefork_conversion(req_r, failed, ready_w)  # off the next request's path
     finally:
         os._exit(1)
+
+
+def _prefork_conversion(req_r, failed, ready_w):
+    """Fork the next conversion now: it waits for its request on a pipe of its own (EOF: exit quietly).
+    Returns (its pid, the pipe's write end)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(w)
+        os.close(req_r)
+        data = _read_all(r)
+        os.close(r)
+        if not data.strip():
+            os._exit(0)
+        _run_conversion(json.loads(data), failed, ready_w)
+    os.close(r)
+    return pid, w
 
 
 def _run_conversion(req, failed, ready_w):

@@ -84,6 +84,7 @@ class _Sessions:
 
     def __init__(self, spec):
         self.spec, self.current, self.session, self.ready = spec, None, None, _prefork(spec)
+        self.ending = []
 
     def end(self):
         """End the current session (its supervisor kills the sandbox, and with it every process of the pass);
@@ -96,17 +97,25 @@ class _Sessions:
                     os.close(fd)
                 except OSError:
                     pass
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+            self.ending.append(pid)  # it kills its sandbox now; reaped without waiting (:meth:`reap`)
         if self.ready is None:
             self.ready = _prefork(self.spec)
+
+    def reap(self, wait=False):
+        """Reap the supervisors of ended sessions that have exited (all of them with ``wait``)."""
+        for pid in list(self.ending):
+            try:
+                done, _ = os.waitpid(pid, 0 if wait else os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self.ending.remove(pid)
 
     def dispatch(self, req):
         """Hand ``req`` to the supervisor of its session; report its pid, then how the conversion ended.  A
         request without a session is a session of its own."""
         session = req.get("session")
+        self.reap()
         if self.current is not None and (session is None or session != self.session):
             self.end()
         if self.current is None:
@@ -147,11 +156,9 @@ def _serve(spec, lines):
             _send({"ended": msg["end"]})
             continue
         sessions.dispatch(msg)
-    if sessions.current is not None:
-        pid, req_w, _ = sessions.current
-        os.close(req_w)
-    if sessions.ready is not None:
-        os.close(sessions.ready[1])  # EOF: the waiting supervisor exits quietly
+    sessions.end()
+    os.close(sessions.ready[1])  # EOF: the waiting supervisor exits quietly
+    sessions.reap(wait=True)
     return 0
 
 

@@ -265,8 +265,8 @@ class Zygote:
 
     def end(self, session: str) -> None:
         """End sandbox session ``session`` (the conversions of one job): the zygote's supervisor for it kills its
-        sandbox, and with it every process of the pass, before the zygote answers (waited for here, 30 s at most;
-        a zygote that does not answer is closed).  A dead zygote has nothing to end."""
+        sandbox, and with it every process of the pass, at once (the zygote answers when it has told it to, waited
+        for here, 30 s at most; a zygote that does not answer is closed).  A dead zygote has nothing to end."""
         try:
             self._stdin.write(json.dumps({"end": session}) + "\n")
             self._stdin.flush()
