@@ -36,6 +36,7 @@ def _snapshot_pass() -> Path:
     """A frozen copy of this checkout's amp_pass, like the revision worktree a real worker converts with
     (so concurrent edits in the working tree do not restart the conversion zygote mid-benchmark)."""
     root = Path(tempfile.mkdtemp(prefix="ampci-bench-pass-"))
+    root.chmod(0o755)  # mkdtemp's 0700 would hide it from the sandboxed pass (another uid)
     shutil.copytree(Path(__file__).resolve().parents[1] / "amp_pass", root / "amp_pass",
                     ignore=shutil.ignore_patterns("__pycache__"))
     return root

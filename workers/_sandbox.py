@@ -159,6 +159,15 @@ def _bind(fd, target, writable=False):
         _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
+def _readable_by(path, uid):
+    """Why the sandbox uid could not read the directory ``path`` (None: it can)."""
+    st = os.stat(path)
+    if uid == 0 or st.st_uid == uid or st.st_mode & 0o005 == 0o005:
+        return None
+    return (f"the pass root {path} is not readable by the sandbox's uid {uid} (mode {st.st_mode & 0o777:o}): "
+            "make it world-readable (chmod o+rx)")
+
+
 def _build_mounts(spec, libs):
     """In the supervisor, after unsharing the mount namespace: see the module doc.  ``libs``: O_PATH
     descriptors of the import roots, opened before anything was hidden."""
@@ -454,6 +463,10 @@ def supervise(spec, req_fd, done_fd):
                 _write("/proc/self/gid_map", f"{gid} {gid} 1")
                 spec = dict(spec, uid=uid, gid=gid)
             _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID, "mount, network and PID namespaces")
+            for path in [*spec["lib"], *[os.path.join(p, "amp_pass") for p in spec["lib"][-1:]]]:
+                why = os.path.isdir(path) and _readable_by(path, spec["uid"])
+                if why:
+                    raise SandboxError(why)
             # opened in the new namespace (a bind mount's source must be in the caller's namespace)
             _build_mounts(spec, [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in spec["lib"]])
             lib_paths = [f"{BASE}/lib/{i}" for i in range(len(spec["lib"]))]

@@ -37,6 +37,7 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("base")
     cand = tmp_path_factory.mktemp("candidate")
     for root in (base, cand):
+        root.chmod(0o755)  # mktemp's 0700 would hide it from the sandboxed pass (another uid)
         shutil.copytree(ROOT / "amp_pass", root / "amp_pass", ignore=shutil.ignore_patterns("__pycache__"))
     conv = cand / "amp_pass" / "converter.py"
     conv.write_text(conv.read_text() + SLOWER)

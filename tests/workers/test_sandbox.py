@@ -177,3 +177,15 @@ def test_credentials_are_redacted(text: str) -> None:
                                   "pass rejected the input: policy 'nope' does not exist"])
 def test_ordinary_error_text_is_kept(text: str) -> None:
     assert redact(text) == text
+
+
+@needs_full
+@pytest.mark.skipif(os.geteuid() != 0, reason="the pass runs as another uid only when the worker is root")
+def test_a_pass_root_the_sandbox_uid_cannot_read_is_a_one_line_error(tmp_path: Path) -> None:
+    src, _ = synthetic_model_path("conv_net", 0, tmp_path / "cache")
+    root = fake_pass(tmp_path / "pass", "perturb")
+    root.chmod(0o700)
+    out = convert_in_subprocess(src, tmp_path / "out.onnx", tmp_path / "report.json", "fp16", "default", "cpu",
+                                root, timeout_s=60, memory_bytes=2 * 2**30, warm=False,
+                                sandbox=sb.SandboxPolicy(mode="require"))
+    assert out.status == "crash" and "is not readable by the sandbox's uid 65534 (mode 700)" in out.message, out
