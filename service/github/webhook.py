@@ -28,9 +28,12 @@ Order of checks (each one stops the procedure):
    ampci:run, a ``/ampci run`` comment) is stored the same way and starts the approved run in the intake.  A database
    that is down is a 503 and nothing is recorded (GitHub shows the delivery as failed; redeliver).
 
-A signed body replayed under a new delivery id (GitHub does not sign ``X-GitHub-Delivery``) is
-stored like any delivery, but the intake finds its run by the SHA-256 of the raw body (the run's
-dedup key ``github-body:<hash>``), so it leads to the run the first copy made, never a second one.
+A delivery of a change already delivered -- a signed body replayed under a new delivery id (GitHub
+does not sign ``X-GitHub-Delivery``), GitHub's "redeliver", or the same change serialised anew (keys
+reordered, a pull request's ``updated_at`` moved) -- is stored like any delivery, but the intake finds
+its run by the change it names (the run's dedup key ``github-change:<sha256>`` of (repository, ref,
+before, after) for a push, (repository, number, head sha, action class) for a pull request:
+:func:`service.github.stored.change_key`), so it leads to the run the first copy made, never a second one.
 
 A delivery id already recorded ``pending`` or ``accepted`` is answered 200 ``duplicate`` (with
 its run id once known) and does nothing more; a ``rejected`` one is processed again (GitHub's
