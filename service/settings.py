@@ -138,7 +138,10 @@ class Settings:
     cache_dir: Path = field(default_factory=_default_cache_dir)
     pass_repo: str = ""               # empty: the repository this code was installed from
     webhook_secret: str = ""
-    github_token: str = ""
+    github_token: str = ""           # a personal/bot token: statuses and comments (used when no App is set)
+    github_app_id: str = ""          # a GitHub App (recommended; check runs need one): its id ...
+    github_private_key: str = field(default="", repr=False)  # ... and its PEM key (or the file below)
+    github_private_key_file: str = ""
     github_api_url: str = "https://api.github.com"
     github_report: str = "status,comment"  # what runs of webhooks report: status, comment, check (comma list)
     api_token: str = ""

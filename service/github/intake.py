@@ -222,9 +222,11 @@ class WebhookIntake:
                 # a replay sends nothing and must not reset the status of its (maybe finished) run
                 if self.reporter is not None and delivery not in replays:
                     if result.awaiting:
-                        self.reporter.awaiting(result.run_id, request.repo, request.head_sha)
+                        self.reporter.awaiting(result.run_id, request.repo, request.head_sha,
+                                               installation=request.installation)
                     else:
-                        self.reporter.queued(result.run_id, request.repo, request.head_sha)
+                        self.reporter.queued(result.run_id, request.repo, request.head_sha,
+                                             installation=request.installation)
         return settlements, retry
 
     def _approve(self, delivery: str, approval: Approval) -> Any:
