@@ -168,3 +168,15 @@ def test_the_app_manifest_asks_for_what_ampci_uses():
                                                "contents": "read", "metadata": "read"}
     assert set(manifest["default_events"]) == {"push", "pull_request", "check_run", "issue_comment", "installation"}
     assert manifest["hook_attributes"]["url"].endswith("/webhooks/github") and manifest["public"] is False
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_the_webhooks_installation_is_kept_with_the_run(make_client: Any, store: Any):
+    from tests.api.helpers import encode, push_payload, run_of, webhook_headers
+
+    client = make_client()
+    body = encode(push_payload(sha("app-push"), installation={"id": 4242, "node_id": "x"}))
+    run = store.get_run(run_of(client, client.post("/webhooks/github", content=body,
+                                                   headers=webhook_headers(body, "push"))))
+    assert run.meta["github"]["installation"] == 4242
