@@ -138,7 +138,10 @@ class Settings:
     cache_dir: Path = field(default_factory=_default_cache_dir)
     pass_repo: str = ""               # empty: the repository this code was installed from
     webhook_secret: str = ""
-    github_token: str = ""
+    github_token: str = ""           # a personal/bot token: statuses and comments (used when no App is set)
+    github_app_id: str = ""          # a GitHub App (recommended; check runs need one): its id ...
+    github_private_key: str = field(default="", repr=False)  # ... and its PEM key (or the file below)
+    github_private_key_file: str = ""
     github_api_url: str = "https://api.github.com"
     github_report: str = "status,comment"  # what runs of webhooks report: status, comment, check (comma list)
     api_token: str = ""
@@ -164,6 +167,7 @@ class Settings:
     confirm_max_per_pr: int = 16      # cells all confirmations of one pull request time at most (0: none)
     latency_threads: int = 1          # intra-op threads of the timed sessions (0: onnxruntime's default)
     max_body_bytes: int = 1024 * 1024
+    webhook_max_body_bytes: int = 25 * 1024 * 1024  # GitHub sends webhook payloads up to 25 MB
     http_header_timeout: float = 10.0   # a request's headers must arrive within this (else the connection is closed)
     http_body_timeout: float = 30.0     # a request's body must arrive within this of its first read (else 408)
     http_keepalive_timeout: float = 5.0  # an idle kept-alive connection is closed after this
@@ -206,7 +210,7 @@ class Settings:
             kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
             if kind == "bool":
                 kwargs[f.name] = parse_bool(var, raw)
-            elif kind == "int" and f.name in {"convert_memory", "max_body_bytes", "sandbox_max_file",
+            elif kind == "int" and f.name in {"convert_memory", "max_body_bytes", "webhook_max_body_bytes", "sandbox_max_file",
                                               "sandbox_scratch"}:
                 kwargs[f.name] = parse_size(var, raw)
             elif kind == "int":

@@ -11,7 +11,7 @@
 * **a body limit on every route that takes one** (``AMPCI_MAX_BODY_BYTES``): a declared
   ``Content-Length`` over the limit is answered 413 unread; a streamed (chunked) body is cut off as
   soon as it passes the limit (413, the route sees a disconnect and its own answer is dropped).
-  The webhook route is exempt: it reads within the same limit itself, because it must answer an
+  The webhook route is exempt: it reads within its own limit (GitHub's 25 MB) itself, because it must answer an
   unsigned oversize request 401 and a signed one 413 (see :mod:`service.github.webhook`).
 * **a body read timeout**: a request body must arrive within ``AMPCI_HTTP_BODY_TIMEOUT`` seconds
   of its first read (a client sending a byte at a time is answered 408 and dropped).

@@ -1,8 +1,14 @@
-"""``POST /webhooks/github``: read the body within the size limit, hand it to the processor.
+"""``POST /webhooks/github``: read the body within GitHub's size limit, hand it to the processor.
 
-The route stays lean: no dependencies, the raw body read once, the decision made on the event
-loop (signature, JSON, validation: well under a millisecond for a normal payload) and the one
-database write shared with concurrent requests (:class:`service.github.recorder.DeliveryRecorder`).
+The route stays lean: no dependencies, the raw body read once and fed into the HMAC as it arrives,
+the decision made on the event loop (JSON, validation: well under a millisecond for a normal
+payload; a worker thread for a large one) and the one database write shared with concurrent
+requests (:class:`service.github.recorder.DeliveryRecorder`).
+
+The webhook's limit is ``AMPCI_WEBHOOK_MAX_BODY_BYTES`` (default 25 MiB: GitHub sends push payloads
+up to 25 MB, e.g. 2,048 commits with their file lists), not the JSON API's ``AMPCI_MAX_BODY_BYTES``.
+A request without a well-formed signature header is answered 401 before a byte of its body is read;
+nothing is parsed or stored before the streamed signature matched (:mod:`service.github.webhook`).
 """
 
 from __future__ import annotations
@@ -11,14 +17,17 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from service.github.recorder import DeliveryRecorder
+from service.github.signature import SignatureStream
 
 router = APIRouter(tags=["webhook"])
 
 _ERROR = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 
 
-async def read_limited(request: Request, limit: int) -> tuple[bytes | None, bool]:
-    """(body, too_large): stops reading as soon as more than ``limit`` bytes arrived."""
+async def read_limited(request: Request, limit: int,
+                       mac: SignatureStream | None = None) -> tuple[bytes | None, bool]:
+    """(body, too_large): stops reading as soon as more than ``limit`` bytes arrived; each chunk is
+    fed to ``mac`` as it arrives."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.strip().isdigit() and int(declared) > limit:
         return None, True
@@ -28,6 +37,8 @@ async def read_limited(request: Request, limit: int) -> tuple[bytes | None, bool
         size += len(chunk)
         if size > limit:
             return None, True
+        if mac is not None:
+            mac.update(chunk)
         chunks.append(chunk)
     return b"".join(chunks), False
 
@@ -53,8 +64,17 @@ async def read_limited(request: Request, limit: int) -> tuple[bytes | None, bool
 )
 async def github_webhook(request: Request) -> JSONResponse:
     ctx = request.app.state.ctx
-    body, too_large = await read_limited(request, ctx.settings.max_body_bytes)
+    settings = ctx.settings
+    body: bytes | None = None
+    too_large = False
+    signed: bool | None = None
+    if ctx.webhook.signature_present(request.headers):  # else 401 from the headers alone, the body unread
+        mac = SignatureStream(settings.webhook_secret) if settings.webhook_secret else None
+        body, too_large = await read_limited(request, settings.webhook_max_body_bytes, mac)
+        if mac is not None and body is not None:
+            signed = mac.matches(request.headers.get("x-hub-signature-256"))
     if ctx.recorder is None:
         ctx.recorder = DeliveryRecorder(ctx.store)
-    outcome = await ctx.webhook.handle_async(request.headers, body, too_large, recorder=ctx.recorder)
+    outcome = await ctx.webhook.handle_async(request.headers, body, too_large, recorder=ctx.recorder,
+                                             signed=signed)
     return JSONResponse(outcome.body, status_code=outcome.status_code)

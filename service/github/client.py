@@ -7,9 +7,16 @@ errors, 5xx, 429, 403 with an exhausted rate limit) raise :class:`TransientStatu
 in-call retries; the caller (the outbox reporter) schedules further attempts.  Permanent failures
 (other 4xx: bad token, unknown repository or sha) raise :class:`PermanentStatusError`.
 
+Every request carries the credential of its repository from a :mod:`service.github.auth` identity
+(a GitHub App's installation token, minted and refreshed as needed, or the static token); a 401 makes
+the identity mint a fresh one and the request is sent once more.  Credentials go to ``api_url`` only:
+every URL is built from it and redirects are never followed.
+
 The PR comment is one per pull request: :meth:`GitHubStatusClient.upsert_comment` lists the
 comments (``GET /repos/{repo}/issues/{n}/comments``), edits the one carrying
-:data:`COMMENT_MARKER` (``PATCH /repos/{repo}/issues/comments/{id}``) or adds it (``POST``).
+:data:`COMMENT_MARKER` **and written by ampci's own identity** (the App's ``<slug>[bot]``, or the
+token's user; a marker quoted in anyone else's comment is ignored) with
+``PATCH /repos/{repo}/issues/comments/{id}``, or adds it (``POST``).
 A check run is one per (name, head sha) as well: :meth:`GitHubStatusClient.upsert_check_run` lists the
 commit's check runs of that name (``GET /repos/{repo}/commits/{sha}/check-runs?check_name=NAME``), edits
 the newest (``PATCH /repos/{repo}/check-runs/{id}``) or creates it (``POST /repos/{repo}/check-runs``).
@@ -24,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
+
+from service.github.auth import AuthError, GitHubAuth, StaticToken
 
 log = logging.getLogger(__name__)
 
@@ -182,16 +191,19 @@ def backoff_delay(attempt: int, base: float = 1.0, cap: float = 300.0,
 class GitHubStatusClient:
     """Posts commit statuses.  Thread-safe (one pooled ``httpx.Client``); close it when done."""
 
-    def __init__(self, api_url: str, token: str, *, timeout: float = 10.0, attempts: int = 3,
-                 backoff_base: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> None:
-        if not token:
-            raise ValueError("a GitHub token is required to post commit statuses (AMPCI_GITHUB_TOKEN)")
+    def __init__(self, api_url: str, token: str = "", *, auth: GitHubAuth | None = None, timeout: float = 10.0,
+                 attempts: int = 3, backoff_base: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> None:
+        if auth is None:
+            if not token:
+                raise ValueError("a GitHub identity is required to report (AMPCI_GITHUB_APP_ID or AMPCI_GITHUB_TOKEN)")
+            auth = StaticToken(token)
+        self.auth = auth
         self.api_url = api_url.rstrip("/")
         self.attempts = max(1, attempts)
         self.backoff_base = backoff_base
         self._sleep = sleep
-        self._http = httpx.Client(timeout=timeout, headers={
-            "Authorization": f"Bearer {token}",
+        # no default Authorization: each request gets its repository's credential; never follow a redirect
+        self._http = httpx.Client(timeout=timeout, follow_redirects=False, headers={
             "Accept": "application/vnd.github+json",
             "X-GitHub-Api-Version": "2022-11-28",
             "User-Agent": "ampci",
@@ -205,27 +217,45 @@ class GitHubStatusClient:
 
         Raises :class:`TransientStatusError` or :class:`PermanentStatusError` when it did not land.
         """
-        self._request("POST", f"{self.api_url}/repos/{status.repo}/statuses/{status.sha}", status.body())
+        self._request("POST", f"{self.api_url}/repos/{status.repo}/statuses/{status.sha}", status.body(),
+                      repo=status.repo)
 
+    def remember_installation(self, repo: str, installation: int) -> None:
+        """The App installation a webhook of ``repo`` named (no effect with a static token)."""
+        self.auth.remember(repo, installation)
+
+    def identity(self) -> str:
+        """ampci's login on GitHub (``<slug>[bot]`` for an App, the token's user otherwise); cached."""
+        try:
+            return self.auth.login(self._auth_call)
+        except AuthError as exc:
+            raise _auth_failure(exc) from None
     def upsert_comment(self, comment: PullRequestComment, max_pages: int = 10) -> int:
-        """Edit the pull request's comment that carries :data:`COMMENT_MARKER` to ``comment.body``, or
-        add it when there is none; return the comment id.  Never adds a second marked comment when
-        one exists in the first ``max_pages`` pages of 100 comments.  Errors as :meth:`post_status`.
+        """Edit the pull request's comment that carries :data:`COMMENT_MARKER` and was written by ampci
+        (:meth:`identity`) to ``comment.body``, or add it when there is none; return the comment id.
+        A marker in anyone else's comment (a reviewer quoting the report) is ignored: that comment is
+        never edited.  Never adds a second comment of ours when one exists in the first ``max_pages``
+        pages of 100 comments.  Errors as :meth:`post_status`.
         """
         base = f"{self.api_url}/repos/{comment.repo}/issues"
         body = comment.body if COMMENT_MARKER in comment.body else f"{COMMENT_MARKER}\n{comment.body}"
+        me = self.identity().lower()
         for page in range(1, max_pages + 1):
-            listed = self._request("GET", f"{base}/{int(comment.pr)}/comments?per_page=100&page={page}")
+            listed = self._request("GET", f"{base}/{int(comment.pr)}/comments?per_page=100&page={page}",
+                                   repo=comment.repo)
             items = listed.json() if listed.content else []
             if not isinstance(items, list):
                 raise PermanentStatusError(f"GET {base}/{comment.pr}/comments: expected a list")
             for item in items:
-                if isinstance(item, dict) and COMMENT_MARKER in str(item.get("body") or "") and "id" in item:
-                    self._request("PATCH", f"{base}/comments/{int(item['id'])}", {"body": body[:MAX_COMMENT]})
+                if isinstance(item, dict) and COMMENT_MARKER in str(item.get("body") or "") and \
+                        type(item.get("id")) is int and _author(item) == me:
+                    self._request("PATCH", f"{base}/comments/{item['id']}", {"body": body[:MAX_COMMENT]},
+                                  repo=comment.repo)
                     return int(item["id"])
             if len(items) < 100:
                 break
-        made = self._request("POST", f"{base}/{int(comment.pr)}/comments", {"body": body[:MAX_COMMENT]})
+        made = self._request("POST", f"{base}/{int(comment.pr)}/comments", {"body": body[:MAX_COMMENT]},
+                             repo=comment.repo)
         try:
             return int(made.json().get("id", 0))
         except (ValueError, AttributeError):
@@ -234,7 +264,7 @@ class GitHubStatusClient:
     def post_check_run(self, check: CheckRun) -> None:
         """Create a completed check run (needs a token with the ``checks: write`` permission, i.e. a
         GitHub App installation token).  Errors as :meth:`post_status`."""
-        self._request("POST", f"{self.api_url}/repos/{check.repo}/check-runs", check.body())
+        self._request("POST", f"{self.api_url}/repos/{check.repo}/check-runs", check.body(), repo=check.repo)
 
     def upsert_check_run(self, check: CheckRun) -> int:
         """Edit the newest check run named ``check.name`` on ``check.sha`` to ``check`` (so a re-report
@@ -246,7 +276,7 @@ class GitHubStatusClient:
 
         base = f"{self.api_url}/repos/{check.repo}"
         listed = self._request("GET", f"{base}/commits/{check.sha}/check-runs?check_name={quote(check.name, safe='')}"
-                                      "&filter=latest&per_page=100")
+                                      "&filter=latest&per_page=100", repo=check.repo)
         data = listed.json() if listed.content else {}
         items = data.get("check_runs") if isinstance(data, dict) else None
         if not isinstance(items, list):
@@ -257,12 +287,12 @@ class GitHubStatusClient:
             newest = max(ours, key=lambda i: i["id"])
             body = {k: v for k, v in check.body().items() if k != "head_sha"}
             try:
-                self._request("PATCH", f"{base}/check-runs/{newest['id']}", body)
+                self._request("PATCH", f"{base}/check-runs/{newest['id']}", body, repo=check.repo)
                 return int(newest["id"])
             except PermanentStatusError as exc:
                 if " HTTP 403:" not in str(exc) and " HTTP 404:" not in str(exc):
                     raise
-        made = self._request("POST", f"{base}/check-runs", check.body())
+        made = self._request("POST", f"{base}/check-runs", check.body(), repo=check.repo)
         try:
             return int(made.json().get("id", 0))
         except (ValueError, AttributeError, TypeError):
@@ -277,29 +307,75 @@ class GitHubStatusClient:
         else:
             self.post_status(report)
 
-    def _request(self, method: str, url: str, body: object = None) -> httpx.Response:
-        """One GitHub call with the in-call retries; the 2xx response, or Transient/PermanentStatusError."""
+    def _auth_call(self, method: str, path: str, bearer: str) -> tuple[int, object, object]:
+        """One request of the identity (JWT or token) to the API base: (status, JSON or None, headers)."""
+        try:
+            resp = self._http.request(method, f"{self.api_url}{path}", headers={"Authorization": f"Bearer {bearer}"})
+        except httpx.HTTPError as exc:
+            raise AuthError(f"{method} {path}: {type(exc).__name__}", 0) from None
+        try:
+            data = resp.json() if resp.content else None
+        except ValueError:
+            data = None
+        return resp.status_code, data, resp.headers
+
+    def _authorization(self, repo: str) -> dict[str, str]:
+        try:
+            return {"Authorization": f"Bearer {self.auth.token(repo, self._auth_call)}"}
+        except AuthError as exc:
+            raise _auth_failure(exc) from None
+
+    def _request(self, method: str, url: str, body: object = None, *, repo: str) -> httpx.Response:
+        """One GitHub call with the in-call retries; the 2xx response, or Transient/PermanentStatusError.
+        A 401 with a credential the identity can replace (an installation token revoked or expired
+        early) is sent once more with a fresh one."""
+        if not url.startswith(self.api_url + "/"):  # credentials go to the API base only
+            raise PermanentStatusError(f"refusing to send a credential to {url[:100]}")
         last: TransientStatusError | None = None
-        for attempt in range(self.attempts):
+        refreshed = False
+        attempt = 0
+        while attempt < self.attempts:
             if attempt:
                 delay = backoff_delay(attempt - 1, self.backoff_base, cap=10.0)
                 if last is not None and last.retry_after is not None:
                     delay = max(delay, min(last.retry_after, 10.0))
                 self._sleep(delay)
+            attempt += 1
             try:
-                resp = self._http.request(method, url, json=body) if body is not None else \
-                    self._http.request(method, url)
+                headers = self._authorization(repo)
+                resp = self._http.request(method, url, json=body, headers=headers) if body is not None else \
+                    self._http.request(method, url, headers=headers)
+            except TransientStatusError as exc:
+                last = exc
+                continue
             except httpx.HTTPError as exc:
                 last = TransientStatusError(f"{method} {url}: {type(exc).__name__}: {exc}")
                 continue
             if 200 <= resp.status_code < 300:
                 return resp
+            if resp.status_code == 401 and not refreshed and self.auth.invalidate(repo):
+                refreshed = True  # a stale installation token: mint a fresh one, send once more
+                attempt -= 1
+                continue
             last_or_perm = _classify(url, resp, method)
             if isinstance(last_or_perm, PermanentStatusError):
                 raise last_or_perm
             last = last_or_perm
         assert last is not None
         raise last
+
+
+def _author(item: dict) -> str:
+    user = item.get("user")
+    login = user.get("login") if isinstance(user, dict) else None
+    return login.lower() if isinstance(login, str) else ""
+
+
+def _auth_failure(exc: AuthError) -> StatusPostError:
+    """An identity call that failed, as the outbox's error kinds (no answer, 5xx, 429: transient)."""
+    if exc.status == 0 or exc.status >= 500 or exc.status == 429:
+        return TransientStatusError(f"GitHub authentication: {exc}", exc.retry_after)
+    return PermanentStatusError(f"GitHub authentication: {exc}")
 
 
 def _classify(url: str, resp: httpx.Response, method: str = "POST") -> StatusPostError:

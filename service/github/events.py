@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -57,6 +57,7 @@ from service.github.stored import (
     PayloadError,
     RevisionInfo,
     RunRequest,
+    change_key,
     check_commit_sha,
     check_number,
     stored_request,
@@ -70,6 +71,10 @@ log = logging.getLogger(__name__)
 
 ZERO_SHA = "0" * 40
 PR_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
+#: The action class of a pull-request event in its change key: every action in PR_ACTIONS asks for
+#: the same thing -- measure this head -- so an ``opened`` re-sent as ``synchronize``, or a reopen of a
+#: head already measured, leads to the run its first delivery made.
+PR_ACTION_CLASS = {action: "head" for action in PR_ACTIONS}
 
 
 class RepositoryNotAllowedError(UserError):
@@ -131,6 +136,17 @@ class _Commit(_Model):
         return sane_time(v)
 
 
+class _Installation(_Model):
+    id: StrictInt
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: int) -> int:
+        if not 0 < v < 2**63:
+            raise ValueError("must be a positive 64-bit integer")
+        return v
+
+
 class _Push(_Model):
     ref: str
     before: str
@@ -141,6 +157,7 @@ class _Push(_Model):
     deleted: StrictBool = False
     created: StrictBool = False
     forced: StrictBool = False
+    installation: _Installation | None = None  # present when a GitHub App receives the event
 
     @field_validator("before", "after")
     @classmethod
@@ -214,6 +231,7 @@ class _PullRequest(_Model):
     repository: _Repository
     label: _Label | None = None  # action "labeled": the label added
     sender: _User | None = None
+    installation: _Installation | None = None
 
     @field_validator("number")
     @classmethod
@@ -346,7 +364,10 @@ def _parse_push(data: dict, settings: Settings) -> Decision:
             message=head.message if head else "", committed_at=head.timestamp if head else None))
     baseline = push.before if push.before != ZERO_SHA else None
     return RunRequest(repo=push.repository.full_name, trigger="push", head_sha=push.after,
-                      baseline_sha=baseline, branch=branch, revisions=revisions)
+                      baseline_sha=baseline, branch=branch, revisions=revisions,
+                      change_sha256=change_key("push", push.repository.full_name.lower(), push.ref,
+                                               push.before, push.after),
+                      installation=push.installation.id if push.installation else None)
 
 
 def _parse_pull_request(data: dict, settings: Settings) -> Decision:
@@ -363,7 +384,10 @@ def _parse_pull_request(data: dict, settings: Settings) -> Decision:
     head_repo = pr.head.repo.get("full_name") if isinstance(pr.head.repo, dict) else None
     reason = untrusted_reason(event.repository.full_name, head_repo, pr.author_association,
                               pr.user.login if pr.user else None, settings)
-    return _pull_request_run(event, approval_for(reason, settings), reason)
+    request = _pull_request_run(event, approval_for(reason, settings), reason)
+    return replace(request, change_sha256=change_key("pull_request", event.repository.full_name.lower(), pr.number,
+                                                     pr.head.sha, PR_ACTION_CLASS[event.action]),
+                   installation=event.installation.id if event.installation else None)
 
 
 def _pull_request_run(event: _PullRequest, approval: str, untrusted: str | None) -> RunRequest:

@@ -14,11 +14,13 @@ Guarantees:
 * **nothing is lost**: a delivery stays ``pending`` until its run exists and its jobs were handed
   to the broker; a crash, a database or broker outage just leaves it for the next attempt (this
   process retries with backoff; on start-up the intake picks up what an earlier process left).
-* **exactly one run per signed body**: the run's dedup key ``github-body:<sha256 of the raw
-  body>`` (``github:<delivery>`` for rows stored without the hash) makes creation atomic; a retry
-  finds the run and sends only the jobs that never started, and a replay of the same body under
-  another delivery id is accepted with the existing run (no status re-posted).  There is no time
-  window: an identical signed body can only be a replay, at any age.
+* **exactly one run per change**: the run's dedup key ``github-change:<sha256>`` of the change the
+  delivery names (a push's repository, ref, before and after; a pull request's repository, number,
+  head sha and action class), ``github-body:<sha256 of the raw body>`` for rows stored before
+  change keys and for label approvals, ``github:<delivery>`` for rows stored without either, makes
+  creation atomic; a retry finds the run and sends only the jobs that never started, and another
+  delivery of the same change (a replay, a redelivery, a re-serialised copy) is accepted with the
+  existing run (no status re-posted).  There is no time window: the same change is one run at any age.
 * **one worker per delivery**: on PostgreSQL a batch holds its deliveries ``FOR UPDATE SKIP
   LOCKED`` until they are settled, so several API processes share the work without overlap; on
   SQLite (the single-process embedded mode) one lock per process serialises batches.
@@ -215,14 +217,16 @@ class WebhookIntake:
                 self._forget(delivery)
                 reason = f"{request.trigger} {request.branch}" + (
                     f": awaiting approval ({request.untrusted})" if result.awaiting else "") + (
-                    " (replay: same signed body as an earlier delivery; its run)" if delivery in replays else "")
+                    " (replay: same change as an earlier delivery; its run)" if delivery in replays else "")
                 settlements.append(Settlement(delivery, "accepted", run_id=result.run_id, reason=reason[:300]))
                 # a replay sends nothing and must not reset the status of its (maybe finished) run
                 if self.reporter is not None and delivery not in replays:
                     if result.awaiting:
-                        self.reporter.awaiting(result.run_id, request.repo, request.head_sha)
+                        self.reporter.awaiting(result.run_id, request.repo, request.head_sha,
+                                               installation=request.installation)
                     else:
-                        self.reporter.queued(result.run_id, request.repo, request.head_sha)
+                        self.reporter.queued(result.run_id, request.repo, request.head_sha,
+                                             installation=request.installation)
         return settlements, retry
 
     def _approve(self, delivery: str, approval: Approval) -> Any:
@@ -251,7 +255,7 @@ class WebhookIntake:
     def _submit(self, items: list[tuple[str, RunRequest]]) -> tuple[list[Any], set[str]]:
         """Submit the batch; (the result per item, the deliveries found to be replays).
 
-        Runs are keyed by content when the body hash is known, so a signed body replayed under a new
+        Runs are keyed by the change (or the body hash), so a change delivered again under a new
         delivery id (GitHub does not sign X-GitHub-Delivery) finds the run its first copy made.  A
         run that already existed is re-dispatched (its never-started jobs sent again) only for a
         retry of the delivery that made it, never for a replay: one whose run was created by another

@@ -142,7 +142,10 @@ class StatusReporter:
             outbox = RedisOutbox(settings.broker_url)
         else:
             outbox = MemoryOutbox()
-        client = GitHubStatusClient(settings.github_api_url, settings.github_token) if settings.github_token else None
+        from service.github.auth import auth_from_settings
+
+        auth = auth_from_settings(settings)  # ConfigError at start for half an App or a bad key
+        client = GitHubStatusClient(settings.github_api_url, auth=auth) if auth is not None else None
         kwargs.setdefault("reports", settings.github_report_set())
         return cls(outbox, client, public_url=settings.public_url, **kwargs)  # type: ignore[arg-type]
 
@@ -161,11 +164,24 @@ class StatusReporter:
         """The run's page, linked from the commit status."""
         return f"{self.public_url}/runs/{int(run_id)}"
 
-    def queued(self, run_id: int, repo: str, sha: str, description: str = "queued") -> None:
+    def note_installation(self, repo: str, installation: Any) -> None:
+        """The GitHub App installation a webhook of ``repo`` named (``installation.id``; kept with the
+        run's github meta): reports to ``repo`` use its token without looking the installation up."""
+        if self.client is not None and type(installation) is int and installation > 0:
+            self.client.remember_installation(repo, installation)
+
+    def _note_run(self, run: Any) -> None:
+        gh = (getattr(run, "meta", None) or {}).get("github")
+        if isinstance(gh, dict) and isinstance(gh.get("repo"), str):
+            self.note_installation(gh["repo"], gh.get("installation"))
+
+    def queued(self, run_id: int, repo: str, sha: str, description: str = "queued",
+               installation: int | None = None) -> None:
         """Queue a ``pending`` status for ``repo``@``sha`` and watch the run until it finishes; for a
         pull request, say on its comment that the new head is being checked (:meth:`report_pending`)."""
         if not self.enabled:
             return
+        self.note_installation(repo, installation)
         if "status" in self.reports:
             self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=description,
                                    target_url=self.run_url(run_id), context=self.context))
@@ -176,11 +192,12 @@ class StatusReporter:
         if "comment" in self.reports and self.store is not None:
             self.report_pending(self.store, run_id)
 
-    def awaiting(self, run_id: int, repo: str, sha: str) -> None:
+    def awaiting(self, run_id: int, repo: str, sha: str, installation: int | None = None) -> None:
         """Queue the ``pending`` status of a pull request run awaiting a maintainer's approval
         (:data:`service.github.approval.AWAITING_DESCRIPTION`); its approval calls :meth:`queued`."""
         from service.github.approval import AWAITING_DESCRIPTION
 
+        self.note_installation(repo, installation)
         if self.enabled and "status" in self.reports:
             self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=AWAITING_DESCRIPTION,
                                    target_url=self.run_url(run_id), context=self.context))
@@ -203,6 +220,7 @@ class StatusReporter:
 
         try:
             run = store.get_run(run_id)
+            self._note_run(run)
             key = self._pr_of(run)
             if key is None or not self._is_newest_of_pr(store, run):
                 return False
@@ -224,6 +242,7 @@ class StatusReporter:
         target = github_target(run)
         if not self.enabled or target is None:
             return False
+        self._note_run(run)
         repo, sha = target
         if "status" in self.reports:
             state, description = status_text(store if store is not None else self.store, run.id, summary)

@@ -72,22 +72,27 @@ class RunRequest:
     sweep: str = SMOKE_SWEEP
     pr_number: int | None = None
     revisions: list[RevisionInfo] = field(default_factory=list)
-    body_sha256: str | None = None  # of the signed raw body: a replay under a new delivery id finds its run
+    body_sha256: str | None = None  # of the signed raw body (rows stored before change keys: their run's key)
     approval: str = "trusted"  # approval.APPROVALS: run at once, await a maintainer's approval, or not run
     untrusted: str | None = None  # why a pull request is not trusted (None: trusted)
+    change_sha256: str | None = None  # of the change it names (:func:`change_key`): one run per change
+    installation: int | None = None  # the GitHub App installation that sent it (``installation.id``)
 
     @property
     def dedup_key(self) -> str | None:
-        """The run's dedup key by content (``github-body:<sha256>``), None without a body hash."""
+        """The run's dedup key: by the change (``github-change:<sha256>``, so a re-sent or re-serialised
+        delivery of the same push or pull-request head finds the run its first copy made), else by the
+        signed body (``github-body:<sha256>``: rows stored before change keys, label approvals), else None."""
+        if self.change_sha256:
+            return f"github-change:{self.change_sha256}"
         return f"github-body:{self.body_sha256}" if self.body_sha256 else None
-
 
     def to_payload(self) -> dict[str, Any]:
         """The compact JSON form stored with a pending delivery (:meth:`from_payload` reads it back)."""
         return {"v": 1, "repo": self.repo, "trigger": self.trigger, "head_sha": self.head_sha,
                 "baseline_sha": self.baseline_sha, "branch": self.branch, "sweep": self.sweep,
                 "pr_number": self.pr_number, "body": self.body_sha256, "approval": self.approval,
-                "untrusted": self.untrusted,
+                "untrusted": self.untrusted, "change": self.change_sha256, "installation": self.installation,
                 "revisions": [[r.sha, r.parents, r.branch, r.author, r.message,
                                r.committed_at.isoformat() if r.committed_at else None] for r in self.revisions]}
 
@@ -112,14 +117,31 @@ class RunRequest:
             if approval not in APPROVALS:
                 raise ValueError(f"unknown approval {str(approval)[:20]!r}")
             untrusted = data.get("untrusted")
+            change = data.get("change")  # absent in rows stored before change keys
+            if change is not None and not (isinstance(change, str) and re.fullmatch(r"[0-9a-f]{64}", change)):
+                raise ValueError("change hash is not 64 hex")
+            installation = data.get("installation")
+            if installation is not None and not (type(installation) is int and 0 < installation < 2**63):
+                raise ValueError("installation id is not a positive integer")
             return cls(repo=name_text(str(data["repo"]), REPOSITORY_MAX), trigger=str(data["trigger"]),
                        head_sha=check_commit_sha(data["head_sha"]), baseline_sha=check_commit_sha(base) if base else None,
                        branch=name_text(str(data["branch"]), BRANCH_MAX), sweep=name_text(str(data["sweep"]), 100),
                        pr_number=None if pr is None else check_number(int(pr)), revisions=revisions,
                        body_sha256=body, approval=approval,
-                       untrusted=free_text(untrusted, 200) if isinstance(untrusted, str) else None)
+                       untrusted=free_text(untrusted, 200) if isinstance(untrusted, str) else None,
+                       change_sha256=change, installation=installation)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise PayloadError(f"stored payload unreadable: {exc}"[:200]) from None
+
+
+def change_key(*identity: object) -> str:
+    """SHA-256 (hex) of a change's identity, e.g. ``("push", repo, ref, before, after)`` or
+    ``("pull_request", repo, number, head, action class)``: the same change gives the same key however
+    its delivery was serialised (callers pass names in one case: GitHub compares them case-insensitively)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(list(identity), separators=(",", ":")).encode()).hexdigest()
 
 
 def stored_request(data: Any) -> RunRequest | Approval:

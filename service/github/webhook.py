@@ -6,9 +6,9 @@ run, touches the broker, runs a job or calls GitHub on the request path.
 
 Order of checks (each one stops the procedure):
 
-1. body larger than ``max_body_bytes`` (declared or streamed; it is not read further): 401 without a
-   well-formed signature header, else 413; nothing stored either way (a body that was not read
-   cannot be verified, and unverified requests never write a row)
+1. body larger than ``webhook_max_body_bytes`` (25 MiB: GitHub's cap; declared or streamed; it is not
+   read further): 401 without a well-formed signature header, else 413; nothing stored either way (a
+   body that was not read cannot be verified, and unverified requests never write a row)
 2. signature missing or wrong                    → 401, nothing stored or queued
 3. ``X-GitHub-Delivery``/``X-GitHub-Event`` bad  → 400 (recorded when the delivery id is usable)
 4. malformed JSON (also: not UTF-8, nested deeper than 64) / missing fields / bad sha / a value
@@ -28,9 +28,12 @@ Order of checks (each one stops the procedure):
    ampci:run, a ``/ampci run`` comment) is stored the same way and starts the approved run in the intake.  A database
    that is down is a 503 and nothing is recorded (GitHub shows the delivery as failed; redeliver).
 
-A signed body replayed under a new delivery id (GitHub does not sign ``X-GitHub-Delivery``) is
-stored like any delivery, but the intake finds its run by the SHA-256 of the raw body (the run's
-dedup key ``github-body:<hash>``), so it leads to the run the first copy made, never a second one.
+A delivery of a change already delivered -- a signed body replayed under a new delivery id (GitHub
+does not sign ``X-GitHub-Delivery``), GitHub's "redeliver", or the same change serialised anew (keys
+reordered, a pull request's ``updated_at`` moved) -- is stored like any delivery, but the intake finds
+its run by the change it names (the run's dedup key ``github-change:<sha256>`` of (repository, ref,
+before, after) for a push, (repository, number, head sha, action class) for a pull request:
+:func:`service.github.stored.change_key`), so it leads to the run the first copy made, never a second one.
 
 A delivery id already recorded ``pending`` or ``accepted`` is answered 200 ``duplicate`` (with
 its run id once known) and does nothing more; a ``rejected`` one is processed again (GitHub's
@@ -169,16 +172,18 @@ class WebhookProcessor:
         return self._conclude(plan, self.deliveries.receive_deliveries([plan.write])[0])
 
     async def handle_async(self, headers: Mapping[str, str], body: bytes | None, too_large: bool = False,
-                           recorder: Any = None) -> Outcome:
+                           recorder: Any = None, signed: bool | None = None) -> Outcome:
         """:meth:`handle` for an event loop: the decision runs inline (in a worker thread for bodies
         over 64 KiB), the one write goes through ``recorder`` (a
-        :class:`~service.github.recorder.DeliveryRecorder`: group commit with concurrent requests)."""
+        :class:`~service.github.recorder.DeliveryRecorder`: group commit with concurrent requests).
+        ``signed``: whether the signature matched, when the caller fed the body into the HMAC as it
+        arrived (:class:`~service.github.signature.SignatureStream`); None to check it here."""
         if body is not None and len(body) > 65536:
             from starlette.concurrency import run_in_threadpool
 
-            plan = await run_in_threadpool(self.plan, headers, body, too_large)
+            plan = await run_in_threadpool(self.plan, headers, body, too_large, signed)
         else:
-            plan = self.plan(headers, body, too_large)
+            plan = self.plan(headers, body, too_large, signed)
         if plan.write is None:
             return plan.outcome
         if recorder is None:
@@ -189,19 +194,21 @@ class WebhookProcessor:
             got = await recorder.receive(plan.write)
         return self._conclude(plan, got)
 
-    def plan(self, headers: Mapping[str, str], body: bytes | None, too_large: bool = False) -> Plan:
+    def plan(self, headers: Mapping[str, str], body: bytes | None, too_large: bool = False,
+             signed: bool | None = None) -> Plan:
         """The decision for one delivery without touching the database: the row to record (if
-        any) and the answer (see the module docstring for the order of checks)."""
+        any) and the answer (see the module docstring for the order of checks).  ``signed``: the
+        signature check already made over the streamed body (None: made here)."""
         delivery = (headers.get("x-github-delivery") or "").strip()
         event = (headers.get("x-github-event") or "").strip()
         usable_id = bool(DELIVERY_RE.match(delivery))
         if too_large or body is None:
             # the body was not read, so its signature cannot be checked: nothing is stored for it
-            if not self._signature_present(headers):
+            if not self.signature_present(headers):
                 return Plan(_err(401, "unauthorized", "missing or invalid X-Hub-Signature-256"))
-            return Plan(_err(413, "too_large", f"body larger than {self.settings.max_body_bytes} bytes "
+            return Plan(_err(413, "too_large", f"body larger than {self.settings.webhook_max_body_bytes} bytes "
                                                "(not read, nothing stored)"))
-        if not self._signature_ok(headers, body):
+        if not (self._signature_ok(headers, body) if signed is None else signed):
             return Plan(_err(401, "unauthorized", "missing or invalid X-Hub-Signature-256"))
         if not usable_id:
             return Plan(_err(400, "bad_request", "missing or malformed X-GitHub-Delivery header"))
@@ -253,7 +260,7 @@ class WebhookProcessor:
             self.intake.notify()
         return plan.outcome
 
-    def _signature_present(self, headers: Mapping[str, str]) -> bool:
+    def signature_present(self, headers: Mapping[str, str]) -> bool:
         """True when the request carries a well-formed ``sha256=<64 hex>`` signature header (or no
         secret is configured, in development): only then can a body too large to read be answered
         413 rather than 401.  Nothing is stored either way."""

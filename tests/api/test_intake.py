@@ -45,7 +45,7 @@ def test_deliveries_stored_while_the_intake_is_stopped_are_processed_after_start
     assert [g.status for g in got] == ["accepted"] * 3 and all(g.run_id for g in got)
     runs = store.list_runs()
     assert sorted(r.id for r in runs) == sorted(g.run_id for g in got)  # one run per delivery
-    assert all(r.dedup_key.startswith("github-body:") for r in runs)  # keyed by the signed body
+    assert all(r.dedup_key.startswith("github-change:") for r in runs)  # keyed by the change
     assert _queued(redis_url, queue) == 3 * 4
     again = _post(restarted, ids[0], sha("restart-0"))  # GitHub's redelivery afterwards
     assert again.status_code == 200 and again.json()["run_id"] == got[0].run_id

@@ -5,111 +5,22 @@ failing (403/422/500, a timeout) never affects the run."""
 from __future__ import annotations
 
 import re
-import threading
 import time
 from typing import Any
 
 import pytest
 from pytest_httpserver import HTTPServer
-from werkzeug import Request, Response
+from werkzeug import Response
 
 from service.github.client import COMMENT_MARKER, GitHubStatusClient, PullRequestComment, TransientStatusError
 from service.regressions.detect import detect_run
 from tests.api.conftest import make_reporter
+from tests.api.github_standin import GitHubStandIn
 from tests.api.helpers import API_TOKEN, GITHUB_TOKEN, REPO, encode, pr_payload, run_of, sha, webhook_headers
 from workers.result import JobResult
 
 PR = 7
 ALL = frozenset({"status", "comment", "check"})
-
-
-class GitHubStandIn:
-    """Issue comments, statuses and check runs of one repository, kept like GitHub keeps them (a check
-    run is listed per commit and name, created, and edited by its id).
-
-    ``fail`` maps a request kind (``list``, ``create``, ``edit``, ``status``, ``check``) to an HTTP
-    status to answer instead, or to ``"timeout"`` (answer after ``delay`` seconds)."""
-
-    def __init__(self, server: HTTPServer) -> None:
-        self.comments: dict[int, dict[str, Any]] = {}
-        self.statuses: list[dict[str, Any]] = []
-        self.checks: list[dict[str, Any]] = []
-        self.requests: list[tuple[str, str]] = []
-        self.fail: dict[str, int | str] = {}
-        self.delay = 3.0
-        self._next = 1000
-        self._lock = threading.Lock()
-        server.expect_request(re.compile(r"^/repos/.*"), ).respond_with_handler(self.handle)
-
-    def _failing(self, kind: str) -> Response | None:
-        how = self.fail.get(kind)
-        if how is None:
-            return None
-        if how == "timeout":
-            time.sleep(self.delay)
-            return Response("{}", status=200, content_type="application/json")
-        return Response('{"message": "refused"}', status=int(how), content_type="application/json")
-
-    def handle(self, request: Request) -> Response:
-        path, method = request.path, request.method
-        with self._lock:
-            self.requests.append((method, path))
-        if m := re.fullmatch(rf"/repos/{REPO}/issues/(\d+)/comments", path):
-            kind = "list" if method == "GET" else "create"
-            if (bad := self._failing(kind)) is not None:
-                return bad
-            issue = int(m.group(1))
-            if method == "GET":
-                page, per = int(request.args.get("page", 1)), int(request.args.get("per_page", 30))
-                mine = [c for c in self.comments.values() if c["issue"] == issue]
-                return _json(mine[(page - 1) * per: page * per])
-            with self._lock:
-                self._next += 1
-                self.comments[self._next] = {"id": self._next, "issue": issue, "body": request.json["body"]}
-            return _json(self.comments[self._next], 201)
-        if m := re.fullmatch(rf"/repos/{REPO}/issues/comments/(\d+)", path):
-            if (bad := self._failing("edit")) is not None:
-                return bad
-            self.comments[int(m.group(1))]["body"] = request.json["body"]
-            return _json(self.comments[int(m.group(1))])
-        if path.startswith(f"/repos/{REPO}/statuses/"):
-            if (bad := self._failing("status")) is not None:
-                return bad
-            self.statuses.append(request.json)
-            return _json({}, 201)
-        if path.startswith(f"/repos/{REPO}/") and "check-runs" in path:
-            if (bad := self._failing("check")) is not None:
-                return bad
-            return self._check_runs(request)
-        return _json({"message": "Not Found"}, 404)
-
-    def _check_runs(self, request: Request) -> Response:
-        """List a commit's check runs (by name, newest only as ``filter=latest``), create, edit one."""
-        path, method = request.path, request.method
-        if (m := re.fullmatch(rf"/repos/{REPO}/commits/([0-9a-f]{{40}})/check-runs", path)) and method == "GET":
-            found = [c for c in self.checks if c["head_sha"] == m.group(1)
-                     and c["name"] == request.args.get("check_name", c["name"])]
-            if request.args.get("filter", "latest") == "latest":
-                found = list({c["name"]: c for c in sorted(found, key=lambda c: c["id"])}.values())
-            return _json({"total_count": len(found), "check_runs": found})
-        if path == f"/repos/{REPO}/check-runs" and method == "POST":
-            with self._lock:
-                self._next += 1
-                self.checks.append({"id": self._next, **request.json})
-            return _json(self.checks[-1], 201)
-        if (m := re.fullmatch(rf"/repos/{REPO}/check-runs/(\d+)", path)) and method == "PATCH":
-            [check] = [c for c in self.checks if c["id"] == int(m.group(1))] or [None]
-            if check is None:
-                return _json({"message": "Not Found"}, 404)
-            if check.get("app") == "other":  # GitHub: an app edits only its own check runs
-                return _json({"message": "Resource not accessible by integration"}, 403)
-            assert "head_sha" not in request.json  # not a field of the update
-            check.update(request.json)
-            return _json(check)
-        return _json({"message": "Not Found"}, 404)
-
-    def pr_comments(self, issue: int = PR) -> list[dict[str, Any]]:
-        return [c for c in self.comments.values() if c["issue"] == issue]
 
 
 def _json(data: Any, status: int = 200) -> Response:

@@ -1,0 +1,211 @@
+"""Who ampci is on GitHub: a GitHub App installation (recommended) or a static token.
+
+:class:`AppAuth` signs an RS256 JWT with the App's private key (PyJWT; ``iat`` 60 s in the past for
+clock drift, ``exp`` 9 minutes ahead -- GitHub refuses more than 10 -- ``iss`` the App id) and
+exchanges it at ``POST /app/installations/{id}/access_tokens`` for an installation token.  The
+installation of a repository is the one its webhook named (``installation.id``, kept with the run:
+:meth:`remember`), else ``GET /repos/{owner}/{repo}/installation`` with the JWT.  Tokens are cached
+per installation and minted anew :data:`REFRESH_MARGIN` seconds before their ``expires_at``, and once
+more when GitHub answers 401 (:meth:`invalidate`).  The identity whose comments are ampci's is the
+App's bot, ``<slug>[bot]`` (``GET /app``).
+
+:class:`StaticToken` is the personal or bot token of ``AMPCI_GITHUB_TOKEN`` (commit statuses and
+comments; GitHub accepts check runs only from an App): its identity is ``GET /user``'s login.
+
+Credentials go only to the configured API base: every request is built by the caller from
+``api_url`` and redirects are never followed (:class:`~service.github.client.GitHubStatusClient`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from service.errors import ConfigError
+from service.settings import Settings
+
+JWT_BACKDATE = 60.0      # iat this far in the past (GitHub's advice against clock drift)
+JWT_LIFETIME = 540.0     # exp this far ahead of now (GitHub refuses more than 600 s)
+REFRESH_MARGIN = 300.0   # mint a new installation token this long before the old one expires
+
+
+class AuthError(Exception):
+    """GitHub refused or garbled an authentication call: ``status`` is its HTTP status (0: no answer)."""
+
+    def __init__(self, message: str, status: int = 0, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+#: ``call(method, path, bearer) -> (status, json or None, headers)``: one request to the API base.
+Call = Callable[[str, str, str], tuple[int, Any, Any]]
+
+
+class GitHubAuth(Protocol):
+    """What the client asks of an identity (thread-safe)."""
+
+    def token(self, repo: str, call: Call) -> str: ...
+
+    def invalidate(self, repo: str) -> bool:
+        """Forget the cached credential of ``repo``; True when a fresh one may differ (retry once)."""
+        ...
+
+    def login(self, call: Call) -> str: ...
+
+    def remember(self, repo: str, installation: int) -> None: ...
+
+
+class StaticToken:
+    """``AMPCI_GITHUB_TOKEN``: one token for every repository; its identity from ``GET /user``."""
+
+    def __init__(self, token: str) -> None:
+        if not token:
+            raise ValueError("empty GitHub token")
+        self._token = token
+        self._login: str | None = None
+
+    def token(self, repo: str, call: Call) -> str:
+        return self._token
+
+    def invalidate(self, repo: str) -> bool:
+        return False  # the same token again would fail the same way
+
+    def remember(self, repo: str, installation: int) -> None:
+        return None
+
+    def login(self, call: Call) -> str:
+        if self._login is None:
+            self._login = _login_of(call("GET", "/user", self._token), "GET /user", "login")
+        return self._login
+
+
+class AppAuth:
+    """A GitHub App: JWTs, installation ids per repository and installation tokens per installation."""
+
+    def __init__(self, app_id: str, private_key: str, *, clock: Callable[[], float] = time.time) -> None:
+        import jwt
+        from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+        if not app_id.strip().isdigit():
+            raise ConfigError("AMPCI_GITHUB_APP_ID: expected the App's numeric id")
+        try:
+            key = load_pem_private_key(private_key.encode(), password=None)
+        except (ValueError, TypeError):
+            key = None
+        if not isinstance(key, RSAPrivateKey):  # the message never carries the key
+            raise ConfigError("AMPCI_GITHUB_PRIVATE_KEY(_FILE): not a PEM RSA private key (the App's .pem file)")
+        self.app_id = app_id.strip()
+        self._key = key
+        self._jwt = jwt
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._installations: dict[str, int] = {}
+        self._tokens: dict[int, tuple[str, float]] = {}
+        self._login: str | None = None
+
+    def app_jwt(self) -> str:
+        """A JWT for the App's own endpoints: RS256, ``iat`` 60 s back, ``exp`` 9 min ahead, ``iss`` the id."""
+        now = int(self._clock())
+        claims = {"iat": now - int(JWT_BACKDATE), "exp": now + int(JWT_LIFETIME), "iss": self.app_id}
+        return str(self._jwt.encode(claims, self._key, algorithm="RS256"))
+
+    def remember(self, repo: str, installation: int) -> None:
+        """The installation a webhook of ``repo`` named (saves a ``GET /repos/.../installation``)."""
+        with self._lock:
+            self._installations[repo.lower()] = int(installation)
+
+    def installation(self, repo: str, call: Call) -> int:
+        with self._lock:
+            known = self._installations.get(repo.lower())
+        if known is not None:
+            return known
+        found = _field(call("GET", f"/repos/{repo}/installation", self.app_jwt()), f"GET /repos/{repo}/installation")
+        if type(found.get("id")) is not int or found["id"] <= 0:
+            raise AuthError(f"GET /repos/{repo}/installation: no installation id", 502)
+        self.remember(repo, found["id"])
+        return int(found["id"])
+
+    def token(self, repo: str, call: Call) -> str:
+        """A live installation token for ``repo`` (cached; minted when none or near its expiry)."""
+        installation = self.installation(repo, call)
+        now = self._clock()
+        with self._lock:
+            cached = self._tokens.get(installation)
+        if cached is not None and cached[1] - now > REFRESH_MARGIN:
+            return cached[0]
+        path = f"/app/installations/{installation}/access_tokens"
+        try:
+            got = _field(call("POST", path, self.app_jwt()), f"POST {path}")
+        except AuthError as exc:
+            if exc.status == 404:  # uninstalled and maybe installed again: look it up anew next time
+                with self._lock:
+                    self._installations.pop(repo.lower(), None)
+            raise
+        token, expires = got.get("token"), got.get("expires_at")
+        try:
+            expires_at = datetime.fromisoformat(str(expires).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            expires_at = now + 600.0  # unreadable: keep it briefly
+        if not isinstance(token, str) or not token:
+            raise AuthError(f"POST {path}: no token in the answer", 502)
+        with self._lock:
+            self._tokens[installation] = (token, expires_at)
+        return token
+
+    def invalidate(self, repo: str) -> bool:
+        with self._lock:
+            installation = self._installations.get(repo.lower())
+            return installation is not None and self._tokens.pop(installation, None) is not None
+
+    def login(self, call: Call) -> str:
+        """``<slug>[bot]``: the login GitHub shows as the author of what the App writes."""
+        if self._login is None:
+            self._login = _login_of(call("GET", "/app", self.app_jwt()), "GET /app", "slug") + "[bot]"
+        return self._login
+
+
+def _field(answer: tuple[int, Any, Any], what: str) -> dict[str, Any]:
+    status, data, headers = answer
+    if not 200 <= status < 300:
+        retry = headers.get("retry-after") if headers is not None else None
+        raise AuthError(f"{what}: HTTP {status}", status,
+                        float(retry) if retry and retry.replace(".", "", 1).isdigit() else None)
+    if not isinstance(data, dict):
+        raise AuthError(f"{what}: expected a JSON object", 502)
+    return data
+
+
+def _login_of(answer: tuple[int, Any, Any], what: str, key: str) -> str:
+    value = _field(answer, what).get(key)
+    if not isinstance(value, str) or not value:
+        raise AuthError(f"{what}: no {key} in the answer", 502)
+    return value
+
+
+def auth_from_settings(settings: Settings) -> GitHubAuth | None:
+    """The identity the settings configure: the App (``AMPCI_GITHUB_APP_ID`` with
+    ``AMPCI_GITHUB_PRIVATE_KEY`` or ``AMPCI_GITHUB_PRIVATE_KEY_FILE``), else ``AMPCI_GITHUB_TOKEN``, else
+    None.  ConfigError (naming the variable, never showing the key) for half an App or an unreadable key."""
+    key = settings.github_private_key
+    if settings.github_private_key_file:
+        if key:
+            raise ConfigError("set one of AMPCI_GITHUB_PRIVATE_KEY and AMPCI_GITHUB_PRIVATE_KEY_FILE, not both")
+        try:
+            key = Path(settings.github_private_key_file).expanduser().read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"AMPCI_GITHUB_PRIVATE_KEY_FILE: cannot read it ({type(exc).__name__})") from None
+    if settings.github_app_id or key:
+        if not (settings.github_app_id and key):
+            raise ConfigError("a GitHub App needs both AMPCI_GITHUB_APP_ID and AMPCI_GITHUB_PRIVATE_KEY(_FILE)")
+        if "\\n" in key and "\n" not in key.strip():  # a PEM written on one line in an env file
+            key = key.replace("\\n", "\n")
+        return AppAuth(settings.github_app_id, key)
+    if settings.github_token:
+        return StaticToken(settings.github_token)
+    return None
