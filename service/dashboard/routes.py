@@ -161,7 +161,7 @@ def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
     rows = views.diff_rows(results, baselines)
     base_sha, base_cells = views.main_baseline(baselines)
     summary = store.run_summary(run.id)
-    by_cat = {c: [f for f in findings if f.category == c] for c in CATEGORIES}
+    by_cat = views.finding_lists(findings, CATEGORIES)
     verdict = run_verdict(store, run.id)
     awaiting = AWAITING_DESCRIPTION if run.status == AWAITING_APPROVAL else None  # no jobs, so no verdict yet
     return render("run.html", run=run, revision=revision, matrix=matrix, findings=by_cat, summary=summary,

@@ -36,7 +36,8 @@ METRICS = ("cosine", "max_abs", "error_ratio", "latency_p50_ms", "speedup", "low
 _ALIASES = {"latency_p50": "latency_p50_ms", "latency": "latency_p50_ms", "low_precision": "low_precision_fraction",
             "casts": "casts_inserted", "convergence": "final_error", "conversion_time": "convert_s",
             "conversion_cpu": "convert_cpu_s", "iterations": "pass_iterations"}
-REG_STATES = ("open", "acknowledged", "resolved", "false_positive", "suspected", "dismissed", "suspected_resolved")
+REG_STATES = ("open", "acknowledged", "resolved", "false_positive", "suspected", "dismissed", "suspected_resolved",
+              "explained")
 _PREFIX = re.compile(r"^[0-9a-fA-F]{4,64}$")
 RESULT_COLS = [t_res.c[f] for f in ResultRow.__dataclass_fields__]
 

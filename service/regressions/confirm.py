@@ -26,6 +26,15 @@ positive evidence that the new revision is faster than the one known to be slow,
 revision level with the baseline.  A recovery that is real but smaller than the rule's margin stays open
 (a human can resolve it), the safe direction for a gate.
 
+**Gains are confirmed too.**  A timing *improvement* of a run that asks for confirmation is stored
+``suspected`` as a slowdown is, and the same confirmation job times its baseline and the run's revision
+interleaved; :func:`improvement_verdict` (the mirror of :func:`paired_verdict`: faster beyond the inverse of the
+kind's ratio limit and its floor, one-sided Wilcoxon p < ``confirm_p``) opens it (``open``: a gain every
+surface shows) or dismisses it (``dismissed``, with the paired figures).  An improvement whose confirmation
+could not measure, was turned off after detection or could not be dispatched is ``dismissed`` with a "not
+confirmed: …" note (never shown as a gain); one a cap left out stays ``suspected`` (``state_by``
+:data:`~service.regressions.rules.CAPPED_BY`), which no surface counts as a gain either.
+
 **Bounded.**  A run's confirmation times at most ``AMPCI_CONFIRM_MAX_CELLS`` cells, and the runs of one pull
 request at most ``AMPCI_CONFIRM_MAX_PER_PR`` cells in all (:mod:`service.regressions.confirm_caps`: which
 cells, and the rule for the others: a suspected slowdown left out stays ``suspected`` with ``state_by``
@@ -46,7 +55,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -133,6 +142,34 @@ def paired_verdict(kind: str, baseline: Sequence[float], candidate: Sequence[flo
     return PairedVerdict(confirmed, ratio, p, diff, detail)
 
 
+def _faster(kind: str, slow: Sequence[float], fast: Sequence[float], th: Thresholds, unit: str
+            ) -> tuple[int, PairedVerdict]:
+    """(pairs, verdict): ``fast`` is faster than ``slow`` the way :func:`paired_verdict` demands of a slowdown,
+    mirrored: median fast/slow ratio below ``1 / ratio_limit``, median difference below minus the floor,
+    one-sided Wilcoxon p < ``confirm_p`` on the log ratios.  ``detail`` holds the figures only."""
+    ratio_limit, floor, p_limit = limits(kind, th)
+    pairs, logs, ratio, diff = _pair_stats(slow, fast)
+    if not pairs:
+        return 0, PairedVerdict(False, 1.0, 1.0, 0.0, "")
+    p = wilcoxon_greater([-x for x in logs])
+    confirmed = ratio < 1 / ratio_limit and diff < -floor and p < p_limit
+    figures = (f"median ratio x{ratio:.3f} (limit x{1 / ratio_limit:.3g}), median difference {diff:+.4g} {unit} "
+               f"(floor -{floor:g}), Wilcoxon p={p:.2g} (limit {p_limit:g})")
+    return len(pairs), PairedVerdict(confirmed, ratio, p, diff, figures)
+
+
+def improvement_verdict(kind: str, baseline: Sequence[float], candidate: Sequence[float], th: Thresholds,
+                        unit: str) -> PairedVerdict:
+    """A suspected timing improvement confirmed when, over the pairs timed interleaved, ``candidate`` is faster
+    than ``baseline`` beyond the inverse of the kind's ratio limit and its floor with one-sided Wilcoxon
+    p < ``confirm_p`` (:func:`paired_verdict` mirrored); dismissed otherwise."""
+    n, v = _faster(kind, baseline, candidate, th, unit)
+    if not n:
+        return replace(v, detail="improvement dismissed: no pair timed on both sides")
+    return replace(v, detail=f"improvement {'confirmed' if v.confirmed else 'dismissed'} by {n} interleaved "
+                             f"pairs: {v.detail}")
+
+
 def recovery_verdict(kind: str, regressed: Sequence[float], candidate: Sequence[float], th: Thresholds,
                      unit: str) -> PairedVerdict:
     """Recovery confirmed when, over the pairs timed interleaved, ``candidate`` (the new revision) is faster
@@ -140,16 +177,11 @@ def recovery_verdict(kind: str, regressed: Sequence[float], candidate: Sequence[
     of a slowdown, mirrored: median candidate/regressed ratio below the inverse of the kind's ratio limit,
     median per-pair difference below minus its floor, one-sided Wilcoxon p < ``confirm_p`` on the log
     ratios.  ``ratio`` and ``difference`` are candidate vs regressed."""
-    ratio_limit, floor, p_limit = limits(kind, th)
-    pairs, logs, ratio, diff = _pair_stats(regressed, candidate)
-    if not pairs:
-        return PairedVerdict(False, 1.0, 1.0, 0.0, "recovery not confirmed: no pair timed on both sides")
-    p = wilcoxon_greater([-x for x in logs])
-    confirmed = ratio < 1 / ratio_limit and diff < -floor and p < p_limit
-    detail = (f"recovery {'confirmed' if confirmed else 'not confirmed'} by {len(pairs)} interleaved pairs against "
-              f"the regressed revision: median ratio x{ratio:.3f} (limit x{1 / ratio_limit:.3g}), median difference "
-              f"{diff:+.4g} {unit} (floor -{floor:g}), Wilcoxon p={p:.2g} (limit {p_limit:g})")
-    return PairedVerdict(confirmed, ratio, p, diff, detail)
+    n, v = _faster(kind, regressed, candidate, th, unit)
+    if not n:
+        return replace(v, detail="recovery not confirmed: no pair timed on both sides")
+    return replace(v, detail=f"recovery {'confirmed' if v.confirmed else 'not confirmed'} by {n} interleaved pairs "
+                             f"against the regressed revision: {v.detail}")
 
 
 def min_pairs(p: float) -> int:
@@ -318,7 +350,15 @@ def _open_unconfirmed(store: Any, suspected: Sequence[Any], why: str) -> None:
                                      state_at=store.clock()))
                 continue
             conn.execute(t_reg.update().where(t_reg.c.id == reg.id, t_reg.c.state == SUSPECTED).values(
-                state="open", state_by=CONFIRMED_BY, state_at=store.clock(), state_note=f"not confirmed: {why}"))
+                state=unconfirmed_state(reg), state_by=CONFIRMED_BY, state_at=store.clock(),
+                state_note=f"not confirmed: {why}"[:2000]))
+
+
+def unconfirmed_state(reg: Any) -> str:
+    """The state of a suspected finding whose confirmation could not decide: a slowdown stays a regression
+    (``open``: a gate never passes because the check of a slowdown broke); an improvement is ``dismissed``
+    (nothing unconfirmed is shown as a gain)."""
+    return DISMISSED if reg.category == "improvement" else "open"
 
 
 def _not_recovered(reg: Any, note: str) -> dict[str, Any]:
@@ -337,9 +377,10 @@ def _confirm_results(conn: Any, confirm_run_id: int) -> dict[tuple[str, str, str
 def apply_verdicts(store: Any, run_id: int, confirm_run_id: int) -> dict[str, int]:
     """Decide every suspected finding of ``run_id`` (and every recovery its results suspect) from the results
     of ``confirm_run_id`` (see module doc); returns counts ``{"confirmed", "dismissed", "unconfirmed",
-    "recovered", "not_recovered"}``."""
+    "recovered", "not_recovered", "improved", "not_improved"}``."""
     th = store.thresholds or Thresholds()
-    counts = {"confirmed": 0, "dismissed": 0, "unconfirmed": 0, "recovered": 0, "not_recovered": 0}
+    counts = {"confirmed": 0, "dismissed": 0, "unconfirmed": 0, "recovered": 0, "not_recovered": 0, "improved": 0,
+              "not_improved": 0}
     with store.transaction() as conn:
         results = _confirm_results(conn, confirm_run_id)
         for reg in conn.execute(sa.select(t_reg).where(_awaiting(run_id))):
@@ -364,8 +405,13 @@ def apply_verdicts(store: Any, run_id: int, confirm_run_id: int) -> dict[str, in
             if not got:
                 why = (f"the confirmation job ended {res.status}: {res.message or ''}" if res is not None
                        else "no confirmation result")
-                values = {"state": "open", "state_note": f"not confirmed: {why}"[:2000]}
+                values = {"state": unconfirmed_state(reg), "state_note": f"not confirmed: {why}"[:2000]}
                 counts["unconfirmed"] += 1
+            elif reg.category == "improvement":
+                v = improvement_verdict(reg.kind, got.get("baseline") or [], got.get("candidate") or [], th,
+                                        str(got.get("unit", "")))
+                values = {"state": "open" if v.confirmed else DISMISSED, "state_note": v.detail}
+                counts["improved" if v.confirmed else "not_improved"] += 1
             else:
                 v = paired_verdict(reg.kind, got.get("baseline") or [], got.get("candidate") or [], th,
                                    str(got.get("unit", "")))

@@ -11,7 +11,10 @@ jobs that ended without a result and its open/acknowledged regressions, and appl
 Guarantees: a cell that could not measure is said **first**, with the count by status; a cell without a
 baseline result is "not compared", and "no regressions" is only ever said of cells that were compared; a
 suspected timing finding that a confirmation cap left out is said as "N not confirmed (cap) (kind)": it does
-not fail the gate, and "no regressions" is then not said.
+not fail the gate, and "no regressions" is then not said.  Only a confirmed (open or acknowledged) improvement
+is said as one ("1 improvement (latency)"); a suspected, dismissed or capped one is said as such ("1 suspected
+improvement (conversion_time)", "1 dismissed improvement (…)", "1 improvement not confirmed (cap) (…)"), and an
+accuracy gain a coverage loss explains as "1 improvement explained by a coverage loss (accuracy)".
 """
 
 from __future__ import annotations
@@ -22,7 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.regressions.gate import JOB_ERROR, CellOutcome, GateDecision, decide
-from service.regressions.rules import CAPPED_BY, CAPPED_LABEL, CONFIRMATION_STATES
+from service.regressions.rules import (
+    CAPPED_BY,
+    CAPPED_GAIN_LABEL,
+    CAPPED_LABEL,
+    CONFIRMATION_STATES,
+    EXPLAINED,
+)
 
 #: Unmeasured statuses that say the run could not be carried out (a bad spec, a worker that died, a job
 #: without any result) rather than that the pass failed: the commit status is ``error`` for them.
@@ -126,6 +135,16 @@ class RunVerdict:
                 "pending": self.pending}
 
 
+def _label(g: Any) -> str:
+    """The verdict's phrase for a finding that is under or after confirmation, or explained: never a gain."""
+    capped = g.state == "suspected" and g.state_by == CAPPED_BY
+    if g.category == "improvement":
+        if g.state == EXPLAINED:
+            return "improvement explained by a coverage loss"
+        return CAPPED_GAIN_LABEL if capped else f"{g.state.replace('_', ' ')} improvement"
+    return CAPPED_LABEL if capped else g.state
+
+
 def run_verdict(store: Any, run_id: int) -> RunVerdict:
     """The verdict of run ``run_id`` from the store (see the module docstring)."""
     from service.orchestration import baseline_runs
@@ -149,9 +168,8 @@ def run_verdict(store: Any, run_id: int) -> RunVerdict:
         if g.category != "regression":
             others.setdefault(g.category, Counter())[g.kind] += 1
     for g in found:  # timing findings being confirmed, dismissed by it or left out by a cap: shown, never failing
-        if g.state in CONFIRMATION_STATES:
-            capped = g.state == "suspected" and g.state_by == CAPPED_BY
-            others.setdefault(CAPPED_LABEL if capped else g.state, Counter())[g.kind] += 1
+        if g.state in CONFIRMATION_STATES or g.state == EXPLAINED:
+            others.setdefault(_label(g), Counter())[g.kind] += 1
     pending = sum(j.status in ("queued", "running") for j in jobs)
     decision = decide(outcomes, base, len(regs))
     waiting = ()
