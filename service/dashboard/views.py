@@ -19,6 +19,7 @@ from typing import Any
 from service.dashboard.queries import ERROR_STATUSES
 from service.db.records import Cell, JobInfo, RegressionInfo, ResultRow
 from service.regressions.rules import CONFIRMATION_STATES, EXPLAINED, KINDS
+from service.regressions.verdict import LIST_WORDS, list_verdict
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,31 @@ def finding_lists(findings: Iterable[RegressionInfo], categories: Sequence[str])
         unconfirmed = f.category == "improvement" and (f.state in CONFIRMATION_STATES or f.state == EXPLAINED)
         out.setdefault("improvement_not_counted" if unconfirmed else f.category, []).append(f)
     return out
+
+
+#: The badge of each state of a list verdict (:func:`service.regressions.verdict.list_verdict`).
+VERDICT_BADGES = {"success": ("pass", "✓"), "failure": ("error", "✖"), "error": ("error", "✖"),
+                  "pending": ("pending", "…"), "unjudged": ("missing", "–")}
+
+
+@dataclass(frozen=True)
+class VerdictBadge:
+    """What the runs page shows of a run's verdict, before anything else: state (CSS class, icon, word), the
+    counts behind it and the full headline as a tooltip."""
+
+    css: str
+    icon: str
+    word: str
+    counts: str
+    title: str
+
+
+def run_verdict_badge(run: Any) -> VerdictBadge:
+    """The verdict badge of ``run`` (a RunInfo) from its recorded verdict; decides nothing."""
+    state, counts = list_verdict(run)
+    css, icon = VERDICT_BADGES[state]
+    title = str((run.verdict or {}).get("headline") or "") if state not in ("pending", "unjudged") else ""
+    return VerdictBadge(css, icon, LIST_WORDS[state], counts, title)
 
 
 def fmt(x: float | int | None, digits: int = 4) -> str:

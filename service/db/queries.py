@@ -6,6 +6,7 @@ Used by the CLI, the HTTP API and the dashboard.  Unknown revisions, runs, model
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from typing import Any
@@ -64,7 +65,18 @@ def run_info(r: Row[Any]) -> RunInfo:
     """RunInfo from a runs row."""
     return RunInfo(id=r.id, revision_sha=r.revision_sha, baseline_sha=r.baseline_sha, trigger=r.trigger,
                    status=r.status, sweep=r.sweep, dedup_key=r.dedup_key, created_at=utc(r.created_at),  # type: ignore[arg-type]
-                   finished_at=utc(r.finished_at), meta=dict(r.meta or {}))
+                   finished_at=utc(r.finished_at), meta=dict(r.meta or {}),
+                   verdict=_verdict(r._mapping.get("verdict")))
+
+
+def _verdict(value: Any) -> dict[str, Any] | None:
+    """A stored ``runs.verdict`` as a dict (a driver may hand JSON back as text); None when absent."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return dict(value) if isinstance(value, dict) else None
 
 
 def job_info(r: Row[Any]) -> JobInfo:
