@@ -58,6 +58,14 @@ def shown_as_gain(store: Store, run_id: int) -> dict[str, object]:
             "cell": views.cell_state(results[CELL], None, [reg]).css}
 
 
+@pytest.mark.parametrize("state", ["suspected_improvement", "explained", "dismissed"])
+def test_every_state_of_an_improvement_that_is_no_gain_has_a_style(state: str) -> None:
+    from service.dashboard.routes import CSS
+
+    shown = views.STATES[state]
+    assert shown.icon and shown.label and f".st-{shown.css} " in CSS and shown.css != "improved"
+
+
 def test_improvement_verdict_mirrors_the_slowdown_test() -> None:
     v = improvement_verdict("conversion_time", SLOW, [x - 0.6 for x in SLOW], TH, "s")
     assert v.confirmed and v.detail.startswith("improvement confirmed by 8 interleaved pairs: median ratio x0.3")
