@@ -20,7 +20,11 @@ contains the regressed revision (it is that revision or a recorded descendant of
 older revision never resolves a newer finding) and its result is comparable with that regression's
 baseline result and no longer regresses against it; a *timing* regression, when the run confirms its
 timing findings, only becomes ``suspected_resolved`` and is resolved by a confirmed recovery alone
-(:mod:`service.regressions.confirm`: one lucky job never clears a slowdown).  Convergence
+(:mod:`service.regressions.confirm`: one lucky job never clears a slowdown).  A pairwise timing finding of
+such a run, slowdown or improvement, is stored ``suspected`` until its confirmation decides (a gain is
+confirmed before it is shown as one); an accuracy or convergence improvement on a cell whose coverage
+regressed in the same comparison is stored ``explained`` with the coverage loss in its note (less in low
+precision is less rounding, not a better pass).  Convergence
 errors in different units (a baseline stored before the job recorded ``relative`` errors) are never
 compared (see :mod:`service.regressions.rules`): such a baseline yields only diverged-status findings,
 and resolves a divergence regression by the diverged status alone, never a final-error one.
