@@ -25,7 +25,8 @@ Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[\w.
 Limit = Annotated[int, StrictInt, Query(ge=1, le=5000)]
 Trigger = Literal["push", "pull_request", "nightly", "manual", "bisect", "confirm"]
 RunState = Literal["awaiting_approval", "queued", "running", "complete", "partial", "failed", "cancelled"]  # RUN_STATES
-RegState = Literal["open", "acknowledged", "resolved", "false_positive", "suspected", "dismissed"]
+RegState = Literal["open", "acknowledged", "resolved", "false_positive", "suspected", "dismissed", "suspected_resolved",
+                   "explained"]  # service.db.queries.REG_STATES
 Category = Literal["regression", "improvement", "flaky"]
 Metric = Literal["cosine", "max_abs", "error_ratio", "latency_p50_ms", "speedup", "low_precision_fraction",
                  "casts_inserted", "final_error"]

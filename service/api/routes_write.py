@@ -15,6 +15,7 @@ from service.api.routes_read import Id
 from service.errors import UserError
 from service.github.events import check_repository
 from service.github.sanitize import free_text
+from service.regressions.verdict import record_verdict
 from service.settings import Settings
 
 router = APIRouter(prefix="/api", tags=["write"], dependencies=[Depends(require_write)])
@@ -84,6 +85,7 @@ def _triage(request: Request, regression_id: int, body: Triage | None, false_pos
     body = body or Triage()
     ctx = request.app.state.ctx
     found = ctx.store.ack(regression_id, by=body.by, false_positive=false_positive, note=body.note)
+    record_verdict(ctx.store, found.run_id)  # a false positive can turn the run's gate: the lists follow
     ctx.reporter.refresh(ctx.store, found.run_id)  # the PR report shows the new state (queued; never raises)
     return found.to_dict()
 

@@ -309,6 +309,9 @@ def cmd_ack(args: argparse.Namespace) -> int:
     """Acknowledge a finding."""
     store = open_store()
     reg = store.ack(args.regression_id, by=args.by, false_positive=args.false_positive, note=args.note)
+    from service.regressions.verdict import record_verdict
+
+    record_verdict(store, reg.run_id)  # a false positive can turn the run's gate: `ampci runs` follows
     refresh_pr_report(store, reg.run_id)
     emit(args, reg.to_dict(), f"regression {reg.id} ({reg.kind} {'/'.join(reg.cell)}): {reg.state}")
     return 0

@@ -35,6 +35,11 @@ ERROR_STATUSES = frozenset({"convert_error", "timeout", "crash", "bad_model", "b
                             "crashed"})
 
 
+#: Finding states the runs page counts (as :meth:`Store.run_summary` and the verdict do): not a suspected, dismissed,
+#: explained, resolved or false-positive one.
+COUNTED_STATES = ("open", "acknowledged")
+
+
 @dataclass(frozen=True)
 class RunOverview:
     """One row of the runs page."""
@@ -106,7 +111,7 @@ def runs_overview(store: Store, limit: int = 50, branch: str | None = None,
                 jobs[run_id][status] = n
             for run_id, category, kind, n in conn.execute(
                     sa.select(t_reg.c.run_id, t_reg.c.category, t_reg.c.kind, sa.func.count())
-                    .where(t_reg.c.run_id.in_(ids), t_reg.c.state != "false_positive")
+                    .where(t_reg.c.run_id.in_(ids), t_reg.c.state.in_(COUNTED_STATES))
                     .group_by(t_reg.c.run_id, t_reg.c.category, t_reg.c.kind)):
                 found[run_id].append((category, kind, n))
     out = []

@@ -47,7 +47,7 @@ from service.db.store import AWAITING_APPROVAL, TRIGGERS
 from service.errors import NotFoundError, UserError
 from service.github.approval import AWAITING_DESCRIPTION
 from service.regressions.rules import CATEGORIES
-from service.regressions.verdict import run_verdict
+from service.regressions.verdict import record_verdict, run_verdict
 
 HERE = Path(__file__).parent
 CSS = (HERE / "static" / "dashboard.css").read_text(encoding="utf-8")
@@ -59,7 +59,7 @@ env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select
                   trim_blocks=True, lstrip_blocks=True)
 env.globals.update(fmt=views.fmt, fmt_cosine=views.fmt_cosine, pct=views.pct, duration=views.duration,
                    states=views.STATES, finding_state=views.finding_state,
-                   category_titles=views.CATEGORY_TITLES, urlencode=urlencode)
+                   category_titles=views.CATEGORY_TITLES, urlencode=urlencode, run_verdict_badge=views.run_verdict_badge)
 
 
 ALL_BRANCHES = "all"
@@ -161,7 +161,7 @@ def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
     rows = views.diff_rows(results, baselines)
     base_sha, base_cells = views.main_baseline(baselines)
     summary = store.run_summary(run.id)
-    by_cat = {c: [f for f in findings if f.category == c] for c in CATEGORIES}
+    by_cat = views.finding_lists(findings, CATEGORIES)
     verdict = run_verdict(store, run.id)
     awaiting = AWAITING_DESCRIPTION if run.status == AWAITING_APPROVAL else None  # no jobs, so no verdict yet
     return render("run.html", run=run, revision=revision, matrix=matrix, findings=by_cat, summary=summary,
@@ -250,6 +250,7 @@ async def triage(request: Request, regression_id: str) -> Response:
         note = form.get("note", "").strip()[:2000].replace("\x00", "") or None
         found = await run_in_threadpool(_store(request).ack, rid, by=by,
                                         false_positive=action == "false_positive", note=note)
+        await run_in_threadpool(record_verdict, _store(request), found.run_id)  # the runs page follows
         await run_in_threadpool(request.app.state.ctx.reporter.refresh, _store(request), found.run_id)
     except NotFoundError as exc:
         return render("error.html", 404, title="Not found", message=str(exc))

@@ -18,7 +18,8 @@ from typing import Any
 
 from service.dashboard.queries import ERROR_STATUSES
 from service.db.records import Cell, JobInfo, RegressionInfo, ResultRow
-from service.regressions.rules import CONFIRMATION_STATES, KINDS
+from service.regressions.rules import CONFIRMATION_STATES, EXPLAINED, KINDS
+from service.regressions.verdict import LIST_WORDS, list_verdict
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ STATES: dict[str, State] = {s.css: s for s in (
     State("reg-conversion_time", "⏱", "ctime", "conversion time regression"),
     State("reg-pass_convergence", "↻", "fixpt", "pass convergence regression"),
     State("suspected", "?", "suspect", "suspected timing regression (confirming)"),
+    State("suspected_improvement", "?", "gain?", "suspected timing improvement (not confirmed: no gain yet)"),
+    State("explained", "≡", "explained", "accuracy change explained by a coverage loss (no gain)"),
     State("dismissed", "○", "dismissed", "timing change dismissed by confirmation"),
     State("suspected_resolved", "◔", "resolving?", "timing regression whose recovery is being confirmed"),
     State("flaky", "≈", "flaky", "flaky"),
@@ -58,19 +61,63 @@ KIND_STATES = {"conversion": "reg-conversion", "accuracy": "reg-accuracy", "conv
 #: every category of :data:`service.regressions.rules.CATEGORIES` must be here or be ``regression``.
 CATEGORY_STATES = {"improvement": "improved", "flaky": "flaky"}
 #: The run page's heading of each list of findings other than regressions (default: the category, capitalised).
-CATEGORY_TITLES = {"improvement": "Improvements", "flaky": "Flaky"}
+CATEGORY_TITLES = {"improvement": "Improvements", "flaky": "Flaky",
+                   "improvement_not_counted": "Improvements not counted (suspected, dismissed or explained)"}
+#: Finding states in which an improvement is shown as a gain (confirmed, or needing no confirmation).
+GAIN_STATES = frozenset({"open", "acknowledged"})
 _KIND_ORDER = KINDS  # the order in which one cell's regressions of several kinds pick its state
 
 
 def finding_state(finding: RegressionInfo) -> State:
     """The displayed state of one finding: a timing finding under or after confirmation shows that state
     (suspected, dismissed); otherwise its category's (improvement, flaky, …), or for a regression its kind's.
-    A kind, category or confirmation state without a state raises KeyError (a test enumerates them all)."""
-    if getattr(finding, "state", None) in CONFIRMATION_STATES:
-        return STATES[finding.state]
+    A suspected improvement and one a coverage loss explains show as such, never as a gain.  A kind, category
+    or confirmation state without a state raises KeyError (a test enumerates them all)."""
+    state = getattr(finding, "state", None)
+    if state == "suspected" and finding.category == "improvement":
+        return STATES["suspected_improvement"]
+    if state in CONFIRMATION_STATES or state == EXPLAINED:
+        return STATES[state]
     if finding.category == "regression":
         return STATES[KIND_STATES[finding.kind]]
     return STATES[CATEGORY_STATES[finding.category]]
+
+
+def finding_lists(findings: Iterable[RegressionInfo], categories: Sequence[str]) -> dict[str, list[RegressionInfo]]:
+    """The run page's lists of findings: one per category, except that an improvement that is no gain (a
+    timing improvement not confirmed or dismissed by confirmation, an accuracy change a coverage loss
+    explains) goes to ``improvement_not_counted``, listed after the categories with its state."""
+    out: dict[str, list[RegressionInfo]] = {c: [] for c in categories}
+    out["improvement_not_counted"] = []
+    for f in findings:
+        unconfirmed = f.category == "improvement" and (f.state in CONFIRMATION_STATES or f.state == EXPLAINED)
+        out.setdefault("improvement_not_counted" if unconfirmed else f.category, []).append(f)
+    return out
+
+
+#: The badge of each state of a list verdict (:func:`service.regressions.verdict.list_verdict`).
+VERDICT_BADGES = {"success": ("pass", "✓"), "failure": ("error", "✖"), "error": ("error", "✖"),
+                  "pending": ("pending", "…"), "unjudged": ("missing", "–")}
+
+
+@dataclass(frozen=True)
+class VerdictBadge:
+    """What the runs page shows of a run's verdict, before anything else: state (CSS class, icon, word), the
+    counts behind it and the full headline as a tooltip."""
+
+    css: str
+    icon: str
+    word: str
+    counts: str
+    title: str
+
+
+def run_verdict_badge(run: Any) -> VerdictBadge:
+    """The verdict badge of ``run`` (a RunInfo) from its recorded verdict; decides nothing."""
+    state, counts = list_verdict(run)
+    css, icon = VERDICT_BADGES[state]
+    title = str((run.verdict or {}).get("headline") or "") if state not in ("pending", "unjudged") else ""
+    return VerdictBadge(css, icon, LIST_WORDS[state], counts, title)
 
 
 def fmt(x: float | int | None, digits: int = 4) -> str:
@@ -137,8 +184,8 @@ def cell_state(result: ResultRow | None, job: JobInfo | None, findings: Iterable
         return STATES["error"]
     if result.status != "pass":
         return STATES["fail"]
-    if any(f.category == "improvement" for f in live):
-        return STATES["improved"]
+    if any(f.category == "improvement" and f.state in GAIN_STATES for f in live):
+        return STATES["improved"]  # a confirmed gain only: never a suspected, dismissed or explained one
     return STATES["pass"]
 
 

@@ -120,6 +120,8 @@ class Run(Base):
         Column("dispatch", String(16), default="broker", server_default="broker", nullable=False),
         # local runs: the process running their jobs, {"host", "pid", "start"}; NULL: none (orphans.py)
         Column("local_owner", JSON(none_as_null=True)),
+        # the gate's verdict in brief as recorded when the run was judged (service.regressions.verdict); NULL: never
+        Column("verdict", JSON(none_as_null=True)),
         Index("ix_runs_revision_created", "revision_sha", "created_at"),
     )
 

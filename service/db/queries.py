@@ -6,6 +6,7 @@ Used by the CLI, the HTTP API and the dashboard.  Unknown revisions, runs, model
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from typing import Any
@@ -36,7 +37,8 @@ METRICS = ("cosine", "max_abs", "error_ratio", "latency_p50_ms", "speedup", "low
 _ALIASES = {"latency_p50": "latency_p50_ms", "latency": "latency_p50_ms", "low_precision": "low_precision_fraction",
             "casts": "casts_inserted", "convergence": "final_error", "conversion_time": "convert_s",
             "conversion_cpu": "convert_cpu_s", "iterations": "pass_iterations"}
-REG_STATES = ("open", "acknowledged", "resolved", "false_positive", "suspected", "dismissed", "suspected_resolved")
+REG_STATES = ("open", "acknowledged", "resolved", "false_positive", "suspected", "dismissed", "suspected_resolved",
+              "explained")
 _PREFIX = re.compile(r"^[0-9a-fA-F]{4,64}$")
 RESULT_COLS = [t_res.c[f] for f in ResultRow.__dataclass_fields__]
 
@@ -63,7 +65,18 @@ def run_info(r: Row[Any]) -> RunInfo:
     """RunInfo from a runs row."""
     return RunInfo(id=r.id, revision_sha=r.revision_sha, baseline_sha=r.baseline_sha, trigger=r.trigger,
                    status=r.status, sweep=r.sweep, dedup_key=r.dedup_key, created_at=utc(r.created_at),  # type: ignore[arg-type]
-                   finished_at=utc(r.finished_at), meta=dict(r.meta or {}))
+                   finished_at=utc(r.finished_at), meta=dict(r.meta or {}),
+                   verdict=_verdict(r._mapping.get("verdict")))
+
+
+def _verdict(value: Any) -> dict[str, Any] | None:
+    """A stored ``runs.verdict`` as a dict (a driver may hand JSON back as text); None when absent."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return dict(value) if isinstance(value, dict) else None
 
 
 def job_info(r: Row[Any]) -> JobInfo:

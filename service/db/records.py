@@ -67,6 +67,9 @@ class RunInfo(_Record):
     created_at: datetime
     finished_at: datetime | None
     meta: dict[str, Any] = field(default_factory=dict)
+    #: the gate's verdict in brief, as recorded when the run was last judged
+    #: (:meth:`service.regressions.verdict.RunVerdict.brief`); None: not judged (unfinished, or older)
+    verdict: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -416,6 +416,13 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
                 [{"name": name, "sha256": sha, "meta": {}, "first_seen_at": now, "last_seen_at": now}
                  for name, sha in seen])
 
+    def record_verdict(self, run_id: int, verdict: dict[str, Any] | None) -> None:
+        """Store run ``run_id``'s verdict in brief (``runs.verdict``: what the lists of runs show; the caller
+        decides it, :func:`service.regressions.verdict.record_verdict`).  NotFoundError for an unknown run."""
+        with self.transaction() as conn:
+            self.run_row(conn, run_id)
+            conn.execute(t_run.update().where(t_run.c.id == run_id).values(verdict=verdict))
+
     def set_run_status(self, run_id: int, status: str) -> RunInfo:
         """Force a run status (e.g. ``cancelled``); prefer :meth:`finish_run` otherwise."""
         if status not in RUN_STATES:

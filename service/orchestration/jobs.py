@@ -16,6 +16,7 @@ from service.orchestration.broker import enqueue
 from service.regressions import confirm
 from service.regressions.confirm_caps import ConfirmCaps
 from service.regressions.detect import detect_run
+from service.regressions.verdict import record_verdict
 from service.settings import Settings
 
 FINAL_JOB_STATUSES = frozenset({"done", "error", "crashed", "cancelled"})
@@ -135,6 +136,7 @@ def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None
     if confirm.advance(store, run_id, send, caps):
         return False  # suspected timing regressions: the run finishes once its confirmation run is final
     store.finish_run(run_id)
+    record_verdict(store, run_id)  # what the lists of runs show (the run page decides it afresh)
     if settings is not None:
         from service.regressions.bisect import continue_bisection
 

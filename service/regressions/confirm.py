@@ -26,6 +26,15 @@ positive evidence that the new revision is faster than the one known to be slow,
 revision level with the baseline.  A recovery that is real but smaller than the rule's margin stays open
 (a human can resolve it), the safe direction for a gate.
 
+**Gains are confirmed too.**  A timing *improvement* of a run that asks for confirmation is stored
+``suspected`` as a slowdown is, and the same confirmation job times its baseline and the run's revision
+interleaved; :func:`improvement_verdict` (the mirror of :func:`paired_verdict`: faster beyond the inverse of the
+kind's ratio limit and its floor, one-sided Wilcoxon p < ``confirm_p``) opens it (``open``: a gain every
+surface shows) or dismisses it (``dismissed``, with the paired figures).  An improvement whose confirmation
+could not measure, was turned off after detection or could not be dispatched is ``dismissed`` with a "not
+confirmed: …" note (never shown as a gain); one a cap left out stays ``suspected`` (``state_by``
+:data:`~service.regressions.rules.CAPPED_BY`), which no surface counts as a gain either.
+
 **Bounded.**  A run's confirmation times at most ``AMPCI_CONFIRM_MAX_CELLS`` cells, and the runs of one pull
 request at most ``AMPCI_CONFIRM_MAX_PER_PR`` cells in all (:mod:`service.regressions.confirm_caps`: which
 cells, and the rule for the others: a suspected slowdown left out stays ``suspected`` with ``state_by``
@@ -43,10 +52,7 @@ finishers may call :func:`advance` at once).
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -55,7 +61,8 @@ from service.db import budgets
 from service.db import models as m
 from service.db.records import RunSpec
 from service.regressions.confirm_caps import ConfirmCaps, pull_request, select
-from service.regressions.rules import CAPPED_BY, TIMING_KINDS
+from service.regressions.paired import improvement_verdict, min_pairs, paired_verdict, recovery_verdict
+from service.regressions.rules import CAPPED_BY
 from service.regressions.thresholds import Thresholds
 
 #: Trigger of a confirmation run.
@@ -68,99 +75,6 @@ CONFIRMED_BY = "ampci-confirm"
 _FINAL_RUN = frozenset({"complete", "partial", "failed", "cancelled"})
 
 t_run, t_res, t_reg = m.Run.__table__, m.Result.__table__, m.Regression.__table__
-
-
-@dataclass(frozen=True)
-class PairedVerdict:
-    """The decision on one suspected finding: ``confirmed``, the median per-pair ratio, the paired test's
-    p-value, the median per-pair difference (seconds or ms), and a one-line ``detail``."""
-
-    confirmed: bool
-    ratio: float
-    p_value: float
-    difference: float
-    detail: str
-
-
-def limits(kind: str, th: Thresholds) -> tuple[float, float, float]:
-    """(ratio limit, raw floor, p limit) of a timing ``kind``: the rule's own ratio and floor, ``confirm_p``."""
-    if kind == "latency":
-        return th.latency_ratio, th.latency_floor_ms, th.confirm_p
-    if kind == "conversion_time":
-        return th.convert_time_ratio, th.convert_time_floor_s, th.confirm_p
-    raise ValueError(f"{kind!r} is not a timing kind ({', '.join(TIMING_KINDS)})")
-
-
-def wilcoxon_greater(x: Sequence[float]) -> float:
-    """One-sided Wilcoxon signed-rank p-value that ``x`` is centred above 0 (zeros dropped; 1.0 when
-    nothing is left).  Exact for up to 25 non-zero values without ties, else scipy's approximation."""
-    vals = [v for v in x if v != 0 and math.isfinite(v)]
-    if not vals:
-        return 1.0
-    from scipy.stats import wilcoxon
-
-    exact = len(vals) <= 25 and len({abs(v) for v in vals}) == len(vals)
-    res = wilcoxon(vals, alternative="greater", method="exact" if exact else "approx")
-    return float(res.pvalue)
-
-
-def _pair_stats(first: Sequence[float], second: Sequence[float]
-                ) -> tuple[list[tuple[float, float]], list[float], float, float]:
-    """The pairs timed positive on both sides, their log ratios (second / first), the median ratio and the
-    median per-pair difference (second - first); ratio 1.0 and difference 0.0 when no pair qualifies."""
-    pairs = [(a, b) for a, b in zip(first, second, strict=False) if a > 0 and b > 0]
-    if not pairs:
-        return [], [], 1.0, 0.0
-    logs = [math.log(b / a) for a, b in pairs]
-    return pairs, logs, math.exp(statistics.median(logs)), statistics.median(b - a for a, b in pairs)
-
-
-def paired_verdict(kind: str, baseline: Sequence[float], candidate: Sequence[float], th: Thresholds,
-                   unit: str) -> PairedVerdict:
-    """Confirmed when, over the pairs timed interleaved, the median candidate/baseline ratio exceeds the
-    kind's ratio limit, the median per-pair difference exceeds its floor, and a one-sided Wilcoxon
-    signed-rank test on the log ratios gives p < ``confirm_p``; dismissed otherwise (also when no pair
-    has positive times on both sides)."""
-    ratio_limit, floor, p_limit = limits(kind, th)
-    pairs, logs, ratio, diff = _pair_stats(baseline, candidate)
-    if not pairs:
-        return PairedVerdict(False, 1.0, 1.0, 0.0, "no pair timed on both sides")
-    p = wilcoxon_greater(logs)
-    confirmed = ratio > ratio_limit and diff > floor and p < p_limit
-    detail = (f"{'confirmed' if confirmed else 'dismissed'} by {len(pairs)} interleaved pairs: median ratio "
-              f"x{ratio:.3f} (limit x{ratio_limit:g}), median difference {diff:+.4g} {unit} (floor {floor:g}), "
-              f"Wilcoxon p={p:.2g} (limit {p_limit:g})")
-    return PairedVerdict(confirmed, ratio, p, diff, detail)
-
-
-def recovery_verdict(kind: str, regressed: Sequence[float], candidate: Sequence[float], th: Thresholds,
-                     unit: str) -> PairedVerdict:
-    """Recovery confirmed when, over the pairs timed interleaved, ``candidate`` (the new revision) is faster
-    than ``regressed`` (the revision the regression was found at) the way :func:`paired_verdict` demands
-    of a slowdown, mirrored: median candidate/regressed ratio below the inverse of the kind's ratio limit,
-    median per-pair difference below minus its floor, one-sided Wilcoxon p < ``confirm_p`` on the log
-    ratios.  ``ratio`` and ``difference`` are candidate vs regressed."""
-    ratio_limit, floor, p_limit = limits(kind, th)
-    pairs, logs, ratio, diff = _pair_stats(regressed, candidate)
-    if not pairs:
-        return PairedVerdict(False, 1.0, 1.0, 0.0, "recovery not confirmed: no pair timed on both sides")
-    p = wilcoxon_greater([-x for x in logs])
-    confirmed = ratio < 1 / ratio_limit and diff < -floor and p < p_limit
-    detail = (f"recovery {'confirmed' if confirmed else 'not confirmed'} by {len(pairs)} interleaved pairs against "
-              f"the regressed revision: median ratio x{ratio:.3f} (limit x{1 / ratio_limit:.3g}), median difference "
-              f"{diff:+.4g} {unit} (floor -{floor:g}), Wilcoxon p={p:.2g} (limit {p_limit:g})")
-    return PairedVerdict(confirmed, ratio, p, diff, detail)
-
-
-def min_pairs(p: float) -> int:
-    """The fewest pairs with which the one-sided Wilcoxon signed-rank test can give p < ``p`` (its smallest
-    exact p-value with ``n`` pairs is ``2 ** -n``): fewer pairs could never confirm anything."""
-    if not 0 < p < 1:
-        raise ValueError(f"a significance level must lie in (0, 1), got {p!r}")
-    n = 1
-    while 0.5 ** n >= p:
-        n += 1
-    return n
 
 
 def confirmation_pairs(run: Any) -> int:
@@ -318,7 +232,15 @@ def _open_unconfirmed(store: Any, suspected: Sequence[Any], why: str) -> None:
                                      state_at=store.clock()))
                 continue
             conn.execute(t_reg.update().where(t_reg.c.id == reg.id, t_reg.c.state == SUSPECTED).values(
-                state="open", state_by=CONFIRMED_BY, state_at=store.clock(), state_note=f"not confirmed: {why}"))
+                state=unconfirmed_state(reg), state_by=CONFIRMED_BY, state_at=store.clock(),
+                state_note=f"not confirmed: {why}"[:2000]))
+
+
+def unconfirmed_state(reg: Any) -> str:
+    """The state of a suspected finding whose confirmation could not decide: a slowdown stays a regression
+    (``open``: a gate never passes because the check of a slowdown broke); an improvement is ``dismissed``
+    (nothing unconfirmed is shown as a gain)."""
+    return DISMISSED if reg.category == "improvement" else "open"
 
 
 def _not_recovered(reg: Any, note: str) -> dict[str, Any]:
@@ -337,9 +259,10 @@ def _confirm_results(conn: Any, confirm_run_id: int) -> dict[tuple[str, str, str
 def apply_verdicts(store: Any, run_id: int, confirm_run_id: int) -> dict[str, int]:
     """Decide every suspected finding of ``run_id`` (and every recovery its results suspect) from the results
     of ``confirm_run_id`` (see module doc); returns counts ``{"confirmed", "dismissed", "unconfirmed",
-    "recovered", "not_recovered"}``."""
+    "recovered", "not_recovered", "improved", "not_improved"}``."""
     th = store.thresholds or Thresholds()
-    counts = {"confirmed": 0, "dismissed": 0, "unconfirmed": 0, "recovered": 0, "not_recovered": 0}
+    counts = {"confirmed": 0, "dismissed": 0, "unconfirmed": 0, "recovered": 0, "not_recovered": 0, "improved": 0,
+              "not_improved": 0}
     with store.transaction() as conn:
         results = _confirm_results(conn, confirm_run_id)
         for reg in conn.execute(sa.select(t_reg).where(_awaiting(run_id))):
@@ -364,8 +287,13 @@ def apply_verdicts(store: Any, run_id: int, confirm_run_id: int) -> dict[str, in
             if not got:
                 why = (f"the confirmation job ended {res.status}: {res.message or ''}" if res is not None
                        else "no confirmation result")
-                values = {"state": "open", "state_note": f"not confirmed: {why}"[:2000]}
+                values = {"state": unconfirmed_state(reg), "state_note": f"not confirmed: {why}"[:2000]}
                 counts["unconfirmed"] += 1
+            elif reg.category == "improvement":
+                v = improvement_verdict(reg.kind, got.get("baseline") or [], got.get("candidate") or [], th,
+                                        str(got.get("unit", "")))
+                values = {"state": "open" if v.confirmed else DISMISSED, "state_note": v.detail}
+                counts["improved" if v.confirmed else "not_improved"] += 1
             else:
                 v = paired_verdict(reg.kind, got.get("baseline") or [], got.get("candidate") or [], th,
                                    str(got.get("unit", "")))

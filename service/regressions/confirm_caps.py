@@ -10,14 +10,16 @@ nightly, manual, bisect) have the per-run cap only.
 
 :func:`select` is pure: which cells are confirmed and why each other one is not.  Order: new suspected
 slowdowns before suspected recoveries (a slowdown left unconfirmed is what a gate could miss; a recovery left
-unconfirmed only stays a regression), then the largest suspected effect first (the largest ratio among the
+unconfirmed only stays a regression), recoveries before suspected improvements (an improvement left
+unconfirmed is only not shown as a gain), then the largest suspected effect first (the largest ratio among the
 cell's findings), then the cell itself, so the choice is deterministic.
 
 Rule for a cell left out (the caller applies it): its suspected slowdown stays ``suspected`` for good, with
 ``state_by`` :data:`~service.regressions.rules.CAPPED_BY` and a note ("not confirmed: confirmation cap of 8
 cells per run reached"); it does not fail the gate (unconfirmed timing is what confirmation exists to keep
 out of verdicts) and every verdict counts it as :data:`~service.regressions.rules.CAPPED_LABEL`, never as
-a pass.  A suspected recovery left out goes back to the state it had (it is not resolved).
+a pass.  A suspected recovery left out goes back to the state it had (it is not resolved); a suspected improvement left
+out stays ``suspected`` like a slowdown, and no surface counts it as a gain.
 """
 
 from __future__ import annotations
@@ -95,10 +97,14 @@ def select(findings: Sequence[Any], caps: ConfirmCaps, budget_left: int | None =
     for f in findings:
         by_cell.setdefault((f.model, f.dtype, f.policy, f.target), []).append(f)
 
-    def key(cell: Cell) -> tuple[bool, float, Cell]:
+    def key(cell: Cell) -> tuple[int, float, Cell]:
         found = by_cell[cell]
-        recovery = all(f.state == "suspected_resolved" for f in found)
-        return recovery, -max(effect(f) for f in found), cell
+        if any(getattr(f, "category", "regression") == "regression" and f.state != "suspected_resolved"
+               for f in found):
+            rank = 0  # a suspected slowdown
+        else:
+            rank = 1 if any(f.state == "suspected_resolved" for f in found) else 2  # a recovery, else a gain only
+        return rank, -max(effect(f) for f in found), cell
 
     order = sorted(by_cell, key=key)
     chosen = order[:caps.max_cells]

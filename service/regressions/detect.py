@@ -20,7 +20,11 @@ contains the regressed revision (it is that revision or a recorded descendant of
 older revision never resolves a newer finding) and its result is comparable with that regression's
 baseline result and no longer regresses against it; a *timing* regression, when the run confirms its
 timing findings, only becomes ``suspected_resolved`` and is resolved by a confirmed recovery alone
-(:mod:`service.regressions.confirm`: one lucky job never clears a slowdown).  Convergence
+(:mod:`service.regressions.confirm`: one lucky job never clears a slowdown).  A pairwise timing finding of
+such a run, slowdown or improvement, is stored ``suspected`` until its confirmation decides (a gain is
+confirmed before it is shown as one); an accuracy or convergence improvement on a cell whose coverage
+regressed in the same comparison is stored ``explained`` with the coverage loss in its note (less in low
+precision is less rounding, not a better pass).  Convergence
 errors in different units (a baseline stored before the job recorded ``relative`` errors) are never
 compared (see :mod:`service.regressions.rules`): such a baseline yields only diverged-status findings,
 and resolves a divergence regression by the diverged status alone, never a final-error one.
@@ -48,6 +52,8 @@ from service.db.runs import dialect_insert
 from service.regressions.confirm import CONFIRM_TRIGGER, SUSPECTED_RESOLVED, confirmation_pairs
 from service.regressions.measured import floats, graph_fields
 from service.regressions.rules import (
+    EXPLAINED,
+    EXPLAINED_KINDS,
     KINDS,
     TIMING_KINDS,
     CellSample,
@@ -78,6 +84,12 @@ SAMPLE_COLS = (*CELL, t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_res.c.
                t_res.c.casts_inserted, t_res.c.env_fingerprint, t_res.c.latency_p50_ms,
                sa.cast(t_res.c.data, sa.Text).label("doc"))
 LINEAGE_TRIGGERS = ("push", "nightly", "manual")
+#: Categories of a pairwise timing finding that wait for a confirmation run (:mod:`service.regressions.confirm`):
+#: a slowdown before it fails the gate, a gain before it is shown as one.
+CONFIRMED_CATEGORIES = ("regression", "improvement")
+#: States detection gives a finding (nobody decided anything on it yet): re-detection removes those it no
+#: longer produces.
+DETECTED_STATES = ("open", "suspected", EXPLAINED)
 #: Results of confirmation runs time two revisions at once: never a baseline (:mod:`service.regressions.confirm`).
 NOT_CONFIRMATION = t_res.c.run_id.not_in(sa.select(t_run.c.id).where(t_run.c.trigger == CONFIRM_TRIGGER))
 
@@ -163,8 +175,8 @@ def _statements() -> dict[str, Any]:
             t_reg.c.state.in_(("open", "acknowledged")), t_reg.c.run_id < run_id,
             t_reg.c.baseline_result_id.is_not(None), _same_cell(t_reg, run_id)),
         "findings": regressions_query().where(t_reg.c.run_id == run_id),
-        "delete_stale": t_reg.delete().where(  # the run's open/suspected findings but those in ``keys``
-            t_reg.c.run_id == run_id, t_reg.c.state.in_(("open", "suspected")),
+        "delete_stale": t_reg.delete().where(  # the run's detected findings but those in ``keys``
+            t_reg.c.run_id == run_id, t_reg.c.state.in_(DETECTED_STATES),
             sa.tuple_(*(t_reg.c[k] for k in _KEY_COLS)).not_in(sa.bindparam("keys", expanding=True))),
     }
 
@@ -325,6 +337,7 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
     rows: list[dict[str, Any]] = []
     for cell, cur, findings in found:
         flaky = flaky_reason(cell, [r.status for r in lineage.get(cell, [])] + [cur.status], th)
+        loss = next((f for f, _, _ in findings if f.kind == "coverage" and f.category == "regression"), None)
         for f, base_id, base_sha in findings:
             if nightly and f.category == "regression" and (cell, f.kind) in already_open:
                 continue
@@ -334,20 +347,27 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
             category, detail = f.category, f.detail
             if flaky and category == "regression":
                 category, detail = "flaky", f"{flaky}: {detail}"
+            # a pairwise timing regression or improvement awaits its confirmation run (the nightly change-point
+            # test has no single baseline revision to time against: it needs consecutive nights)
+            state = ("suspected" if suspect and category in CONFIRMED_CATEGORIES and f.kind in TIMING_KINDS
+                     and base_sha is not None else "open")
+            note = None
+            if loss is not None and category == "improvement" and f.kind in EXPLAINED_KINDS:
+                # less in low precision is less rounding: the coverage loss explains the "gain"
+                state = EXPLAINED
+                note = f"explained by the coverage loss on this cell ({loss.detail}): not an improvement of the pass"
             rows.append({"run_id": run.id, "revision_sha": run.revision_sha, "baseline_sha": base_sha,
                          "model": cell[0], "dtype": cell[1], "policy": cell[2], "target": cell[3],
                          "kind": f.kind, "category": category, "severity": f.severity, "metric": f.metric,
                          "baseline_value": f.baseline_value, "value": f.value, "delta": f.delta,
                          "ratio": f.ratio, "p_value": f.p_value, "detail": detail, "result_id": cur.id,
-                         "baseline_result_id": base_id, "created_at": now,
-                         # a pairwise timing regression awaits its confirmation run (the nightly change-point
-                         # test has no single baseline revision to time against: it needs consecutive nights)
-                         "state": "suspected" if suspect and category == "regression" and f.kind in TIMING_KINDS
-                         and base_sha is not None else "open"})
+                         "baseline_result_id": base_id, "created_at": now, "state": state,
+                         "state_by": "ampci" if note else None, "state_note": note[:2000] if note else None})
     _store_findings(conn, run.id, rows)
     if run.trigger in LINEAGE_TRIGGERS:
-        _resolve(conn, run, current, th, now, suspect, {(r["model"], r["dtype"], r["policy"], r["target"])
-                                                        for r in rows if r["state"] == "suspected"}, samples)
+        _resolve(conn, run, current, th, now, suspect, {(r["model"], r["dtype"], r["policy"], r["target"]):
+                                                        r["baseline_sha"] for r in rows if r["state"] == "suspected"},
+                 samples)
 
 
 class _Samples:
@@ -447,7 +467,7 @@ def _store_findings(conn: Connection, run_id: int, rows: list[dict[str, Any]]) -
     else:
         kept = set(wanted)
         stale = [r.id for r in conn.execute(sa.select(t_reg.c.id, *(t_reg.c[k] for k in key_cols))
-                                            .where(t_reg.c.run_id == run_id, t_reg.c.state.in_(("open", "suspected"))))
+                                            .where(t_reg.c.run_id == run_id, t_reg.c.state.in_(DETECTED_STATES)))
                  if tuple(r[1:]) not in kept]
         if stale:
             conn.execute(t_reg.delete().where(t_reg.c.id.in_(stale)))
@@ -475,7 +495,7 @@ def _upsert(conn: Connection) -> Any:
 
 
 def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Thresholds, now: Any,
-             suspect: bool = False, suspected_cells: set[Cell] | None = None,
+             suspect: bool = False, suspected_cells: Mapping[Cell, str] | None = None,
              samples: Callable[[Any], CellSample] = sample) -> None:
     """Resolve the earlier regressions this run no longer shows (see the module docstring).
 
@@ -484,10 +504,11 @@ def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Threshold
     kept in ``state_before``, ``resolved_by_result_id`` this run's result) and the run's confirmation run
     times its regressed revision against this one (:mod:`service.regressions.confirm`), which resolves it
     or puts it back.  One confirmation job per cell times two revisions: a cell with a new suspected
-    finding of this run, or a second regressed revision, keeps such a regression as it is (a later run
-    tries again)."""
-    suspected_cells = set(suspected_cells or ())
-    recovering: dict[Cell, str] = {}  # cell -> the regressed revision its confirmation job times
+    finding of this run timed against another revision (``suspected_cells``: cell -> the baseline revision of
+    its suspected findings), or a second regressed revision, keeps such a regression as it is (a later run
+    tries again).  A suspected improvement against the regressed revision itself (the fix of a slowdown, as
+    its parent) shares the job: both are decided from the same interleaved pairs."""
+    recovering: dict[Cell, str] = dict(suspected_cells or {})  # cell -> the revision its confirmation job times
     open_regs = conn.execute(_Q["open_regressions"], {"run_id": run.id}).all()
     if not open_regs:  # the usual case: no walk of the whole ancestry (11 ms of 200 revisions)
         return
@@ -506,7 +527,7 @@ def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Threshold
             continue
         cell = _cell(reg)
         if suspect and reg.kind in TIMING_KINDS:
-            if cell in suspected_cells or recovering.setdefault(cell, reg.revision_sha) != reg.revision_sha \
+            if recovering.setdefault(cell, reg.revision_sha) != reg.revision_sha \
                     or reg.revision_sha == run.revision_sha:
                 continue  # its confirmation job is taken (or there is nothing to time against): stays as it is
             conn.execute(t_reg.update().where(t_reg.c.id == reg.id).values(

@@ -40,6 +40,14 @@ CONFIRMATION_STATES = ("suspected", "dismissed", "suspected_resolved")
 #: for good, never fails the gate, and the verdict counts it as :data:`CAPPED_LABEL`, never as a pass.
 CAPPED_BY = "ampci-confirm-cap"
 CAPPED_LABEL = "not confirmed (cap)"
+#: What the verdict calls a suspected timing *improvement* a cap left out: never a gain, and (unlike
+#: :data:`CAPPED_LABEL`) no reason to withhold "no regressions".
+CAPPED_GAIN_LABEL = "improvement not confirmed (cap)"
+#: ``regressions.state`` of an accuracy or convergence improvement on a cell whose coverage regressed in the same
+#: comparison (:data:`EXPLAINED_KINDS`): less computed in low precision is less rounding, not a better pass, so it
+#: is recorded with the coverage loss in its note and counted nowhere as an improvement.
+EXPLAINED = "explained"
+EXPLAINED_KINDS = ("accuracy", "convergence")
 
 
 @dataclass(frozen=True)

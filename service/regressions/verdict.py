@@ -11,7 +11,10 @@ jobs that ended without a result and its open/acknowledged regressions, and appl
 Guarantees: a cell that could not measure is said **first**, with the count by status; a cell without a
 baseline result is "not compared", and "no regressions" is only ever said of cells that were compared; a
 suspected timing finding that a confirmation cap left out is said as "N not confirmed (cap) (kind)": it does
-not fail the gate, and "no regressions" is then not said.
+not fail the gate, and "no regressions" is then not said.  Only a confirmed (open or acknowledged) improvement
+is said as one ("1 improvement (latency)"); a suspected, dismissed or capped one is said as such ("1 suspected
+improvement (conversion_time)", "1 dismissed improvement (…)", "1 improvement not confirmed (cap) (…)"), and an
+accuracy gain a coverage loss explains as "1 improvement explained by a coverage loss (accuracy)".
 """
 
 from __future__ import annotations
@@ -22,7 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.regressions.gate import JOB_ERROR, CellOutcome, GateDecision, decide
-from service.regressions.rules import CAPPED_BY, CAPPED_LABEL, CONFIRMATION_STATES
+from service.regressions.rules import (
+    CAPPED_BY,
+    CAPPED_GAIN_LABEL,
+    CAPPED_LABEL,
+    CONFIRMATION_STATES,
+    EXPLAINED,
+)
 
 #: Unmeasured statuses that say the run could not be carried out (a bad spec, a worker that died, a job
 #: without any result) rather than that the pass failed: the commit status is ``error`` for them.
@@ -118,12 +127,74 @@ class RunVerdict:
             text += " · " + summary_line
         return text if len(text) <= DESCRIPTION_MAX else text[:DESCRIPTION_MAX - 1] + "…"
 
+    def brief(self) -> dict[str, Any]:
+        """What a list of runs shows of the verdict (stored in ``runs.verdict``): the commit status state, the
+        exit code, the headline and the counts behind it."""
+        d = self.decision
+        return {"state": self.state, "exit_code": self.exit_code, "headline": self.headline(),
+                "regressions": sum(self.regressions.values()), "unmeasured": len(d.unmeasured),
+                "known_failures": len(d.known_failures), "not_compared": len(d.not_compared),
+                "compared": d.compared, "cells": self.cells, "pending": self.pending,
+                "improvements": sum(self.others.get("improvement", {}).values()),
+                "flaky": sum(self.others.get("flaky", {}).values())}
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"run_id": self.run_id, "state": self.state, "headline": self.headline(),
                 "gate": self.decision.to_dict(), "regressions": dict(self.regressions),
                 "others": {c: dict(k) for c, k in self.others.items()}, "cells": self.cells,
                 "pending": self.pending}
+
+
+def _label(g: Any) -> str:
+    """The verdict's phrase for a finding that is under or after confirmation, or explained: never a gain."""
+    capped = g.state == "suspected" and g.state_by == CAPPED_BY
+    if g.category == "improvement":
+        if g.state == EXPLAINED:
+            return "improvement explained by a coverage loss"
+        return CAPPED_GAIN_LABEL if capped else f"{g.state.replace('_', ' ')} improvement"
+    return CAPPED_LABEL if capped else g.state
+
+
+#: Run statuses of a run that has not been judged yet.
+UNJUDGED_RUN_STATES = frozenset({"awaiting_approval", "queued", "running"})
+#: The word a list of runs shows for each verdict state (and ``unjudged`` for a finished run without one).
+LIST_WORDS = {"success": "passes", "failure": "fails", "error": "error", "pending": "pending",
+              "unjudged": "not judged"}
+
+
+def list_verdict(run: Any) -> tuple[str, str]:
+    """``(state, counts)`` a list of runs shows for ``run`` (a RunInfo): the state of its recorded verdict
+    (:meth:`RunVerdict.brief`; ``pending`` while the run is unfinished, ``unjudged`` for a finished run that has
+    none: older than the record, or cancelled by hand) and its counts, most important first, e.g. ``2
+    regressions, 1 could not measure, 3 not compared``.  Reads the record; decides nothing."""
+    brief = getattr(run, "verdict", None)
+    if run.status in UNJUDGED_RUN_STATES:
+        return "pending", run.status.replace("_", " ")
+    if not isinstance(brief, dict) or brief.get("state") not in LIST_WORDS:
+        return "unjudged", ""
+    parts = []
+    for key, one, many in (("unmeasured", "could not measure", "could not measure"),
+                           ("regressions", "regression", "regressions"),
+                           ("known_failures", "known failure", "known failures"),
+                           ("not_compared", "not compared", "not compared"),
+                           ("improvements", "improvement", "improvements"), ("flaky", "flaky", "flaky")):
+        n = brief.get(key) or 0
+        if n:
+            parts.append(f"{n} {one if n == 1 else many}")
+    if not parts or (brief.get("compared") and not brief.get("regressions") and not brief.get("unmeasured")):
+        parts.append(f"{brief.get('compared', 0)} compared")
+    return str(brief["state"]), ", ".join(parts)
+
+
+def record_verdict(store: Any, run_id: int) -> RunVerdict:
+    """Decide run ``run_id``'s verdict (:func:`run_verdict`) and store it in brief for the lists of runs (the
+    runs page, ``ampci runs``): called by the finisher when it judges the run and after one of its findings is
+    triaged.  A run not finished yet records nothing (the lists say it is pending).  Returns the verdict."""
+    verdict = run_verdict(store, run_id)
+    if store.get_run(run_id).finished_at is not None:
+        store.record_verdict(run_id, verdict.brief())
+    return verdict
 
 
 def run_verdict(store: Any, run_id: int) -> RunVerdict:
@@ -149,9 +220,8 @@ def run_verdict(store: Any, run_id: int) -> RunVerdict:
         if g.category != "regression":
             others.setdefault(g.category, Counter())[g.kind] += 1
     for g in found:  # timing findings being confirmed, dismissed by it or left out by a cap: shown, never failing
-        if g.state in CONFIRMATION_STATES:
-            capped = g.state == "suspected" and g.state_by == CAPPED_BY
-            others.setdefault(CAPPED_LABEL if capped else g.state, Counter())[g.kind] += 1
+        if g.state in CONFIRMATION_STATES or g.state == EXPLAINED:
+            others.setdefault(_label(g), Counter())[g.kind] += 1
     pending = sum(j.status in ("queued", "running") for j in jobs)
     decision = decide(outcomes, base, len(regs))
     waiting = ()

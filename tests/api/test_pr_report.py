@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from werkzeug import Response
 
 from service.github.client import COMMENT_MARKER, GitHubStatusClient, PullRequestComment, TransientStatusError
 from service.regressions.detect import detect_run
+from service.regressions.verdict import run_verdict
 from tests.api.conftest import make_reporter
 from tests.api.github_standin import GitHubStandIn
 from tests.api.helpers import API_TOKEN, GITHUB_TOKEN, REPO, encode, pr_payload, run_of, sha, webhook_headers
@@ -214,7 +216,9 @@ def test_github_failing_never_affects_the_run(pr_world: dict[str, Any], failure:
     assert resp.status_code == 200 and resp.json()["state"] == "acknowledged"
     reporter.drain()
     run, summary, _ = before
-    assert store.get_run(run_id) == run and store.run_summary(run_id) == summary
+    after = store.get_run(run_id)  # the triage recorded the run's verdict for the lists of runs, nothing else
+    assert replace(after, verdict=None) == replace(run, verdict=None) and store.run_summary(run_id) == summary
+    assert after.verdict == run_verdict(store, run_id).brief()
     assert gh.pr_comments() == []
     if failure in (403, 422):  # permanent: dropped to the dead list, nothing retried
         dead = reporter.outbox.dead()

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from service.db import Store
 from service.db.migrate import upgrade
 from service.regressions.detect import detect_run
+from service.regressions.verdict import record_verdict
 from workers.result import (
     AccuracyReport,
     ConvergenceStats,
@@ -90,13 +91,15 @@ def chain(store: Store, n: int, branch: str = "main", start: int = 0) -> list[st
 
 def run_with(store: Store, revision: str, results: list[JobResult], trigger: str = "push",
              baseline: str | None = None, detect: bool = True) -> int:
-    """Create a run of the results' cells, write them, finish it and (by default) detect."""
+    """Create a run of the results' cells, write them, finish it and (by default) detect and record its
+    verdict."""
     run_id = store.create_run(revision, trigger, baseline_sha=baseline, cells=[r.cell for r in results])
     for r in results:
         store.write_result(run_id, r)
     store.finish_run(run_id)
     if detect:
         detect_run(store, run_id)
+        record_verdict(store, run_id)  # as the finisher does: what the lists of runs show
     return run_id
 
 

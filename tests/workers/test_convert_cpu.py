@@ -41,3 +41,21 @@ def test_cpu_seconds_of_the_conversion_process_beside_its_wall_time(tmp_path: Pa
     assert facts.convert_cpu_s == [round(c, 6) for c in burn.cpu_samples_s]
     # unpaired CPU figures are never stored against the wrong samples
     assert attach_report(GraphFacts(), burn.report, burn.samples_s, None, burn.cpu_samples_s[:2]).convert_cpu_s == []
+
+
+def test_cpu_seconds_have_microsecond_resolution(tmp_path: Path) -> None:
+    """``getrusage`` gives the conversion's CPU time in microseconds; ``os.times`` only in clock ticks (10 ms).
+    A ~20 ms CPU figure read from ticks would be 0.01 or 0.02 exactly: the conversion-time rule's CPU guard
+    compares figures of that size, so every sample being a whole number of ticks means the resolution was lost
+    somewhere between the pass's supervisor and the result."""
+    src, _ = synthetic_model_path("conv_net", 0, tmp_path / "cache")
+    root = fake_pass(tmp_path / "sleepy", "sleepy")
+    out = convert_in_subprocess(src, tmp_path / "m.onnx", tmp_path / "m.json", "fp16", "default", "cpu", root,
+                                timeout_s=60.0, memory_bytes=2 * 1024**3, warm=True, repeats=4, repeat_budget_s=60.0)
+    assert out.status == "ok", out
+    assert len(out.cpu_samples_s) == 4 and all(c > 0 for c in out.cpu_samples_s), out.cpu_samples_s
+    # each figure is a whole number of 10 ms ticks with odds of about 1e-4 at microsecond resolution
+    off_tick = [c for c in out.cpu_samples_s if abs(c * 100 - round(c * 100)) > 1e-6]
+    assert off_tick, f"every CPU figure is a whole number of 10 ms ticks: {out.cpu_samples_s}"
+    facts = attach_report(GraphFacts(), out.report, out.samples_s, out.reference_s, out.cpu_samples_s)
+    assert facts.convert_cpu_s == out.cpu_samples_s  # stored as measured (6 decimals), not rounded to ticks
