@@ -97,6 +97,10 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
+#: The settings that are credentials (their AMPCI_ names): held by the API process alone (compose passes them to the
+#: api service only), never given to the pass, and their values redacted from any stored error text.
+CREDENTIALS = ("AMPCI_WEBHOOK_SECRET", "AMPCI_API_TOKEN", "AMPCI_GITHUB_TOKEN", "AMPCI_GITHUB_PRIVATE_KEY",
+               "AMPCI_GITHUB_PRIVATE_KEY_FILE")
 #: AMPCI_SANDBOX: how the pass under test is isolated (:mod:`workers.sandbox`).
 SANDBOX_MODES = ("require", "best-effort", "auto")
 #: What a GitHub run can report: the commit status, the PR comment, a check run (AMPCI_GITHUB_REPORT).

@@ -62,9 +62,12 @@ def redact_result(result: Any) -> Any:
     import os
     from urllib.parse import urlsplit
 
+    from service.settings import CREDENTIALS
     from workers.redact import redact
 
-    known = [os.environ.get(f"AMPCI_{name}", "") for name in ("WEBHOOK_SECRET", "API_TOKEN", "GITHUB_TOKEN")]
+    known = [os.environ.get(name, "") for name in CREDENTIALS if not name.endswith("_FILE")]
+    key = os.environ.get("AMPCI_GITHUB_PRIVATE_KEY", "")
+    known += [line for line in key.splitlines() if len(line) >= 16]  # a PEM key quoted line by line
     for name in ("DATABASE_URL", "BROKER_URL"):
         try:
             known.append(urlsplit(os.environ.get(f"AMPCI_{name}", "")).password or "")

@@ -29,6 +29,7 @@ import httpx
 import pytest
 import yaml
 
+import service.settings as settings_module
 from deploy.images import LOCAL_OVERRIDE, build_base_images, compose_command, docker_env, ensure_dockerd
 from tests.api.helpers import encode, pr_payload, push_payload, webhook_headers
 from tests.deploy.stack import ROOT, Stack, docker, free_port, wait_for
@@ -41,7 +42,7 @@ CELLS = 6  # sweeps/smoke.toml: 3 smoke models x fp16/bf16 x default x cpu
 HEALTHY = ("postgres", "redis", "api", "beat", "worker-cpu")
 API_TOKEN = "deploy-test-api-token"
 GITHUB_TOKEN = "ghs_" + "D" * 36
-CREDENTIALS = {"AMPCI_WEBHOOK_SECRET", "AMPCI_GITHUB_TOKEN", "AMPCI_API_TOKEN"}
+CREDENTIALS = set(settings_module.CREDENTIALS)
 #: Why the worker's pass sandbox cannot be made, with the worker's own policy ("None": it can).
 SANDBOX_PROBE = ("from service.settings import Settings; from workers.sandbox import full_sandbox_error; "
                  "print(full_sandbox_error(Settings.from_env().worker_config().sandbox_policy()))")

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from service.cli.main import build_parser
+from service.settings import CREDENTIALS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = {"postgres", "redis", "api", "beat", "worker-cuda", "worker-cpu"}
@@ -95,7 +96,7 @@ def test_every_setting_reaches_every_project_service(compose: dict[str, Any]) ->
         assert isinstance(env, dict), f"{name}: environment must be the x-ampci-env mapping"
         missing = [n for n in names if n not in env]
         # issue 31: only the api holds the credentials; every other service gets every other setting
-        allowed = set() if name == "api" else {"AMPCI_WEBHOOK_SECRET", "AMPCI_GITHUB_TOKEN", "AMPCI_API_TOKEN"}
+        allowed = set() if name == "api" else set(CREDENTIALS)
         assert set(missing) <= allowed, f"{name}: settings not passed to the container: {missing}"
     # the secret is required at `up` (one-line error), never defaulted to empty
     secret = compose["services"]["api"]["environment"]["AMPCI_WEBHOOK_SECRET"]
