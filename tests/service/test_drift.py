@@ -122,16 +122,25 @@ def test_a_push_that_did_not_tip_it_is_not_blamed_a_nightly_reports_it(store: St
     assert reg.kind == "drift" and reg.baseline_sha == shas[0]
 
 
-def test_a_reported_and_acknowledged_drift_does_not_fire_again(store: Store) -> None:
+@pytest.mark.parametrize("false_positive", [False, True])
+def test_a_reported_and_acknowledged_drift_does_not_fire_again(store: Store, false_positive: bool) -> None:
     shas = chain(store, 10)
     for k in range(4):
         run_with(store, shas[k], [make_result(CELL, max_abs=1e-3 * 1.3 ** k, seed=k)], detect=False)
     first = run_with(store, shas[4], [make_result(CELL, max_abs=1e-3 * 1.3 ** 4, seed=4)], trigger="nightly")
     (reg,) = store.regressions(run_id=first)
-    store.ack(reg.id, by="dev", false_positive=False, note="known: the new graph walk")
+    store.ack(reg.id, by="dev", false_positive=false_positive, note="known: the new graph walk")
     for k in range(5, 10):  # nightlies report any drift over the limit, but not this one again
         assert store.regressions(run_id=run_with(store, shas[k], [make_result(CELL, max_abs=1e-3 * 1.3 ** 4,
                                                                               seed=k)], trigger="nightly")) == []
+
+
+def test_a_single_step_is_the_parent_comparisons_finding_not_a_drift(store: Store) -> None:
+    shas = chain(store, 4)
+    for k in range(3):
+        run_with(store, shas[k], [make_result(CELL, max_abs=1e-3, seed=k)])
+    (reg,) = store.regressions(run_id=run_with(store, shas[3], [make_result(CELL, max_abs=5e-3, seed=3)]))
+    assert (reg.kind, reg.baseline_sha) == ("accuracy", shas[2])
 
 
 def test_a_drift_resolves_when_the_level_returns_to_its_reference(store: Store) -> None:
