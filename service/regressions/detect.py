@@ -53,7 +53,7 @@ from service.db.queries import (
 from service.db.records import Cell, RegressionInfo
 from service.db.runs import dialect_insert
 from service.regressions.confirm import CONFIRM_TRIGGER, SUSPECTED_RESOLVED, confirmation_pairs
-from service.regressions.drift import Point, judge
+from service.regressions.drift import Earlier, Point, judge
 from service.regressions.measured import floats, graph_fields
 from service.regressions.rules import (
     PAIRWISE_KINDS,
@@ -384,7 +384,7 @@ def _drifts(conn: Connection, run: Any, current: Mapping[Cell, Any],
     branch = conn.execute(sa.select(t_rev.c.branch).where(t_rev.c.sha == run.revision_sha)).scalar()
     pinned = pins.pin_for(conn, branch=branch)
     earlier = conn.execute(sa.select(*(t_reg.c[k] for k in ("model", "dtype", "policy", "target", "kind",
-                                                             "metric", "revision_sha")))
+                                                             "metric", "revision_sha", "state")))
                            .where(t_reg.c.run_id < run.id, t_reg.c.category == "regression",
                                   t_reg.c.state != "resolved", t_reg.c.revision_sha.in_(list(depth)),
                                   _same_cell(t_reg, run.id))).all()
@@ -402,17 +402,13 @@ def _drifts(conn: Connection, run: Any, current: Mapping[Cell, Any],
         measured = sorted(rows_by_sha, key=lambda x: depth[x])[:th.drift_window]
         history = [point(sha) for sha in reversed(measured)]
         pin = point(pinned) if pinned in rows_by_sha else None
-        done = [(source_kind(e.kind, e.metric), depth[e.revision_sha]) for e in earlier
+        done = [Earlier(source_kind(e.kind, e.metric), depth[e.revision_sha], e.state) for e in earlier
                 if _cell(e) == cell]
-
-        def reported(metric: str, ref: Point) -> bool:
-            kind = source_kind("drift", metric)
-            return any(k == kind and d < ref.depth for k, d in done)  # noqa: B023 - used in this iteration only
 
         kinds_found = {source_kind(f.kind, f.metric) for f, _, _ in pairwise.get(cell, ()) if f.category == "regression"}
         cur = current[cell]
         got = judge(cell, history, Point(run.revision_sha, 0, cur.id, samples(cur)), th, pin=pin, tipping=tipping,
-                    pairwise_kinds=kinds_found, reported=reported)
+                    pairwise_kinds=kinds_found, earlier=done)
         if got is None:
             continue
         if timing_kind(got.finding.kind, got.finding.metric) and kinds_found & set(TIMING_KINDS):

@@ -13,11 +13,15 @@ A drift is **reported** when the rule finds a regression against the reference a
 - the parent comparison of this run shows no regression of that kind (the step is then reported itself);
 - for a ``push``/``pull_request``/``manual`` run, **its own change tipped it**: the parent (the newest
   measured revision before it) did not regress against the same reference by the same metric (a drift that
-  was already over the limit was the parent's to report); a ``nightly`` run reports any drift over the limit
-  across the day's commits;
-- it was not reported before (:func:`already_reported`): no earlier drift finding of the cell and metric,
-  in any state but ``resolved``, stands at a revision between the reference and this one — once reported
-  (and acknowledged, or dismissed) the same change does not fire again.
+  was already over the limit was the parent's to report; unless the parent's finding of that kind was
+  dismissed by confirmation, so a borderline drift is not lost), and this run's own step moved the metric
+  towards the drift by at least half the mean step since the reference (a noise commit whose measurement
+  happens to cross the limit after a creep is not blamed for it); a ``nightly`` run reports any drift over
+  the limit across the day's commits;
+- it was not reported before: no earlier finding of the cell and that kind (a drift of its metric or the
+  parent comparison's), in any state but ``resolved`` or ``dismissed``, stands at a revision between the
+  reference and this one — once reported (and acknowledged, or marked a false positive) the same change does
+  not fire again.
 
 The finding names where the level moved: E-divisive means over the metric's series from the reference to
 this run (:mod:`service.regressions.changepoint`), as "drifted x4.5 over 8 commits, since REV; level moved
@@ -28,11 +32,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from urllib.parse import urlencode
 
-from service.regressions.changepoint import e_divisive
 from service.regressions.rules import (
     DRIFT_METRICS,
     CellSample,
@@ -54,6 +57,20 @@ class Point:
     depth: int
     result_id: int
     sample: CellSample
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """An earlier regression finding of the cell on the run's first-parent line: the kind whose rule judged it
+    (a drift's metric's kind), the first-parent distance of its revision, its state."""
+
+    kind: str
+    depth: int
+    state: str
+
+
+#: States of an earlier finding that do not stop the same change being reported again.
+NOT_REPORTED = ("resolved", "dismissed")
 
 
 @dataclass(frozen=True)
@@ -92,12 +109,12 @@ def _regresses(ref: CellSample, new: CellSample, th: Thresholds, cell: Cell, met
 
 
 def judge(cell: Cell, history: Sequence[Point], current: Point, th: Thresholds, *, pin: Point | None,
-          tipping: bool, pairwise_kinds: set[str], reported: Callable[[str, Point], bool]) -> Drift | None:
+          tipping: bool, pairwise_kinds: set[str], earlier: Sequence[Earlier] = ()) -> Drift | None:
     """The drift of ``current`` to report, if any (see the module doc).  ``history``: the cell's measured
     revisions before the run, oldest first, newest ``th.drift_window`` at most; ``pin``: the pinned baseline's
     point (on the line) or None; ``tipping``: report only a drift this run's change tipped over the limit;
     ``pairwise_kinds``: kinds the parent comparison of this run already found a regression of;
-    ``reported(metric, reference)``: whether that drift was reported before."""
+    ``earlier``: the cell's earlier regression findings on the line."""
     if len(history) < th.drift_min_history:
         return None
     parent = history[-1]
@@ -109,16 +126,32 @@ def judge(cell: Cell, history: Sequence[Point], current: Point, th: Thresholds, 
         if not got:
             continue
         f = got[0]
-        if DRIFT_METRICS[f.metric] in pairwise_kinds:
+        kind = DRIFT_METRICS[f.metric]
+        if kind in pairwise_kinds:
             continue
-        # the parent was judged (it had a history of its own) and already regressed against this reference
-        if tipping and len(history) > th.drift_min_history and _regresses(ref.sample, parent.sample, th, cell,
-                                                                         f.metric):
-            continue
-        if reported(f.metric, ref):
-            continue
+        mine = [e for e in earlier if e.kind == kind]
+        if any(e.depth < ref.depth and e.state not in NOT_REPORTED for e in mine):
+            continue  # reported before: the same change
+        if tipping:
+            parent_dismissed = any(e.depth == parent.depth and e.state == "dismissed" for e in mine)
+            # the parent was judged (it had a history of its own) and already regressed against this reference
+            if (len(history) > th.drift_min_history and not parent_dismissed
+                    and _regresses(ref.sample, parent.sample, th, cell, f.metric)):
+                continue
+            if not own_step(f.metric, ref, parent, current):
+                continue
         return Drift(replace(f, detail=describe(cell, f, ref, pinned, history, current)), ref, pinned)
     return None
+
+
+def own_step(metric: str, ref: Point, parent: Point, current: Point) -> bool:
+    """The step from ``parent`` to ``current`` moved ``metric`` in the direction it drifted from ``ref`` by at
+    least half the mean step since ``ref`` (True when a value is unknown: the rule's verdict stands)."""
+    r, p, c = (series_value(metric, x.sample) for x in (ref, parent, current))
+    if r is None or p is None or c is None or ref.depth <= 0:
+        return True
+    total = c - r
+    return (c - p) * math.copysign(1.0, total) >= abs(total) / (2 * ref.depth)
 
 
 def describe(cell: Cell, f: Finding, ref: Point, pinned: bool, history: Sequence[Point], current: Point) -> str:
@@ -135,6 +168,9 @@ def describe(cell: Cell, f: Finding, ref: Point, pinned: bool, history: Sequence
 def moved_text(metric: str, history: Sequence[Point], ref: Point, current: Point) -> str:
     """Where the level of ``metric`` moved between ``ref`` and ``current`` (E-divisive means over the
     measured revisions since the reference), or that no single change point was found (a gradual creep)."""
+    # imported here: numpy is only loaded when a drift is reported, never by the query commands that import detection
+    from service.regressions.changepoint import e_divisive
+
     pts = [p for p in history if p.depth <= ref.depth] + [current]
     if pts[0].sha != ref.sha:
         pts = [ref, *pts]

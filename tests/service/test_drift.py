@@ -173,3 +173,19 @@ def test_a_timing_drift_is_confirmed_against_its_reference(store: Store, confirm
     (reg,) = store.regressions(run_id=run_id)
     assert reg.state == ("open" if confirmed else "dismissed")
     assert store.run_summary(run_id).regressions == ({"drift": 1} if confirmed else {})
+    # the next step of the creep: a confirmed drift is not reported again; a dismissed one is judged anew
+    nxt = make_run(store, chain(store, 1, start=5)[0], [conversion(5, 0.25)], confirm_pairs=8)
+    finish_if_complete(store, nxt, dispatch=lambda _: None)
+    assert [(g.kind, g.state) for g in store.regressions(run_id=nxt)] == ([] if confirmed else [("drift", "suspected")])
+
+
+def test_a_noise_commit_whose_measurement_crosses_the_limit_after_a_creep_is_not_blamed(store: Store) -> None:
+    shas = chain(store, 5)
+    for k, v in enumerate((1e-3, 1.4e-3, 1.95e-3)):  # x1.95 of the window's start: within x2
+        assert store.regressions(run_id=run_with(store, shas[k], [make_result(CELL, max_abs=v, seed=k)])) == []
+    # a noise commit measured x2.05 (+1.05e-3): over the limit, but its own step is a tenth of the drift
+    assert store.regressions(run_id=run_with(store, shas[3], [make_result(CELL, max_abs=2.05e-3, seed=3)])) == []
+    # the nightly reports the drift across those commits
+    (reg,) = store.regressions(run_id=run_with(store, shas[3], [make_result(CELL, max_abs=2.05e-3, seed=4)],
+                                               trigger="nightly"))
+    assert reg.kind == "drift" and reg.baseline_sha == shas[0]
