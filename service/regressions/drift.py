@@ -15,8 +15,9 @@ A drift is **reported** when the rule finds a regression against the reference a
   measured revision before it) did not regress against the same reference by the same metric (a drift that
   was already over the limit was the parent's to report; unless the parent's finding of that kind was
   dismissed by confirmation, so a borderline drift is not lost), and this run's own step moved the metric
-  towards the drift by at least half the mean step since the reference (a noise commit whose measurement
-  happens to cross the limit after a creep is not blamed for it); a ``nightly`` run reports any drift over
+  towards the drift (by at least half the mean step since the reference where a noise commit leaves the
+  metric unchanged, so a noise commit measured just over the limit after a creep is not blamed for it: see
+  :func:`own_step`); a ``nightly`` run reports any drift over
   the limit across the day's commits;
 - it was not reported before: no earlier finding of the cell and that kind (a drift of its metric or the
   parent comparison's), in any state but ``resolved`` or ``dismissed``, stands at a revision between the
@@ -38,6 +39,7 @@ from urllib.parse import urlencode
 
 from service.regressions.rules import (
     DRIFT_METRICS,
+    TIMING_KINDS,
     CellSample,
     Finding,
     drift_rule,
@@ -145,13 +147,19 @@ def judge(cell: Cell, history: Sequence[Point], current: Point, th: Thresholds, 
 
 
 def own_step(metric: str, ref: Point, parent: Point, current: Point) -> bool:
-    """The step from ``parent`` to ``current`` moved ``metric`` in the direction it drifted from ``ref`` by at
-    least half the mean step since ``ref`` (True when a value is unknown: the rule's verdict stands)."""
+    """The step from ``parent`` to ``current`` moved ``metric`` in the direction it drifted from ``ref``: by at
+    least half the mean step since ``ref`` for a metric a noise commit leaves unchanged (accuracy, coverage,
+    convergence, iterations), by any amount for a timing (a 20 ms step of a creep is within one job's noise,
+    so the size of one step cannot be asked of it; its confirmation times the reference against it).  True
+    when a value is unknown: the rule's verdict stands."""
     r, p, c = (series_value(metric, x.sample) for x in (ref, parent, current))
     if r is None or p is None or c is None or ref.depth <= 0:
         return True
     total = c - r
-    return (c - p) * math.copysign(1.0, total) >= abs(total) / (2 * ref.depth)
+    step = (c - p) * math.copysign(1.0, total)
+    if DRIFT_METRICS[metric] in TIMING_KINDS:
+        return step > 0
+    return step >= abs(total) / (2 * ref.depth)
 
 
 def describe(cell: Cell, f: Finding, ref: Point, pinned: bool, history: Sequence[Point], current: Point) -> str:
