@@ -4,7 +4,7 @@ bugs and noise commits.
 
     python bench/bench_verdicts.py [--aa 10] [--bisect-commits 8 | --no-bisect] [--keep DIR] [--json]
                                    [--load [N] --load-kind jobs|cpu --load-mode alternate|steady]
-                                   [--confirm-pairs P] [--quick]
+                                   [--confirm-pairs P] [--creep N --creep-ms MS] [--quick]
 
 What it does, all in embedded mode (local pool, SQLite, a fresh data and cache directory):
 
@@ -23,7 +23,13 @@ What it does, all in embedded mode (local pool, SQLite, a fresh data and cache d
 3. **Bisection.**  A branch off the first commit holds ``--bisect-commits`` commits with one bug in the
    middle; only its tip is swept (against the first commit), then ``ampci bisect --run ID`` must name the
    bug commit after at most ceil(log2(n)) midpoint sweeps.
-4. **A/A.**  The first commit is swept ``--aa`` more times against itself; every timing comparison (latency and
+4. **Creep.**  A branch off the first commit holds ``--creep N`` commits, each adding ``--creep-ms`` (20 ms) to
+   every conversion (one more graph walk a commit: below the conversion-time rule's +0.1 s floor each time), then
+   two noise commits; every commit is swept against its parent.  The creep counts as *detected* when a commit's
+   run has an open (confirmed) ``drift`` finding of conversion time on the swept cells; the table says at which
+   commit and against which reference (the window's start or a pinned baseline).  A drift on a noise commit
+   after it is a false alarm (the same change is reported once).
+5. **A/A.**  The first commit is swept ``--aa`` more times against itself; every timing comparison (latency and
    conversion time, per cell) counted, every open timing finding is a false alarm.
 
 **Load** (``--load N``, default N = 2 x cores): ``jobs`` processes each loop starting a Python that imports
@@ -33,7 +39,8 @@ against a parent measured under the other condition; ``steady`` keeps it on thro
 
 Prints one table; targets: 100% detected, 0 false alarms, A/A <= 1%, bisection within ceil(log2(n)); exits 1
 when one is missed.  ``--quick`` (seconds; a test runs it): one model, the conversion slowdown between two noise
-commits, one A/A run, no bisection; it also requires that the slowdown was confirmed by a confirmation run.
+commits, a creep of 2 x 70 ms and one noise commit, one A/A run, no bisection; it also requires that the slowdown
+was confirmed by a confirmation run.
 """
 
 from __future__ import annotations
@@ -247,6 +254,18 @@ BUGS: tuple[Bug, ...] = (
 )
 
 
+def creep(repo: Path, k: int, step_s: float) -> str:
+    """Creep commit ``k`` (1-based): every conversion ``step_s`` slower than at the commit before."""
+    rel = "converter.py"
+    if k == 1:
+        edit(repo, rel, "def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = None) "
+                        "-> ConversionResult:\n", "def convert_model(model: onnx.ModelProto, options: "
+                        "ConversionOptions | None = None) -> ConversionResult:\n    time.sleep(_CREEP_S)  # CREEP\n")
+    path = repo / "amp_pass" / rel
+    path.write_text(path.read_text() + (f"\n_CREEP_S = {step_s}\n" if k == 1 else f"_CREEP_S += {step_s}  # {k}\n"))
+    return commit(repo, f"creep {k}: +{step_s * 1000:.0f} ms a conversion")
+
+
 # -- plumbing ---------------------------------------------------------------------------------------
 def git(repo: Path, *args: str) -> str:
     env = dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@localhost",
@@ -316,6 +335,12 @@ class Ctx:
         return payload
 
 
+def drifts(payload: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(model, dtype, metric, reference revision) of each open drift finding of a sweep."""
+    return [(r["model"], r["dtype"], r["metric"], (r.get("baseline_sha") or "")[:10])
+            for r in payload.get("regressions", []) if r["kind"] == "drift"]
+
+
 def findings(payload: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [(r["model"], r["dtype"], r["kind"]) for r in payload.get("regressions", [])]
 
@@ -371,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
                          "the other condition); steady: always on (default alternate)")
     ap.add_argument("--confirm-pairs", type=int, default=None, help="AMPCI_CONFIRM_PAIRS of the sweeps (default: "
                     "the setting's)")
+    ap.add_argument("--creep", type=int, default=8, help="creep commits (default 8; 0: no creep series)")
+    ap.add_argument("--creep-ms", type=float, default=20.0, help="conversion time added by each (default 20 ms)")
     ap.add_argument("--quick", action="store_true",
                     help="seconds, tiny: one model, the conversion slowdown, one noise commit, one A/A run, no "
                          "bisection; exits 1 when an invariant fails")
@@ -379,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.aa, args.noise, args.no_bisect, args.repeats = ["conv_net"], 1, 1, True, 8
+        args.creep, args.creep_ms = 2, 70.0
     n_load = (2 * (os.cpu_count() or 1)) if args.load == -1 else max(0, args.load)
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="ampci-verdicts-"))
@@ -408,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
             bugs.insert(len(bugs) - 1, fifth)
             ctx.log.append(f"calibrated: {SLOW_MODEL} fp16 {slow_ms:.3f} ms, {per * 1000:.2f} us per no-op step, "
                            f"{trips} steps for +20 %")
-        rows, aa, bisect_txt, bisect_ok, midpoints, bound = _run(ctx, args, repo, base, bugs, load)
+        rows, aa, bisect_txt, bisect_ok, midpoints, bound, creep_rows = _run(ctx, args, repo, base, bugs, load)
     finally:
         load.stop()
     wall = time.perf_counter() - t_start
@@ -423,6 +451,16 @@ def main(argv: list[str] | None = None) -> int:
     n_noise = sum(1 for r in rows if r["bug"] == "noise")
     fifth_ok = fifth is None or any(r["bug"] == fifth.name and r["ok"] for r in rows)
     aa_flags, aa_comparisons = aa
+    # a creep is caught by a drift of conversion time, or by the parent comparison when noise made one step
+    # look big enough; anything else on a creep commit, and anything on the noise commits after it, is an alarm
+    creep_hits = [r for r in creep_rows if r["step"] and (any(m == "convert_s" for _, _, m, _ in r["drifts"])
+                                                        or any(k == "conversion_time" for _, _, k in r["findings"]))]
+    creep_alarms = sum(1 for r in creep_rows if not r["step"] and r["findings"])
+    creep_alarms += sum(1 for r in creep_rows if r["step"] and any(k not in ("drift", "conversion_time")
+                                                                   for _, _, k in r["findings"]))
+    false_alarms += creep_alarms
+    n_noise += sum(1 for r in creep_rows if not r["step"])
+    creep_ok = not creep_rows or bool(creep_hits)
     table = {
         "condition": condition,
         "detected": f"{detected}/{n_bugs}", "false_alarms_noise": f"{false_alarms}/{n_noise}",
@@ -433,13 +471,19 @@ def main(argv: list[str] | None = None) -> int:
                          f"{sum(1 for d in decided if d[3] == 'open')} confirmed, "
                          f"{sum(1 for d in decided if d[3] == 'dismissed')} dismissed",
         "bisection": bisect_txt,
+        "creep": ("skipped" if not creep_rows else
+                  f"detected at creep commit {creep_hits[0]['step']}/{args.creep} (+{args.creep_ms:g} ms each) "
+                  + (f"as a drift against {creep_hits[0]['drifts'][0][3]}"
+                     + (" (the base)" if creep_hits[0]['drifts'][0][3] == base[:10] else "")
+                     if creep_hits[0]["drifts"] else "by the parent comparison")
+                  if creep_hits else f"NOT detected over {args.creep} commits"),
         "sweeps": ctx.sweeps + midpoints, "wall_s": round(wall, 1),
         "load_average": (f"{min(ctx.loadavg):.1f} / {sorted(ctx.loadavg)[len(ctx.loadavg) // 2]:.1f} / "
                          f"{max(ctx.loadavg):.1f}" if ctx.loadavg else "n/a"),
         "calibration": [line for line in ctx.log if line.startswith("calibrated")],
     }
     if args.json:
-        print(json.dumps({"summary": table, "commits": rows}, indent=2, default=str))
+        print(json.dumps({"summary": table, "commits": rows, "creep": creep_rows}, indent=2, default=str))
     else:
         print(f"condition: {condition}")
         print("| commit | injected | load | confirmed findings (model, dtype, kind) | dismissed | verdict |")
@@ -458,11 +502,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| A/A timing false alarms / cell comparisons | {table['aa_false_alarm_rate']} | <= 1% |")
         print(f"| confirmations (cost) | {table['confirmations']} | suspected cells only |")
         print(f"| bisection | {table['bisection']} | culprit in <= ceil(log2 n) |")
+        print(f"| conversion-time creep (drift) | {table['creep']} | within the window |")
         print(f"| sweeps / wall time | {table['sweeps']} / {table['wall_s']} s | |")
         print(f"| machine load average (1 min) after each sweep, min / median / max | {table['load_average']} | |")
         for line in table["calibration"]:
             print(line)
-    ok = (detected == n_bugs and false_alarms == 0 and fifth_ok and bisect_ok and midpoints <= bound
+        if creep_rows:
+            print()
+            print("| creep commit | load | findings (model, dtype, kind) | drift (model, dtype, metric, reference) |")
+            print("|---|---|---|---|")
+            for r in creep_rows:
+                f = "; ".join(f"{m} {d} {k}" for m, d, k in r["findings"]) or "none"
+                dr = "; ".join(f"{m} {d} {x} vs {ref}" for m, d, x, ref in r["drifts"]) or "–"
+                print(f"| {r['commit']} {r['step'] or 'noise'} | {'on' if r['load'] else 'off'} | {f} | {dr} |")
+    ok = (detected == n_bugs and false_alarms == 0 and fifth_ok and bisect_ok and midpoints <= bound and creep_ok
           and (aa_comparisons == 0 or aa_flags / aa_comparisons <= 0.01))
     if args.quick:  # the slowdown was suspected, confirmed by a confirmation run, and that is all it cost
         ok = ok and len(cost) >= 1 and any(d[2] == "conversion_time" and d[3] == "open" for d in decided)
@@ -472,8 +525,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(ctx: Ctx, args: argparse.Namespace, repo: Path, base: str, bugs: list[Bug],
-         load: Load) -> tuple[list[dict[str, Any]], tuple[int, int], str, bool, int, int]:
-    """The sweeps: history (each commit against its parent), bisection, A/A (see module doc)."""
+         load: Load) -> tuple[list[dict[str, Any]], tuple[int, int], str, bool, int, int, list[dict[str, Any]]]:
+    """The sweeps: history (each commit against its parent), bisection, creep, A/A (see module doc)."""
     alternate = args.load_mode == "alternate"
     load.set(load.n > 0 and not alternate)
     ctx.sweep_at(base, base)
@@ -523,6 +576,20 @@ def _run(ctx: Ctx, args: argparse.Namespace, repo: Path, base: str, bugs: list[B
         bisect_txt = (f"{'found' if bisect_ok else 'NOT found'} in {midpoints} midpoint runs (bound {bound}), "
                       f"{bisect_s:.0f} s, exit {rc}")
 
+    creep_rows: list[dict[str, Any]] = []
+    if args.creep > 0:
+        git(repo, "checkout", "-q", "-b", "creep", base)
+        parent = base
+        steps = [*range(1, args.creep + 1), *([0] * (1 if args.quick else 2))]  # 0: a noise commit after it
+        for i, step in enumerate(steps):
+            if alternate:
+                load.set(load.n > 0 and i % 2 == 0)
+            sha = creep(repo, step, args.creep_ms / 1000) if step else noise(repo, 200 + i)
+            payload = ctx.sweep_at(sha, parent)
+            creep_rows.append({"commit": sha[:10], "step": step, "findings": sorted(set(findings(payload))),
+                               "drifts": drifts(payload), "load": load.on, "run": payload["run"]["id"]})
+            parent = sha
+
     aa_flags = aa_comparisons = 0
     for j in range(args.aa):
         if alternate:
@@ -530,7 +597,7 @@ def _run(ctx: Ctx, args: argparse.Namespace, repo: Path, base: str, bugs: list[B
         payload = ctx.sweep_at(base, base)
         aa_comparisons += timing_comparisons(payload)
         aa_flags += sum(1 for f in findings(payload) if f[2] in TIMING)
-    return rows, (aa_flags, aa_comparisons), bisect_txt, bisect_ok, midpoints, bound
+    return rows, (aa_flags, aa_comparisons), bisect_txt, bisect_ok, midpoints, bound, creep_rows
 
 
 def _midpoint_runs(ctx: Ctx, after_run: int) -> int:

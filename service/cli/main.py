@@ -34,6 +34,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "service.cli.check_cmd",
     "service.cli.reconcile_cmd",
     "service.cli.deliveries_cmd",
+    "service.cli.baseline_cmd",
 )
 
 
@@ -66,6 +67,7 @@ COMMANDS: dict[str, Command] = {
     "check": Command("service.cli.check_cmd", "run one regression job (model x dtype x policy x target) locally"),
     "reconcile": Command("service.cli.reconcile_cmd", "re-send queued jobs whose broker message was lost"),
     "deliveries": Command("service.cli.deliveries_cmd", "recorded webhook deliveries (why one made no run)"),
+    "baseline": Command("service.cli.baseline_cmd", "pin the older reference drift is judged against"),
 }
 
 

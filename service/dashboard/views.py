@@ -39,6 +39,7 @@ STATES: dict[str, State] = {s.css: s for s in (
     State("reg-latency", "◷", "slow", "latency regression"),
     State("reg-conversion_time", "⏱", "ctime", "conversion time regression"),
     State("reg-pass_convergence", "↻", "fixpt", "pass convergence regression"),
+    State("reg-drift", "↗", "drift", "drift over history (cumulative change beyond a rule's limits)"),
     State("suspected", "?", "suspect", "suspected timing regression (confirming)"),
     State("suspected_improvement", "?", "gain?", "suspected timing improvement (not confirmed: no gain yet)"),
     State("explained", "≡", "explained", "accuracy change explained by a coverage loss (no gain)"),
@@ -56,7 +57,7 @@ STATES: dict[str, State] = {s.css: s for s in (
 #: (:data:`service.regressions.rules.KINDS`) must be here (tests/service/test_finding_visibility.py).
 KIND_STATES = {"conversion": "reg-conversion", "accuracy": "reg-accuracy", "convergence": "reg-accuracy",
                "coverage": "reg-coverage", "latency": "reg-latency", "conversion_time": "reg-conversion_time",
-               "pass_convergence": "reg-pass_convergence"}
+               "pass_convergence": "reg-pass_convergence", "drift": "reg-drift"}
 #: The displayed state of a finding of each category other than ``regression`` (whose state is its kind's);
 #: every category of :data:`service.regressions.rules.CATEGORIES` must be here or be ``regression``.
 CATEGORY_STATES = {"improvement": "improved", "flaky": "flaky"}

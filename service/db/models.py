@@ -19,6 +19,7 @@ without a migration):
 - ``regressions.state``: open, acknowledged, resolved, false_positive, and those of confirmation
   (:data:`service.regressions.rules.CONFIRMATION_STATES`: suspected, dismissed, suspected_resolved)
 - ``confirm_budgets``: confirmation cells spent per pull request (:mod:`service.db.budgets`)
+- ``baseline_pins``: the pinned drift reference of a branch (``""``: every branch; :mod:`service.db.pins`)
 - ``webhook_deliveries.status``: pending (stored, not yet turned into a run), accepted, rejected, failed
   (the intake gave up after a bounded number of attempts), duplicate
 """
@@ -276,6 +277,20 @@ class ConfirmBudget(Base):
         Column("pr_number", Integer, primary_key=True),
         Column("cells", Integer, default=0, nullable=False),
         Column("updated_at", TS, nullable=False),
+    )
+
+
+class BaselinePin(Base):
+    """A pinned baseline revision (``ampci baseline pin REV``): every run of ``branch`` (``""``: of every branch
+    without a pin of its own) is also judged against its results for drift (:mod:`service.regressions.drift`).
+    Written only through :mod:`service.db.pins`."""
+
+    __table__ = Table(
+        "baseline_pins", metadata,
+        Column("branch", NAME, primary_key=True),
+        Column("sha", SHA, ForeignKey("revisions.sha", ondelete="CASCADE"), nullable=False),
+        Column("pinned_at", TS, nullable=False),
+        Column("note", Text),
     )
 
 

@@ -383,6 +383,26 @@ def _ancestors_query() -> sa.Select[Any]:
 _ANCESTORS = _ancestors_query()
 
 
+def _first_parents_query() -> sa.Select[Any]:
+    """The recursive first-parent walk with bound ``sha`` and ``max_depth`` (built once)."""
+    line = (sa.select(t_par.c.parent_sha.label("sha"), sa.literal(1).label("depth"))
+            .where(t_par.c.child_sha == sa.bindparam("sha"), t_par.c.position == 0).cte("line", recursive=True))
+    step = (sa.select(t_par.c.parent_sha, (line.c.depth + 1)).join(line, t_par.c.child_sha == line.c.sha)
+            .where(t_par.c.position == 0, line.c.depth < sa.bindparam("max_depth")))
+    line = line.union_all(step)
+    return sa.select(line.c.sha, line.c.depth).order_by(line.c.depth)
+
+
+_FIRST_PARENTS = _first_parents_query()
+
+
+def first_parent_line(conn: Connection, sha: str, max_depth: int) -> list[tuple[str, int]]:
+    """(sha, depth) of ``sha`` (depth 0) and its first-parent ancestors up to ``max_depth``, nearest first (one
+    recursive query)."""
+    rows = conn.execute(_FIRST_PARENTS, {"sha": sha, "max_depth": max_depth}).all()
+    return [(sha, 0), *((r.sha, int(r.depth)) for r in rows)]
+
+
 def ancestors(conn: Connection, sha: str, max_depth: int = 1000, include_self: bool = False) -> list[tuple[str, int]]:
     """(sha, depth) of the ancestors of ``sha`` nearest first (one recursive query; depth-bounded)."""
     rows = conn.execute(_ANCESTORS, {"sha": sha, "max_depth": max_depth}).all()

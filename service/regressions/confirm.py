@@ -62,7 +62,7 @@ from service.db import models as m
 from service.db.records import RunSpec
 from service.regressions.confirm_caps import ConfirmCaps, pull_request, select
 from service.regressions.paired import improvement_verdict, min_pairs, paired_verdict, recovery_verdict
-from service.regressions.rules import CAPPED_BY
+from service.regressions.rules import CAPPED_BY, timing_kind
 from service.regressions.thresholds import Thresholds
 
 #: Trigger of a confirmation run.
@@ -186,8 +186,9 @@ def _create(store: Any, run: Any, pairs: int, caps: ConfirmCaps) -> int | None:
             # a slowdown is timed against its baseline; a recovery against the revision that regressed
             side = reg.revision_sha if reg.state == SUSPECTED_RESOLVED else reg.baseline_sha
             entry = by_cell.setdefault(cell, {"baseline": side, "kinds": [], "pairs": pairs})
-            if reg.kind not in entry["kinds"]:
-                entry["kinds"].append(reg.kind)
+            kind = _timed(reg)
+            if kind not in entry["kinds"]:
+                entry["kinds"].append(kind)
         parent_meta = run.meta or {}
         options = {}
         for cell, confirm in by_cell.items():
@@ -202,6 +203,12 @@ def _create(store: Any, run: Any, pairs: int, caps: ConfirmCaps) -> int | None:
         if new.created and pr is not None:
             budgets.spend(conn, repository=pr[0], pr_number=pr[1], cells=len(by_cell), now=now)
         return int(new.run_id)
+
+
+def _timed(reg: Any) -> str:
+    """The timing kind a confirmation job times for finding ``reg`` (a drift of conversion time or latency is
+    timed as that kind, its reference revision as the baseline side)."""
+    return timing_kind(reg.kind, reg.metric) or reg.kind
 
 
 def _cell(reg: Any) -> tuple[str, str, str, str]:
@@ -268,7 +275,8 @@ def apply_verdicts(store: Any, run_id: int, confirm_run_id: int) -> dict[str, in
         for reg in conn.execute(sa.select(t_reg).where(_awaiting(run_id))):
             res = results.get((reg.model, reg.dtype, reg.policy, reg.target))
             data = (res.data or {}) if res is not None else {}
-            got = ((data.get("confirmation") or {}).get("kinds") or {}).get(reg.kind)
+            kind = _timed(reg)
+            got = ((data.get("confirmation") or {}).get("kinds") or {}).get(kind)
             if reg.state == SUSPECTED_RESOLVED:
                 if not got:
                     why = (f"the confirmation job ended {res.status}: {res.message or ''}" if res is not None
@@ -276,7 +284,7 @@ def apply_verdicts(store: Any, run_id: int, confirm_run_id: int) -> dict[str, in
                     values = _not_recovered(reg, f"recovery not confirmed: {why}")
                     counts["unconfirmed"] += 1
                 else:
-                    v = recovery_verdict(reg.kind, got.get("baseline") or [], got.get("candidate") or [], th,
+                    v = recovery_verdict(kind, got.get("baseline") or [], got.get("candidate") or [], th,
                                          str(got.get("unit", "")))
                     values = ({"state": "resolved", "state_before": None, "state_note": v.detail} if v.confirmed
                               else _not_recovered(reg, v.detail))
@@ -290,12 +298,12 @@ def apply_verdicts(store: Any, run_id: int, confirm_run_id: int) -> dict[str, in
                 values = {"state": unconfirmed_state(reg), "state_note": f"not confirmed: {why}"[:2000]}
                 counts["unconfirmed"] += 1
             elif reg.category == "improvement":
-                v = improvement_verdict(reg.kind, got.get("baseline") or [], got.get("candidate") or [], th,
+                v = improvement_verdict(kind, got.get("baseline") or [], got.get("candidate") or [], th,
                                         str(got.get("unit", "")))
                 values = {"state": "open" if v.confirmed else DISMISSED, "state_note": v.detail}
                 counts["improved" if v.confirmed else "not_improved"] += 1
             else:
-                v = paired_verdict(reg.kind, got.get("baseline") or [], got.get("candidate") or [], th,
+                v = paired_verdict(kind, got.get("baseline") or [], got.get("candidate") or [], th,
                                    str(got.get("unit", "")))
                 values = {"state": "open" if v.confirmed else DISMISSED, "state_note": v.detail}
                 counts["confirmed" if v.confirmed else "dismissed"] += 1

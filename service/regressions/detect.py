@@ -46,21 +46,31 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from service.db import models as m
-from service.db.queries import ancestors, regression_info, regressions_query, stored_error_unit
+from service.db import pins
+from service.db.queries import (
+    ancestors,
+    first_parent_line,
+    regression_info,
+    regressions_query,
+    stored_error_unit,
+)
 from service.db.records import Cell, RegressionInfo
 from service.db.runs import dialect_insert
 from service.regressions.confirm import CONFIRM_TRIGGER, SUSPECTED_RESOLVED, confirmation_pairs
+from service.regressions.drift import Earlier, Point, judge
 from service.regressions.measured import floats, graph_fields
 from service.regressions.rules import (
     EXPLAINED,
     EXPLAINED_KINDS,
-    KINDS,
+    PAIRWISE_KINDS,
     TIMING_KINDS,
     CellSample,
     Finding,
     compare_cells,
     pooled,
     returned_to_baseline,
+    source_kind,
+    timing_kind,
 )
 from service.regressions.stats import count_flips, shift_violations
 from service.regressions.thresholds import Thresholds
@@ -316,7 +326,7 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
     # those rows (no second query); a nightly search stops at earlier runs, its pools do not
     pools = _baseline_pools(conn, run.id, base, th.latency_pool, None if nightly else at_base)
     samples = _Samples()
-    kinds = tuple(k for k in KINDS if not (nightly and k == "latency"))
+    kinds = tuple(k for k in PAIRWISE_KINDS if not (nightly and k == "latency"))
     found: list[tuple[Cell, Any, list[tuple[Finding, int | None, str | None]]]] = []
     for cell in cells:
         cur = current[cell]
@@ -332,6 +342,13 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
                 findings.append((got[0], got[1], None))
         if findings:
             found.append((cell, cur, findings))
+    drifts = _drifts(conn, run, current, {c: fs for c, _, fs in found}, screen, samples)
+    for cell, drift_finding in drifts.items():
+        got = next((fs for c, _, fs in found if c == cell), None)
+        if got is None:
+            found.append((cell, current[cell], [drift_finding]))
+        else:
+            got.append(drift_finding)
     # the lineage only decides whether a finding is flaky: read for the cells that have one
     lineage = _history(conn, run, LINEAGE_TRIGGERS, th.flaky_window - 1, [cell for cell, _, _ in found])
     rows: list[dict[str, Any]] = []
@@ -341,7 +358,8 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
         for f, base_id, base_sha in findings:
             if nightly and f.category == "regression" and (cell, f.kind) in already_open:
                 continue
-            if f.kind in strict and f.p_value is not None and f.p_value >= strict[f.kind] and (
+            timing = timing_kind(f.kind, f.metric)
+            if timing in strict and f.p_value is not None and f.p_value >= strict[timing] and (
                     flaky or f.category != "regression" or base_sha is None):
                 continue  # screened only: kept when a confirmation run will judge it
             category, detail = f.category, f.detail
@@ -349,7 +367,8 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
                 category, detail = "flaky", f"{flaky}: {detail}"
             # a pairwise timing regression or improvement awaits its confirmation run (the nightly change-point
             # test has no single baseline revision to time against: it needs consecutive nights)
-            state = ("suspected" if suspect and category in CONFIRMED_CATEGORIES and f.kind in TIMING_KINDS
+            # (a drift of a timing metric too: confirmed against its old reference)
+            state = ("suspected" if suspect and category in CONFIRMED_CATEGORIES and timing is not None
                      and base_sha is not None else "open")
             note = None
             if loss is not None and category == "improvement" and f.kind in EXPLAINED_KINDS:
@@ -368,6 +387,55 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Any], 
         _resolve(conn, run, current, th, now, suspect, {(r["model"], r["dtype"], r["policy"], r["target"]):
                                                         r["baseline_sha"] for r in rows if r["state"] == "suspected"},
                  samples)
+
+
+def _drifts(conn: Connection, run: Any, current: Mapping[Cell, Any],
+            pairwise: Mapping[Cell, Sequence[tuple[Finding, int | None, str | None]]], th: Thresholds,
+            samples: Callable[[Any], CellSample]) -> dict[Cell, tuple[Finding, int | None, str | None]]:
+    """The drift finding of each cell of the run that has one (:mod:`service.regressions.drift`), with its
+    reference's result id and revision.  Three small queries for the whole run: the first-parent line of its
+    revision, the cells' results on it, the earlier findings on it; flaky cells are left to the flaky rule."""
+    line = first_parent_line(conn, run.revision_sha, th.drift_line_depth)
+    depth = dict(line)
+    by_cell: dict[Cell, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for r in conn.execute(_Q["chunk"], {"shas": [s for s, d in line if d > 0], "run_id": run.id}).all():
+        by_cell[_lead_cell(r)][r.revision_sha].append(r)
+    if not by_cell:
+        return {}
+    branch = conn.execute(sa.select(t_rev.c.branch).where(t_rev.c.sha == run.revision_sha)).scalar()
+    pinned = pins.pin_for(conn, branch=branch)
+    earlier = conn.execute(sa.select(*(t_reg.c[k] for k in ("model", "dtype", "policy", "target", "kind",
+                                                             "metric", "revision_sha", "state")))
+                           .where(t_reg.c.run_id < run.id, t_reg.c.category == "regression",
+                                  t_reg.c.state != "resolved", t_reg.c.revision_sha.in_(list(depth)),
+                                  _same_cell(t_reg, run.id))).all()
+    tipping = run.trigger != "nightly"
+    out: dict[Cell, tuple[Finding, int | None, str | None]] = {}
+    for cell, rows_by_sha in by_cell.items():
+        lineage = [r.status for sha in sorted(rows_by_sha, key=lambda x: -depth[x]) for r in rows_by_sha[sha]]
+        if flaky_reason(cell, [*lineage, current[cell].status], th) is not None:
+            continue
+
+        def point(sha: str) -> Point:
+            rows = sorted(rows_by_sha[sha], key=lambda r: -r.id)  # noqa: B023 - used in this iteration only
+            return Point(sha, depth[sha], rows[0].id, pooled(samples(rows[0]), [samples(r) for r in rows[1:]]))
+
+        measured = sorted(rows_by_sha, key=lambda x: depth[x])[:th.drift_window]
+        history = [point(sha) for sha in reversed(measured)]
+        pin = point(pinned) if pinned in rows_by_sha else None
+        done = [Earlier(source_kind(e.kind, e.metric), depth[e.revision_sha], e.state) for e in earlier
+                if _cell(e) == cell]
+
+        kinds_found = {source_kind(f.kind, f.metric) for f, _, _ in pairwise.get(cell, ()) if f.category == "regression"}
+        cur = current[cell]
+        got = judge(cell, history, Point(run.revision_sha, 0, cur.id, samples(cur)), th, pin=pin, tipping=tipping,
+                    pairwise_kinds=kinds_found, earlier=done)
+        if got is None:
+            continue
+        if timing_kind(got.finding.kind, got.finding.metric) and kinds_found & set(TIMING_KINDS):
+            continue  # one confirmation job per cell times one baseline: the parent's suspicion goes first
+        out[cell] = (got.finding, got.reference.result_id, got.reference.sha)
+    return out
 
 
 class _Samples:
@@ -522,11 +590,12 @@ def _resolve(conn: Connection, run: Any, current: dict[Cell, Any], th: Threshold
     rows = {r.id: r for r in conn.execute(sa.select(*SAMPLE_COLS).where(t_res.c.id.in_(ids)))}
     for reg in open_regs:
         b, cur, bad = rows.get(reg.baseline_result_id), current[_cell(reg)], rows.get(reg.result_id)
-        if b is None or not returned_to_baseline(reg.kind, samples(b), samples(cur), th, reg.model, reg.dtype,
+        kind = source_kind(reg.kind, reg.metric)  # a drift resolves by its metric's rule against its reference
+        if b is None or not returned_to_baseline(kind, samples(b), samples(cur), th, reg.model, reg.dtype,
                                                  samples(bad) if bad is not None else None):
             continue
         cell = _cell(reg)
-        if suspect and reg.kind in TIMING_KINDS:
+        if suspect and kind in TIMING_KINDS:
             if recovering.setdefault(cell, reg.revision_sha) != reg.revision_sha \
                     or reg.revision_sha == run.revision_sha:
                 continue  # its confirmation job is taken (or there is nothing to time against): stays as it is

@@ -22,7 +22,16 @@ from workers.result import CONVERGENCE_ERROR_UNIT, CONVERSION_OK_STATUSES
 
 #: Statuses that blame the pass under test (conversion failed, hung or died).
 PASS_FAULT_STATUSES = frozenset({"convert_error", "timeout", "crash"})
-KINDS = ("conversion", "accuracy", "convergence", "coverage", "latency", "conversion_time", "pass_convergence")
+KINDS = ("conversion", "accuracy", "convergence", "coverage", "latency", "conversion_time", "pass_convergence",
+         "drift")
+#: The kinds judged against the parent (the baseline of a run); ``drift`` judges against an older reference
+#: (a lookback window of the cell's history, or a pinned baseline: :mod:`service.regressions.drift`).
+PAIRWISE_KINDS = tuple(k for k in KINDS if k != "drift")
+#: The metric of each kind a drift is judged on (the findings' ``metric``) and the kind whose rule and limits
+#: judge it; conversion (a status flip) is never a drift: its parent comparison already sees it.
+DRIFT_METRICS = {"max_abs": "accuracy", "final_error": "convergence", "compute_low": "coverage",
+                 "low_precision_fraction": "coverage", "casts_inserted": "coverage", "latency_p50_ms": "latency",
+                 "convert_s": "conversion_time", "pass_iterations": "pass_convergence"}
 #: The categories a stored finding can have, the one source of truth every rendering (dashboard, CLI, commit
 #: status, API) is tested against: ``regression`` fails the gate; ``improvement`` and ``flaky`` never do.
 CATEGORIES = ("regression", "improvement", "flaky")
@@ -568,9 +577,38 @@ RULES: dict[str, Rule] = {"conversion": conversion_rule, "accuracy": accuracy_ru
                           "conversion_time": conversion_time_rule, "pass_convergence": pass_convergence_rule}
 
 
+def drift_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, dtype: str) -> list[Finding]:
+    """``base`` an *older reference* of the cell (not its parent): the first regression, in KINDS order, that
+    the rule of a drift-judged kind (:data:`DRIFT_METRICS`) finds between them, with that rule's own limits,
+    as a ``drift`` finding of the same metric (its detail prefixed by the kind).  Improvements over a window
+    are not drift.  Whether a drift is reported (the step that tips it, confirmation, not twice for one change)
+    is :mod:`service.regressions.drift`'s."""
+    for kind in dict.fromkeys(DRIFT_METRICS.values()):
+        for f in RULES[kind](base, new, th, model, dtype):
+            if f.category == "regression" and f.metric in DRIFT_METRICS:
+                return [replace(f, kind="drift", detail=f"{kind}: {f.detail}")]
+    return []
+
+
+def source_kind(kind: str, metric: str | None) -> str:
+    """The rule kind that judges a finding: its own kind, or for ``drift`` the kind of its metric."""
+    return DRIFT_METRICS.get(metric or "", kind) if kind == "drift" else kind
+
+
+def timing_kind(kind: str, metric: str | None) -> str | None:
+    """The timing kind (:data:`TIMING_KINDS`) whose confirmation judges a finding of ``kind`` and ``metric``
+    (a drift of conversion time or latency is confirmed as one); None for any other finding."""
+    got = source_kind(kind, metric)
+    return got if got in TIMING_KINDS else None
+
+
+RULES["drift"] = drift_rule
+
+
 def compare_cells(base: CellSample, new: CellSample, th: Thresholds, model: str, dtype: str,
-                  kinds: tuple[str, ...] = KINDS) -> list[Finding]:
-    """All findings of the selected rule kinds for one cell, in KINDS order."""
+                  kinds: tuple[str, ...] = PAIRWISE_KINDS) -> list[Finding]:
+    """All findings of the selected rule kinds for one cell, in KINDS order (by default every kind judged
+    against a parent: :data:`PAIRWISE_KINDS`)."""
     out: list[Finding] = []
     for kind in kinds:
         out.extend(RULES[kind](base, new, th, model, dtype))
@@ -603,6 +641,8 @@ def comparable(kind: str, base: CellSample, new: CellSample, th: Thresholds,
         return conversion_time_comparable(base, new, th)
     if kind == "pass_convergence":
         return pass_convergence_comparable(base, new)
+    if kind == "drift":
+        return any(comparable(k, base, new, th, regressed) for k in dict.fromkeys(DRIFT_METRICS.values()))
     return latency_comparable(base, new, th)
 
 

@@ -70,6 +70,9 @@ class Thresholds:
     suspect_p: float = 0.10                  # screening p of a timing regression that a confirmation run will judge
     pass_iterations_ratio: float = 1.5       # painting iterations grew beyond this ratio ...
     pass_iterations_abs: int = 2             # ... and by more than this many iterations
+    drift_window: int = 16                   # drift: the measured revisions of a cell's lookback window ...
+    drift_min_history: int = 2               # ... at least this many before a drift is judged
+    drift_line_depth: int = 200              # first-parent commits searched for them (and for a pinned baseline)
 
     def accuracy_for(self, model: str, dtype: str) -> ErrorThreshold:
         """The accuracy threshold of a model at a dtype (model override > dtype > fallback)."""
