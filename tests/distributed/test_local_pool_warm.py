@@ -23,6 +23,15 @@ def _tree(pid: int) -> list[psutil.Process]:
     return [proc, *proc.children(recursive=True)]
 
 
+def _cmdline(p: psutil.Process) -> list[str]:
+    """``p``'s command line; [] for one that has ended (a finished sandbox supervisor is reaped as its zygote
+    goes on, so it may be a zombie for a moment)."""
+    try:
+        return p.cmdline()
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):
+        return []
+
+
 def test_pool_workers_fork_zygotes_from_a_preloaded_server_and_tell_the_waiter(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
     store = scheduler.open_store(settings)
@@ -52,12 +61,12 @@ def test_pool_workers_fork_zygotes_from_a_preloaded_server_and_tell_the_waiter(t
         tree = _tree(worker.pid)
         # the fork server is a fresh `_zygote.py --forkserver` (issue 31: never a fork of the worker); a zygote
         # forked from it carries its command line, a fresh zygote has none of `--forkserver`
-        fresh = [p for p in tree if any("_zygote.py" in part for part in p.cmdline())
-                 and "--forkserver" not in p.cmdline()]
-        assert not fresh, f"a zygote was started as a fresh interpreter: {[p.cmdline() for p in fresh]}"
+        fresh = [p for p in tree if any("_zygote.py" in part for part in _cmdline(p))
+                 and "--forkserver" not in _cmdline(p)]
+        assert not fresh, f"a zygote was started as a fresh interpreter: {[_cmdline(p) for p in fresh]}"
         # its fork server (a fresh `_zygote.py --forkserver`), the revision's zygote forked from it, and the
         # conversion's pre-forked supervisor
-        assert len([p for p in tree if "--forkserver" in p.cmdline()]) >= 3, [p.cmdline() for p in tree]
+        assert len([p for p in tree if "--forkserver" in _cmdline(p)]) >= 3, [_cmdline(p) for p in tree]
     finally:
         pool.close()
     assert store.results(run_id=run_id) and {r.status for r in store.results(run_id=run_id)} == {"pass"}
