@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from service.cli.argtypes import revision_arg, text_arg
 from service.cli.query_cmd import emit, open_store
 from service.errors import UserError
 
@@ -26,7 +27,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
     store = open_store()
     sha = resolve_with_results(store, args.rev)
     with store.transaction() as conn:
-        got = pins.pin(conn, branch=args.branch, sha=sha, now=store.clock(), note=args.note)
+        got = pins.pin(conn, branch=(args.branch or ''), sha=sha, now=store.clock(), note=args.note)
     emit(args, got.to_dict(), f"baseline of {_scope(got.branch)} pinned at {sha[:12]}")
     return 0
 
@@ -37,10 +38,10 @@ def cmd_unpin(args: argparse.Namespace) -> int:
 
     store = open_store()
     with store.transaction() as conn:
-        removed = pins.unpin(conn, branch=args.branch)
+        removed = pins.unpin(conn, branch=(args.branch or ''))
     if not removed:
-        raise UserError(f"no baseline is pinned for {_scope(args.branch)}")
-    emit(args, {"branch": args.branch, "unpinned": True}, f"baseline of {_scope(args.branch)} unpinned")
+        raise UserError(f"no baseline is pinned for {_scope(args.branch or '')}")
+    emit(args, {"branch": (args.branch or ''), "unpinned": True}, f"baseline of {_scope(args.branch or '')} unpinned")
     return 0
 
 
@@ -66,12 +67,13 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("baseline", help="pin the older reference drift is judged against")
     sub = p.add_subparsers(dest="baseline_cmd", required=True)
     pin = sub.add_parser("pin", help="pin REV as the drift baseline")
-    pin.add_argument("rev")
-    pin.add_argument("--note")
+    pin.add_argument("rev", type=revision_arg)
+    pin.add_argument("--note", type=text_arg("--note", 2000))
     unpin = sub.add_parser("unpin", help="remove the pinned baseline")
     show = sub.add_parser("show", help="the pinned baselines")
     for q, func in ((pin, cmd_pin), (unpin, cmd_unpin), (show, cmd_show)):
         if q is not show:
-            q.add_argument("--branch", default="", help="the branch the pin applies to (default: every branch)")
+            q.add_argument("--branch", default=None, type=text_arg("--branch", 200),
+                           help="the branch the pin applies to (default: every branch)")
         q.add_argument("--json", action="store_true", help="print JSON")
         q.set_defaults(func=func, startup_in_command=True)
