@@ -69,7 +69,8 @@ def execute_job(job_id: int, settings: Settings, worker: str | None = None,
     """One delivery of job ``job_id``; returns the job's status afterwards.
 
     Guarantees: a job whose status is already final is left alone (redelivery after the result was
-    written); every delivery increments ``attempts`` before anything runs; delivery number
+    written), except that its run is finished if it is complete (the delivery that wrote the result may have
+    been killed before it could); every delivery increments ``attempts`` before anything runs; delivery number
     ``max_attempts + 1`` marks the job ``crashed`` with a ``crashed`` result instead of running it;
     the result write is idempotent on (run, cell); the run is finished once all its jobs are final;
     a delivery during which Celery's soft time limit fired is recorded as ``timeout`` (naming the
@@ -79,6 +80,10 @@ def execute_job(job_id: int, settings: Settings, worker: str | None = None,
     start = store.begin_job(job_id, worker or worker_name())  # one statement, one commit
     job, run, attempts = start.job, start.run, start.attempts
     if not start.started:
+        if job.status in ("done", "crashed") and run is not None:
+            # a worker killed after the result's commit and before it finished the run: its redelivery
+            # finishes the run (idempotent), or nobody ever would
+            scheduler.finish_if_complete(store, run.id, settings)
         return job.status
     if attempts > settings.max_attempts:
         status = scheduler.record_crashed(store, run, job, attempts)

@@ -121,8 +121,27 @@ def test_a_redelivered_finished_job_costs_one_statement(worker) -> None:
     counter.take()
     assert tasks.execute_job(job.id, settings, "w2", store=store) == "done"
     statements, commits = counter.take()
-    assert 1 <= len(statements) <= 2 and commits <= 1, statements  # the refused update, then the row it read
+    # the refused update, the row it read, and whether its run still has pending jobs
+    assert 1 <= len(statements) <= 3 and commits <= 1, statements
     assert store.get_job(job.id).attempts == 1
+
+
+def test_a_redelivery_finishes_a_run_whose_last_job_was_recorded_but_not_finished(worker) -> None:
+    """A worker killed between the last result's commit and the run's finish: the redelivery of that job
+    (its status final, nothing to run) finishes the run, or nobody would (seen in the compose stack)."""
+    store, settings, _ = worker
+    run_id = store.create_run(SHA, "push", cells=_cells(2))
+    first, last = store.jobs(run_id)
+    assert tasks.execute_job(first.id, settings, "w1", store=store) == "done"
+    real = tasks.scheduler.finish_if_complete
+    tasks.scheduler.finish_if_complete = lambda *a, **k: False  # the delivery dies before the finish
+    try:
+        assert tasks.execute_job(last.id, settings, "w1", store=store) == "done"
+    finally:
+        tasks.scheduler.finish_if_complete = real
+    assert store.get_run(run_id).status == "running"
+    assert tasks.execute_job(last.id, settings, "w2", store=store) == "done"  # the redelivery
+    assert store.get_run(run_id).status == "complete"
 
 
 def test_job_bookkeeping_commits_asynchronously_and_nothing_else_does(worker) -> None:
