@@ -231,6 +231,29 @@ def _limits(spec):
         resource.setrlimit(resource.RLIMIT_NPROC, (procs, procs))
 
 
+def _own_user_namespace(what):
+    """Unshare a user namespace in which this process keeps its uid and gid (no other id mapped, setgroups
+    denied); returns (uid, gid).  Without a /proc to write the maps to (a container's masked one), the ids stay
+    unmapped: the process shows as the overflow uid."""
+    uid, gid = os.geteuid(), os.getegid()
+    _unshare(CLONE_NEWUSER, what)
+    if os.path.exists("/proc/self/uid_map"):
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    return uid, gid
+
+
+def _enter_namespaces(spec):
+    """Unshare the sandbox's mount, network and PID namespaces (inside a user namespace of its own when this
+    process is not root); returns ``spec`` with the uid/gid the pass will have where that changed them."""
+    if os.geteuid() != 0:
+        uid, gid = _own_user_namespace("user namespace")
+        spec = dict(spec, uid=uid, gid=gid)
+    _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID, "mount, network and PID namespaces")
+    return spec
+
+
 def _drop_privileges(spec, full):
     """Root: the sandbox uid/gid, no groups, hence no capabilities.  Non-root in ``full`` mode: a nested user
     namespace, so the mounts made above belong to a namespace the pass has no capability in."""
@@ -240,12 +263,7 @@ def _drop_privileges(spec, full):
             os.setresgid(spec["gid"], spec["gid"], spec["gid"])
             os.setresuid(spec["uid"], spec["uid"], spec["uid"])
     elif full:
-        uid, gid = os.geteuid(), os.getegid()
-        _unshare(CLONE_NEWUSER, "nested user namespace")
-        if os.path.exists("/proc/self/uid_map"):  # else (no /proc) unmapped: the pass shows as the overflow uid
-            _write("/proc/self/setgroups", "deny")
-            _write("/proc/self/uid_map", f"{uid} {uid} 1")
-            _write("/proc/self/gid_map", f"{gid} {gid} 1")
+        _own_user_namespace("nested user namespace")
     _limits(spec)
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
 
@@ -455,14 +473,7 @@ def supervise(spec, req_fd, done_fd):
         _close_fds([req_fd, done_fd])
         host_root = os.open("/", os.O_PATH | os.O_DIRECTORY)  # the worker's view, for inputs and outputs
         if full:
-            if os.geteuid() != 0:
-                uid, gid = os.geteuid(), os.getegid()
-                _unshare(CLONE_NEWUSER, "user namespace")
-                _write("/proc/self/setgroups", "deny")
-                _write("/proc/self/uid_map", f"{uid} {uid} 1")
-                _write("/proc/self/gid_map", f"{gid} {gid} 1")
-                spec = dict(spec, uid=uid, gid=gid)
-            _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID, "mount, network and PID namespaces")
+            spec = _enter_namespaces(spec)
             for path in [*spec["lib"], *[os.path.join(p, "amp_pass") for p in spec["lib"][-1:]]]:
                 why = os.path.isdir(path) and _readable_by(path, spec["uid"])
                 if why:
@@ -602,15 +613,7 @@ def probe(spec):
         os.close(r)
         why = ""
         try:
-            spec = dict(spec)
-            if os.geteuid() != 0:
-                uid, gid = os.geteuid(), os.getegid()
-                _unshare(CLONE_NEWUSER, "user namespace")
-                _write("/proc/self/setgroups", "deny")
-                _write("/proc/self/uid_map", f"{uid} {uid} 1")
-                _write("/proc/self/gid_map", f"{gid} {gid} 1")
-                spec.update(uid=uid, gid=gid)
-            _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID, "mount, network and PID namespaces")
+            spec = _enter_namespaces(spec)
             _build_mounts(spec, [])
             inner_r, inner_w = os.pipe()
             child = os.fork()
