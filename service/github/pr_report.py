@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
 
 from service.regressions.rules import CATEGORIES
 
@@ -36,6 +35,8 @@ Cell = tuple[str, str, str, str]
 LIVE_STATES = frozenset({"open", "acknowledged"})
 #: Finding categories that never put a cell in their own bucket (a dismissed timing suspicion).
 QUIET_CATEGORIES = frozenset({"dismissed"})
+#: Finding severities, most severe first (the table's order within a category).
+SEVERITIES = ("critical", "major", "minor", "info")
 #: The summary buckets in display order; categories added to CATEGORIES later join after ``flaky``.
 BUCKETS: tuple[str, ...] = (*(c for c in CATEGORIES if c not in QUIET_CATEGORIES), "not_measured",
                             "known_failure", "new", "unchanged")
@@ -43,7 +44,9 @@ BUCKETS: tuple[str, ...] = (*(c for c in CATEGORIES if c not in QUIET_CATEGORIES
 
 @dataclass(frozen=True)
 class ReportRow:
-    """One finding of the run as the table shows it."""
+    """One finding of the run as the table shows it: ``detail`` is the rule's own words (what a row without
+    values shows, e.g. a conversion regression), ``note`` the state's reason (the paired figures of a timing
+    confirmation, an acknowledgement's note), ``state_by`` who set the state."""
 
     id: int
     cell: Cell
@@ -56,8 +59,10 @@ class ReportRow:
     value: float | None
     delta: float | None
     ratio: float | None
-    history_url: str
     finding_url: str
+    detail: str = ""
+    note: str = ""
+    state_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,14 +96,15 @@ class PullRequestReport:
         return self.counts.get("new", 0) + self.counts.get("not_measured", 0)
 
 
-def history_url(public_url: str, cell: Cell) -> str:
-    """The dashboard history page of ``cell`` (every branch)."""
-    return f"{public_url.rstrip('/')}/history?" + urlencode(
-        {"model": cell[0], "dtype": cell[1], "policy": cell[2], "target": cell[3], "branch": "all"})
-
-
 def _order(category: str) -> int:
     return CATEGORIES.index(category) if category in CATEGORIES else len(CATEGORIES)
+
+
+def row_order(row: ReportRow) -> tuple[bool, int, int, Cell, str]:
+    """The table's order: live findings first, then by category (regressions first), severity (critical
+    first), cell and kind."""
+    severity = SEVERITIES.index(row.severity) if row.severity in SEVERITIES else len(SEVERITIES)
+    return (row.state not in LIVE_STATES, _order(row.category), severity, row.cell, row.kind)
 
 
 def bucket_cells(cells: list[Cell], results: set[Cell], decision: Any, findings: list[Any]) -> dict[Cell, str]:
@@ -151,9 +157,10 @@ def build_report(store: Any, run_id: int, public_url: str,
     rows = tuple(sorted(
         (ReportRow(id=f.id, cell=f.cell, kind=f.kind, metric=f.metric, category=f.category, severity=f.severity,
                    state=f.state, baseline_value=f.baseline_value, value=f.value, delta=f.delta, ratio=f.ratio,
-                   history_url=history_url(public, f.cell), finding_url=f"{public}/regressions/{f.id}")
+                   finding_url=f"{public}/regressions/{f.id}", detail=f.detail or "", note=f.state_note or "",
+                   state_by=f.state_by)
          for f in findings),
-        key=lambda r: (r.state not in LIVE_STATES, _order(r.category), r.severity != "major", r.cell, r.kind)))
+        key=row_order))
     job_status = {j.cell: j.status for j in jobs}
     why = dict(verdict.decision.unmeasured)
     missing = tuple((c, why.get(c) or results.get(c) or f"job {job_status.get(c, 'missing')}, no result")

@@ -14,6 +14,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
 from service.github.client import COMMENT_MARKER, GitHubStatusClient, PullRequestComment, TransientStatusError
+from service.github.comment import escape
 from service.regressions.detect import detect_run
 from service.regressions.verdict import run_verdict
 from tests.api.conftest import make_reporter
@@ -101,12 +102,13 @@ def test_one_comment_kept_current_through_pushes_and_an_acknowledgement(pr_world
     body = comment["body"]
     assert body.startswith(COMMENT_MARKER)
     assert f"Merging #{PR} regresses 1 cell" in body and head1[:12] in body
-    assert "❌ 1 regression · ⚡ 0 improvements · 〰️ 0 flaky · ✅ 3 unchanged · 🆕 0 new · ⚠️ 0 not measured" in body
+    assert "\n❌ 1 regression · ✅ 3 unchanged\n" in body
     [row] = _table_rows(body)
     findings = store.regressions(run_id=run1)
     assert row[0] == f"[{findings[0].id}](https://ci.example.com/regressions/{findings[0].id})"
-    assert row[1].startswith("[mlp\\_small](https://ci.example.com/history?model=mlp_small&dtype=fp16")
-    assert row[2:4] == ["fp16", "default"] and "conversion" in row[5] and row[-1] == "open"
+    assert row[1:5] == ["mlp\\_small", "fp16", "default", escape(pr_world["cells"][0][3])] and row[5] == "conversion"
+    assert row[6:9] == ["converted at baseline \\(pass\\), now convert\\_error", "–", "**critical**"]
+    assert row[-1] == "open"
     assert "ampci ack ID" in body
     assert gh.statuses[-1]["state"] == "failure" and gh.checks[-1]["conclusion"] == "failure"
     assert gh.checks[-1]["head_sha"] == head1 and gh.checks[-1]["output"]["title"].startswith("❌ Merging #7")
@@ -129,7 +131,7 @@ def test_one_comment_kept_current_through_pushes_and_an_acknowledgement(pr_world
     assert "regresses 2 cells" in body and head2[:12] in body and head1[:12] not in body
     rows = _table_rows(body)
     expected = {(f.model, f.dtype, f.id) for f in store.regressions(run_id=run2) if f.category == "regression"}
-    assert {(r[1].split("]")[0].strip("[").replace("\\_", "_"), r[2], int(r[0].split("]")[0].strip("[")))
+    assert {(r[1].replace("\\_", "_"), r[2], int(r[0].split("]")[0].strip("[")))
             for r in rows} == expected
 
     # synchronised again: everything passes
@@ -168,7 +170,7 @@ def test_one_comment_kept_current_through_pushes_and_an_acknowledgement(pr_world
     assert only["id"] == comment["id"] and row[-1] == "false positive" and row[1].startswith("~~")
     # the cell still could not convert: said first, never "no change" (no silent pass)
     assert f"### ⚠️ Merging #{PR}: 1 of 4 cells could not be measured" in only["body"]
-    assert "❌ 0 regressions" in only["body"] and "⚠️ 1 not measured" in only["body"]
+    assert "regression" not in only["body"].split("| ID |")[0] and "⚠️ 1 not measured" in only["body"]
     # one check run per head, edited in place by each re-report (ack, false positive), never one more
     assert [c["head_sha"] for c in gh.checks] == [head1, head2, head3, head4]
     assert gh.checks[-1]["output"]["title"].startswith(f"⚠️ Merging #{PR}: 1 of 4 cells could not be measured")
