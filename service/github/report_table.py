@@ -110,8 +110,8 @@ def state_text(row: ReportRow) -> str:
 
 
 def _finding(row: ReportRow) -> str:
-    kind = row.kind.replace("_", " ")
-    what = kind if row.metric == "status" else f"{kind} · {metric_label(row.metric)}"
+    kind, label = row.kind.replace("_", " "), metric_label(row.metric)
+    what = kind if row.metric == "status" else label if kind in label else f"{kind} · {label}"
     return escape(what) + ("" if row.category == "regression" else f" ({escape(row.category)})")
 
 

@@ -147,7 +147,7 @@ def test_timing_findings_show_their_evidence_and_a_dismissal_its_reason():
     fp = _row(4, state="false_positive", note="runner died | mid-run")
     body = render_comment(_report((confirmed, dismissed, capped, fp), counts={"regression": 1, "unchanged": 3}))
     one, two, three, four = _shown(body)
-    assert "| latency · p50 latency \\(ms\\) |" in one and "1 → 1.31 | +31.0% |" in one
+    assert "| p50 latency \\(ms\\) |" in one and "1 → 1.31 | +31.0% |" in one
     assert one.endswith("| open; confirmed by 9 pairs: ×1.32, +0.32 ms, p=0.002 |"), one
     assert "~~" in two and two.endswith("| dismissed by 9 pairs: ×1.01 (limit ×1.1), +0.01 ms (floor 0.05), "
                                         "p=0.38 (limit 0.01) |"), two
