@@ -26,6 +26,7 @@ from service.github.approval import Approval, Approved
 from service.github.events import RunRequest
 from service.github.webhook import Submitted
 from service.settings import Settings
+from service.vocabulary import AWAITING_APPROVAL
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,6 @@ class RunDispatcher:
         sends its jobs).  A database failure of the shared transaction raises for the whole batch.
         """
         from service.db.records import RevisionRow, RunSpec
-        from service.db.runs import AWAITING_APPROVAL
 
         out: list[Submitted | BaseException | None] = [None] * len(items)
         specs: list[RunSpec] = []
@@ -288,7 +288,6 @@ class RunDispatcher:
         from dataclasses import replace
 
         from service.db.records import NewRun, RunSpec
-        from service.db.runs import AWAITING_APPROVAL
 
         what = f"PR #{approval.pr_number} ({approval.via} by {approval.by or 'unknown'})"
         run = self.store.newest_pull_request_run(repo=approval.repo, pr=approval.pr_number,
@@ -335,7 +334,6 @@ class RunDispatcher:
                         f"{what}: approved head {run.revision_sha[:12]}; run {run.id} started")
 
     def _dispatch(self, sha: str, new: Any, redispatch: bool) -> Submitted:
-        from service.db.runs import AWAITING_APPROVAL
 
         if new.status == AWAITING_APPROVAL:  # no jobs until approved (approve)
             return Submitted(run_id=new.run_id, created=new.created, awaiting=True)

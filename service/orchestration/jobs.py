@@ -19,7 +19,6 @@ from service.regressions.detect import detect_run
 from service.regressions.verdict import record_verdict
 from service.settings import Settings
 
-FINAL_JOB_STATUSES = frozenset({"done", "error", "crashed", "cancelled"})
 PENDING_JOB_STATUSES = frozenset({"queued", "running"})
 
 _MIGRATE_LOCK = threading.Lock()

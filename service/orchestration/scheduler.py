@@ -29,7 +29,6 @@ from typing import Any
 from service.errors import UserError
 from service.orchestration.broker import celery_app as celery_app  # re-exported
 from service.orchestration.broker import enqueue as enqueue
-from service.orchestration.jobs import FINAL_JOB_STATUSES as FINAL_JOB_STATUSES
 from service.orchestration.jobs import PENDING_JOB_STATUSES as PENDING_JOB_STATUSES
 from service.orchestration.jobs import cell_options as cell_options
 from service.orchestration.jobs import dispatch_mode as dispatch_mode
