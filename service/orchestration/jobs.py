@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from service import run_meta
 from service.orchestration import baseline_runs
 from service.orchestration.broker import enqueue
 from service.regressions import confirm
@@ -50,8 +51,7 @@ def open_store(settings: Settings) -> Any:
 
 def cell_options(run: Any, cell: tuple[str, str, str, str]) -> dict[str, Any]:
     """The sweep options stored in ``run.meta`` for ``cell`` ({} when the run has none)."""
-    meta = run.meta or {}
-    return dict(meta.get("options", {}).get("|".join(cell), meta.get("cell_defaults", {})))
+    return run_meta.cell_options(run.meta, cell)
 
 
 def redact_result(result: Any) -> Any:
