@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from amp_pass.errors import PolicyError
-from amp_pass.policy import TARGETS, load_policy, unmatched_node_rules
+from amp_pass.policy import load_policy, unmatched_node_rules
 from service.errors import UserError
 from service.settings import parse_duration
 from service.vocabulary import DTYPES as DTYPES  # re-exported: a sweep's dtypes
 from service.vocabulary import POLICY_NAMES as POLICY_NAMES
+from service.vocabulary import TARGETS
 from service.vocabulary import did_you_mean as _did_you_mean
 
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
