@@ -6,7 +6,12 @@
   ``TYPE_CHECKING`` alike): the only allowed direction between the project's packages is
   ``service -> workers -> amp_pass`` (and ``migrations -> service.db``), and no two modules reach
   each other through imports (no cycle at module level, a package's ``__init__`` counting as a
-  module).
+  module);
+* inside ``service``, the folders are floors: each imports only the floors below it, as the one
+  table :data:`SERVICE_FLOORS` says (the root modules ``service/*.py`` are the bottom floor), and
+  the floors' own import graph has no cycle;
+* ``sqlalchemy`` is imported (by any import statement, at any depth) only under ``service/db/`` and
+  ``migrations/``: every other floor reaches the database through ``service.db``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,25 @@ ALLOWED: dict[str, frozenset[str]] = {
     "service": frozenset({"workers", "amp_pass"}),
     "migrations": frozenset({"service.db"}),
 }
+
+
+#: The floors of ``service/``, bottom to top: floor -> the floors it may import (besides itself).  A sub-folder of
+#: ``service/`` is a floor; ``service`` stands for the root modules (``errors``, ``settings``, ``vocabulary``,
+#: ``run_meta``), which import only each other (and ``workers``/``amp_pass``, as :data:`ALLOWED` says).
+ROOT_FLOOR = "service"
+SERVICE_FLOORS: dict[str, frozenset[str]] = {
+    ROOT_FLOOR: frozenset(),
+    "regressions": frozenset({ROOT_FLOOR}),
+    "db": frozenset({ROOT_FLOOR, "regressions"}),
+    "orchestration": frozenset({ROOT_FLOOR, "regressions", "db"}),
+    "github": frozenset({ROOT_FLOOR, "regressions", "db", "orchestration"}),
+    "web": frozenset({ROOT_FLOOR, "db"}),
+    "dashboard": frozenset({ROOT_FLOOR, "regressions", "db", "orchestration", "github", "web"}),
+    "api": frozenset({ROOT_FLOOR, "regressions", "db", "orchestration", "github", "web", "dashboard"}),
+    "cli": frozenset({ROOT_FLOOR, "regressions", "db", "orchestration", "github", "web", "dashboard", "api"}),
+}
+#: Where ``sqlalchemy`` may be imported: path prefixes relative to the project root.
+SQLALCHEMY_HOMES = ("service/db/", "migrations/")
 
 
 def _modules(package: str) -> list[str]:
@@ -181,6 +205,108 @@ def _tree(tmp_path: Path, files: Mapping[str, str]) -> Path:
         (tmp_path / package).mkdir(exist_ok=True)
         (tmp_path / package / "__init__.py").touch()
     return tmp_path
+
+
+# -- the floors of service/ -----------------------------------------------------------------------
+def floors(root: Path) -> dict[str, str]:
+    """``service`` module -> its floor: the sub-folder of ``service/`` it lives in, or :data:`ROOT_FLOOR` for
+    the root modules (``service/*.py``)."""
+    out = {}
+    for module, path in source_modules(root).items():
+        parts = path.relative_to(root).parts
+        if parts[0] == "service":
+            out[module] = parts[1] if len(parts) > 2 else ROOT_FLOOR
+    return out
+
+
+def floor_graph(root: Path) -> dict[str, dict[str, list[str]]]:
+    """Floor -> floor it imports -> the module imports (``a -> b``) that make that edge, from every import
+    statement of the source under ``root``."""
+    floor = floors(root)
+    edges: dict[str, dict[str, list[str]]] = {f: {} for f in set(floor.values())}
+    for src, targets in import_graph(root).items():
+        for dst in targets:
+            if src in floor and dst in floor and floor[src] != floor[dst]:
+                edges[floor[src]].setdefault(floor[dst], []).append(f"{src} -> {dst}")
+    return edges
+
+
+def floor_violations(edges: Mapping[str, Mapping[str, list[str]]]) -> list[str]:
+    """Every module import that crosses floors against :data:`SERVICE_FLOORS` (a floor it lacks included)."""
+    bad = []
+    for a, targets in sorted(edges.items()):
+        allowed = SERVICE_FLOORS.get(a)
+        for b, why in sorted(targets.items()):
+            if allowed is None or b not in allowed:
+                bad += [f"{a} -> {b}: {w}" for w in sorted(why)]
+    return bad
+
+
+def sqlalchemy_imports(root: Path) -> list[str]:
+    """``path:line`` of every import statement naming ``sqlalchemy`` outside :data:`SQLALCHEMY_HOMES`."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith(SQLALCHEMY_HOMES):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""] if not node.level else []
+                else:
+                    continue
+                if any(name == "sqlalchemy" or name.startswith("sqlalchemy.") for name in names):
+                    found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_the_floor_table_is_a_dag_and_names_every_folder() -> None:
+    folders = {p.name for p in (ROOT / "service").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders | {ROOT_FLOOR} == set(SERVICE_FLOORS), "place every folder of service/ in SERVICE_FLOORS"
+    table = {a: set(b) for a, b in SERVICE_FLOORS.items()}
+    assert cycles(table) == [] and all(a not in b for a, b in table.items())
+
+
+def test_service_floors_import_downward_only() -> None:
+    edges = floor_graph(ROOT)
+    assert set(edges) == set(SERVICE_FLOORS), "the scan found other floors than the table's"
+    bad = floor_violations(edges)
+    assert bad == [], "imports against SERVICE_FLOORS:\n" + "\n".join(bad)
+
+
+def test_service_floors_form_no_cycle() -> None:
+    edges = floor_graph(ROOT)
+    assert cycles({a: set(targets) for a, targets in edges.items()}) == []
+
+
+def test_sqlalchemy_is_imported_only_by_the_database_layer() -> None:
+    found = sqlalchemy_imports(ROOT)
+    assert found == [], "sqlalchemy imported outside service/db/ and migrations/:\n" + "\n".join(found)
+
+
+def test_the_floor_checks_catch_an_upward_import_a_cycle_and_sql(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "service/vocabulary.py": "",
+        "service/db/__init__.py": "",
+        "service/db/store.py": "import sqlalchemy as sa\nfrom service import vocabulary\n",
+        "service/regressions/__init__.py": "",
+        "service/regressions/rules.py": "def f():\n    from sqlalchemy.exc import DataError\n",
+        "service/regressions/detect.py": "from service.db import store\n",
+        "service/web/__init__.py": "",
+        "service/web/auth.py": "from service.vocabulary import X\n",
+        "service/dashboard/__init__.py": "",
+        "service/dashboard/routes.py": "from service.web import auth\nfrom service.api import app\n",
+        "service/api/__init__.py": "",
+        "service/api/app.py": "from service.dashboard import routes\nfrom service.web.auth import check\n",
+        "migrations/env.py": "import sqlalchemy\nfrom service.db import store\n",
+    })
+    edges = floor_graph(root)
+    assert floor_violations(edges) == ["dashboard -> api: service.dashboard.routes -> service.api.app",
+                                       "regressions -> db: service.regressions.detect -> service.db.store"]
+    assert cycles({a: set(t) for a, t in edges.items()}) == [["api", "dashboard"]]
+    assert sqlalchemy_imports(root) == ["service/regressions/rules.py:2"]
 
 
 def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path: Path) -> None:

@@ -32,14 +32,12 @@ def database_probe(store: Any) -> Probe:
     """``SELECT 1`` over the store's engine; never raises."""
 
     def probe() -> tuple[bool, str]:
-        import sqlalchemy as sa
+        from service.db.engine import ping
 
         try:
-            with store.engine.connect() as conn:
-                conn.execute(sa.text("SELECT 1"))
+            return True, ping(store.engine)
         except Exception as exc:  # noqa: BLE001 - a probe reports, it does not raise
             return False, _one_line(exc)
-        return True, store.engine.url.render_as_string(hide_password=True)
 
     return probe
 

@@ -21,11 +21,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from service import run_meta
 from service.errors import UserError
 from service.github.approval import Approval, Approved
 from service.github.events import RunRequest
 from service.github.webhook import Submitted
 from service.settings import Settings
+from service.vocabulary import AWAITING_APPROVAL
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +172,6 @@ class RunDispatcher:
         sends its jobs).  A database failure of the shared transaction raises for the whole batch.
         """
         from service.db.records import RevisionRow, RunSpec
-        from service.db.runs import AWAITING_APPROVAL
 
         out: list[Submitted | BaseException | None] = [None] * len(items)
         specs: list[RunSpec] = []
@@ -200,7 +201,7 @@ class RunDispatcher:
                 github.update(approval="required", untrusted=request.untrusted)
             specs.append(RunSpec(request.head_sha, request.trigger, request.baseline_sha, request.sweep,
                                  tuple(c.cell for c in planned), dedup_key,
-                                 {**_options_meta(planned, request.head_sha), "github": github,
+                                 {**run_meta.encode(planned, request.head_sha), "github": github,
                                   "confirm_pairs": self.settings.confirm_pairs}, self.mode,
                                  AWAITING_APPROVAL if awaiting else "queued"))
             spec_of.append(i)
@@ -252,7 +253,7 @@ class RunDispatcher:
                 cells = br.cells_of(planned, missing)
                 base_specs.append(RunSpec(need.baseline, "manual", None, spec.sweep, tuple(c.cell for c in cells),
                                           br.BaselineNeed(need.baseline, tuple(missing), ()).dedup_key(spec.sweep),
-                                          {**_options_meta(cells, need.baseline), "baseline_for": spec.revision_sha,
+                                          {**run_meta.encode(cells, need.baseline), "baseline_for": spec.revision_sha,
                                            "confirm_pairs": self.settings.confirm_pairs}, self.mode))
                 base_of.append(k)
         made = self.store.create_runs(base_specs, conn=conn) if base_specs else []
@@ -270,7 +271,7 @@ class RunDispatcher:
                extra_meta: dict[str, Any] | None = None, redispatch: bool = False) -> Submitted:
         """Create (or find by ``dedup_key``) a run of ``sweep`` at ``sha`` and dispatch its jobs."""
         planned = self.planner(sweep)
-        meta = {**_options_meta(planned, sha), "confirm_pairs": self.settings.confirm_pairs, **(extra_meta or {})}
+        meta = {**run_meta.encode(planned, sha), "confirm_pairs": self.settings.confirm_pairs, **(extra_meta or {})}
         new = self.store.create_run_with_jobs(sha, trigger, baseline, sweep, [c.cell for c in planned],
                                               dedup_key, meta, dispatch=self.mode)
         return self._dispatch(sha, new, redispatch)
@@ -288,7 +289,6 @@ class RunDispatcher:
         from dataclasses import replace
 
         from service.db.records import NewRun, RunSpec
-        from service.db.runs import AWAITING_APPROVAL
 
         what = f"PR #{approval.pr_number} ({approval.via} by {approval.by or 'unknown'})"
         run = self.store.newest_pull_request_run(repo=approval.repo, pr=approval.pr_number,
@@ -313,7 +313,7 @@ class RunDispatcher:
         github = {**(run.meta.get("github") or {}), "approval": "approved", "approved_by": approval.by,
                   "approved_via": approval.via, "approved_delivery": delivery}
         spec = RunSpec(run.revision_sha, run.trigger, run.baseline_sha, run.sweep, tuple(c.cell for c in planned),
-                       None, {**run.meta, **_options_meta(planned, run.revision_sha), "github": github,
+                       None, {**run.meta, **run_meta.encode(planned, run.revision_sha), "github": github,
                               "confirm_pairs": self.settings.confirm_pairs}, self.mode)
         try:
             with self.store.transaction() as conn:
@@ -335,7 +335,6 @@ class RunDispatcher:
                         f"{what}: approved head {run.revision_sha[:12]}; run {run.id} started")
 
     def _dispatch(self, sha: str, new: Any, redispatch: bool) -> Submitted:
-        from service.db.runs import AWAITING_APPROVAL
 
         if new.status == AWAITING_APPROVAL:  # no jobs until approved (approve)
             return Submitted(run_id=new.run_id, created=new.created, awaiting=True)
@@ -354,5 +353,3 @@ class _ApprovedMeanwhile(Exception):
     """Rolls back an approval's transaction when another approval started the run first."""
 
 
-def _options_meta(planned: Sequence[Any], sha: str) -> dict[str, Any]:
-    return {"options": {"|".join(c.cell): c.options() for c in planned}, "requested_revision": sha}

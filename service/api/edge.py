@@ -77,7 +77,7 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 def token_refusal(settings: Settings, scope: Scope) -> tuple[int, str, str] | None:
     """(status, code, message) when the request may not reach an ``/api/`` route without reading its
-    body: the rules of :func:`service.api.auth.check_token` applied to its headers; None to let it in."""
+    body: the rules of :func:`service.web.auth.check_token` applied to its headers; None to let it in."""
     path: str = scope.get("path", "")
     if not path.startswith("/api/"):
         return None
@@ -86,8 +86,8 @@ def token_refusal(settings: Settings, scope: Scope) -> tuple[int, str, str] | No
         return None
     from starlette.requests import Request
 
-    from service.api.auth import check_token
-    from service.api.errors import ApiError
+    from service.web.auth import check_token
+    from service.web.errors import ApiError
 
     try:
         check_token(settings, Request(scope))

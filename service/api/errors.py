@@ -14,41 +14,16 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as SATimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
+from service.db.errors import DATABASE_DOWN, VALUE_REFUSED, driver_message
 from service.errors import DatabaseUnavailableError, NotFoundError, UserError
 from service.github.events import RepositoryNotAllowedError
+from service.web.errors import ApiError, error_response
 
 log = logging.getLogger(__name__)
-
-_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-          405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
-          422: "invalid_request", 503: "unavailable"}
-
-
-class ApiError(Exception):
-    """An error with an explicit HTTP status, raised by handlers on purpose."""
-
-    def __init__(self, status_code: int, message: str, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.code = code or _CODES.get(status_code, "error")
-        self.headers = headers
-
-
-def error_response(status_code: int, message: str, code: str | None = None, *,
-                   headers: dict[str, str] | None = None, **extra: object) -> JSONResponse:
-    """The one JSON error shape of this API."""
-    body: dict[str, object] = {"error": code or _CODES.get(status_code, "error"),
-                               "message": message.splitlines()[0][:500] if message else ""}
-    body.update(extra)
-    return JSONResponse(body, status_code=status_code, headers=headers)
-
 
 def _validation_detail(exc: RequestValidationError) -> list[dict[str, object]]:
     out = []
@@ -95,20 +70,21 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _user_error(_: Request, exc: UserError) -> JSONResponse:
         return error_response(400, str(exc))
 
-    @app.exception_handler(DataError)
-    async def _bad_value(_: Request, exc: DataError) -> JSONResponse:
+    async def _bad_value(_: Request, exc: Exception) -> JSONResponse:
         # a value the database cannot hold (out-of-range number, NUL byte) is the client's input
         return error_response(400, "a value in the request cannot be stored or compared: "
-                              + str(getattr(exc, "orig", exc)).splitlines()[0][:200])
+                              + driver_message(exc).splitlines()[0][:200])
 
-    @app.exception_handler(OperationalError)
-    @app.exception_handler(InterfaceError)
-    @app.exception_handler(SATimeoutError)
     async def _db_error(request: Request, exc: Exception) -> JSONResponse:
         n = _count(request, "database_errors")
         log.warning("database error on %s %s (%d so far): %s", request.method, request.url.path, n,
                     str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
         return error_response(503, "database unavailable or overloaded; try again")
+
+    for refused in VALUE_REFUSED:
+        app.add_exception_handler(refused, _bad_value)
+    for down in DATABASE_DOWN:
+        app.add_exception_handler(down, _db_error)
 
     @app.exception_handler(DatabaseUnavailableError)
     async def _db_down(request: Request, exc: DatabaseUnavailableError) -> JSONResponse:

@@ -15,9 +15,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from service.api.auth import check_token
-from service.api.errors import ApiError
 from service.settings import redact_url
+from service.web.auth import check_token
+from service.web.errors import ApiError
 
 router = APIRouter(tags=["health"])
 

@@ -1,7 +1,7 @@
 """Read endpoints: runs, a run with its cells, results, regressions, a cell's history, deliveries.
 
 All answer JSON built from the Store's records (``to_dict()``); inputs are validated by FastAPI
-(422 with a JSON error; integers are ASCII digits only, see :mod:`service.api.params`), unknown ids are 404, and read endpoints need the bearer token only when
+(422 with a JSON error; integers are ASCII digits only, see :mod:`service.web.params`), unknown ids are 404, and read endpoints need the bearer token only when
 ``AMPCI_READ_TOKEN_REQUIRED`` is set.
 """
 
@@ -12,9 +12,11 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 
-from service.api.auth import require_read
-from service.api.errors import ApiError
-from service.api.params import MAX_ID, StrictInt
+from service import vocabulary
+from service.vocabulary import RUN_STATES, TRIGGERS
+from service.web.auth import require_read
+from service.web.errors import ApiError
+from service.web.params import MAX_ID, StrictInt
 
 router = APIRouter(prefix="/api", tags=["read"], dependencies=[Depends(require_read)])
 
@@ -23,8 +25,8 @@ OptId = Annotated[int | None, StrictInt, Query(ge=1, le=MAX_ID)]
 Rev = Annotated[str | None, Query(pattern=r"^[0-9a-fA-F]{4,64}$", description="sha or unique prefix")]
 Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[\w.:+/-]+$")]
 Limit = Annotated[int, StrictInt, Query(ge=1, le=5000)]
-Trigger = Literal["push", "pull_request", "nightly", "manual", "bisect", "confirm"]
-RunState = Literal["awaiting_approval", "queued", "running", "complete", "partial", "failed", "cancelled"]  # RUN_STATES
+Trigger = Literal[TRIGGERS]  # type: ignore[valid-type]  # the names of service.vocabulary, as FastAPI checks them
+RunState = Literal[RUN_STATES]  # type: ignore[valid-type]
 RegState = Literal["open", "acknowledged", "resolved", "false_positive", "suspected", "dismissed", "suspected_resolved",
                    "explained"]  # service.db.queries.REG_STATES
 Category = Literal["regression", "improvement", "flaky"]
@@ -38,24 +40,21 @@ def _store(request: Request) -> Any:
 
 def check_filters(**values: str | None) -> None:
     """A 400 for a cell filter value the CLI refuses too (``dtype=fp8``, ``status=passs``): the same
-    vocabularies and one-line messages as the CLI's (:mod:`service.cli.argtypes`), listing the choices,
+    vocabularies and one-line messages as the CLI's (:mod:`service.vocabulary`), listing the choices,
     so a typo is an error instead of an empty ``200 []``."""
-    import argparse
-
-    from service.cli.argtypes import dtype_name, one_of, policy_name, target_name
-
     def statuses() -> tuple[str, ...]:
         from workers.result import STATUSES
 
         return STATUSES
 
-    parsers = {"dtype": dtype_name, "policy": policy_name, "target": target_name, "status": one_of("status", statuses)}
+    checks = {"dtype": vocabulary.dtype_name, "policy": vocabulary.policy_name, "target": vocabulary.target_name,
+              "status": vocabulary.one_of("status", statuses)}
     for name, raw in values.items():
         if raw is None:
             continue
         try:
-            parsers[name](raw)
-        except argparse.ArgumentTypeError as exc:
+            checks[name](raw)
+        except vocabulary.UnknownNameError as exc:
             raise ApiError(400, f"{name}: {exc}") from None
 
 

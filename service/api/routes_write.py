@@ -10,13 +10,13 @@ from fastapi import APIRouter, Body, Depends, Header, Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.responses import JSONResponse
 
-from service.api.auth import require_write
 from service.api.routes_read import Id
 from service.errors import UserError
 from service.github.events import check_repository
 from service.github.sanitize import free_text
 from service.regressions.verdict import record_verdict
 from service.settings import Settings
+from service.web.auth import require_write
 
 router = APIRouter(prefix="/api", tags=["write"], dependencies=[Depends(require_write)])
 

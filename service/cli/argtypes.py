@@ -14,19 +14,19 @@ fills required arguments with it).
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from service import vocabulary
+from service.vocabulary import EARLIEST, LATEST, UnknownNameError
+
 MAX_ID = 2**31 - 1               # the database's integer ids
 MAX_DIGITS = 18                  # longer digit strings are refused unread
 MAX_SINCE_DAYS = 36_500          # `--since 100y` is the most a finding list can mean
 MAX_SECONDS = 30 * 86_400.0      # durations on the command line: at most 30 days
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 _INT = re.compile(rf"-?[0-9]{{1,{MAX_DIGITS}}}", re.ASCII)
 _SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?", re.ASCII)
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -194,57 +194,30 @@ def path_arg(raw: str) -> Path:
 path_arg.sample = "missing-file.onnx"  # type: ignore[attr-defined]
 
 
-def _did_you_mean(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+def _argparse_type(check: Callable[[str], str], name: str, sample: str) -> Callable[[str], str]:
+    """``check`` (a :mod:`service.vocabulary` validator) as an argparse ``type``: its UnknownNameError
+    becomes argparse's one-line usage error with the same message."""
+    def parse(raw: str) -> str:
+        try:
+            return check(raw)
+        except UnknownNameError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return _typed(parse, name, sample)
 
 
 def one_of(what: str, choices: Sequence[str] | Callable[[], Sequence[str]]) -> Callable[[str], str]:
-    """An argparse ``type`` accepting exactly one of ``choices``; anything else is argparse's one-line
-    usage error (exit 2) naming ``what`` and listing every choice, so a query filter with an unknown
-    value is refused instead of printing an empty table.  ``choices`` may be a function returning
-    them, called only when a value is parsed (the vocabularies live in modules the parser does not
-    import)."""
-
-    def parse(raw: str) -> str:
-        known = tuple(choices() if callable(choices) else choices)
-        if raw in known:
-            return raw
-        raise argparse.ArgumentTypeError(f"unknown {what} {raw!r}{_did_you_mean(raw, known)}; "
-                                         f"expected one of {', '.join(known)}")
-
-    return _typed(parse, what, "" if callable(choices) else (list(choices) or [""])[0])
+    """An argparse ``type`` accepting exactly one of ``choices`` (:func:`service.vocabulary.one_of`);
+    anything else is argparse's one-line usage error (exit 2) naming ``what`` and listing every
+    choice, so a query filter with an unknown value is refused instead of printing an empty table.
+    ``choices`` may be a function returning them, called only when a value is parsed."""
+    return _argparse_type(vocabulary.one_of(what, choices), what,
+                          "" if callable(choices) else (list(choices) or [""])[0])
 
 
-def dtype_name(raw: str) -> str:
-    """An argparse ``type``: a low-precision dtype the service sweeps (``fp16``, ``bf16``)."""
-    from service.orchestration.sweeps import DTYPES
-
-    return one_of("dtype", DTYPES)(raw)
-
-
-def target_name(raw: str) -> str:
-    """An argparse ``type``: a pass target (``cpu``, ``cuda``) or the queue of one (``cuda-a100``), as
-    results store them."""
-    from amp_pass.policy import TARGETS
-
-    if raw in TARGETS or (raw.partition("-")[0] in TARGETS and raw.partition("-")[2]):
-        return raw
-    raise argparse.ArgumentTypeError(f"unknown target {raw!r}{_did_you_mean(raw, TARGETS)}; expected one of "
-                                     f"{', '.join(TARGETS)} (or a queue of one, e.g. cuda-a100)")
-
-
-def policy_name(raw: str) -> str:
-    """An argparse ``type``: a named policy, ``auto``, or a policy file path (results store a file policy
-    by its path), so a misspelt name (``agressive``) is refused rather than matching nothing."""
-    from service.orchestration.sweeps import POLICY_NAMES
-
-    if raw in POLICY_NAMES or "/" in raw or raw.endswith((".toml", ".yaml", ".yml", ".json")):
-        return raw
-    raise argparse.ArgumentTypeError(f"unknown policy {raw!r}{_did_you_mean(raw, POLICY_NAMES)}; expected one "
-                                     f"of {', '.join(POLICY_NAMES)} or a policy file path")
-
-
-dtype_name.sample = "fp16"  # type: ignore[attr-defined]
-target_name.sample = "cpu"  # type: ignore[attr-defined]
-policy_name.sample = "default"  # type: ignore[attr-defined]
+#: A low-precision dtype the service sweeps (``fp16``, ``bf16``).
+dtype_name = _argparse_type(vocabulary.dtype_name, "dtype_name", "fp16")
+#: A pass target (``cpu``, ``cuda``) or the queue of one (``cuda-a100``), as results store them.
+target_name = _argparse_type(vocabulary.target_name, "target_name", "cpu")
+#: A named policy, ``auto``, or a policy file path (results store a file policy by its path).
+policy_name = _argparse_type(vocabulary.policy_name, "policy_name", "default")

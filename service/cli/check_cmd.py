@@ -149,7 +149,8 @@ def validated_policy(dtype: str, policy: str, target: str) -> str:
     """The policy a job of ``check`` runs with (a policy file as its absolute path, since the conversion
     runs in the pass revision's folder); a SweepConfigError (exit 2, one line, nothing run) for an
     unknown dtype, target or policy name, or a policy file the pass would refuse."""
-    from service.orchestration.sweeps import DTYPES, SweepConfigError, check_target, resolve_policy
+    from service.orchestration.sweeps import SweepConfigError, check_target, resolve_policy
+    from service.vocabulary import DTYPES
 
     if dtype not in DTYPES:
         raise SweepConfigError(f"--dtype: unknown dtype {dtype!r}; expected {' or '.join(DTYPES)}")

@@ -23,6 +23,7 @@ from typing import Any
 from service.cli.argtypes import bounded_int, dtype_name, one_of, policy_name, target_name
 from service.cli.startup import startup_complete
 from service.errors import ConfigError, UserError
+from service.vocabulary import RUN_STATES, TRIGGERS
 
 
 def open_store() -> Any:
@@ -116,18 +117,6 @@ def _common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
-def _triggers() -> tuple[str, ...]:
-    from service.db.runs import TRIGGERS
-
-    return TRIGGERS
-
-
-def _run_states() -> tuple[str, ...]:
-    from service.db.store import RUN_STATES
-
-    return RUN_STATES
-
-
 def _result_statuses() -> tuple[str, ...]:
     from workers.result import STATUSES
 
@@ -147,8 +136,8 @@ def register(subparsers: Any) -> None:
 
     p = _common(subparsers.add_parser("runs", help="list runs, newest first"))
     p.add_argument("--revision", type=revision_arg)
-    p.add_argument("--trigger", type=one_of("trigger", _triggers), help="push, pull_request, nightly, manual or bisect")
-    p.add_argument("--status", type=one_of("run status", _run_states),
+    p.add_argument("--trigger", type=one_of("trigger", TRIGGERS), help="push, pull_request, nightly, manual or bisect")
+    p.add_argument("--status", type=one_of("run status", RUN_STATES),
                    help="queued, running, complete, partial, failed or cancelled")
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=50)
     p.set_defaults(func=cmd_runs, startup_in_command=True)

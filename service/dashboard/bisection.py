@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.dashboard.queries import bisect_runs
+from service.db.dashboard import bisect_runs
 from service.db.records import RegressionInfo
 from service.db.store import Store
 from service.errors import NotFoundError

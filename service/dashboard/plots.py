@@ -28,7 +28,7 @@ from typing import Any
 import pygal
 from pygal.style import Style
 
-from service.dashboard.queries import HistoryRow
+from service.db.dashboard import HistoryRow
 from service.db.records import RegressionInfo
 from service.regressions.render import distinct_digits
 

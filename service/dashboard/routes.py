@@ -21,7 +21,7 @@ Routes (not in the OpenAPI schema):
 
 Read pages need the bearer token only when ``AMPCI_READ_TOKEN_REQUIRED`` is set (as the JSON API).
 Unknown ids and bad parameters get an HTML error page with a 404/400 status: ids and limits are read
-by :mod:`service.api.params` (ASCII digits only, bounded), so a malformed id is a 404 and a malformed
+by :mod:`service.web.params` (ASCII digits only, bounded), so a malformed id is a 404 and a malformed
 ``limit`` a 400 (an empty one is the default).
 """
 
@@ -39,15 +39,16 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from service.api.auth import require_read
-from service.api.params import path_id, query_int
-from service.dashboard import bisection, plots, queries, views
+from service.dashboard import bisection, plots, views
+from service.db import dashboard as queries
 from service.db.deliveries import DELIVERY_STATES
-from service.db.store import AWAITING_APPROVAL, TRIGGERS
 from service.errors import NotFoundError, UserError
 from service.github.approval import AWAITING_DESCRIPTION
 from service.regressions.rules import CATEGORIES
 from service.regressions.verdict import record_verdict, run_verdict
+from service.vocabulary import AWAITING_APPROVAL, TRIGGERS
+from service.web.auth import require_read
+from service.web.params import path_id, query_int
 
 HERE = Path(__file__).parent
 CSS = (HERE / "static" / "dashboard.css").read_text(encoding="utf-8")

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.dashboard.queries import ERROR_STATUSES
+from service.db.dashboard import ERROR_STATUSES
 from service.db.records import Cell, JobInfo, RegressionInfo, ResultRow
 from service.regressions.rules import CONFIRMATION_STATES, EXPLAINED, KINDS
 from service.regressions.verdict import LIST_WORDS, list_verdict

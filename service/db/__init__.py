@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from service.db.deliveries import DELIVERY_STATES
 from service.db.records import (
     CompareRow,
     DeliveryInfo,
@@ -18,7 +19,8 @@ from service.db.records import (
     RunInfo,
     RunSummary,
 )
-from service.db.store import DELIVERY_STATES, JOB_STATES, RUN_STATES, TRIGGERS, Store
+from service.db.store import Store
+from service.vocabulary import JOB_STATES, RUN_STATES, TRIGGERS
 
 __all__ = ["Store", "TRIGGERS", "RUN_STATES", "JOB_STATES", "DELIVERY_STATES", "CompareRow", "DeliveryInfo",
            "HistoryPoint", "JobInfo", "RegressionInfo", "ResultRow", "RevisionInfo", "RunInfo", "RunSummary"]

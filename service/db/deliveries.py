@@ -23,7 +23,7 @@ made storable before they are written, so recording an outcome never fails for i
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -250,6 +250,24 @@ class DeliveriesMixin:
         if conn.dialect.name == "postgresql":
             q = q.with_for_update(skip_locked=True)
         return [PendingDelivery(r.delivery_id, r.event, r.repository, r.payload) for r in conn.execute(q)]
+
+    def claims_hold_row_locks(self) -> bool:
+        """True when :meth:`pending_deliveries` locks the rows it returns until the claiming transaction
+        ends (PostgreSQL), so the claim and the settlement must share one transaction."""
+        return bool(self.engine.dialect.name == "postgresql")  # type: ignore[attr-defined]
+
+    def accepted_deliveries(self, run_ids: Iterable[int]) -> dict[int, set[str]]:
+        """Run id -> the ids of the ``accepted`` deliveries recorded with that run, for ``run_ids``
+        (runs no accepted delivery names are absent)."""
+        ids = sorted(set(run_ids))
+        if not ids:
+            return {}
+        holders: dict[int, set[str]] = {}
+        with self.transaction() as conn:
+            for run_id, delivery in conn.execute(sa.select(t_del.c.run_id, t_del.c.delivery_id)
+                                                 .where(t_del.c.run_id.in_(ids), t_del.c.status == "accepted")):
+                holders.setdefault(run_id, set()).add(delivery)
+        return holders
 
     def count_pending_deliveries(self) -> int:
         """How many deliveries wait for the intake."""

@@ -166,6 +166,14 @@ def connect(engine: Engine) -> Connection:
                                        "AMPCI_DB_MAX_OVERFLOW); try again") from None
 
 
+def ping(engine: Engine) -> str:
+    """``SELECT 1`` over a new connection of ``engine`` (raising whatever connecting or the query
+    raises, untranslated); the engine's URL with its password hidden."""
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT 1"))
+    return engine.url.render_as_string(hide_password=True)
+
+
 @contextmanager
 def transaction(engine: Engine) -> Iterator[Connection]:
     """A connection inside one transaction: committed on success, rolled back on error."""

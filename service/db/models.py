@@ -9,7 +9,7 @@ Vocabularies (plain strings, validated by the Store, not by database enums so th
 without a migration):
 
 - ``runs.trigger``: push, pull_request, nightly, manual, bisect
-- ``runs.status``: :data:`service.db.runs.RUN_STATES` (awaiting_approval: a pull request run stored without
+- ``runs.status``: :data:`service.vocabulary.RUN_STATES` (awaiting_approval: a pull request run stored without
   jobs until a maintainer approves it; queued, running, complete, partial, failed, cancelled)
 - ``runs.dispatch``: broker (one Celery message per job), local (the embedded pool of the process
   that created the run); set when the run is created, it tells ``ampci reconcile`` which jobs it owns

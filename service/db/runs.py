@@ -23,14 +23,8 @@ from service.db import models as m
 from service.db.queries import job_info
 from service.db.records import Cell, JobInfo, NewRun, RevisionInfo, RevisionRow, RunSpec
 from service.errors import UserError
+from service.vocabulary import AWAITING_APPROVAL, NEW_RUN_STATES, TRIGGERS
 
-TRIGGERS = ("push", "pull_request", "nightly", "manual", "bisect", "confirm")
-#: A pull request run whose code may not run until a maintainer approves it (service.github.approval): no jobs.
-AWAITING_APPROVAL = "awaiting_approval"
-#: Every run status, the one list (``runs.status``): the API, the CLI and the dashboard take theirs from here.
-RUN_STATES = (AWAITING_APPROVAL, "queued", "running", "complete", "partial", "failed", "cancelled")
-#: The statuses a run may be created with (:class:`RunSpec.status`).
-NEW_RUN_STATES = ("queued", AWAITING_APPROVAL)
 DISPATCH_MODES = ("broker", "local")  # runs.dispatch: Celery messages, or the creating process's local pool
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__

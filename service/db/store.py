@@ -42,23 +42,19 @@ from service.db.records import (
     utc,
 )
 from service.db.runs import (
-    AWAITING_APPROVAL,
-    RUN_STATES,
-    TRIGGERS,
     RunWritesMixin,
     check_cell,
     check_sha,
     dialect_insert,
 )
 from service.errors import DatabaseUnavailableError, NotFoundError, UserError
+from service.vocabulary import AWAITING_APPROVAL, FINAL_JOB_STATES, JOB_STATES, RUN_STATES, TRIGGERS
 from workers.result import JobResult
 
 if TYPE_CHECKING:
     from service.regressions.thresholds import Thresholds
     from service.settings import Settings
 
-JOB_STATES = ("queued", "running", "done", "error", "crashed", "cancelled")
-JOB_TERMINAL = frozenset({"done", "error", "crashed", "cancelled"})
 
 t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__
 t_res, t_reg, t_zoo = m.Result.__table__, m.Regression.__table__, m.ZooModel.__table__
@@ -326,7 +322,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         if status not in JOB_STATES:
             raise UserError(f"unknown job status {status!r}; expected one of {', '.join(JOB_STATES)}")
         values: dict[str, Any] = {"status": status, "error": error}
-        if status in JOB_TERMINAL:
+        if status in FINAL_JOB_STATES:
             values["finished_at"] = self.clock()
         with self.transaction() as conn:
             row = conn.execute(t_job.update().where(t_job.c.id == job_id).values(**values)
@@ -476,7 +472,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         return row
 
 
-_FINAL = tuple(sorted(JOB_TERMINAL))
+_FINAL = tuple(sorted(FINAL_JOB_STATES))
 _HAS_PENDING = sa.select(sa.exists().where(t_job.c.run_id == sa.bindparam("run_id"),
                                            t_job.c.status.in_(("queued", "running"))))
 #: PostgreSQL channel on which ending a job (:meth:`Store.complete_job`) notifies its run id at commit.

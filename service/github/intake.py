@@ -41,11 +41,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Generic
 
-from service.errors import DatabaseUnavailableError, UserError
+from service.errors import UserError
 from service.github.approval import Approval
 from service.github.events import PayloadError, RunRequest, stored_request
+from service.github.intake_ports import ConnT, DeliveryQueue, StatusQueue, SubmittedRun, Submitter
+
+if TYPE_CHECKING:
+    from service.db.deliveries import PendingDelivery, Settlement
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +58,12 @@ _INFRA_MODULES = ("kombu", "redis", "amqp", "celery", "socket", "ssl")
 
 def is_infrastructure(exc: BaseException) -> bool:
     """True for failures of the database or broker connection (they heal; retried without bound):
-    OS/connection errors, SQLAlchemy operational/interface errors, and errors of the broker and
-    driver libraries that are not about a value."""
-    import sqlalchemy.exc as sa_exc
+    OS/connection errors, the database being unreachable (:func:`service.db.errors.is_database_down`),
+    and errors of the broker and driver libraries that are not about a value."""
+    from service.db.errors import is_database_down
 
-    if isinstance(exc, OSError | TimeoutError | DatabaseUnavailableError | sa_exc.OperationalError
-                  | sa_exc.InterfaceError | sa_exc.TimeoutError):
+    if isinstance(exc, OSError | TimeoutError) or is_database_down(exc):
         return True
-    if isinstance(exc, sa_exc.DBAPIError):  # DataError, IntegrityError, ProgrammingError: not infrastructure
-        return False
     return type(exc).__module__.split(".")[0] in _INFRA_MODULES
 
 
@@ -84,7 +85,7 @@ class BatchOutcome:
     retry: int = 0
 
 
-class WebhookIntake:
+class WebhookIntake(Generic[ConnT]):
     """Processes pending webhook deliveries (see the module docstring); thread-safe, one per app.
 
     ``store`` is a :class:`service.db.Store`; ``submitter`` has ``submit_many`` like
@@ -92,7 +93,7 @@ class WebhookIntake:
     repo, sha)`` for every accepted delivery.
     """
 
-    def __init__(self, store: Any, submitter: Any, reporter: Any = None, *, batch_size: int = 50,
+    def __init__(self, store: DeliveryQueue[ConnT], submitter: Submitter, reporter: StatusQueue | None = None, *, batch_size: int = 50,
                  busy_batch_size: int = 4, idle_s: float = 0.25, max_delay_s: float = 2.0,
                  poll_s: float = 2.0, retry_base_s: float = 1.0, retry_cap_s: float = 60.0,
                  max_attempts: int = 5) -> None:
@@ -160,9 +161,9 @@ class WebhookIntake:
         return settled
 
     def _holds_row_locks(self) -> bool:
-        return self.store.engine.dialect.name == "postgresql"
+        return self.store.claims_hold_row_locks()
 
-    def _work_on(self, pending: list[Any]) -> tuple[list[Any], BatchOutcome]:
+    def _work_on(self, pending: list[PendingDelivery]) -> tuple[list[Settlement], BatchOutcome]:
         """Settle ``pending`` in order: runs are submitted together, up to each approval, which then
         sees the runs of the deliveries before it (:mod:`service.github.approval`)."""
         from service.db.deliveries import Settlement
@@ -199,7 +200,7 @@ class WebhookIntake:
         accepted = sum(s.status == "accepted" for s in settlements)
         return settlements, BatchOutcome(len(pending), accepted, len(settlements) - accepted, retry)
 
-    def _settle_runs(self, items: list[tuple[str, RunRequest]]) -> tuple[list[Any], int]:
+    def _settle_runs(self, items: list[tuple[str, RunRequest]]) -> tuple[list[Settlement], int]:
         """Submit run requests; (their settlements, how many are left pending for a retry)."""
         from service.db.deliveries import Settlement
 
@@ -229,7 +230,7 @@ class WebhookIntake:
                                              installation=request.installation)
         return settlements, retry
 
-    def _approve(self, delivery: str, approval: Approval) -> Any:
+    def _approve(self, delivery: str, approval: Approval) -> Settlement | None:
         """Settle an approval (``submitter.approve``); None to retry it later."""
         from service.db.deliveries import Settlement
 
@@ -242,7 +243,7 @@ class WebhookIntake:
             self.reporter.queued(got.run_id, approval.repo, got.sha)
         return Settlement(delivery, "accepted", run_id=got.run_id, reason=got.reason[:300])
 
-    def _refuse(self, delivery: str, request: RunRequest) -> Any:
+    def _refuse(self, delivery: str, request: RunRequest) -> Settlement:
         """Settle an untrusted pull request under ``AMPCI_FORK_POLICY=never``: no run, an ``error`` status."""
         from service.db.deliveries import Settlement
 
@@ -252,7 +253,7 @@ class WebhookIntake:
         return Settlement(delivery, "accepted", reason=f"{request.trigger} {request.branch}: not run "
                           f"({request.untrusted}; AMPCI_FORK_POLICY=never)"[:300])
 
-    def _submit(self, items: list[tuple[str, RunRequest]]) -> tuple[list[Any], set[str]]:
+    def _submit(self, items: list[tuple[str, RunRequest]]) -> tuple[list[SubmittedRun | BaseException], set[str]]:
         """Submit the batch; (the result per item, the deliveries found to be replays).
 
         Runs are keyed by the change (or the body hash), so a change delivered again under a new
@@ -281,21 +282,10 @@ class WebhookIntake:
         """Indexes into ``pairs`` (delivery, run id) whose run another delivery was accepted with."""
         if not pairs:
             return set()
-        import sqlalchemy as sa
-
-        from service.db import models as m
-
-        t = m.WebhookDelivery.__table__
-        runs = {run_id for _, run_id in pairs}
-        with self.store.engine.connect() as conn:
-            rows = conn.execute(sa.select(t.c.run_id, t.c.delivery_id)
-                                .where(t.c.run_id.in_(runs), t.c.status == "accepted")).all()
-        holders: dict[int, set[str]] = {}
-        for run_id, delivery in rows:
-            holders.setdefault(run_id, set()).add(delivery)
+        holders = self.store.accepted_deliveries(run_id for _, run_id in pairs)
         return {i for i, (delivery, run_id) in enumerate(pairs) if holders.get(run_id, set()) - {delivery}}
 
-    def _submit_pairs(self, pairs: list[tuple[RunRequest, str]], redispatch: bool) -> list[Any]:
+    def _submit_pairs(self, pairs: list[tuple[RunRequest, str]], redispatch: bool) -> list[SubmittedRun | BaseException]:
         """``submit_many`` for ``pairs``; when the shared transaction fails, each pair on its own (so
         one bad delivery cannot hold the others back)."""
         try:
@@ -303,7 +293,7 @@ class WebhookIntake:
         except Exception as exc:  # noqa: BLE001 - isolate below
             if len(pairs) == 1:
                 return [exc]
-        out: list[Any] = []
+        out: list[SubmittedRun | BaseException] = []
         for pair in pairs:
             try:
                 out.extend(self.submitter.submit_many([pair], redispatch=redispatch))
@@ -311,7 +301,7 @@ class WebhookIntake:
                 out.append(exc)
         return out
 
-    def _failure(self, delivery: str, exc: BaseException) -> Any:
+    def _failure(self, delivery: str, exc: BaseException) -> Settlement | None:
         """The settlement for a delivery whose submission raised ``exc``, or None to retry it later."""
         from service.db.deliveries import Settlement, error_line
 

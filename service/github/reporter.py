@@ -41,6 +41,7 @@ from service.github.client import (
 )
 from service.github.outbox import MemoryOutbox, OutboxItem, RedisOutbox, StatusOutbox
 from service.settings import Settings
+from service.vocabulary import FINAL_RUN_STATES
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,6 @@ def log_failure(what: str, exc: BaseException, count: int | None = None) -> None
     log.warning("%s: dependency unavailable%s: %s", what, f" ({count} so far)" if count is not None else "", first)
 
 CONTEXT = "ampci/smoke"
-FINAL_RUN_STATES = frozenset({"complete", "partial", "failed", "cancelled"})
 
 
 def final_state(summary: Any, verdict: Any = None) -> str:

@@ -21,14 +21,14 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+from service.vocabulary import EARLIEST, LATEST
+
 MAX_JSON_DEPTH = 64
 BRANCH_MAX = 200      # revisions.branch
 AUTHOR_MAX = 300      # revisions.author
 REPOSITORY_MAX = 200  # webhook_deliveries.repository
 REF_MAX = 255         # a pushed ref (refs/heads/<branch>); the branch itself must fit BRANCH_MAX
 MESSAGE_MAX = 65_536  # revisions.message is text; bounded to keep the pending payload small
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 
 _TOKENS = re.compile(r'\\.|["\[\]{}]', re.S)
 _SURROGATES = re.compile("[\ud800-\udfff]")

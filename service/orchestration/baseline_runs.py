@@ -23,17 +23,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
+from service.db import baselines
+from service.db.records import Cell
+from service.vocabulary import (
+    FINAL_RUN_STATES as FINAL_RUN_STATES,  # read here by service.regressions.verdict
+)
 
-from service.db import models as m
-
-Cell = tuple[str, str, str, str]
-t_run, t_res, t_job = m.Run.__table__, m.Result.__table__, m.Job.__table__
-FINAL_RUN_STATES = frozenset({"complete", "partial", "failed", "cancelled"})
-#: Runs whose results are never a baseline (they time two revisions at once) nor measure the baseline's cells.
-NOT_BASELINE_TRIGGERS = ("confirm",)
+if TYPE_CHECKING:
+    from service.db.engine import Connection
 #: The run meta key listing the runs a run waits for before it is judged.
 AWAITS = "awaits_runs"
 
@@ -53,25 +52,14 @@ class BaselineNeed:
         return f"baseline:{self.baseline}:{sweep}:{digest}"
 
 
-def plan(conn: sa.Connection, wanted: Mapping[str, Iterable[Cell]]) -> dict[str, BaselineNeed]:
+def plan(conn: Connection, wanted: Mapping[str, Iterable[Cell]]) -> dict[str, BaselineNeed]:
     """For each baseline revision in ``wanted`` (sha -> the cells runs judged against it need), what is
     missing there and which unfinished runs there already measure wanted cells (two queries in all)."""
     if not wanted:
         return {}
     shas = list(wanted)
-    have: dict[str, set[Cell]] = {s: set() for s in shas}
-    not_special = t_res.c.run_id.not_in(sa.select(t_run.c.id).where(t_run.c.trigger.in_(NOT_BASELINE_TRIGGERS)))
-    for r in conn.execute(sa.select(t_res.c.revision_sha, t_res.c.model, t_res.c.dtype, t_res.c.policy,
-                                    t_res.c.target).distinct().where(t_res.c.revision_sha.in_(shas), not_special)):
-        have[r.revision_sha].add((r.model, r.dtype, r.policy, r.target))
-    busy: dict[str, dict[Cell, int]] = {s: {} for s in shas}
-    rows = conn.execute(sa.select(t_run.c.revision_sha, t_run.c.id, t_job.c.model, t_job.c.dtype, t_job.c.policy,
-                                  t_job.c.target).join(t_job, t_job.c.run_id == t_run.c.id)
-                        .where(t_run.c.revision_sha.in_(shas), t_run.c.status.not_in(FINAL_RUN_STATES),
-                               t_run.c.trigger.not_in(NOT_BASELINE_TRIGGERS),
-                               t_job.c.status.in_(("queued", "running"))))
-    for r in rows:
-        busy[r.revision_sha][(r.model, r.dtype, r.policy, r.target)] = r.id
+    have = baselines.measured_cells(conn, shas=shas)
+    busy = baselines.cells_being_measured(conn, shas=shas)
     out: dict[str, BaselineNeed] = {}
     for sha, cells in wanted.items():
         cells = list(dict.fromkeys(cells))
@@ -93,19 +81,16 @@ def waiting(store: Any, run_id: int) -> bool:
     if not ids:
         return False
     with store.transaction() as conn:
-        done = conn.execute(sa.select(sa.func.count()).where(t_run.c.id.in_(ids),
-                                                             t_run.c.status.in_(FINAL_RUN_STATES))).scalar_one()
-    return int(done) < len(set(ids))
+        done = baselines.count_final_runs(conn, run_ids=ids)
+    return done < len(set(ids))
 
 
 def dependents(store: Any, run_id: int) -> list[int]:
     """The unfinished runs that wait for run ``run_id`` (judged against its revision), oldest first."""
     run = store.get_run(run_id)
     with store.transaction() as conn:
-        rows = conn.execute(sa.select(t_run.c.id, t_run.c.meta).where(
-            t_run.c.baseline_sha == run.revision_sha, t_run.c.status.not_in(FINAL_RUN_STATES))
-            .order_by(t_run.c.id)).all()
-    return [r.id for r in rows if run_id in awaited(r.meta)]
+        waiting_runs = baselines.unfinished_runs_judged_against(conn, sha=run.revision_sha)
+    return [other for other, meta in waiting_runs if run_id in awaited(meta)]
 
 
 def cells_of(planned: Sequence[Any], cells: Iterable[Cell]) -> list[Any]:

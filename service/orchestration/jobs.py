@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from service import run_meta
 from service.orchestration import baseline_runs
 from service.orchestration.broker import enqueue
 from service.regressions import confirm
@@ -19,7 +20,6 @@ from service.regressions.detect import detect_run
 from service.regressions.verdict import record_verdict
 from service.settings import Settings
 
-FINAL_JOB_STATUSES = frozenset({"done", "error", "crashed", "cancelled"})
 PENDING_JOB_STATUSES = frozenset({"queued", "running"})
 
 _MIGRATE_LOCK = threading.Lock()
@@ -51,8 +51,7 @@ def open_store(settings: Settings) -> Any:
 
 def cell_options(run: Any, cell: tuple[str, str, str, str]) -> dict[str, Any]:
     """The sweep options stored in ``run.meta`` for ``cell`` ({} when the run has none)."""
-    meta = run.meta or {}
-    return dict(meta.get("options", {}).get("|".join(cell), meta.get("cell_defaults", {})))
+    return run_meta.cell_options(run.meta, cell)
 
 
 def redact_result(result: Any) -> Any:

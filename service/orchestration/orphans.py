@@ -28,12 +28,9 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
-from service.db import models as m
+from service.db import recovery
 
 OWNER_KEY = "local_owner"  # the column of runs (migration 0007; a key of runs.meta before it)
-t_run, t_job = m.Run.__table__, m.Job.__table__
 
 
 def _start_time(pid: int) -> str | None:
@@ -73,14 +70,10 @@ def owner_state(owner: Any) -> str:
     return "alive"
 
 
-def _set_owner(conn: Any, run_ids: list[int], owner: dict[str, Any] | None) -> None:
-    conn.execute(t_run.update().where(t_run.c.id.in_(run_ids)).values(local_owner=owner or None))
-
-
 def owner_of(store: Any, run_id: int) -> dict[str, Any] | None:
     """The recorded owner of run ``run_id`` (``{"host", "pid", "start"}``), None when nobody owns it."""
     with store.transaction() as conn:
-        owner = conn.execute(sa.select(t_run.c.local_owner).where(t_run.c.id == run_id)).scalar_one_or_none()
+        owner = recovery.run_owner(conn, run_id=run_id)
     return owner if isinstance(owner, dict) and owner else None
 
 
@@ -89,7 +82,7 @@ def claim_runs(store: Any, run_ids: Any, owner: dict[str, Any] | None = None) ->
     ids = sorted({int(r) for r in run_ids})
     if ids:
         with store.transaction() as conn:
-            _set_owner(conn, ids, owner or me())
+            recovery.set_run_owner(conn, run_ids=ids, owner=owner or me())
 
 
 def release_runs(store: Any, run_ids: Any) -> None:
@@ -99,10 +92,9 @@ def release_runs(store: Any, run_ids: Any) -> None:
         return
     mine = me()
     with store.transaction() as conn:
-        rows = conn.execute(sa.select(t_run.c.id, t_run.c.local_owner).where(t_run.c.id.in_(ids))).all()
-        ours = [r.id for r in rows if _same(r.local_owner, mine)]
+        ours = [run_id for run_id, owner in recovery.run_owners(conn, run_ids=ids).items() if _same(owner, mine)]
         if ours:
-            _set_owner(conn, ours, None)
+            recovery.set_run_owner(conn, run_ids=ours, owner=None)
 
 
 def _same(a: Any, b: dict[str, Any]) -> bool:
@@ -113,12 +105,8 @@ def requeue_job(store: Any, job_id: int, *, count_attempt: bool = False) -> bool
     """A ``running`` job back to ``queued`` (worker and start cleared); its attempt is uncounted
     unless ``count_attempt`` (its worker died: the attempt stays, a poison job still ends crashed).
     True if it was running."""
-    values: dict[str, Any] = {"status": "queued", "worker": None, "started_at": None}
-    if not count_attempt:
-        values["attempts"] = sa.case((t_job.c.attempts > 0, t_job.c.attempts - 1), else_=0)
     with store.transaction() as conn:
-        done = conn.execute(t_job.update().where(t_job.c.id == job_id, t_job.c.status == "running").values(**values))
-        return bool(done.rowcount)
+        return recovery.requeue_running_job(conn, job_id=job_id, count_attempt=count_attempt)
 
 
 @dataclass(frozen=True)
@@ -146,25 +134,15 @@ class Orphan:
 def find_orphans(store: Any, *, include_alive: bool = False) -> list[Orphan]:
     """Unfinished ``local`` runs with queued or running jobs, oldest first, with their owner's state
     (runs of a live owner only with ``include_alive``)."""
-    pending = (sa.select(t_job.c.run_id, t_job.c.status, sa.func.count().label("n"))
-               .where(t_job.c.status.in_(("queued", "running"))).group_by(t_job.c.run_id, t_job.c.status))
     with store.transaction() as conn:
-        counts: dict[int, dict[str, int]] = {}
-        for run_id, status, n in conn.execute(pending):
-            counts.setdefault(run_id, {})[status] = int(n)
-        if not counts:
-            return []
-        rows = conn.execute(sa.select(t_run.c.id, t_run.c.local_owner)
-                            .where(t_run.c.id.in_(sorted(counts)), t_run.c.dispatch == "local")
-                            .order_by(t_run.c.id)).all()
+        runs = recovery.local_runs_with_pending_jobs(conn)
     out = []
-    for r in rows:
-        owner = r.local_owner
+    for r in runs:
+        owner = r.owner
         state = owner_state(owner)
         if state == "alive" and not include_alive:
             continue
-        out.append(Orphan(r.id, owner if isinstance(owner, dict) else None, state,
-                          counts[r.id].get("queued", 0), counts[r.id].get("running", 0)))
+        out.append(Orphan(r.run_id, owner if isinstance(owner, dict) else None, state, r.queued, r.running))
     return out
 
 
@@ -178,13 +156,10 @@ def resume_orphans(store: Any, pool: Any, *, force: bool = False) -> list[Orphan
         if not (orphan.resumable or (force and orphan.state == "other-host")):
             continue
         with store.transaction() as conn:
-            q = sa.select(t_run.c.local_owner).where(t_run.c.id == orphan.run_id)
-            if conn.dialect.name == "postgresql":
-                q = q.with_for_update()
-            now = owner_state(conn.execute(q).scalar_one_or_none())
+            now = owner_state(recovery.run_owner(conn, run_id=orphan.run_id, lock=True))
             if now == "alive" or (now == "other-host" and not force):
                 continue  # taken meanwhile
-            _set_owner(conn, [orphan.run_id], mine)
+            recovery.set_run_owner(conn, run_ids=[orphan.run_id], owner=mine)
         for job in store.jobs(orphan.run_id):
             if job.status == "running":  # its process died while running it: that attempt counts
                 requeue_job(store, job.id, count_attempt=orphan.state != "released")

@@ -60,10 +60,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
-
-from service.db import models as m
-from service.db.queries import job_info
+from service.db import recovery
 from service.db.records import JobInfo
 from service.errors import ServiceError, UserError
 from service.settings import Settings, redact_url
@@ -73,9 +70,6 @@ log = logging.getLogger(__name__)
 LOCK_KEY = "ampci:reconcile:lock"
 LOCK_TTL_S = 300.0     # a reconciler that dies holding the lock blocks others for at most this long
 LOCK_WAIT_S = 10.0     # how long a second reconciler waits for the first before giving up
-
-t_job, t_run = m.Job.__table__, m.Run.__table__
-
 
 class BrokerInspectionError(ServiceError):
     """The broker cannot be inspected or written (unreachable, not Redis, undecodable message);
@@ -282,15 +276,9 @@ def candidate_jobs(store: Any, grace_s: float, now: datetime | None = None,
     and whose jobs were dispatched by ``dispatch`` (default ``broker``: only those can be re-sent;
     ``local``: an embedded process's, for the report); oldest first, each with its run's revision."""
     cutoff = (now or store.clock()) - timedelta(seconds=grace_s)
-    q = (sa.select(*t_job.c, t_run.c.revision_sha.label("run_revision"))
-         .join(t_run, t_run.c.id == t_job.c.run_id)
-         .where(t_job.c.status == "queued", t_job.c.attempts == 0, t_job.c.queued_at <= cutoff,
-                t_run.c.status.in_(("queued", "running")), t_run.c.finished_at.is_(None),
-                t_run.c.dispatch == dispatch)
-         .order_by(t_job.c.id))
     with store.transaction() as conn:
-        rows = conn.execute(q).all()
-    return [LostJob(job=job_info(r), revision=r.run_revision) for r in rows]
+        found = recovery.undelivered_jobs(conn, queued_before=cutoff, dispatch=dispatch)
+    return [LostJob(job=job, revision=revision) for job, revision in found]
 
 
 def job_lease_s(settings: Settings) -> float:
@@ -307,15 +295,9 @@ def stale_running_jobs(store: Any, lease_s: float, now: datetime | None = None,
     (default: the store's clock), in an unfinished, uncancelled run dispatched by ``dispatch``;
     oldest first, marked ``stale``."""
     cutoff = (now or store.clock()) - timedelta(seconds=lease_s)
-    q = (sa.select(*t_job.c, t_run.c.revision_sha.label("run_revision"))
-         .join(t_run, t_run.c.id == t_job.c.run_id)
-         .where(t_job.c.status == "running", t_job.c.started_at.is_not(None), t_job.c.started_at <= cutoff,
-                t_run.c.status.in_(("queued", "running")), t_run.c.finished_at.is_(None),
-                t_run.c.dispatch == dispatch)
-         .order_by(t_job.c.id))
     with store.transaction() as conn:
-        rows = conn.execute(q).all()
-    return [LostJob(job=job_info(r), revision=r.run_revision, stale=True) for r in rows]
+        found = recovery.running_jobs_started_before(conn, started_before=cutoff, dispatch=dispatch)
+    return [LostJob(job=job, revision=revision, stale=True) for job, revision in found]
 
 
 def _candidates(store: Any, grace: float, lease: float, dispatch: str = "broker") -> list[LostJob]:

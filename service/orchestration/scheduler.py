@@ -18,7 +18,6 @@ This module never imports onnxruntime: job code runs only in worker (sub)process
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -26,10 +25,10 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from service import run_meta
 from service.errors import UserError
 from service.orchestration.broker import celery_app as celery_app  # re-exported
 from service.orchestration.broker import enqueue as enqueue
-from service.orchestration.jobs import FINAL_JOB_STATUSES as FINAL_JOB_STATUSES
 from service.orchestration.jobs import PENDING_JOB_STATUSES as PENDING_JOB_STATUSES
 from service.orchestration.jobs import cell_options as cell_options
 from service.orchestration.jobs import dispatch_mode as dispatch_mode
@@ -44,7 +43,7 @@ from service.orchestration.sweeps import (
 )
 from service.orchestration.sweeps import SWEEPS_DIR as SWEEPS_DIR
 from service.orchestration.sweeps import Override as Override
-from service.orchestration.sweeps import PlannedCell, SweepConfig, load_sweep, nightly_dedup_key
+from service.orchestration.sweeps import SweepConfig, load_sweep, nightly_dedup_key
 from service.orchestration.sweeps import SweepConfigError as SweepConfigError
 from service.regressions.power import check_repeats
 from service.regressions.thresholds import Thresholds
@@ -75,19 +74,6 @@ def zoo_catalog(path: Path | None = None, data_dir: Path | None = None) -> dict[
     from workers.zoo.manifest import load_zoo
 
     return {name: frozenset(entry.tags) for name, entry in load_zoo(path, data_dir).entries.items()}
-
-
-def run_meta(cells: Iterable[PlannedCell], requested_revision: str) -> dict[str, Any]:
-    """Run meta holding the cells' options compactly: the most common options once
-    (``cell_defaults``) and, under ``options``, only the cells that differ from them."""
-    cells = list(cells)
-    counts: dict[str, int] = {}
-    for c in cells:
-        key = json.dumps(c.options(), sort_keys=True)
-        counts[key] = counts.get(key, 0) + 1
-    defaults = json.loads(max(counts, key=counts.__getitem__)) if counts else {}
-    return {"cell_defaults": defaults, "requested_revision": requested_revision,
-            "options": {"|".join(c.cell): c.options() for c in cells if c.options() != defaults}}
 
 
 def _cache(settings: Settings) -> Any:
@@ -217,7 +203,7 @@ def _start_run(settings: Settings, store: Any, config: SweepConfig, cells: list[
         record_ancestry(settings, store, root)
     store.upsert_revision(sha, parents=info.get("parents", []), branch=info.get("branch"),
                           author=info.get("author"), message=info.get("message"))
-    meta = run_meta(cells, revision)
+    meta = run_meta.encode(cells, revision)
     meta["confirm_pairs"] = settings.confirm_pairs  # timing regressions are confirmed before the run ends
     # [[nodes]] regexes matching nothing
     meta.update(config.warnings_meta(cells, settings.cache_dir, settings.data_dir))

@@ -3,7 +3,6 @@ and their expansion into the cells of one run.  Pure data; imports no job code."
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
@@ -13,15 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from amp_pass.errors import PolicyError
-from amp_pass.policy import NAMED_POLICIES, TARGETS, load_policy, unmatched_node_rules
+from amp_pass.policy import load_policy, unmatched_node_rules
 from service.errors import UserError
 from service.settings import parse_duration
+from service.vocabulary import DTYPES as DTYPES  # re-exported: a sweep's dtypes
+from service.vocabulary import POLICY_NAMES as POLICY_NAMES
+from service.vocabulary import TARGETS
+from service.vocabulary import did_you_mean as _did_you_mean
 
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
-DTYPES = ("fp16", "bf16")
 _KEYS = {"name", "description", "models", "dtypes", "policies", "targets", "repeats", "zoo", "override"}
 _MATCH_KEYS = ("model", "dtype", "policy", "target")
-POLICY_NAMES = (*NAMED_POLICIES, "auto")
 NodeNames = Callable[[str], Iterable[str]]  # zoo model name -> its node names (subgraphs too)
 
 
@@ -248,11 +249,6 @@ def zoo_node_names(zoo: Path | None, cache_dir: Path, data_dir: Path | None = No
         return found
 
     return names
-
-
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def check_target(target: str, source: str, queues: bool = False) -> None:

@@ -39,6 +39,7 @@ from service.orchestration.celery_app import (
 )
 from service.orchestration.jobs import complete_job
 from service.settings import Settings
+from service.vocabulary import FINAL_JOB_STATES
 from workers.cell import run_cell as _run_cell
 from workers.result import JobResult
 
@@ -173,7 +174,7 @@ def record_failure(job_id: int, settings: Settings, exc: BaseException) -> None:
     try:  # a fresh Store: this may run in the prefork parent, whose children must not share it
         store = scheduler.open_store(settings)
         job = store.get_job(job_id)
-        if job.status in scheduler.FINAL_JOB_STATUSES:
+        if job.status in FINAL_JOB_STATES:
             return
         run = store.get_run(job.run_id)
         if isinstance(exc, SoftTimeLimitExceeded):  # raised outside execute_job's watch (recording it)

@@ -64,6 +64,7 @@ from service.regressions.confirm_caps import ConfirmCaps, pull_request, select
 from service.regressions.paired import improvement_verdict, min_pairs, paired_verdict, recovery_verdict
 from service.regressions.rules import CAPPED_BY, timing_kind
 from service.regressions.thresholds import Thresholds
+from service.vocabulary import FINAL_RUN_STATES
 
 #: Trigger of a confirmation run.
 CONFIRM_TRIGGER = "confirm"
@@ -72,7 +73,6 @@ SUSPECTED, DISMISSED = "suspected", "dismissed"
 #: A timing regression a later run no longer shows, until that run's confirmation run decides.
 SUSPECTED_RESOLVED = "suspected_resolved"
 CONFIRMED_BY = "ampci-confirm"
-_FINAL_RUN = frozenset({"complete", "partial", "failed", "cancelled"})
 
 t_run, t_res, t_reg = m.Run.__table__, m.Result.__table__, m.Regression.__table__
 
@@ -150,9 +150,9 @@ def advance(store: Any, run_id: int, send: Callable[[int], object] | None, caps:
             _open_unconfirmed(store, _suspected(store, run_id), f"confirmation could not be dispatched: {exc}")
             return False
         return True
-    if existing.status not in _FINAL_RUN:
+    if existing.status not in FINAL_RUN_STATES:
         store.finish_run(existing.id)  # derives its status from its jobs (idempotent)
-        if store.get_run(existing.id).status not in _FINAL_RUN:
+        if store.get_run(existing.id).status not in FINAL_RUN_STATES:
             return True
     apply_verdicts(store, run_id, existing.id)
     return False

@@ -14,8 +14,8 @@ import redis
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from service.db.runs import AWAITING_APPROVAL
 from service.github.approval import AWAITING_DESCRIPTION, REFUSED_DESCRIPTION
+from service.vocabulary import AWAITING_APPROVAL
 from tests.api.conftest import make_reporter
 from tests.api.helpers import REPO, comment_payload, drain, encode, pr_payload, run_of, sha, webhook_headers
 from tests.api.test_pr_report import GitHubStandIn

@@ -1,4 +1,4 @@
-"""Strict integer parameters (service/api/params.py) and their use on every route: the JSON API
+"""Strict integer parameters (service/web/params.py) and their use on every route: the JSON API
 answers 422 with a JSON error, the dashboard 404 (ids in paths) or 400 (limits) with its HTML page;
 nothing that Python's ``int()`` would stumble on or quietly accept reaches a handler."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from service.api.params import MAX_DIGITS, path_id, query_int, strict_int
 from service.errors import NotFoundError, UserError
+from service.web.params import MAX_DIGITS, path_id, query_int, strict_int
 from tests.api.helpers import API_TOKEN
 
 # '²' passes str.isdigit() but int() raises; '٣' and '１' are digits int() accepts; the rest int() accepts.

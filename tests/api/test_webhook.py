@@ -241,6 +241,7 @@ def test_default_planner_runs_the_real_smoke_sweep(make_settings, store):
     from service.api.dispatch import RunDispatcher
     from service.github.webhook import WebhookProcessor
     from service.orchestration.scheduler import load_sweep, zoo_catalog
+    from service.run_meta import cell_options
 
     sent: list[tuple[str, list[int]]] = []
     settings = make_settings()
@@ -257,7 +258,8 @@ def test_default_planner_runs_the_real_smoke_sweep(make_settings, store):
     assert sorted(j.cell for j in jobs) == expected and len(expected) >= 2
     assert sent == [(head, [j.id for j in jobs])]
     run = store.get_run(run_id)
-    assert run.sweep == "smoke" and set(run.meta["options"]) == {"|".join(c) for c in expected}
+    planned = {c.cell: c.options() for c in load_sweep(sweep="smoke").expand(zoo_catalog())}
+    assert run.sweep == "smoke" and {c: cell_options(run.meta, c) for c in expected} == planned
 
 
 def test_form_encoded_deliveries_are_accepted(make_client, store):

@@ -21,6 +21,7 @@ from service.orchestration import baseline_runs
 from service.orchestration.jobs import finish_if_complete
 from service.regressions.detect import baseline_statuses
 from service.regressions.verdict import run_verdict
+from service.vocabulary import FINAL_RUN_STATES
 from tests.api.conftest import test_planner
 from tests.api.helpers import REPO, sha
 from tests.service.factories import make_result
@@ -93,7 +94,7 @@ def test_missing_baseline_cells_run_first_and_judging_waits_for_them(
     _complete(store, first, max_abs=4e-1 if first == cand.id else 1e-3)
     if first == cand.id:
         assert finish_if_complete(store, cand.id) is False  # waits: nothing judged yet
-        assert store.get_run(cand.id).status not in baseline_runs.FINAL_RUN_STATES
+        assert store.get_run(cand.id).status not in FINAL_RUN_STATES
         assert store.regressions(run_id=cand.id) == []
         waiting = run_verdict(store, cand.id)  # the run page and a commit status say so meanwhile
         assert waiting.state == "pending" and waiting.waiting_for == (base_run.id,)
@@ -183,13 +184,13 @@ def test_embedded_pool_runs_the_baseline_first_and_judges_after(tmp_path: Path) 
     try:
         (sub,) = dispatcher.submit_many([(_request(head=revs[1], base=revs[0]), "github:embedded")])
         deadline = time.monotonic() + 240
-        while store.get_run(sub.run_id).status not in baseline_runs.FINAL_RUN_STATES:
+        while store.get_run(sub.run_id).status not in FINAL_RUN_STATES:
             assert time.monotonic() < deadline, [(j.run_id, j.status) for r in store.list_runs() for j in
                                                  store.jobs(r.id)]
             time.sleep(0.2)
         (base_run,) = [r for r in store.list_runs(limit=10) if r.revision_sha == revs[0]]
         cand = store.get_run(sub.run_id)
-        assert base_run.status in baseline_runs.FINAL_RUN_STATES and base_run.trigger == "manual"
+        assert base_run.status in FINAL_RUN_STATES and base_run.trigger == "manual"
         assert cand.finished_at is not None and base_run.finished_at is not None
         assert cand.finished_at >= base_run.finished_at  # judged after the baseline's cells were in
         verdict = run_verdict(store, cand.id)

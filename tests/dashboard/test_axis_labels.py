@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from service.dashboard.plots import chart_svg, metrics_for
-from service.dashboard.queries import HistoryRow
+from service.db.dashboard import HistoryRow
 from service.regressions.render import distinct_digits, plot
 
 

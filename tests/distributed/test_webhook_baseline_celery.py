@@ -12,11 +12,11 @@ import pytest
 
 from service.api.dispatch import CeleryDispatch, RunDispatcher
 from service.github.events import RevisionInfo, RunRequest
-from service.orchestration import baseline_runs
 from service.orchestration.scheduler import SweepConfig, open_store
 from service.regressions.detect import baseline_statuses
 from service.regressions.verdict import run_verdict
 from service.settings import Settings
+from service.vocabulary import FINAL_RUN_STATES
 from tests.distributed.conftest import git
 from tests.service.factories import make_result
 
@@ -42,7 +42,7 @@ def test_push_run_waits_for_its_baseline_run_on_a_celery_worker(cluster_env: dic
                          revisions=[RevisionInfo(head, [base], "main", "t", "second", None)])
     (sub,) = dispatcher.submit_many([(request, "github:celery-baseline")])
     deadline = time.monotonic() + 120
-    while store.get_run(sub.run_id).status not in baseline_runs.FINAL_RUN_STATES:
+    while store.get_run(sub.run_id).status not in FINAL_RUN_STATES:
         assert time.monotonic() < deadline, [(r.id, r.status, [j.status for j in store.jobs(r.id)])
                                              for r in store.list_runs(limit=10)]
         time.sleep(0.2)

@@ -77,7 +77,7 @@ def test_history_page_charts_conversion_time_and_iterations(store: Store, db_url
     assert "Conversion time (s" in page.text and "Pass painting fixpoint iterations" in page.text
     # results without the figures (stored before 0004) get no empty chart
     from service.dashboard.plots import metrics_for
-    from service.dashboard.queries import cell_history
+    from service.db.dashboard import cell_history
 
     points, _ = cell_history(store, ("tiny_mlp", "fp16", "default", "cpu"), None)
     assert [p.convert_s for p in points] == [pytest.approx(0.10), pytest.approx(0.70)]

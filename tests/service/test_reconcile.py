@@ -15,10 +15,13 @@ import pytest
 
 from service.db import Store
 from service.db.migrate import upgrade
+from service.db.models import Run
 from service.errors import ConfigError
 from service.orchestration import reconcile as rc
 from service.settings import Settings
 from tests.service.factories import make_result, sha
+
+t_run = Run.__table__
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -139,7 +142,7 @@ def test_candidate_jobs_are_only_those_of_broker_runs(db_url: str) -> None:
 
 def _run_dispatch(store: Store, run_id: int) -> str:
     with store.transaction() as conn:
-        return str(conn.execute(rc.t_run.select().where(rc.t_run.c.id == run_id)).one().dispatch)
+        return str(conn.execute(t_run.select().where(t_run.c.id == run_id)).one().dispatch)
 
 
 def test_runs_record_how_the_creating_process_dispatches(pg_url: str) -> None:

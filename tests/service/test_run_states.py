@@ -1,4 +1,4 @@
-"""Every run state is visible everywhere: for each state of :data:`service.db.runs.RUN_STATES` — the one
+"""Every run state is visible everywhere: for each state of :data:`service.vocabulary.RUN_STATES` — the one
 source of truth — the API filters by it, the CLI accepts it, the dashboard's runs list and run page show
 it in words with a style of its own.  A state added without those fails here.  Also the store's rules of
 the ``awaiting_approval`` state (issue 31): created without jobs, started once, never finished by itself."""
@@ -15,9 +15,9 @@ import pytest
 from service.api.routes_read import RunState
 from service.cli.main import build_parser
 from service.db.records import RunSpec
-from service.db.runs import AWAITING_APPROVAL, NEW_RUN_STATES, RUN_STATES
 from service.errors import UserError
 from service.github.approval import AWAITING_DESCRIPTION
+from service.vocabulary import AWAITING_APPROVAL, NEW_RUN_STATES, RUN_STATES
 from tests.conftest import fresh_pg_database
 from tests.dashboard.conftest import BROWSER, TOKEN, make_app
 

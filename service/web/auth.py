@@ -11,8 +11,8 @@ import hmac
 
 from fastapi import Request
 
-from service.api.errors import ApiError
 from service.settings import Settings
+from service.web.errors import ApiError
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ampci"'}
 

@@ -1,4 +1,4 @@
-"""The dashboard's own read queries: what the Store's query methods do not answer in one round trip.
+"""The dashboard's read queries: what the Store's query methods do not answer in one round trip.
 
 - :func:`runs_overview` — recent runs with their revision and per-run counts, filterable by branch
   (three queries whatever the number of runs, instead of four per run through ``run_summary``);
@@ -25,8 +25,8 @@ import sqlalchemy as sa
 from service.db import models as m
 from service.db.records import Cell, RevisionInfo, RunInfo, utc
 from service.db.store import Store, run_info
-from service.github.sanitize import EARLIEST, LATEST
 from service.regressions.detect import LINEAGE_TRIGGERS, nearest_results
+from service.vocabulary import EARLIEST, LATEST
 
 t_rev, t_run, t_res, t_reg = (m.Revision.__table__, m.Run.__table__, m.Result.__table__,
                               m.Regression.__table__)
