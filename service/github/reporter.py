@@ -33,12 +33,15 @@ from typing import Any
 from service.github.client import (
     CommitStatus,
     GitHubStatusClient,
+    MalformedAnswerError,
     PermanentStatusError,
     PullRequestComment,
+    RateLimitedError,
     Report,
     TransientStatusError,
     backoff_delay,
 )
+from service.github.lanes import RateLimits, RepositoryLanes
 from service.github.outbox import MemoryOutbox, OutboxItem, RedisOutbox, StatusOutbox
 from service.settings import Settings
 
@@ -115,7 +118,7 @@ class StatusReporter:
                  context: str = CONTEXT, max_attempts: int = 12, backoff_base: float = 2.0,
                  backoff_cap: float = 600.0, lease: float = 60.0, poll_interval: float = 1.0,
                  store: Any = None, watch_interval: float = 5.0,
-                 reports: frozenset[str] = frozenset({"status"})) -> None:
+                 reports: frozenset[str] = frozenset({"status"}), workers: int = 4) -> None:
         self.outbox = outbox
         self.client = client
         self.public_url = public_url.rstrip("/")
@@ -132,6 +135,9 @@ class StatusReporter:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.workers = workers
+        self._lanes: RepositoryLanes | None = None
+        self.limits = RateLimits()
         self.outage_count = 0  # reporting failures caused by a database/Redis outage (one WARNING line each)
 
     @classmethod
@@ -353,7 +359,8 @@ class StatusReporter:
         self._wake.set()
 
     def drain(self, limit: int = 50) -> int:
-        """Post every due status once; return how many landed.  Safe to call from many processes."""
+        """Post every due status once, in this thread; return how many landed.  Safe to call from many
+        processes.  (The background thread posts on per-repository lanes instead: :meth:`dispatch`.)"""
         if self.client is None:
             return 0
         posted = 0
@@ -362,34 +369,66 @@ class StatusReporter:
                 posted += 1
         return posted
 
+    def dispatch(self, limit: int = 50) -> int:
+        """Hand every due item to its repository's lane (:class:`~service.github.lanes.RepositoryLanes`),
+        so a slow, limited or broken repository never holds back another's report; how many were handed."""
+        if self.client is None or self._lanes is None:
+            return 0
+        return sum(self._lanes.submit(item) for item in self.outbox.claim(time.time(), limit, self.lease))
+
     def _post(self, item: OutboxItem) -> bool:
+        """Deliver one claimed item and settle it in the outbox; True when it landed.
+
+        A rate-limited credential is not called: the item is put back for the end of its pause without
+        counting an attempt.  Every failure is one log line (no traceback): permanent ones drop the item
+        at once, the others (outage, deadline, rate limit, malformed answer, or an unexpected error) count
+        an attempt and drop it after ``max_attempts``."""
         assert self.client is not None
+        scope = self.client.limit_scope(item.status.repo)
+        until = self.limits.paused_until(scope)
+        if until is not None:
+            self.outbox.defer(item, until)
+            return False
         try:
             self.client.deliver(item.status)
         except PermanentStatusError as exc:
             log.error("commit status %s dropped: %s", item.status.key, exc)
             self.outbox.drop(item, str(exc))
             return False
-        except TransientStatusError as exc:
-            if item.attempts + 1 >= self.max_attempts:
-                log.error("commit status %s dropped after %d attempts: %s", item.status.key,
-                          item.attempts + 1, exc)
-                self.outbox.drop(item, f"gave up after {item.attempts + 1} attempts: {exc}")
-                return False
-            delay = exc.retry_after if exc.retry_after is not None else backoff_delay(
-                item.attempts, self.backoff_base, self.backoff_cap)
-            log.warning("commit status %s failed (attempt %d), retry in %.1fs: %s", item.status.key,
-                        item.attempts + 1, delay, exc)
-            self.outbox.complete(item, ok=False, next_due=time.time() + delay)
+        except Exception as exc:  # noqa: BLE001 - transient, or an answer nobody foresaw: an attempt, one line
+            self._retry_later(item, exc, scope)
             return False
         self.outbox.complete(item, ok=True, next_due=0.0)
         return True
+
+    def _retry_later(self, item: OutboxItem, exc: Exception, scope: str) -> None:
+        """Count a failed attempt of ``item``: reschedule it (GitHub's clamped delay, else backoff) or,
+        at ``max_attempts``, drop it; one log line either way."""
+        what = str(exc).splitlines()[0][:300] if str(exc) else ""
+        if not isinstance(exc, TransientStatusError):
+            what = f"unexpected {type(exc).__name__}: {what}"
+        elif isinstance(exc, MalformedAnswerError):
+            what = f"malformed answer: {what}"
+        if item.attempts + 1 >= self.max_attempts:
+            log.error("commit status %s dropped after %d attempts: %s", item.status.key, item.attempts + 1, what)
+            self.outbox.drop(item, f"gave up after {item.attempts + 1} attempts: {what}")
+            return
+        retry_after = exc.retry_after if isinstance(exc, TransientStatusError) else None
+        delay = backoff_delay(item.attempts, self.backoff_base, self.backoff_cap)
+        if retry_after is not None:
+            delay = min(max(delay, retry_after), max(self.backoff_cap, retry_after))
+        if isinstance(exc, RateLimitedError):
+            self.limits.pause(scope, exc.retry_after or delay)
+        log.warning("commit status %s failed (attempt %d), retry in %.1fs: %s", item.status.key,
+                    item.attempts + 1, delay, what)
+        self.outbox.complete(item, ok=False, next_due=time.time() + delay)
 
     def start(self) -> None:
         """Start the background poster thread (idempotent)."""
         if self._thread is not None or self.client is None:
             return
         self._stop.clear()
+        self._lanes = RepositoryLanes(self._post, self.workers)
         self._thread = threading.Thread(target=self._loop, name="ampci-status-reporter", daemon=True)
         self._thread.start()
 
@@ -400,6 +439,9 @@ class StatusReporter:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        if self._lanes is not None:
+            self._lanes.close()
+            self._lanes = None
 
     def close(self) -> None:
         """Stop and release the HTTP client."""
@@ -413,7 +455,7 @@ class StatusReporter:
                 if self.store is not None and time.monotonic() - self._last_watch >= self.watch_interval:
                     self._last_watch = time.monotonic()
                     self.check_watched(self.store)
-                while self.drain() and not self._stop.is_set():
+                while self.dispatch() >= 50 and not self._stop.is_set():
                     pass
             except Exception as exc:  # noqa: BLE001 - the poster must survive Redis/DB hiccups
                 self._failed("commit status poster iteration failed", exc)
