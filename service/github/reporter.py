@@ -396,7 +396,7 @@ class StatusReporter:
             self.outbox.drop(item, str(exc))
             return False
         except Exception as exc:  # noqa: BLE001 - transient, or an answer nobody foresaw: an attempt, one line
-            self._retry_later(item, exc, scope)
+            self._retry_later(item, exc, self.client.limit_scope(item.status.repo))  # the installation is known now
             return False
         self.outbox.complete(item, ok=True, next_due=0.0)
         return True
