@@ -28,8 +28,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
+from service.github import live_checks as live
 from service.github.client import (
     CommitStatus,
     GitHubStatusClient,
@@ -132,6 +134,7 @@ class StatusReporter:
         self.watch_interval = watch_interval
         self.reports = frozenset(reports)
         self._last_watch = 0.0
+        self._started: set[int] = set()  # runs whose in_progress check run is queued (this process)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -166,6 +169,20 @@ class StatusReporter:
     def enabled(self) -> bool:
         return self.client is not None
 
+    @property
+    def live_checks(self) -> bool:
+        """True when check runs are reported (``check`` in ``reports``) and can be: GitHub accepts them
+        only from an App (:mod:`service.github.live_checks`); with a token, none is attempted."""
+        return self.client is not None and "check" in self.reports and self.client.writes_check_runs
+
+    def _put_check(self, run_id: int, repo: str, sha: str, make: Any) -> None:
+        """Queue the check run ``make(sweep)`` of run ``run_id`` (its sweep read from the store); never raises."""
+        try:
+            sweep = self.store.get_run(run_id).sweep if self.store is not None else "smoke"
+            self._put(make(sweep))
+        except Exception as exc:  # noqa: BLE001 - reporting never affects the run
+            self._failed(f"could not queue the check run of run {run_id}", exc)
+
     def run_url(self, run_id: int) -> str:
         """The run's page, linked from the commit status."""
         return f"{self.public_url}/runs/{int(run_id)}"
@@ -191,6 +208,9 @@ class StatusReporter:
         if "status" in self.reports:
             self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=description,
                                    target_url=self.run_url(run_id), context=self.context))
+        if self.live_checks:
+            self._put_check(run_id, repo, sha, lambda sweep: live.stage(repo, sha, sweep, run_id, self.run_url(run_id),
+                                                                        "queued"))
         try:
             self.outbox.watch(run_id)
         except Exception as exc:  # noqa: BLE001 - recover() finds unwatched runs again at start
@@ -207,6 +227,9 @@ class StatusReporter:
         if self.enabled and "status" in self.reports:
             self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=AWAITING_DESCRIPTION,
                                    target_url=self.run_url(run_id), context=self.context))
+        if self.live_checks:
+            self._put_check(run_id, repo, sha, lambda sweep: live.awaiting_approval(
+                repo, sha, sweep, run_id, self.run_url(run_id), AWAITING_DESCRIPTION))
 
     def refused(self, repo: str, sha: str) -> None:
         """Queue the ``error`` status of an untrusted pull request that is never run
@@ -258,19 +281,21 @@ class StatusReporter:
         return True
 
     def report_pull_request(self, run: Any, store: Any) -> bool:
-        """Queue the PR comment and/or check run of a finished ``run`` (per ``reports``); False when
-        nothing was queued (not configured, no store, not the newest run of its pull request)."""
-        if not self.enabled or store is None or not (self.reports & {"comment", "check"}):
+        """Queue the PR comment (only for the newest run of its pull request) and the completed check
+        run (every run: its head's check run must not stay ``in_progress``) of a finished ``run``, per
+        ``reports``; False when nothing was queued."""
+        if not self.enabled or store is None or not ("comment" in self.reports or self.live_checks):
             return False
         from service.github import comment as md
         from service.github.pr_report import build_report
 
         try:
-            if not self._is_newest_of_pr(store, run):
+            newest = self._is_newest_of_pr(store, run)
+            if not newest and not self.live_checks:
                 return False
             report = build_report(store, run.id, self.public_url, final_state)
-            items = [md.comment(report) if "comment" in self.reports else None,
-                     md.check_run(report, self.context) if "check" in self.reports else None]
+            items = [md.comment(report) if "comment" in self.reports and newest else None,
+                     self._final_check(run, report, md) if self.live_checks else None]
         except Exception as exc:  # noqa: BLE001 - a report that cannot be built never affects the run
             self._failed(f"could not build the pull-request report of run {run.id}", exc)
             return False
@@ -280,6 +305,17 @@ class StatusReporter:
                 self._put(item)
                 queued = True
         return queued
+
+    @staticmethod
+    def _final_check(run: Any, report: Any, md: Any) -> Any:
+        """The completed check run of ``run``: the report's text, the conclusion from the state
+        :func:`final_state` decided (``report.state``; :func:`service.github.live_checks.conclusion`)."""
+        check = md.check_run(report, live.check_name(run.sweep))
+        if check is None:
+            return None
+        compared = report.cells - report.counts.get("new", 0) - report.counts.get("not_measured", 0)
+        return replace(check, conclusion=live.conclusion(report.state, run.status, compared),
+                       status="completed", external_id=str(int(run.id)))
 
     def refresh(self, store: Any, run_id: int) -> bool:
         """Re-queue the PR report after a finding of run ``run_id`` changed state (acknowledged):
@@ -332,7 +368,14 @@ class StatusReporter:
                 self.outbox.unwatch(run_id)
                 continue
             if run.status not in FINAL_RUN_STATES:
+                if run.status == "running" and self.live_checks and run_id not in self._started:
+                    target = github_target(run)
+                    if target is not None:
+                        self._started.add(run_id)
+                        self._put(live.stage(target[0], target[1], run.sweep, run_id, self.run_url(run_id),
+                                             "in_progress"))
                 continue
+            self._started.discard(run_id)
             self.finished(run, store.run_summary(run_id), store)
             self.outbox.unwatch(run_id)
             done += 1

@@ -198,8 +198,8 @@ def test_github_failing_never_affects_the_run(pr_world: dict[str, Any], failure:
     gh, store, client = pr_world["github"], pr_world["store"], pr_world["client"]
     pr_event, reporter = pr_world["pr_event"], pr_world["reporter"]
     reporter.client.close()
-    reporter.client = GitHubStatusClient(reporter.client.api_url, GITHUB_TOKEN, timeout=0.5, attempts=1,
-                                         backoff_base=0.01)
+    reporter.client = GitHubStatusClient(reporter.client.api_url, auth=reporter.client.auth, timeout=0.5,
+                                         attempts=1, backoff_base=0.01)  # the App: check runs too
     gh.delay = 1.0
     for kind in ("list", "create", "edit", "status", "check"):
         gh.fail[kind] = failure
