@@ -207,3 +207,19 @@ def test_rerun_on_github_starts_a_new_run_of_that_head(world: World):
     # a fork's check run (GitHub lists no pull request) on an untracked branch: nothing is run
     fork = world.post("check_run", _rerequest({**done, "id": done["id"] + 1}, world.base, pull_requests=False))
     assert fork.json()["status"] != "queued"
+
+
+def test_with_a_token_no_check_run_is_attempted(httpserver: HTTPServer):
+    """GitHub refuses check runs from a personal token: the reporter does not send them (nor drop them)."""
+    from service.github.outbox import MemoryOutbox
+    from service.github.reporter import StatusReporter
+
+    gh = GitHubStandIn(httpserver)
+    client = GitHubStatusClient(httpserver.url_for("/"), GITHUB_TOKEN, timeout=2.0, attempts=1)
+    reporter = StatusReporter(MemoryOutbox(), client, public_url="https://ci.example.com", reports=ALL)
+    reporter.queued(3, REPO, sha("token-only"))
+    reporter.awaiting(4, REPO, sha("token-awaiting"))
+    while reporter.drain():
+        pass
+    assert len(gh.statuses) == 2 and not any("check-runs" in path for _, path in gh.requests)
+    assert reporter.outbox.dead() == [] and reporter.outbox.pending_count() == 0
