@@ -467,7 +467,8 @@ def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
     if event == "issue_comment":
         return _parse_issue_comment(data, settings)
     if event == "check_run":  # GitHub's "Re-run" of an ampci check run
-        from service.github.rerequest import parse_check_run
+        from service.github.rerequest import rerun_request
 
-        return parse_check_run(data, settings)  # type: ignore[return-value]
+        rerun = rerun_request(data, settings.tracked_branch_set(), lambda repo: check_repository(repo, settings))
+        return rerun if isinstance(rerun, RunRequest) else Ignored(rerun)
     return Ignored(f"event {event[:50]!r} is not handled")
