@@ -113,7 +113,10 @@ class CheckRun:
 
     @property
     def key(self) -> str:
-        return f"{self.repo.lower()}@{self.sha}#check:{self.name}"
+        """(repo, sha, name, ampci run): a later stage of one run supersedes an unsent earlier one, while
+        the check run of a re-run of the same head never hides the unsent completion of the run before."""
+        run = f"#run{self.external_id}" if self.external_id else ""
+        return f"{self.repo.lower()}@{self.sha}#check:{self.name}{run}"
 
     def body(self) -> dict[str, object]:
         """The JSON body of ``POST /repos/{repo}/check-runs`` (without ``head_sha``: of the PATCH)."""
