@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from service.errors import ConfigError
+from service.github.transport import retry_delay
 from service.settings import Settings
 
 JWT_BACKDATE = 60.0      # iat this far in the past (GitHub's advice against clock drift)
@@ -120,6 +121,11 @@ class AppAuth:
         with self._lock:
             self._installations[repo.lower()] = int(installation)
 
+    def installation_of(self, repo: str) -> int | None:
+        """The installation of ``repo`` when known (remembered or looked up), without a request."""
+        with self._lock:
+            return self._installations.get(repo.lower())
+
     def installation(self, repo: str, call: Call) -> int:
         with self._lock:
             known = self._installations.get(repo.lower())
@@ -175,7 +181,7 @@ def _field(answer: tuple[int, Any, Any], what: str) -> dict[str, Any]:
     if not 200 <= status < 300:
         retry = headers.get("retry-after") if headers is not None else None
         raise AuthError(f"{what}: HTTP {status}", status,
-                        float(retry) if retry and retry.replace(".", "", 1).isdigit() else None)
+                        retry_delay(headers) if retry is not None else None)
     if not isinstance(data, dict):
         raise AuthError(f"{what}: expected a JSON object", 502)
     return data

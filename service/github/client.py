@@ -1,5 +1,7 @@
 """A small GitHub REST client for commit statuses, the pull-request report comment and check runs,
-with retry and exponential backoff.
+with retry and exponential backoff, that no answer can stall (:mod:`service.github.transport`: a
+total deadline per exchange, capped and bomb-safe answers; malformed answers, rate limits and a
+passed deadline end the call at once as :class:`TransientStatusError` kinds).
 
 ``POST {api}/repos/{owner}/{repo}/statuses/{sha}`` with ``Authorization: Bearer <token>`` and a
 JSON body ``{"state", "target_url", "description", "context"}``.  Transient failures (network
@@ -17,9 +19,10 @@ comments (``GET /repos/{repo}/issues/{n}/comments``), edits the one carrying
 :data:`COMMENT_MARKER` **and written by ampci's own identity** (the App's ``<slug>[bot]``, or the
 token's user; a marker quoted in anyone else's comment is ignored) with
 ``PATCH /repos/{repo}/issues/comments/{id}``, or adds it (``POST``).
-A check run is one per (name, head sha) as well: :meth:`GitHubStatusClient.upsert_check_run` lists the
-commit's check runs of that name (``GET /repos/{repo}/commits/{sha}/check-runs?check_name=NAME``), edits
-the newest (``PATCH /repos/{repo}/check-runs/{id}``) or creates it (``POST /repos/{repo}/check-runs``).
+A check run is one per (name, head sha, ampci run): :meth:`GitHubStatusClient.upsert_check_run` lists
+the commit's check runs of that name (``GET /repos/{repo}/commits/{sha}/check-runs?check_name=NAME``),
+edits the newest with the run's ``external_id`` (``PATCH /repos/{repo}/check-runs/{id}``) or creates
+it (``POST /repos/{repo}/check-runs``).  The data classes live in :mod:`service.github.report_items`.
 """
 
 from __future__ import annotations
@@ -28,16 +31,38 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-import httpx
+from service.github.auth import AppAuth, AuthError, GitHubAuth, StaticToken
+from service.github.report_items import (
+    CHECK_CONCLUSIONS,
+    CHECK_STATUSES,
+    COMMENT_MARKER,
+    MAX_CHECK_TEXT,
+    MAX_COMMENT,
+    MAX_DESCRIPTION,
+    STATES,
+    CheckRun,
+    CommitStatus,
+    PullRequestComment,
+    Report,
+    report_from_dict,
+)
+from service.github.transport import (
+    DEFAULT_RATE_LIMIT_DELAY,
+    MAX_ANSWER_BYTES,
+    Answer,
+    BoundedHTTP,
+    ExchangeError,
+    MalformedJSONError,
+    retry_delay,
+)
 
-from service.github.auth import AuthError, GitHubAuth, StaticToken
+__all__ = ["CHECK_CONCLUSIONS", "CHECK_STATUSES", "COMMENT_MARKER", "MAX_CHECK_TEXT", "MAX_COMMENT", "MAX_DESCRIPTION",
+           "STATES", "CheckRun", "CommitStatus", "GitHubStatusClient", "MalformedAnswerError", "PermanentStatusError",
+           "PullRequestComment", "RateLimitedError", "Report", "StatusPostError", "TransientStatusError",
+           "backoff_delay", "report_from_dict"]
 
 log = logging.getLogger(__name__)
-
-STATES = frozenset({"pending", "success", "failure", "error"})
-MAX_DESCRIPTION = 140  # GitHub truncates/rejects longer descriptions
 
 
 class StatusPostError(Exception):
@@ -45,140 +70,30 @@ class StatusPostError(Exception):
 
 
 class TransientStatusError(StatusPostError):
-    """Worth retrying later (network, 5xx, rate limit); ``retry_after`` seconds when GitHub said."""
+    """Worth retrying later (network, 5xx, rate limit); ``retry_after`` seconds when GitHub said
+    (always finite and clamped: :func:`service.github.transport.retry_delay`)."""
 
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
 
 
+class RateLimitedError(TransientStatusError):
+    """GitHub limited the credential of ``repo`` (429, or 403 with the limit exhausted): nothing more
+    should be sent with that credential for ``retry_after`` seconds; never retried inside the call."""
+
+    def __init__(self, message: str, retry_after: float, repo: str) -> None:
+        super().__init__(message, retry_after)
+        self.repo = repo
+
+
+class MalformedAnswerError(TransientStatusError):
+    """GitHub's answer could not be read (invalid JSON, a number no float holds, an id that is no id):
+    counted as a failed attempt like an outage, and never a traceback."""
+
+
 class PermanentStatusError(StatusPostError):
     """Retrying cannot help (401/404/422...)."""
-
-
-@dataclass(frozen=True)
-class CommitStatus:
-    """One commit status to post.  ``key`` identifies (repo, sha, context): a later status for the
-    same key supersedes an earlier unsent one."""
-
-    repo: str
-    sha: str
-    state: str
-    description: str
-    target_url: str | None = None
-    context: str = "ampci/smoke"
-
-    def __post_init__(self) -> None:
-        if self.state not in STATES:
-            raise ValueError(f"unknown commit status state {self.state!r}")
-
-    @property
-    def key(self) -> str:
-        return f"{self.repo.lower()}@{self.sha}#{self.context}"
-
-    def body(self) -> dict[str, str]:
-        """The JSON body GitHub expects."""
-        out = {"state": self.state, "description": self.description[:MAX_DESCRIPTION],
-               "context": self.context}
-        if self.target_url:
-            out["target_url"] = self.target_url
-        return out
-
-    def to_dict(self) -> dict[str, str | None]:
-        return {"repo": self.repo, "sha": self.sha, "state": self.state, "description": self.description,
-                "target_url": self.target_url, "context": self.context}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> CommitStatus:
-        return cls(repo=d["repo"], sha=d["sha"], state=d["state"], description=d["description"],
-                   target_url=d.get("target_url"), context=d.get("context", "ampci/smoke"))
-
-
-#: The hidden marker that identifies ampci's report comment on a pull request (found again by it).
-COMMENT_MARKER = "<!-- ampci:pr-report -->"
-MAX_COMMENT = 65536      # GitHub refuses longer comment bodies
-MAX_CHECK_TEXT = 65535   # and longer check-run output fields
-CHECK_CONCLUSIONS = frozenset({"success", "failure", "neutral", "cancelled", "timed_out", "action_required"})
-
-
-@dataclass(frozen=True)
-class PullRequestComment:
-    """The report comment of one pull request.  ``key`` is (repo, PR): a newer body supersedes an
-    unsent older one, and :meth:`GitHubStatusClient.upsert_comment` edits the comment carrying
-    :data:`COMMENT_MARKER` instead of adding a second one."""
-
-    repo: str
-    pr: int
-    body: str
-    sha: str = ""   # the head the report is about (for logs and the dead list)
-
-    @property
-    def key(self) -> str:
-        return f"{self.repo.lower()}#pr{int(self.pr)}#comment"
-
-    def to_dict(self) -> dict[str, object]:
-        return {"kind": "comment", "repo": self.repo, "pr": self.pr, "body": self.body, "sha": self.sha}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> PullRequestComment:
-        return cls(repo=d["repo"], pr=int(d["pr"]), body=d["body"], sha=d.get("sha", ""))
-
-
-@dataclass(frozen=True)
-class CheckRun:
-    """A completed check run (Checks API) for ``sha``: its conclusion and the report as output."""
-
-    repo: str
-    sha: str
-    name: str
-    conclusion: str
-    title: str
-    summary: str
-    text: str = ""
-    details_url: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.conclusion not in CHECK_CONCLUSIONS:
-            raise ValueError(f"unknown check run conclusion {self.conclusion!r}")
-
-    @property
-    def key(self) -> str:
-        return f"{self.repo.lower()}@{self.sha}#check:{self.name}"
-
-    def body(self) -> dict[str, object]:
-        """The JSON body of ``POST /repos/{repo}/check-runs`` (without ``head_sha``: of the PATCH)."""
-        output: dict[str, str] = {"title": self.title[:MAX_DESCRIPTION], "summary": self.summary[:MAX_CHECK_TEXT]}
-        if self.text:
-            output["text"] = self.text[:MAX_CHECK_TEXT]
-        out: dict[str, object] = {"name": self.name, "head_sha": self.sha, "status": "completed",
-                                  "conclusion": self.conclusion, "output": output}
-        if self.details_url:
-            out["details_url"] = self.details_url
-        return out
-
-    def to_dict(self) -> dict[str, object]:
-        return {"kind": "check", "repo": self.repo, "sha": self.sha, "name": self.name,
-                "conclusion": self.conclusion, "title": self.title, "summary": self.summary, "text": self.text,
-                "details_url": self.details_url}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> CheckRun:
-        return cls(repo=d["repo"], sha=d["sha"], name=d["name"], conclusion=d["conclusion"], title=d["title"],
-                   summary=d["summary"], text=d.get("text", ""), details_url=d.get("details_url"))
-
-
-#: Everything the outbox delivers to GitHub.
-Report = CommitStatus | PullRequestComment | CheckRun
-
-
-def report_from_dict(d: dict) -> Report:
-    """The report a ``to_dict`` stored (``kind`` absent: a commit status, as stored before reports had kinds)."""
-    kind = d.get("kind", "status")
-    if kind == "comment":
-        return PullRequestComment.from_dict(d)
-    if kind == "check":
-        return CheckRun.from_dict(d)
-    return CommitStatus.from_dict(d)
 
 
 def backoff_delay(attempt: int, base: float = 1.0, cap: float = 300.0,
@@ -189,10 +104,18 @@ def backoff_delay(attempt: int, base: float = 1.0, cap: float = 300.0,
 
 
 class GitHubStatusClient:
-    """Posts commit statuses.  Thread-safe (one pooled ``httpx.Client``); close it when done."""
+    """Posts commit statuses, the PR comment and check runs.  Thread-safe (one bounded connection
+    pool: :class:`~service.github.transport.BoundedHTTP`); close it when done.
+
+    ``timeout`` is the **total** deadline of each HTTP exchange (connect, send, the whole answer), not
+    a per-read timeout; answers are read up to ``max_answer_bytes`` (on the wire and decoded).  In-call
+    retries (``attempts``) are for errors that heal in a moment (no connection, 5xx); a deadline that
+    passed, a rate limit or a malformed answer ends the call at once (the outbox retries later), so one
+    call lasts at most ``attempts`` deadlines plus a few seconds of backoff."""
 
     def __init__(self, api_url: str, token: str = "", *, auth: GitHubAuth | None = None, timeout: float = 10.0,
-                 attempts: int = 3, backoff_base: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> None:
+                 attempts: int = 3, backoff_base: float = 0.5, sleep: Callable[[float], None] = time.sleep,
+                 max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         if auth is None:
             if not token:
                 raise ValueError("a GitHub identity is required to report (AMPCI_GITHUB_APP_ID or AMPCI_GITHUB_TOKEN)")
@@ -202,12 +125,18 @@ class GitHubStatusClient:
         self.attempts = max(1, attempts)
         self.backoff_base = backoff_base
         self._sleep = sleep
-        # no default Authorization: each request gets its repository's credential; never follow a redirect
-        self._http = httpx.Client(timeout=timeout, follow_redirects=False, headers={
+        # no default Authorization: each request gets its repository's credential; redirects are never followed
+        self._http = BoundedHTTP(deadline=timeout, max_bytes=max_answer_bytes, headers={
             "Accept": "application/vnd.github+json",
             "X-GitHub-Api-Version": "2022-11-28",
             "User-Agent": "ampci",
         })
+
+    @property
+    def writes_check_runs(self) -> bool:
+        """True when the identity may create check runs: GitHub accepts them only from an App's
+        installation token (a personal token gets 403)."""
+        return isinstance(self.auth, AppAuth)
 
     def close(self) -> None:
         self._http.close()
@@ -219,6 +148,12 @@ class GitHubStatusClient:
         """
         self._request("POST", f"{self.api_url}/repos/{status.repo}/statuses/{status.sha}", status.body(),
                       repo=status.repo)
+
+    def limit_scope(self, repo: str) -> str:
+        """What GitHub rate-limits the reports of ``repo`` by: its App installation when known, else
+        the repository (a token's limits are per user, but one repository's 429 says nothing of another's)."""
+        installation = self.auth.installation_of(repo) if isinstance(self.auth, AppAuth) else None
+        return f"installation:{installation}" if installation is not None else f"repo:{repo.lower()}"
 
     def remember_installation(self, repo: str, installation: int) -> None:
         """The App installation a webhook of ``repo`` named (no effect with a static token)."""
@@ -241,14 +176,14 @@ class GitHubStatusClient:
         body = comment.body if COMMENT_MARKER in comment.body else f"{COMMENT_MARKER}\n{comment.body}"
         me = self.identity().lower()
         for page in range(1, max_pages + 1):
-            listed = self._request("GET", f"{base}/{int(comment.pr)}/comments?per_page=100&page={page}",
-                                   repo=comment.repo)
-            items = listed.json() if listed.content else []
+            what = f"GET {base}/{int(comment.pr)}/comments?page={page}"
+            items = _json(self._request("GET", f"{base}/{int(comment.pr)}/comments?per_page=100&page={page}",
+                                        repo=comment.repo), what, [])
             if not isinstance(items, list):
-                raise PermanentStatusError(f"GET {base}/{comment.pr}/comments: expected a list")
+                raise MalformedAnswerError(f"{what}: expected a list")
             for item in items:
                 if isinstance(item, dict) and COMMENT_MARKER in str(item.get("body") or "") and \
-                        type(item.get("id")) is int and _author(item) == me:
+                        _is_id(item.get("id")) and _author(item) == me:
                     self._request("PATCH", f"{base}/comments/{item['id']}", {"body": body[:MAX_COMMENT]},
                                   repo=comment.repo)
                     return int(item["id"])
@@ -256,47 +191,48 @@ class GitHubStatusClient:
                 break
         made = self._request("POST", f"{base}/{int(comment.pr)}/comments", {"body": body[:MAX_COMMENT]},
                              repo=comment.repo)
-        try:
-            return int(made.json().get("id", 0))
-        except (ValueError, AttributeError):
-            return 0
+        return _made_id(made)
 
     def post_check_run(self, check: CheckRun) -> None:
-        """Create a completed check run (needs a token with the ``checks: write`` permission, i.e. a
-        GitHub App installation token).  Errors as :meth:`post_status`."""
+        """Create a check run (needs a token with the ``checks: write`` permission, i.e. a GitHub App
+        installation token).  Errors as :meth:`post_status`."""
         self._request("POST", f"{self.api_url}/repos/{check.repo}/check-runs", check.body(), repo=check.repo)
 
     def upsert_check_run(self, check: CheckRun) -> int:
-        """Edit the newest check run named ``check.name`` on ``check.sha`` to ``check`` (so a re-report
-        of a head -- after an acknowledgement, a late confirmation -- is one check run, not one more),
-        or create it when there is none; return its id (0 if GitHub did not say).  A check run that
-        cannot be edited (another app's: 403/404) is left alone and a new one created.  Errors as
-        :meth:`post_status`."""
+        """Bring the check run of ``check`` up to date, or create it; return its id (0 if GitHub did
+        not say).
+
+        The check run edited (``PATCH /repos/{repo}/check-runs/{id}``) is the newest named
+        ``check.name`` on ``check.sha`` with ``check.external_id`` (the ampci run: every stage of one run,
+        and a re-report after an acknowledgement, edit one check run, while a re-run gets its own); an
+        item without an external id edits the newest of the name.  A new one is created when there is
+        none, when the one found cannot be edited (another app's: 403/404), or when it is completed and
+        ``check`` is not (a fork's run approved after its ``action_required``: GitHub shows a new check
+        run rather than one that went back).  Errors as :meth:`post_status`."""
         from urllib.parse import quote
 
         base = f"{self.api_url}/repos/{check.repo}"
-        listed = self._request("GET", f"{base}/commits/{check.sha}/check-runs?check_name={quote(check.name, safe='')}"
-                                      "&filter=latest&per_page=100", repo=check.repo)
-        data = listed.json() if listed.content else {}
+        what = f"GET {base}/commits/{check.sha}/check-runs"
+        data = _json(self._request("GET", f"{base}/commits/{check.sha}/check-runs?check_name="
+                                          f"{quote(check.name, safe='')}&filter=all&per_page=100", repo=check.repo),
+                     what, {})
         items = data.get("check_runs") if isinstance(data, dict) else None
         if not isinstance(items, list):
-            raise PermanentStatusError(f"GET {base}/commits/{check.sha}/check-runs: expected check_runs")
+            raise MalformedAnswerError(f"{what}: expected check_runs")
         ours = [i for i in items if isinstance(i, dict) and i.get("name") == check.name
-                and i.get("head_sha", check.sha) == check.sha and isinstance(i.get("id"), int)]
+                and i.get("head_sha", check.sha) == check.sha and _is_id(i.get("id"))
+                and (not check.external_id or i.get("external_id") == check.external_id)]
         if ours:
             newest = max(ours, key=lambda i: i["id"])
-            body = {k: v for k, v in check.body().items() if k != "head_sha"}
-            try:
-                self._request("PATCH", f"{base}/check-runs/{newest['id']}", body, repo=check.repo)
-                return int(newest["id"])
-            except PermanentStatusError as exc:
-                if " HTTP 403:" not in str(exc) and " HTTP 404:" not in str(exc):
-                    raise
-        made = self._request("POST", f"{base}/check-runs", check.body(), repo=check.repo)
-        try:
-            return int(made.json().get("id", 0))
-        except (ValueError, AttributeError, TypeError):
-            return 0
+            if not (newest.get("status") == "completed" and check.status != "completed"):
+                body = {k: v for k, v in check.body().items() if k != "head_sha"}
+                try:
+                    self._request("PATCH", f"{base}/check-runs/{newest['id']}", body, repo=check.repo)
+                    return int(newest["id"])
+                except PermanentStatusError as exc:
+                    if " HTTP 403:" not in str(exc) and " HTTP 404:" not in str(exc):
+                        raise
+        return _made_id(self._request("POST", f"{base}/check-runs", check.body(), repo=check.repo))
 
     def deliver(self, report: Report) -> None:
         """Send any report the outbox holds (status, PR comment or check run)."""
@@ -311,11 +247,11 @@ class GitHubStatusClient:
         """One request of the identity (JWT or token) to the API base: (status, JSON or None, headers)."""
         try:
             resp = self._http.request(method, f"{self.api_url}{path}", headers={"Authorization": f"Bearer {bearer}"})
-        except httpx.HTTPError as exc:
-            raise AuthError(f"{method} {path}: {type(exc).__name__}", 0) from None
+        except ExchangeError as exc:
+            raise AuthError(f"{method} {path}: {exc}", 0) from None
         try:
             data = resp.json() if resp.content else None
-        except ValueError:
+        except MalformedJSONError:
             data = None
         return resp.status_code, data, resp.headers
 
@@ -323,11 +259,14 @@ class GitHubStatusClient:
         try:
             return {"Authorization": f"Bearer {self.auth.token(repo, self._auth_call)}"}
         except AuthError as exc:
-            raise _auth_failure(exc) from None
+            raise _auth_failure(exc, repo) from None
 
-    def _request(self, method: str, url: str, body: object = None, *, repo: str) -> httpx.Response:
-        """One GitHub call with the in-call retries; the 2xx response, or Transient/PermanentStatusError.
-        A 401 with a credential the identity can replace (an installation token revoked or expired
+    def _request(self, method: str, url: str, body: object = None, *, repo: str) -> Answer:
+        """One GitHub call; the 2xx answer, or Transient/PermanentStatusError.
+
+        Connection errors and 5xx are tried again in the call (``attempts``, short backoff); a passed
+        deadline, a rate limit (:class:`RateLimitedError`) or an unreadable answer end it at once.  A
+        401 with a credential the identity can replace (an installation token revoked or expired
         early) is sent once more with a fresh one."""
         if not url.startswith(self.api_url + "/"):  # credentials go to the API base only
             raise PermanentStatusError(f"refusing to send a credential to {url[:100]}")
@@ -336,20 +275,16 @@ class GitHubStatusClient:
         attempt = 0
         while attempt < self.attempts:
             if attempt:
-                delay = backoff_delay(attempt - 1, self.backoff_base, cap=10.0)
-                if last is not None and last.retry_after is not None:
-                    delay = max(delay, min(last.retry_after, 10.0))
-                self._sleep(delay)
+                self._sleep(backoff_delay(attempt - 1, self.backoff_base, cap=10.0))
             attempt += 1
+            headers = self._authorization(repo)
             try:
-                headers = self._authorization(repo)
-                resp = self._http.request(method, url, json=body, headers=headers) if body is not None else \
-                    self._http.request(method, url, headers=headers)
-            except TransientStatusError as exc:
-                last = exc
-                continue
-            except httpx.HTTPError as exc:
-                last = TransientStatusError(f"{method} {url}: {type(exc).__name__}: {exc}")
+                resp = self._http.request(method, url, json_body=body, headers=headers)
+            except ExchangeError as exc:
+                failure = TransientStatusError(f"{method} {url}: {exc}")
+                if exc.deadline or "larger than" in str(exc) or "decod" in str(exc).lower():
+                    raise failure from None  # the same again would cost the same: the outbox retries later
+                last = failure
                 continue
             if 200 <= resp.status_code < 300:
                 return resp
@@ -357,12 +292,37 @@ class GitHubStatusClient:
                 refreshed = True  # a stale installation token: mint a fresh one, send once more
                 attempt -= 1
                 continue
-            last_or_perm = _classify(url, resp, method)
-            if isinstance(last_or_perm, PermanentStatusError):
-                raise last_or_perm
-            last = last_or_perm
+            failure = _classify(url, resp, method, repo)
+            if not isinstance(failure, TransientStatusError) or isinstance(failure, RateLimitedError):
+                raise failure
+            last = failure
         assert last is not None
         raise last
+
+
+def _is_id(value: object) -> bool:
+    """A GitHub object id: an int (not a bool, not a float such as 1e400) of 1 .. 2**63-1."""
+    return type(value) is int and 0 < value < 2**63
+
+
+def _json(answer: Answer, what: str, empty: object) -> object:
+    """The answer's JSON (``empty`` for an empty body); MalformedAnswerError when it is none."""
+    if not answer.content:
+        return empty
+    try:
+        return answer.json()
+    except MalformedJSONError as exc:
+        raise MalformedAnswerError(f"{what}: {exc}") from None
+
+
+def _made_id(made: Answer) -> int:
+    """The id of what a POST created; 0 when GitHub's answer names none (the item landed anyway)."""
+    try:
+        data = made.json() if made.content else None
+    except MalformedJSONError:
+        return 0
+    found = data.get("id") if isinstance(data, dict) else None
+    return int(found) if _is_id(found) else 0  # type: ignore[arg-type]
 
 
 def _author(item: dict) -> str:
@@ -371,22 +331,26 @@ def _author(item: dict) -> str:
     return login.lower() if isinstance(login, str) else ""
 
 
-def _auth_failure(exc: AuthError) -> StatusPostError:
-    """An identity call that failed, as the outbox's error kinds (no answer, 5xx, 429: transient)."""
-    if exc.status == 0 or exc.status >= 500 or exc.status == 429:
+def _auth_failure(exc: AuthError, repo: str) -> StatusPostError:
+    """An identity call that failed, as the outbox's error kinds (no answer, 5xx: transient; 429:
+    rate limited; other 4xx: permanent)."""
+    if exc.status == 429:
+        return RateLimitedError(f"GitHub authentication: {exc}", exc.retry_after or DEFAULT_RATE_LIMIT_DELAY, repo)
+    if exc.status == 0 or exc.status >= 500:
         return TransientStatusError(f"GitHub authentication: {exc}", exc.retry_after)
     return PermanentStatusError(f"GitHub authentication: {exc}")
 
 
-def _classify(url: str, resp: httpx.Response, method: str = "POST") -> StatusPostError:
+def _classify(url: str, resp: Answer, method: str, repo: str) -> StatusPostError:
+    """A non-2xx answer as an error kind: 429 or a 403 whose rate limit is exhausted (or that says
+    Retry-After): RateLimitedError with the clamped delay; 5xx and 408: transient; other 4xx: permanent."""
     text = resp.text[:200].replace("\n", " ")
-    retry_after: float | None = None
-    if "retry-after" in resp.headers:
-        try:
-            retry_after = float(resp.headers["retry-after"])
-        except ValueError:
-            retry_after = None
-    limited = resp.status_code == 403 and (resp.headers.get("x-ratelimit-remaining") == "0" or retry_after)
-    if resp.status_code >= 500 or resp.status_code in (408, 429) or limited:
-        return TransientStatusError(f"{method} {url}: HTTP {resp.status_code}: {text}", retry_after)
-    return PermanentStatusError(f"{method} {url}: HTTP {resp.status_code}: {text}")
+    delay = retry_delay(resp.headers)
+    limited = resp.status_code == 429 or (resp.status_code == 403 and (
+        resp.headers.get("x-ratelimit-remaining") == "0" or "retry-after" in resp.headers))
+    message = f"{method} {url}: HTTP {resp.status_code}: {text}"
+    if limited:
+        return RateLimitedError(message, delay if delay is not None else DEFAULT_RATE_LIMIT_DELAY, repo)
+    if resp.status_code >= 500 or resp.status_code == 408:
+        return TransientStatusError(message, delay)
+    return PermanentStatusError(message)

@@ -447,7 +447,8 @@ def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
     :class:`RepositoryNotAllowedError` (403); every sha in the result is 40 lower-case hex; only
     pushes to tracked branches and opened/synchronize/reopened pull requests of allowed
     repositories produce a :class:`RunRequest` (``approval`` says whether a pull request's run may
-    start: :mod:`service.github.approval`); only the label ampci:run being added to a pull request, or
+    start: :mod:`service.github.approval`), and a ``check_run`` ``rerequested`` of an ampci check run
+    (:mod:`service.github.rerequest`); only the label ampci:run being added to a pull request, or
     a ``/ampci run`` comment on one by an OWNER/MEMBER/COLLABORATOR, produces an :class:`Approval`
     (none under ``AMPCI_FORK_POLICY=never``).
     """
@@ -465,4 +466,9 @@ def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
         return _parse_pull_request(data, settings)
     if event == "issue_comment":
         return _parse_issue_comment(data, settings)
+    if event == "check_run":  # GitHub's "Re-run" of an ampci check run
+        from service.github.rerequest import rerun_request
+
+        rerun = rerun_request(data, settings.tracked_branch_set(), lambda repo: check_repository(repo, settings))
+        return rerun if isinstance(rerun, RunRequest) else Ignored(rerun)
     return Ignored(f"event {event[:50]!r} is not handled")

@@ -11,6 +11,8 @@ Contract:
   whose claimer died reappears when the lease runs out (at-least-once delivery).
 * ``complete(item, ok, next_due)`` removes a posted item, or reschedules a failed one with one more
   attempt; if the item was superseded while in flight the newer one is made due at once.
+* ``defer(item, next_due)`` puts a claimed item back for later without counting an attempt (its
+  credential is rate limited: nothing was sent);
 * ``drop(item, reason)`` gives up on an item and keeps it in a bounded dead list for inspection.
 * ``watch(run_id)`` / ``watched()`` / ``unwatch(run_id)`` keep the ids of runs whose final status is
   still to be reported (the reporter checks them until they finish).
@@ -24,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from service.github.client import Report, report_from_dict
+from service.github.report_items import Report, report_from_dict
 
 DEAD_KEEP = 1000
 
@@ -45,6 +47,7 @@ class StatusOutbox(Protocol):
     def put(self, status: Report) -> None: ...
     def claim(self, now: float, limit: int, lease: float) -> list[OutboxItem]: ...
     def complete(self, item: OutboxItem, ok: bool, next_due: float) -> None: ...
+    def defer(self, item: OutboxItem, next_due: float) -> None: ...
     def drop(self, item: OutboxItem, reason: str) -> None: ...
     def pending_count(self) -> int: ...
     def dead(self) -> list[dict]: ...
@@ -97,6 +100,14 @@ class MemoryOutbox:
             else:
                 self._items[key] = (cur[0], cur[1], cur[2] + 1)
                 self._due[key] = next_due
+
+    def defer(self, item: OutboxItem, next_due: float) -> None:
+        key = item.status.key
+        with self._lock:
+            self._leased.discard(key)
+            cur = self._items.get(key)
+            if cur is not None:
+                self._due[key] = time.time() if cur[1] != item.seq else next_due
 
     def drop(self, item: OutboxItem, reason: str) -> None:
         key = item.status.key
@@ -157,7 +168,7 @@ end
 return out
 """
 
-# ARGV: key, seq, mode ("ok" | "retry" | "drop"), next_due, now
+# ARGV: key, seq, mode ("ok" | "retry" | "defer" | "drop"), next_due, now
 _COMPLETE = """
 redis.call('HDEL', KEYS[3], ARGV[1])
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
@@ -170,6 +181,8 @@ end
 if ARGV[3] == 'retry' then
   item['attempts'] = item['attempts'] + 1
   redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(item))
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+elseif ARGV[3] == 'defer' then
   redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
 else
   redis.call('HDEL', KEYS[1], ARGV[1])
@@ -212,6 +225,9 @@ class RedisOutbox:
     def complete(self, item: OutboxItem, ok: bool, next_due: float) -> None:
         self._complete(keys=self._keys(), args=[item.status.key, item.seq, "ok" if ok else "retry",
                                                 next_due, time.time()])
+
+    def defer(self, item: OutboxItem, next_due: float) -> None:
+        self._complete(keys=self._keys(), args=[item.status.key, item.seq, "defer", next_due, time.time()])
 
     def drop(self, item: OutboxItem, reason: str) -> None:
         self._complete(keys=self._keys(), args=[item.status.key, item.seq, "drop", 0, time.time()])

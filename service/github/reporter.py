@@ -21,44 +21,31 @@ edited in place on GitHub; a check run likewise.  :meth:`refresh` re-queues them
 was acknowledged.  Only the newest run of a pull request writes its comment, so a slow run of an
 older head never overwrites the report of the newer one.  Building or posting a report never
 affects the run.
+
+Check runs (``check`` in ``reports``, and only as a GitHub App: GitHub refuses them from a token) are
+live (:mod:`service.github.live_checks`): ``queued`` with the pending status, ``in_progress`` when the
+watch sees the run's first job start, ``completed`` when it finishes with the conclusion mapped from
+:func:`final_state`'s state (``_final_check``), ``action_required`` while a fork's run awaits approval.
+
+Posting (lanes per repository, rate-limit pauses, one log line per failure) is
+:class:`~service.github.poster.OutboxPoster`'s, which this class extends.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
+from dataclasses import replace
 from typing import Any
 
-from service.github.client import (
-    CommitStatus,
-    GitHubStatusClient,
-    PermanentStatusError,
-    PullRequestComment,
-    Report,
-    TransientStatusError,
-    backoff_delay,
-)
-from service.github.outbox import MemoryOutbox, OutboxItem, RedisOutbox, StatusOutbox
+from service.github import live_checks as live
+from service.github.client import CommitStatus, GitHubStatusClient, PullRequestComment
+from service.github.outbox import MemoryOutbox, RedisOutbox, StatusOutbox
+from service.github.poster import OutboxPoster, log_failure
 from service.settings import Settings
 from service.vocabulary import FINAL_RUN_STATES
 
-log = logging.getLogger(__name__)
-
-
-def log_failure(what: str, exc: BaseException, count: int | None = None) -> None:
-    """Log a reporting failure: a database or Redis outage (:func:`service.github.intake.is_infrastructure`)
-    is one WARNING line (the error's type and first line, URLs redacted, with the running ``count``);
-    anything else is a bug and keeps its traceback (ERROR)."""
-    from service.github.intake import is_infrastructure
-    from service.settings import redact_url
-
-    if not is_infrastructure(exc):
-        log.error("%s", what, exc_info=exc)
-        return
-    text = str(exc).strip().splitlines()
-    first = redact_url(f"{type(exc).__name__}: {text[0] if text else ''}")[:300]
-    log.warning("%s: dependency unavailable%s: %s", what, f" ({count} so far)" if count is not None else "", first)
+__all__ = ["CONTEXT", "FINAL_RUN_STATES", "StatusReporter", "final_state", "github_target", "log_failure",
+           "status_text"]
 
 CONTEXT = "ampci/smoke"
 
@@ -102,8 +89,9 @@ def github_target(run: Any) -> tuple[str, str] | None:
     return gh["repo"], run.revision_sha
 
 
-class StatusReporter:
-    """Queues and posts commit statuses for runs that came from GitHub.
+class StatusReporter(OutboxPoster):
+    """Queues commit statuses, PR comments and live check runs for runs that came from GitHub; posting
+    them is :class:`~service.github.poster.OutboxPoster`'s.
 
     Guarantees: :meth:`queued` and :meth:`finished` only write to the outbox (no network) and never
     raise for GitHub problems; a status for a run is posted at least once unless GitHub answers with
@@ -115,24 +103,16 @@ class StatusReporter:
                  context: str = CONTEXT, max_attempts: int = 12, backoff_base: float = 2.0,
                  backoff_cap: float = 600.0, lease: float = 60.0, poll_interval: float = 1.0,
                  store: Any = None, watch_interval: float = 5.0,
-                 reports: frozenset[str] = frozenset({"status"})) -> None:
-        self.outbox = outbox
-        self.client = client
+                 reports: frozenset[str] = frozenset({"status"}), workers: int = 4) -> None:
+        super().__init__(outbox, client, max_attempts=max_attempts, backoff_base=backoff_base,
+                         backoff_cap=backoff_cap, lease=lease, poll_interval=poll_interval, workers=workers)
         self.public_url = public_url.rstrip("/")
         self.context = context
-        self.max_attempts = max_attempts
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
-        self.lease = lease
-        self.poll_interval = poll_interval
         self.store = store
         self.watch_interval = watch_interval
         self.reports = frozenset(reports)
         self._last_watch = 0.0
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.outage_count = 0  # reporting failures caused by a database/Redis outage (one WARNING line each)
+        self._started: set[int] = set()  # runs whose in_progress check run is queued (this process)
 
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: object) -> StatusReporter:
@@ -149,16 +129,23 @@ class StatusReporter:
         kwargs.setdefault("reports", settings.github_report_set())
         return cls(outbox, client, public_url=settings.public_url, **kwargs)  # type: ignore[arg-type]
 
-    def _failed(self, what: str, exc: BaseException) -> None:
-        from service.github.intake import is_infrastructure
-
-        if is_infrastructure(exc):
-            self.outage_count += 1
-        log_failure(what, exc, self.outage_count if is_infrastructure(exc) else None)
-
     @property
     def enabled(self) -> bool:
         return self.client is not None
+
+    @property
+    def live_checks(self) -> bool:
+        """True when check runs are reported (``check`` in ``reports``) and can be: GitHub accepts them
+        only from an App (:mod:`service.github.live_checks`); with a token, none is attempted."""
+        return self.client is not None and "check" in self.reports and self.client.writes_check_runs
+
+    def _put_check(self, run_id: int, repo: str, sha: str, make: Any) -> None:
+        """Queue the check run ``make(sweep)`` of run ``run_id`` (its sweep read from the store); never raises."""
+        try:
+            sweep = self.store.get_run(run_id).sweep if self.store is not None else "smoke"
+            self._put(make(sweep))
+        except Exception as exc:  # noqa: BLE001 - reporting never affects the run
+            self._failed(f"could not queue the check run of run {run_id}", exc)
 
     def run_url(self, run_id: int) -> str:
         """The run's page, linked from the commit status."""
@@ -185,6 +172,9 @@ class StatusReporter:
         if "status" in self.reports:
             self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=description,
                                    target_url=self.run_url(run_id), context=self.context))
+        if self.live_checks:
+            self._put_check(run_id, repo, sha, lambda sweep: live.stage(repo, sha, sweep, run_id, self.run_url(run_id),
+                                                                        "queued"))
         try:
             self.outbox.watch(run_id)
         except Exception as exc:  # noqa: BLE001 - recover() finds unwatched runs again at start
@@ -201,6 +191,9 @@ class StatusReporter:
         if self.enabled and "status" in self.reports:
             self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=AWAITING_DESCRIPTION,
                                    target_url=self.run_url(run_id), context=self.context))
+        if self.live_checks:
+            self._put_check(run_id, repo, sha, lambda sweep: live.awaiting_approval(
+                repo, sha, sweep, run_id, self.run_url(run_id), AWAITING_DESCRIPTION))
 
     def refused(self, repo: str, sha: str) -> None:
         """Queue the ``error`` status of an untrusted pull request that is never run
@@ -252,19 +245,21 @@ class StatusReporter:
         return True
 
     def report_pull_request(self, run: Any, store: Any) -> bool:
-        """Queue the PR comment and/or check run of a finished ``run`` (per ``reports``); False when
-        nothing was queued (not configured, no store, not the newest run of its pull request)."""
-        if not self.enabled or store is None or not (self.reports & {"comment", "check"}):
+        """Queue the PR comment (only for the newest run of its pull request) and the completed check
+        run (every run: its head's check run must not stay ``in_progress``) of a finished ``run``, per
+        ``reports``; False when nothing was queued."""
+        if not self.enabled or store is None or not ("comment" in self.reports or self.live_checks):
             return False
         from service.github import comment as md
         from service.github.pr_report import build_report
 
         try:
-            if not self._is_newest_of_pr(store, run):
+            newest = self._is_newest_of_pr(store, run)
+            if not newest and not self.live_checks:
                 return False
             report = build_report(store, run.id, self.public_url, final_state)
-            items = [md.comment(report) if "comment" in self.reports else None,
-                     md.check_run(report, self.context) if "check" in self.reports else None]
+            items = [md.comment(report) if "comment" in self.reports and newest else None,
+                     self._final_check(run, report, md) if self.live_checks else None]
         except Exception as exc:  # noqa: BLE001 - a report that cannot be built never affects the run
             self._failed(f"could not build the pull-request report of run {run.id}", exc)
             return False
@@ -274,6 +269,17 @@ class StatusReporter:
                 self._put(item)
                 queued = True
         return queued
+
+    @staticmethod
+    def _final_check(run: Any, report: Any, md: Any) -> Any:
+        """The completed check run of ``run``: the report's text, the conclusion from the state
+        :func:`final_state` decided (``report.state``; :func:`service.github.live_checks.conclusion`)."""
+        check = md.check_run(report, live.check_name(run.sweep))
+        if check is None:
+            return None
+        compared = report.cells - report.counts.get("new", 0) - report.counts.get("not_measured", 0)
+        return replace(check, conclusion=live.conclusion(report.state, run.status, compared),
+                       status="completed", external_id=str(int(run.id)))
 
     def refresh(self, store: Any, run_id: int) -> bool:
         """Re-queue the PR report after a finding of run ``run_id`` changed state (acknowledged):
@@ -326,7 +332,14 @@ class StatusReporter:
                 self.outbox.unwatch(run_id)
                 continue
             if run.status not in FINAL_RUN_STATES:
+                if run.status == "running" and self.live_checks and run_id not in self._started:
+                    target = github_target(run)
+                    if target is not None:
+                        self._started.add(run_id)
+                        self._put(live.stage(target[0], target[1], run.sweep, run_id, self.run_url(run_id),
+                                             "in_progress"))
                 continue
+            self._started.discard(run_id)
             self.finished(run, store.run_summary(run_id), store)
             self.outbox.unwatch(run_id)
             done += 1
@@ -344,78 +357,7 @@ class StatusReporter:
                     n += 1
         return n
 
-    def _put(self, status: Report) -> None:
-        try:
-            self.outbox.put(status)
-        except Exception as exc:  # noqa: BLE001 - reporting must never break the caller (the run is stored)
-            self._failed(f"could not queue commit status for {status.key}", exc)
-            return
-        self._wake.set()
-
-    def drain(self, limit: int = 50) -> int:
-        """Post every due status once; return how many landed.  Safe to call from many processes."""
-        if self.client is None:
-            return 0
-        posted = 0
-        for item in self.outbox.claim(time.time(), limit, self.lease):
-            if self._post(item):
-                posted += 1
-        return posted
-
-    def _post(self, item: OutboxItem) -> bool:
-        assert self.client is not None
-        try:
-            self.client.deliver(item.status)
-        except PermanentStatusError as exc:
-            log.error("commit status %s dropped: %s", item.status.key, exc)
-            self.outbox.drop(item, str(exc))
-            return False
-        except TransientStatusError as exc:
-            if item.attempts + 1 >= self.max_attempts:
-                log.error("commit status %s dropped after %d attempts: %s", item.status.key,
-                          item.attempts + 1, exc)
-                self.outbox.drop(item, f"gave up after {item.attempts + 1} attempts: {exc}")
-                return False
-            delay = exc.retry_after if exc.retry_after is not None else backoff_delay(
-                item.attempts, self.backoff_base, self.backoff_cap)
-            log.warning("commit status %s failed (attempt %d), retry in %.1fs: %s", item.status.key,
-                        item.attempts + 1, delay, exc)
-            self.outbox.complete(item, ok=False, next_due=time.time() + delay)
-            return False
-        self.outbox.complete(item, ok=True, next_due=0.0)
-        return True
-
-    def start(self) -> None:
-        """Start the background poster thread (idempotent)."""
-        if self._thread is not None or self.client is None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="ampci-status-reporter", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the background thread; unsent statuses stay in the outbox."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def close(self) -> None:
-        """Stop and release the HTTP client."""
-        self.stop()
-        if self.client is not None:
-            self.client.close()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if self.store is not None and time.monotonic() - self._last_watch >= self.watch_interval:
-                    self._last_watch = time.monotonic()
-                    self.check_watched(self.store)
-                while self.drain() and not self._stop.is_set():
-                    pass
-            except Exception as exc:  # noqa: BLE001 - the poster must survive Redis/DB hiccups
-                self._failed("commit status poster iteration failed", exc)
-            self._wake.wait(self.poll_interval)
-            self._wake.clear()
+    def _each_round(self) -> None:
+        if self.store is not None and time.monotonic() - self._last_watch >= self.watch_interval:
+            self._last_watch = time.monotonic()
+            self.check_watched(self.store)

@@ -78,9 +78,11 @@ def make_settings(pg_url: str, redis_url: str) -> Callable[..., Settings]:
 
 
 def make_reporter(settings: Settings, redis_url: str, prefix: str, **kwargs: Any) -> StatusReporter:
-    """A reporter over a Redis outbox under ``prefix`` posting to ``settings.github_api_url``."""
-    client = GitHubStatusClient(settings.github_api_url, settings.github_token, timeout=2.0,
-                                backoff_base=0.01) if settings.github_token else None
+    """A reporter over a Redis outbox under ``prefix`` posting to ``settings.github_api_url`` (with the
+    settings' token, or as ``client`` says)."""
+    client = kwargs.pop("client", None) or (GitHubStatusClient(settings.github_api_url, settings.github_token,
+                                                               timeout=2.0, backoff_base=0.01)
+                                            if settings.github_token else None)
     return StatusReporter(RedisOutbox(redis_url, prefix=prefix), client, public_url=settings.public_url, **kwargs)
 
 

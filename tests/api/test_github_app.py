@@ -135,7 +135,11 @@ def test_credentials_go_to_the_api_base_only(httpserver: HTTPServer):
     client = GitHubStatusClient(httpserver.url_for("/"), GITHUB_TOKEN, timeout=2.0, attempts=1)
     with pytest.raises(PermanentStatusError, match="refusing"):
         client._request("GET", "https://evil.example.com/repos/x/y", repo=REPO)
-    assert client._http.follow_redirects is False
+    httpserver.expect_request(f"/repos/{REPO}/statuses/{sha('redirect')}").respond_with_data(
+        "", status=307, headers={"Location": "https://evil.example.com/steal"})
+    with pytest.raises(PermanentStatusError, match="HTTP 307"):  # a redirect is never followed
+        client.post_status(CommitStatus(REPO, sha("redirect"), "pending", "queued"))
+    assert len(httpserver.log) == 1
 
 
 def test_settings_choose_the_app_and_fail_fast(keys: Any, tmp_path: Any):

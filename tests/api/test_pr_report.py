@@ -18,7 +18,7 @@ from service.github.comment import escape
 from service.regressions.detect import detect_run
 from service.regressions.verdict import run_verdict
 from tests.api.conftest import make_reporter
-from tests.api.github_standin import GitHubStandIn
+from tests.api.github_standin import GitHubStandIn, app_client, app_standin
 from tests.api.helpers import API_TOKEN, GITHUB_TOKEN, REPO, encode, pr_payload, run_of, sha, webhook_headers
 from workers.result import JobResult
 
@@ -56,10 +56,10 @@ def pr_world(httpserver: HTTPServer, make_client: Any, make_settings: Any, store
              redis_url: str) -> dict[str, Any]:
     """A base revision with all four cells passing, an app whose reporter posts every report kind to the
     stand-in, and the webhook entry point."""
-    github = GitHubStandIn(httpserver)
+    github = app_standin(httpserver)  # as an App: check runs need its installation token
     settings = make_settings(github_api_url=httpserver.url_for("/"))
     reporter = make_reporter(settings, redis_url, queue, store=store, reports=ALL, backoff_base=0.01,
-                             backoff_cap=0.05)
+                             backoff_cap=0.05, client=app_client(httpserver, backoff_base=0.01))
     client = make_client(settings, reporter=reporter)
     base = sha("pr-base")
     cells = [(m, d, "default", queue) for m in ("conv_small", "mlp_small") for d in ("bf16", "fp16")]
@@ -200,8 +200,8 @@ def test_github_failing_never_affects_the_run(pr_world: dict[str, Any], failure:
     gh, store, client = pr_world["github"], pr_world["store"], pr_world["client"]
     pr_event, reporter = pr_world["pr_event"], pr_world["reporter"]
     reporter.client.close()
-    reporter.client = GitHubStatusClient(reporter.client.api_url, GITHUB_TOKEN, timeout=0.5, attempts=1,
-                                         backoff_base=0.01)
+    reporter.client = GitHubStatusClient(reporter.client.api_url, auth=reporter.client.auth, timeout=0.5,
+                                         attempts=1, backoff_base=0.01)  # the App: check runs too
     gh.delay = 1.0
     for kind in ("list", "create", "edit", "status", "check"):
         gh.fail[kind] = failure
@@ -240,8 +240,8 @@ def test_a_check_run_is_edited_in_place_per_head_and_name(httpserver: HTTPServer
     name, or a check run this token cannot edit (another app's) gets its own."""
     from service.github.client import CheckRun
 
-    gh = GitHubStandIn(httpserver)
-    client = GitHubStatusClient(httpserver.url_for("/"), GITHUB_TOKEN, timeout=2.0, attempts=1)
+    gh = app_standin(httpserver)  # check runs are for Apps only
+    client = app_client(httpserver, attempts=1)
     head, other = sha("check-head"), sha("check-other")
 
     def check(conclusion: str, at: str = head, name: str = "ampci/smoke") -> CheckRun:

@@ -14,6 +14,7 @@ from service.github.client import (
     CommitStatus,
     GitHubStatusClient,
     PermanentStatusError,
+    RateLimitedError,
     TransientStatusError,
     backoff_delay,
 )
@@ -55,13 +56,23 @@ def test_client_posts_the_exact_request(httpserver: HTTPServer):
 
 def test_client_retries_transient_failures_with_backoff(httpserver: HTTPServer):
     httpserver.expect_ordered_request(PATH, method="POST").respond_with_data("bad gateway", status=502)
-    httpserver.expect_ordered_request(PATH, method="POST").respond_with_data(
-        "slow down", status=429, headers={"Retry-After": "0"})
+    httpserver.expect_ordered_request(PATH, method="POST").respond_with_data("unavailable", status=503)
     httpserver.expect_ordered_request(PATH, method="POST").respond_with_json({}, status=201)
     sleeps: list[float] = []
     _client(httpserver, attempts=3, sleep=sleeps.append).post_status(_status())
     httpserver.check_assertions()
     assert len(httpserver.log) == 3 and len(sleeps) == 2 and all(s >= 0 for s in sleeps)
+
+
+def test_a_rate_limit_ends_the_call_without_sleeping(httpserver: HTTPServer):
+    """A 429 is never slept on inside the call (the reporter's thread is shared): it is raised at once
+    with GitHub's delay, clamped (Retry-After 0 still waits a second)."""
+    httpserver.expect_request(PATH, method="POST").respond_with_data("slow down", status=429,
+                                                                    headers={"Retry-After": "0"})
+    sleeps: list[float] = []
+    with pytest.raises(RateLimitedError) as err:
+        _client(httpserver, attempts=3, sleep=sleeps.append).post_status(_status())
+    assert len(httpserver.log) == 1 and sleeps == [] and err.value.retry_after == 1.0 and err.value.repo == REPO
 
 
 def test_client_gives_up_at_once_on_permanent_errors(httpserver: HTTPServer):
