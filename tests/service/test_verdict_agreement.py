@@ -140,3 +140,36 @@ def test_the_decider_over_plain_data(facts: RunFacts, state: str, exit_code: int
     assert (verdict.state, verdict.exit_code, verdict.decision.exit_code) == (state, exit_code, exit_code)
     assert bool(verdict.decision.reasons) == bool(exit_code)
     assert verdict.headline().startswith({"pending": "pending", "success": "gate passes"}.get(state, "gate fails"))
+
+
+def test_the_reporter_decides_once_and_its_reports_agree(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished pull-request run: its verdict is decided once, and the commit status, the comment and the
+    check run queued from it say the same."""
+    from service.github.client import GitHubStatusClient
+    from service.github.outbox import MemoryOutbox
+    from service.github.reporter import StatusReporter
+    from service.regressions import verdict as verdict_mod
+
+    store = migrated_store(sqlite_url)
+    (sha,) = chain(store, 1)
+    run_id = store.create_run(sha, "pull_request", cells=[A], meta={"github": {"repo": "o/r", "pr": 7}})
+    store.write_result(run_id, make_result(A, status="convert_error"))
+    store.finish_run(run_id)
+    decided: list[int] = []
+    real = verdict_mod.run_verdict
+
+    def counted(store: Store, run_id: int) -> Any:
+        decided.append(run_id)
+        return real(store, run_id)
+
+    monkeypatch.setattr(verdict_mod, "run_verdict", counted)
+    outbox = MemoryOutbox()
+    reporter = StatusReporter(outbox, GitHubStatusClient("http://127.0.0.1:9", "token"), public_url="https://ci",
+                              store=store, reports=frozenset({"status", "comment", "check"}))
+    assert reporter.finished(store.get_run(run_id), store.run_summary(run_id), store)
+    assert decided == [run_id]
+    queued = {type(item.status).__name__: item.status for item in outbox.claim(float("inf"), 10, 60.0)}
+    status, check = queued["CommitStatus"], queued["CheckRun"]
+    assert (status.state, check.conclusion) == ("failure", "failure"), queued
+    assert "could not be measured" in queued["PullRequestComment"].body
+    store.dispose()
