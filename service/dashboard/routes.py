@@ -50,7 +50,7 @@ from service.regressions.rules import CATEGORIES
 from service.regressions.verdict import record_verdict, run_verdict
 
 HERE = Path(__file__).parent
-CSS = (HERE / "static" / "dashboard.css").read_text(encoding="utf-8")
+CSS = views.stylesheet((HERE / "static" / "dashboard.css").read_text(encoding="utf-8"))  # with the kinds' styles
 MAX_FORM_BYTES = 16_384
 HISTORY_DEFAULT = 40  # revisions plotted unless ?limit= (2..200) asks otherwise
 _NAME = re.compile(r"^[\w.:+/-]{1,200}$")

@@ -64,6 +64,23 @@ CATEGORY_TITLES = {"improvement": "Improvements", "flaky": "Flaky",
 GAIN_STATES = frozenset({"open", "acknowledged"})
 
 
+#: Where the stylesheet (``static/dashboard.css``) takes the kinds' rules (:func:`kind_styles`).
+KIND_STYLES_MARKER = "/* finding kinds: each kind's colours live with it (service.regressions.kinds), inserted here */"
+
+
+def kind_styles() -> str:
+    """The stylesheet rules of every kind's regression state, one per CSS class, in registry order."""
+    return "\n".join(d.style() for d in dict.fromkeys(k.display for k in all_kinds()))
+
+
+def stylesheet(css: str) -> str:
+    """``css`` (the dashboard's stylesheet) with the kinds' rules where :data:`KIND_STYLES_MARKER` stands
+    (ValueError when it is missing: a kind would have no style)."""
+    if KIND_STYLES_MARKER not in css:
+        raise ValueError("the dashboard stylesheet has no place for the finding kinds' styles")
+    return css.replace(KIND_STYLES_MARKER, kind_styles())
+
+
 def kind_state(kind: str) -> State:
     """The displayed state of a regression of ``kind`` (its registry entry's CSS class);
     :class:`~service.regressions.kinds.registry.UnknownKind` for a kind that is not registered."""

@@ -9,12 +9,11 @@ import math
 import pkgutil
 import re
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
 import service.regressions.kinds as kinds_pkg
-from service.dashboard import views
+from service.dashboard import routes, views
 from service.db.records import RegressionInfo
 from service.regressions import bisect, paired, rules
 from service.regressions.findings import CellSample
@@ -25,7 +24,7 @@ from workers.confirm import CONFIRMABLE
 
 KINDS = all_kinds()
 TH = Thresholds()
-CSS = "".join(p.read_text() for p in (Path(views.__file__).parent / "static").glob("*.css"))
+CSS = routes.CSS  # the stylesheet served
 BASE = CellSample("pass", max_abs=1e-3, final_error=1e-3, diverged=False, low_precision_fraction=0.9,
                   casts_inserted=4, latency_samples=(1.0,) * 12, env_fingerprint="e", pass_iterations=3,
                   pass_converged=True, convert_samples=(1.0,) * 12)
@@ -102,3 +101,11 @@ def test_every_kind_has_a_bisection_and_limits_when_timed(k: FindingKind) -> Non
 def test_an_unknown_kind_raises_everywhere(lookup: object) -> None:
     with pytest.raises(UnknownKind, match="unknown finding kind 'nope'; the kinds are: conversion"):
         lookup()  # type: ignore[operator]
+
+
+def test_the_stylesheet_takes_each_kinds_colours_from_the_kind() -> None:
+    for k in KINDS:
+        assert k.display.style() in CSS
+    assert views.KIND_STYLES_MARKER not in CSS
+    with pytest.raises(ValueError, match="no place for the finding kinds' styles"):
+        views.stylesheet(".st-pass { color: #000; }")

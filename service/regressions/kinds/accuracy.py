@@ -7,7 +7,8 @@ from service.regressions.kinds.base import Display, FindingKind
 from service.regressions.thresholds import Thresholds
 
 #: How an accuracy regression is shown (a convergence regression is shown the same way).
-DISPLAY = Display("reg-accuracy", "▼", "acc", "accuracy regression")
+DISPLAY = Display("reg-accuracy", "▼", "acc", "accuracy regression",
+                           ("#fbd9d5", "#6e0c03", "#b3261e"))
 
 
 def accuracy_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, dtype: str) -> list[Finding]:

@@ -32,14 +32,20 @@ BISECTIONS = ("status", "rule")
 
 @dataclass(frozen=True)
 class Display:
-    """How a regression of a kind is shown: CSS class (``reg-<kind>``), icon, short label, long label.
-    Kinds that share a CSS class share one :class:`Display` (the same object), so a class never has two
-    looks."""
+    """How a regression of a kind is shown: CSS class (``reg-<kind>``), icon, short label, long label, and its
+    colours (background, text, border) for the dashboard's stylesheet.  Kinds that share a CSS class share one
+    :class:`Display` (the same object), so a class never has two looks."""
 
     css: str
     icon: str
     short: str
     label: str
+    colors: tuple[str, str, str]
+
+    def style(self) -> str:
+        """The stylesheet rule of this display's state (``.st-<css> { … }``)."""
+        background, color, border = self.colors
+        return f".st-{self.css} {{ background: {background}; color: {color}; border-color: {border}; }}"
 
 
 @dataclass(frozen=True)

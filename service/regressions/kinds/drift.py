@@ -36,5 +36,6 @@ def drift_comparable(base: CellSample, new: CellSample, th: Thresholds, regresse
 
 
 KIND = FindingKind("drift", drift_rule, drift_comparable,
-                   Display("reg-drift", "↗", "drift", "drift over history (cumulative change beyond a rule's limits)"),
+                   Display("reg-drift", "↗", "drift", "drift over history (cumulative change beyond a rule's limits)",
+                           ("#fbe3cf", "#5c2a00", "#b35900")),
                    bisection="rule", pairwise=False)
