@@ -33,7 +33,6 @@ from service.regressions.kinds.convergence import convergence_rule
 from service.regressions.kinds.conversion import conversion_rule
 from service.regressions.kinds.conversion_time import conversion_time_comparable, conversion_time_rule
 from service.regressions.kinds.coverage import compute_counts_comparable, coverage_rule
-from service.regressions.kinds.drift import drift_rule
 from service.regressions.kinds.latency import latency_comparable, latency_rule
 from service.regressions.kinds.pass_convergence import pass_convergence_comparable, pass_convergence_rule
 from service.regressions.kinds.registry import UnknownKind, all_kinds, kind
@@ -59,6 +58,8 @@ __all__ = [
 ]
 
 _can_reach = can_reach  # the name the tests of the conversion-time rule know it by
+#: The drift rule (:func:`service.regressions.kinds.drift.over`): ``base`` an older reference of the cell.
+drift_rule: Rule = kind("drift").rule
 
 #: Every kind, in registry order (the order a cell's regressions of several kinds pick its state).
 KINDS: tuple[str, ...] = tuple(k.name for k in all_kinds())

@@ -4,38 +4,36 @@ the limits of the rule of a drift-judged kind (a kind with ``drift_metrics``).  
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from service.regressions.findings import CellSample, Finding
 from service.regressions.kinds.base import Display, FindingKind
 from service.regressions.thresholds import Thresholds
 
-
-def _judged() -> list[FindingKind]:
-    """The kinds a drift is judged by, in registry order (imported here: the registry lists this module)."""
-    from service.regressions.kinds.registry import all_kinds
-
-    return [k for k in all_kinds() if k.drift_metrics]
+#: How a drift is shown.
+DISPLAY = Display("reg-drift", "↗", "drift", "drift over history (cumulative change beyond a rule's limits)",
+                  ("#fbe3cf", "#5c2a00", "#b35900"))
 
 
-def drift_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, dtype: str) -> list[Finding]:
-    """``base`` an *older reference* of the cell (not its parent): the first regression, in registry order, that
-    the rule of a drift-judged kind finds between them on one of that kind's ``drift_metrics``, with that rule's
-    own limits, as a ``drift`` finding of the same metric (its detail prefixed by the kind).  Improvements over a
-    window are not drift."""
-    for kind in _judged():
-        for f in kind.rule(base, new, th, model, dtype):
-            if f.category == "regression" and f.metric in kind.drift_metrics:
-                return [replace(f, kind="drift", detail=f"{kind.name}: {f.detail}")]
-    return []
+def over(kinds: Sequence[FindingKind]) -> FindingKind:
+    """The drift kind, judged by the rules of those of ``kinds`` that have ``drift_metrics``, in their order
+    (the registry passes the kinds listed before it: it is built there, so this module needs no registry)."""
+    judged = tuple(k for k in kinds if k.drift_metrics)
 
+    def drift_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, dtype: str) -> list[Finding]:
+        """``base`` an *older reference* of the cell (not its parent): the first regression, in registry order,
+        that the rule of a drift-judged kind finds between them on one of that kind's ``drift_metrics``, with
+        that rule's own limits, as a ``drift`` finding of the same metric (its detail prefixed by the kind).
+        Improvements over a window are not drift."""
+        for kind in judged:
+            for f in kind.rule(base, new, th, model, dtype):
+                if f.category == "regression" and f.metric in kind.drift_metrics:
+                    return [replace(f, kind="drift", detail=f"{kind.name}: {f.detail}")]
+        return []
 
-def drift_comparable(base: CellSample, new: CellSample, th: Thresholds, regressed: CellSample | None) -> bool:
-    """Comparable for any drift-judged kind."""
-    return any(k.comparable(base, new, th, regressed) for k in _judged())
+    def drift_comparable(base: CellSample, new: CellSample, th: Thresholds, regressed: CellSample | None) -> bool:
+        """Comparable for any drift-judged kind."""
+        return any(k.comparable(base, new, th, regressed) for k in judged)
 
-
-KIND = FindingKind("drift", drift_rule, drift_comparable,
-                   Display("reg-drift", "↗", "drift", "drift over history (cumulative change beyond a rule's limits)",
-                           ("#fbe3cf", "#5c2a00", "#b35900")),
-                   bisection="rule", pairwise=False)
+    return FindingKind("drift", drift_rule, drift_comparable, DISPLAY, bisection="rule", pairwise=False)

@@ -16,8 +16,10 @@ from service.regressions.kinds import (
 )
 from service.regressions.kinds.base import FindingKind
 
-_KINDS: tuple[FindingKind, ...] = (conversion.KIND, accuracy.KIND, convergence.KIND, coverage.KIND, latency.KIND,
-                                   conversion_time.KIND, pass_convergence.KIND, drift.KIND)
+_PAIRWISE: tuple[FindingKind, ...] = (conversion.KIND, accuracy.KIND, convergence.KIND, coverage.KIND, latency.KIND,
+                                      conversion_time.KIND, pass_convergence.KIND)
+#: drift is judged by the kinds before it (those with drift metrics), so it is built from them
+_KINDS: tuple[FindingKind, ...] = (*_PAIRWISE, drift.over(_PAIRWISE))
 _BY_NAME = {k.name: k for k in _KINDS}
 if len(_BY_NAME) != len(_KINDS):
     raise RuntimeError("two finding kinds share a name")
