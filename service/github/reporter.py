@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.github.client import (
     CommitStatus,
@@ -41,6 +41,9 @@ from service.github.client import (
 )
 from service.github.outbox import MemoryOutbox, OutboxItem, RedisOutbox, StatusOutbox
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.regressions.verdict import RunVerdict
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +66,7 @@ CONTEXT = "ampci/smoke"
 FINAL_RUN_STATES = frozenset({"complete", "partial", "failed", "cancelled"})
 
 
-def status_text(store: Any, run_id: int, summary: Any, verdict: Any = None) -> tuple[str, str]:
+def status_text(store: Any, run_id: int, summary: Any, verdict: RunVerdict | None = None) -> tuple[str, str]:
     """``(state, description)`` of the final commit status of run ``run_id``: the state its verdict decided
     (:func:`service.regressions.verdict.decide_run`; ``verdict`` when the caller has it, else
     :func:`~service.regressions.verdict.run_verdict`, or without a store the verdict of ``summary``'s counts
@@ -229,7 +232,7 @@ class StatusReporter:
         self._note_run(run)
         repo, sha = target
         store = store if store is not None else self.store
-        verdict = None  # decided once for the status and the pull-request report
+        verdict: RunVerdict | None = None  # decided once for the status and the pull-request report
         if "status" in self.reports:
             if store is not None:
                 from service.regressions.verdict import run_verdict
@@ -241,7 +244,7 @@ class StatusReporter:
         self.report_pull_request(run, store, verdict)
         return True
 
-    def report_pull_request(self, run: Any, store: Any, verdict: Any = None) -> bool:
+    def report_pull_request(self, run: Any, store: Any, verdict: RunVerdict | None = None) -> bool:
         """Queue the PR comment and/or check run of a finished ``run`` (per ``reports``), from its ``verdict``
         when the caller decided it already; False when nothing was queued (not configured, no store, not the
         newest run of its pull request)."""
