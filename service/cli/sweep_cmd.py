@@ -144,19 +144,20 @@ def _report(args: argparse.Namespace, store: Any, started: Any, run_info: Any, b
     payload = {"run": run_info.to_dict(), "summary": store.run_summary(started.run_id).to_dict(),
                "results": [r.to_dict() for r in results], "regressions": [r.to_dict() for r in regressions],
                "comparison": comparison, "baseline_run": baseline_run, "adopted_runs": adopted}
-    decision = gate_decision(store, started.run_id, results, len(regressions))
+    from service.regressions.verdict import run_verdict
+
+    verdict = run_verdict(store, started.run_id)  # decided once: the gate, the headline and the exit code
+    decision = verdict.decision
     payload["gate"] = decision.to_dict()
     if decision.unmeasured:  # cells that could not measure are said first: never "no regressions"
-        from service.regressions.verdict import run_verdict
-
-        comparison["message"] = run_verdict(store, started.run_id).headline()
+        comparison["message"] = verdict.headline()
     _emit(args, payload, (run_info, results, regressions, started, comparison))
     if not args.json:
         for reason in decision.reasons[1 if regressions else 0:]:
             print(reason)
         for note in latency_notes(store, results):
             print(note)
-    return decision.exit_code
+    return verdict.exit_code
 
 
 def latency_notes(store: Any, results: Any, most: int = 200) -> list[str]:
@@ -176,14 +177,6 @@ def latency_notes(store: Any, results: Any, most: int = 200) -> list[str]:
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
         out.append(f"info: latency not measured for {len(names)} cell(s) ({shown}): {why}")
     return out
-
-
-def gate_decision(store: Any, run_id: int, results: Any, regressions: int) -> Any:
-    """The gate (:func:`service.regressions.verdict.run_verdict`): its open regressions, and every cell that
-    could not measure (with or without a baseline result) unless its baseline failed the same way."""
-    from service.regressions.verdict import run_verdict
-
-    return run_verdict(store, run_id).decision
 
 
 def adopt_orphans(store: Any, pool: Any) -> list[int]:

@@ -51,7 +51,7 @@ from service.web.auth import require_read
 from service.web.params import path_id, query_int
 
 HERE = Path(__file__).parent
-CSS = (HERE / "static" / "dashboard.css").read_text(encoding="utf-8")
+CSS = views.stylesheet((HERE / "static" / "dashboard.css").read_text(encoding="utf-8"))  # with the kinds' styles
 MAX_FORM_BYTES = 16_384
 HISTORY_DEFAULT = 40  # revisions plotted unless ?limit= (2..200) asks otherwise
 _NAME = re.compile(r"^[\w.:+/-]{1,200}$")

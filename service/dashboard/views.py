@@ -18,7 +18,9 @@ from typing import Any
 
 from service.db.dashboard import ERROR_STATUSES
 from service.db.records import Cell, JobInfo, RegressionInfo, ResultRow
-from service.regressions.rules import CONFIRMATION_STATES, EXPLAINED, KINDS
+from service.regressions.findings import CONFIRMATION_STATES, EXPLAINED
+from service.regressions.kinds.registry import all_kinds
+from service.regressions.kinds.registry import kind as finding_kind
 from service.regressions.verdict import LIST_WORDS, list_verdict
 
 
@@ -32,14 +34,10 @@ class State:
     label: str
 
 
+#: The regression state of each kind comes from the kind (:attr:`FindingKind.display
+#: <service.regressions.kinds.base.FindingKind>`), in registry order; kinds sharing a display share its state.
 STATES: dict[str, State] = {s.css: s for s in (
-    State("reg-conversion", "✖", "conv", "conversion regression"),
-    State("reg-accuracy", "▼", "acc", "accuracy regression"),
-    State("reg-coverage", "▽", "cov", "coverage regression"),
-    State("reg-latency", "◷", "slow", "latency regression"),
-    State("reg-conversion_time", "⏱", "ctime", "conversion time regression"),
-    State("reg-pass_convergence", "↻", "fixpt", "pass convergence regression"),
-    State("reg-drift", "↗", "drift", "drift over history (cumulative change beyond a rule's limits)"),
+    *(State(d.css, d.icon, d.short, d.label) for d in dict.fromkeys(k.display for k in all_kinds())),
     State("suspected", "?", "suspect", "suspected timing regression (confirming)"),
     State("suspected_improvement", "?", "gain?", "suspected timing improvement (not confirmed: no gain yet)"),
     State("explained", "≡", "explained", "accuracy change explained by a coverage loss (no gain)"),
@@ -53,11 +51,9 @@ STATES: dict[str, State] = {s.css: s for s in (
     State("pending", "…", "pending", "queued or running"),
     State("missing", "–", "none", "no result"),
 )}
-#: The displayed state of a regression of each finding kind: every kind of the rules
-#: (:data:`service.regressions.rules.KINDS`) must be here (tests/service/test_finding_visibility.py).
-KIND_STATES = {"conversion": "reg-conversion", "accuracy": "reg-accuracy", "convergence": "reg-accuracy",
-               "coverage": "reg-coverage", "latency": "reg-latency", "conversion_time": "reg-conversion_time",
-               "pass_convergence": "reg-pass_convergence", "drift": "reg-drift"}
+#: The displayed state of a regression of each finding kind (a copy of the registry's: :func:`kind_state` reads
+#: the registry and raises for a kind that is not registered).
+KIND_STATES = {k.name: k.css for k in all_kinds()}
 #: The displayed state of a finding of each category other than ``regression`` (whose state is its kind's);
 #: every category of :data:`service.regressions.rules.CATEGORIES` must be here or be ``regression``.
 CATEGORY_STATES = {"improvement": "improved", "flaky": "flaky"}
@@ -66,21 +62,49 @@ CATEGORY_TITLES = {"improvement": "Improvements", "flaky": "Flaky",
                    "improvement_not_counted": "Improvements not counted (suspected, dismissed or explained)"}
 #: Finding states in which an improvement is shown as a gain (confirmed, or needing no confirmation).
 GAIN_STATES = frozenset({"open", "acknowledged"})
-_KIND_ORDER = KINDS  # the order in which one cell's regressions of several kinds pick its state
+
+
+#: Where the stylesheet (``static/dashboard.css``) takes the kinds' rules (:func:`kind_styles`).
+KIND_STYLES_MARKER = "/* finding kinds: each kind's colours live with it (service.regressions.kinds), inserted here */"
+
+
+def kind_styles() -> str:
+    """The stylesheet rules of every kind's regression state, one per CSS class, in registry order."""
+    return "\n".join(d.style() for d in dict.fromkeys(k.display for k in all_kinds()))
+
+
+def stylesheet(css: str) -> str:
+    """``css`` (the dashboard's stylesheet) with the kinds' rules where :data:`KIND_STYLES_MARKER` stands
+    (ValueError when it is missing: a kind would have no style)."""
+    if KIND_STYLES_MARKER not in css:
+        raise ValueError("the dashboard stylesheet has no place for the finding kinds' styles")
+    return css.replace(KIND_STYLES_MARKER, kind_styles())
+
+
+def kind_state(kind: str) -> State:
+    """The displayed state of a regression of ``kind`` (its registry entry's CSS class);
+    :class:`~service.regressions.kinds.registry.UnknownKind` for a kind that is not registered."""
+    return STATES[finding_kind(kind).css]
+
+
+def _kind_rank(kind: str) -> int:
+    """Where ``kind`` stands in the registry (the order in which one cell's regressions of several kinds pick
+    its state); UnknownKind for a kind that is not registered."""
+    return all_kinds().index(finding_kind(kind))
 
 
 def finding_state(finding: RegressionInfo) -> State:
     """The displayed state of one finding: a timing finding under or after confirmation shows that state
     (suspected, dismissed); otherwise its category's (improvement, flaky, …), or for a regression its kind's.
     A suspected improvement and one a coverage loss explains show as such, never as a gain.  A kind, category
-    or confirmation state without a state raises KeyError (a test enumerates them all)."""
+    or confirmation state without a state raises KeyError (UnknownKind for a kind; a test enumerates them all)."""
     state = getattr(finding, "state", None)
     if state == "suspected" and finding.category == "improvement":
         return STATES["suspected_improvement"]
     if state in CONFIRMATION_STATES or state == EXPLAINED:
         return STATES[state]
     if finding.category == "regression":
-        return STATES[KIND_STATES[finding.kind]]
+        return kind_state(finding.kind)
     return STATES[CATEGORY_STATES[finding.category]]
 
 
@@ -171,8 +195,7 @@ def cell_state(result: ResultRow | None, job: JobInfo | None, findings: Iterable
     if not regs and any(f.category == "regression" for f in live):
         return STATES["suspected"]  # only a timing finding still being confirmed
     if regs:
-        kind = min((f.kind for f in regs), key=lambda k: _KIND_ORDER.index(k) if k in _KIND_ORDER else 99)
-        return STATES[KIND_STATES.get(kind, "reg-accuracy")]
+        return kind_state(min((f.kind for f in regs), key=_kind_rank))
     if any(f.category == "flaky" for f in live):
         return STATES["flaky"]
     if result is None:

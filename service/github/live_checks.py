@@ -24,7 +24,7 @@ def check_name(sweep: str) -> str:
 def conclusion(state: str, run_status: str, compared: int | None = None) -> str:
     """The check run conclusion of a finished run.
 
-    ``state`` is the commit status state :func:`service.github.reporter.final_state` decided (the
+    ``state`` is the commit status state :func:`service.regressions.verdict.decide_run` decided (the
     gate's verdict: ``success``, ``failure`` or ``error``), ``run_status`` the run's status and
     ``compared`` how many cells had a baseline to compare with (None: unknown).  A cancelled run is
     ``cancelled`` (not a failure of the change); ``failure`` and ``error`` are ``failure``; a

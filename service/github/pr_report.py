@@ -23,11 +23,13 @@ commit status, the run page and the CLI.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.regressions.rules import CATEGORIES
+
+if TYPE_CHECKING:
+    from service.regressions.verdict import RunVerdict
 
 Cell = tuple[str, str, str, str]
 
@@ -83,7 +85,7 @@ class PullRequestReport:
     rows: tuple[ReportRow, ...]
     not_measured: tuple[tuple[Cell, str], ...] = field(default_factory=tuple)  # (cell, why)
     best_effort: int = 0              # cells whose pass ran without the full sandbox (issue 31)
-    state: str = "success"            # the commit status state (service.github.reporter.final_state)
+    state: str = "success"            # the commit status state (service.regressions.verdict.decide_run)
 
     @property
     def fallback(self) -> bool:
@@ -131,11 +133,10 @@ def bucket_cells(cells: list[Cell], results: set[Cell], decision: Any, findings:
     return out
 
 
-def build_report(store: Any, run_id: int, public_url: str,
-                 final_state: Callable[[Any, Any], str] | None = None) -> PullRequestReport:
-    """Gather the report of run ``run_id`` (NotFoundError if unknown); ``final_state(summary, verdict)``
-    gives its commit status state (the reporter passes :func:`service.github.reporter.final_state`;
-    without it: the verdict's state)."""
+def build_report(store: Any, run_id: int, public_url: str, verdict: RunVerdict | None = None) -> PullRequestReport:
+    """Gather the report of run ``run_id`` (NotFoundError if unknown) from its ``verdict``
+    (:func:`service.regressions.verdict.run_verdict`, decided here unless the caller has it): the report's
+    ``state`` is the verdict's, as on the commit status."""
     from service.regressions.detect import baseline_revisions
     from service.regressions.verdict import run_verdict
 
@@ -147,7 +148,8 @@ def build_report(store: Any, run_id: int, public_url: str,
     results = {r.cell: r.status for r in store.results(run_id=run_id, limit=100_000)}
     based = baseline_revisions(store, run_id) if results else {}
     findings = store.regressions(run_id=run_id, limit=100_000)
-    verdict = run_verdict(store, run_id)
+    if verdict is None:
+        verdict = run_verdict(store, run_id)
     cells = sorted({j.cell for j in jobs} | set(results))
     buckets = bucket_cells(cells, set(results), verdict.decision, findings)
     counts = {b: 0 for b in BUCKETS}
@@ -176,7 +178,7 @@ def build_report(store: Any, run_id: int, public_url: str,
         head_subject=subject, baseline_sha=run.baseline_sha,
         baseline_revisions=tuple(sorted(set(based.values()))), cells=len(cells), counts=counts, rows=rows,
         not_measured=missing, best_effort=_best_effort(store, run_id),
-        state=final_state(store.run_summary(run_id), verdict) if final_state is not None else verdict.state)
+        state=verdict.state)
 
 
 def _best_effort(store: Any, run_id: int) -> int:

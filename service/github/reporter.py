@@ -25,7 +25,7 @@ affects the run.
 Check runs (``check`` in ``reports``, and only as a GitHub App: GitHub refuses them from a token) are
 live (:mod:`service.github.live_checks`): ``queued`` with the pending status, ``in_progress`` when the
 watch sees the run's first job start, ``completed`` when it finishes with the conclusion mapped from
-:func:`final_state`'s state (``_final_check``), ``action_required`` while a fork's run awaits approval.
+the state the run's verdict decided (``_final_check``), ``action_required`` while a fork's run awaits approval.
 
 Posting (lanes per repository, rate-limit pauses, one log line per failure) is
 :class:`~service.github.poster.OutboxPoster`'s, which this class extends.
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.github import live_checks as live
 from service.github.client import CommitStatus, GitHubStatusClient, PullRequestComment
@@ -44,41 +44,27 @@ from service.github.poster import OutboxPoster, log_failure
 from service.settings import Settings
 from service.vocabulary import FINAL_RUN_STATES
 
-__all__ = ["CONTEXT", "FINAL_RUN_STATES", "StatusReporter", "final_state", "github_target", "log_failure",
-           "status_text"]
+__all__ = ["CONTEXT", "FINAL_RUN_STATES", "StatusReporter", "github_target", "log_failure", "status_text"]
+
+if TYPE_CHECKING:
+    from service.regressions.verdict import RunVerdict
 
 CONTEXT = "ampci/smoke"
 
 
-def final_state(summary: Any, verdict: Any = None) -> str:
-    """Commit status state for a finished run's :class:`~service.db.records.RunSummary`.
+def status_text(store: Any, run_id: int, summary: Any, verdict: RunVerdict | None = None) -> tuple[str, str]:
+    """``(state, description)`` of the final commit status of run ``run_id``: the state its verdict decided
+    (:func:`service.regressions.verdict.decide_run`; ``verdict`` when the caller has it, else
+    :func:`~service.regressions.verdict.run_verdict`, or without a store the verdict of ``summary``'s counts
+    alone), and the verdict's phrases (cells that could not measure first, with their count, then regressions,
+    known failures and cells not compared), then the run's counts as room allows."""
+    from service.regressions.verdict import decide_run, run_verdict, summary_facts
 
-    ``error``: the run failed or was cancelled, or a job errored/crashed (infrastructure, not the
-    pass); ``failure``: at least one open or acknowledged regression; ``success`` otherwise.  With the
-    run's ``verdict`` (:class:`service.regressions.verdict.RunVerdict`) a cell that could not measure
-    fails too (``error`` or ``failure``: :attr:`RunVerdict.state`): never ``success``.
-    """
-    if summary.status in ("failed", "cancelled"):
-        return "error"
-    if any(summary.job_status.get(s, 0) for s in ("error", "crashed")):
-        return "error"
-    if verdict is not None and verdict.state in ("error", "failure"):
-        return str(verdict.state)
-    if sum(summary.regressions.values()):
-        return "failure"
-    return "success"
-
-
-def status_text(store: Any, run_id: int, summary: Any) -> tuple[str, str]:
-    """``(state, description)`` of the final commit status of run ``run_id``: the run's verdict
-    (:func:`service.regressions.verdict.run_verdict`: cells that could not measure first, with their count,
-    then regressions, known failures and cells not compared), then its counts as room allows."""
-    if store is None:
-        return final_state(summary), summary.describe()
-    from service.regressions.verdict import run_verdict
-
-    verdict = run_verdict(store, run_id)
-    return final_state(summary, verdict), verdict.description(summary.describe())
+    if verdict is None and store is None:
+        return decide_run(summary_facts(summary)).state, summary.describe()
+    if verdict is None:
+        verdict = run_verdict(store, run_id)
+    return verdict.state, verdict.description(summary.describe())
 
 
 def github_target(run: Any) -> tuple[str, str] | None:
@@ -218,7 +204,7 @@ class StatusReporter(OutboxPoster):
             if key is None or not self._is_newest_of_pr(store, run):
                 return False
             previous = self._newest_pr_run(store, run, final_only=True)
-            report = build_report(store, previous.id, self.public_url, final_state) if previous is not None else None
+            report = build_report(store, previous.id, self.public_url) if previous is not None else None
             body = md.render_pending(key[1], run.revision_sha, run.id, self.run_url(run.id), report)
             self._put(PullRequestComment(repo=run.meta["github"]["repo"], pr=key[1], body=body, sha=run.revision_sha))
             return True
@@ -237,17 +223,23 @@ class StatusReporter(OutboxPoster):
             return False
         self._note_run(run)
         repo, sha = target
+        store = store if store is not None else self.store
+        verdict: RunVerdict | None = None  # decided once for the status and the pull-request report
         if "status" in self.reports:
-            state, description = status_text(store if store is not None else self.store, run.id, summary)
+            if store is not None:
+                from service.regressions.verdict import run_verdict
+
+                verdict = run_verdict(store, run.id)
+            state, description = status_text(store, run.id, summary, verdict)
             self._put(CommitStatus(repo=repo, sha=sha, state=state, description=description,
                                    target_url=self.run_url(run.id), context=self.context))
-        self.report_pull_request(run, store if store is not None else self.store)
+        self.report_pull_request(run, store, verdict)
         return True
 
-    def report_pull_request(self, run: Any, store: Any) -> bool:
+    def report_pull_request(self, run: Any, store: Any, verdict: RunVerdict | None = None) -> bool:
         """Queue the PR comment (only for the newest run of its pull request) and the completed check
         run (every run: its head's check run must not stay ``in_progress``) of a finished ``run``, per
-        ``reports``; False when nothing was queued."""
+        ``reports``, from its ``verdict`` when the caller decided it already; False when nothing was queued."""
         if not self.enabled or store is None or not ("comment" in self.reports or self.live_checks):
             return False
         from service.github import comment as md
@@ -257,7 +249,7 @@ class StatusReporter(OutboxPoster):
             newest = self._is_newest_of_pr(store, run)
             if not newest and not self.live_checks:
                 return False
-            report = build_report(store, run.id, self.public_url, final_state)
+            report = build_report(store, run.id, self.public_url, verdict)
             items = [md.comment(report) if "comment" in self.reports and newest else None,
                      self._final_check(run, report, md) if self.live_checks else None]
         except Exception as exc:  # noqa: BLE001 - a report that cannot be built never affects the run
@@ -273,7 +265,8 @@ class StatusReporter(OutboxPoster):
     @staticmethod
     def _final_check(run: Any, report: Any, md: Any) -> Any:
         """The completed check run of ``run``: the report's text, the conclusion from the state
-        :func:`final_state` decided (``report.state``; :func:`service.github.live_checks.conclusion`)."""
+        run's verdict decided (``report.state``, :func:`service.regressions.verdict.decide_run`;
+        :func:`service.github.live_checks.conclusion`)."""
         check = md.check_run(report, live.check_name(run.sweep))
         if check is None:
             return None

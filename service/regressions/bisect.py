@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from service.db.records import Cell, RegressionInfo
 from service.db.store import Store
 from service.errors import UserError
-from service.regressions.rules import PASS_FAULT_STATUSES, CellSample, comparable, returned_to_baseline
+from service.regressions.findings import CellSample
+from service.regressions.kinds.registry import kind as finding_kind
 from service.regressions.thresholds import Thresholds
 
 Enqueue = Callable[[int], object]
@@ -81,14 +82,10 @@ class BisectState:
 
 def classify(kind: str, base: CellSample, regressed: CellSample, cand: CellSample, th: Thresholds,
              model: str, dtype: str) -> str:
-    """``good``/``bad``/``skip`` for a candidate result (pure; see the module docstring)."""
-    if kind == "conversion":
-        if cand.converted:
-            return "good"
-        return "bad" if cand.status == regressed.status and cand.status in PASS_FAULT_STATUSES else "skip"
-    if not cand.converted or not comparable(kind, base, cand, th, regressed):
-        return "skip"
-    return "good" if returned_to_baseline(kind, base, cand, th, model, dtype, regressed) else "bad"
+    """``good``/``bad``/``skip`` for a candidate result (pure; see the module docstring): the kind's own
+    bisection (:meth:`FindingKind.classify <service.regressions.kinds.base.FindingKind.classify>`);
+    :class:`~service.regressions.kinds.registry.UnknownKind` for a kind that is not registered."""
+    return finding_kind(kind).classify(base, regressed, cand, th, model, dtype)
 
 
 def dedup_key(sha: str, cell: Cell) -> str:

@@ -1,4 +1,7 @@
-"""The CI gate's decision for one finished run: pure, so every rule is a row of a table test.
+"""The cells' gate of one run: pure, so every rule is a row of a table test.  It is an input of the run's
+verdict, which alone decides the run's state, exit code and headline
+(:func:`service.regressions.verdict.decide_run`: a failed or cancelled run, or a job that ended in error, fails
+it too).
 
 Guarantees of :func:`decide` (no silent pass):
 

@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from service.regressions.rules import TIMING_KINDS
+from service.regressions.kinds.registry import kind as finding_kind
 from service.regressions.thresholds import Thresholds
 
 
@@ -34,12 +34,10 @@ class PairedVerdict:
 
 
 def limits(kind: str, th: Thresholds) -> tuple[float, float, float]:
-    """(ratio limit, raw floor, p limit) of a timing ``kind``: the rule's own ratio and floor, ``confirm_p``."""
-    if kind == "latency":
-        return th.latency_ratio, th.latency_floor_ms, th.confirm_p
-    if kind == "conversion_time":
-        return th.convert_time_ratio, th.convert_time_floor_s, th.confirm_p
-    raise ValueError(f"{kind!r} is not a timing kind ({', '.join(TIMING_KINDS)})")
+    """(ratio limit, raw floor, p limit) of a timing ``kind``: the rule's own ratio and floor, ``confirm_p``
+    (:attr:`FindingKind.confirm_limits <service.regressions.kinds.base.FindingKind>`).  ValueError for a kind that
+    is not timed; :class:`~service.regressions.kinds.registry.UnknownKind` for one that is not registered."""
+    return finding_kind(kind).limits(th)
 
 
 def wilcoxon_greater(x: Sequence[float]) -> float:

@@ -1,37 +1,40 @@
-"""The verdict of one run, in every text people read: the gate decision plus what each surface says.
+"""The verdict of one run, in every text people read: decided once, by :func:`decide_run`.
 
-:func:`run_verdict` gathers, for a run, its results, the status of each cell's baseline result, its
-jobs that ended without a result and its open/acknowledged regressions, and applies the gate
-(:func:`service.regressions.gate.decide`).  The same :class:`RunVerdict` then gives:
+:func:`decide_run` is the one place a run's verdict is decided: pure, over plain data (:class:`RunFacts`), it
+gives the :class:`RunVerdict` whose ``state`` is the commit status state (and the check run's conclusion), whose
+``exit_code`` is the exit code of ``ampci sweep`` and ``ampci regressions --run``, and whose
+:meth:`~RunVerdict.headline` and :meth:`~RunVerdict.description` are what the run page, the API, the CLI, the
+pull-request comment and the commit status say.  The cells' gate (:func:`service.regressions.gate.decide`:
+regressions, cells that could not measure, known failures) is one of its inputs.  :func:`run_verdict` gathers the
+facts of a run from the store; :func:`summary_facts` from a run's counts alone (a reporter without a store).
 
-* the commit status state (:meth:`RunVerdict.state`) and description (:meth:`RunVerdict.description`);
-* the run page's headline and the CLI's verdict line (:meth:`RunVerdict.headline`);
-* the exit code of ``ampci sweep`` and ``ampci regressions --run`` (``decision.exit_code``).
-
-Guarantees: a cell that could not measure is said **first**, with the count by status; a cell without a
-baseline result is "not compared", and "no regressions" is only ever said of cells that were compared; a
-suspected timing finding that a confirmation cap left out is said as "N not confirmed (cap) (kind)": it does
-not fail the gate, and "no regressions" is then not said.  Only a confirmed (open or acknowledged) improvement
-is said as one ("1 improvement (latency)"); a suspected, dismissed or capped one is said as such ("1 suspected
-improvement (conversion_time)", "1 dismissed improvement (…)", "1 improvement not confirmed (cap) (…)"), and an
-accuracy gain a coverage loss explains as "1 improvement explained by a coverage loss (accuracy)".
+Guarantees: the state and the exit code agree (``success`` exactly when the exit code is 0 and the run is not
+pending; ``error`` and ``failure`` always exit 1, and the headline then says "gate fails", never "passes"); a
+run that failed or was cancelled, or a job that ended ``error`` or ``crashed``, is ``error``; a cell that could
+not measure is said **first**, with the count by status; a cell without a baseline result is "not compared", and
+"no regressions" is only ever said of cells that were compared; a suspected timing finding that a confirmation
+cap left out is said as "N not confirmed (cap) (kind)": it does not fail the gate, and "no regressions" is then
+not said.  Only a confirmed (open or acknowledged) improvement is said as one ("1 improvement (latency)"); a
+suspected, dismissed or capped one is said as such ("1 suspected improvement (conversion_time)", "1 dismissed
+improvement (…)", "1 improvement not confirmed (cap) (…)"), and an accuracy gain a coverage loss explains as
+"1 improvement explained by a coverage loss (accuracy)".
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from service.regressions.gate import JOB_ERROR, CellOutcome, GateDecision, decide
-from service.regressions.rules import (
+from service.regressions.findings import (
     CAPPED_BY,
     CAPPED_GAIN_LABEL,
     CAPPED_LABEL,
     CONFIRMATION_STATES,
     EXPLAINED,
 )
+from service.regressions.gate import JOB_ERROR, Cell, CellOutcome, GateDecision, decide
 
 #: Unmeasured statuses that say the run could not be carried out (a bad spec, a worker that died, a job
 #: without any result) rather than that the pass failed: the commit status is ``error`` for them.
@@ -49,47 +52,129 @@ def _by_status(pairs: tuple[tuple[Any, str], ...]) -> str:
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 
+#: Run statuses that end a run without a verdict on the pass: the commit status is ``error``.
+FAILED_RUN_STATES = frozenset({"failed", "cancelled"})
+#: Job statuses of a job that ended without the pass being judged (a worker or infrastructure failure).
+ERRORED_JOB_STATES = frozenset({"error", "crashed"})
+
+
 @dataclass(frozen=True)
-class RunVerdict:
-    """A run's gate decision with what the run page, the CLI and the commit status say about it."""
+class RunFacts:
+    """What a run's verdict is decided from, as plain data: the run's status, its cells, jobs still queued or
+    running, the outcome of each cell (results, and jobs that ended without one), the cells with a baseline
+    result, its open/acknowledged regressions by kind, its other findings (category, state or label -> kind ->
+    count), the unfinished runs it waits for, and the jobs that ended ``error``/``crashed`` although a result
+    was stored (the others are outcomes)."""
 
     run_id: int
     run_status: str
     cells: int
-    pending: int
-    decision: GateDecision
-    regressions: Mapping[str, int] = field(default_factory=dict)   # open/acknowledged, by kind
-    #: unfinished runs this run waits for before it is judged (its baseline's missing cells: a webhook run)
-    waiting_for: tuple[int, ...] = ()
-    #: open/acknowledged findings of every other category (improvement, flaky, …) and timing findings being
-    #: confirmed or dismissed (``suspected``, ``dismissed``), and suspected ones a confirmation cap left out
-    #: (:data:`~service.regressions.rules.CAPPED_LABEL`): category, state or that label -> kind -> count
+    pending: int = 0
+    outcomes: tuple[CellOutcome, ...] = ()
+    with_baseline: frozenset[Cell] = frozenset()
+    regressions: Mapping[str, int] = field(default_factory=dict)
     others: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    waiting_for: tuple[int, ...] = ()
+    errored_jobs: int = 0
+
+
+def decide_run(facts: RunFacts) -> RunVerdict:
+    """The run's verdict: the one decider of its state, exit code and headline (see the module docstring).
+
+    State, first match wins: ``pending`` while jobs run or the run waits for its baseline's cells; ``error``
+    when the run failed or was cancelled, a job ended ``error``/``crashed``, or a cell could not measure for a
+    reason that is not the pass (:data:`INFRA_STATUSES`); ``failure`` for a regression or any other cell that
+    could not measure; ``success`` otherwise.  The exit code is 1 whenever a reason fails the gate (every
+    ``error`` and ``failure`` has one), else 0."""
+    gate = decide(facts.outcomes, facts.with_baseline, sum(facts.regressions.values()))
+    reasons = list(gate.reasons)
+    failed_run = facts.run_status in FAILED_RUN_STATES
+    if failed_run:
+        reasons.append(f"the run {facts.run_status}")
+    if facts.errored_jobs:
+        reasons.append(f"{_plural(facts.errored_jobs, 'job')} ended in error")
+    if facts.pending or facts.waiting_for:
+        state = "pending"
+    elif failed_run or facts.errored_jobs or any(s in INFRA_STATUSES for _, s in gate.unmeasured):
+        state = "error"
+    elif reasons:
+        state = "failure"
+    else:
+        state = "success"
+    decision = replace(gate, exit_code=1 if reasons else 0, reasons=tuple(reasons))
+    return RunVerdict(facts, decision, state)
+
+
+def summary_facts(summary: Any) -> RunFacts:
+    """The facts a run's counts alone give (a :class:`~service.db.records.RunSummary`; no cell outcomes): for a
+    reporter without a store."""
+    jobs = summary.job_status
+    return RunFacts(summary.run_id, summary.status, summary.cells,
+                    pending=sum(jobs.get(s, 0) for s in ("queued", "running")),
+                    regressions=dict(summary.regressions),
+                    errored_jobs=sum(jobs.get(s, 0) for s in ERRORED_JOB_STATES))
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    """A run's verdict as :func:`decide_run` decided it (``state``, ``decision`` with the final exit code and
+    reasons), with what the run page, the CLI, the API and the commit status say about it.  Build it with
+    :func:`decide_run` only: it renders, it decides nothing."""
+
+    facts: RunFacts
+    decision: GateDecision
+    state: str
+
+    @property
+    def run_id(self) -> int:
+        """The run."""
+        return self.facts.run_id
+
+    @property
+    def run_status(self) -> str:
+        """The run's status."""
+        return self.facts.run_status
+
+    @property
+    def cells(self) -> int:
+        """The run's cells."""
+        return self.facts.cells
+
+    @property
+    def pending(self) -> int:
+        """Jobs still queued or running."""
+        return self.facts.pending
+
+    @property
+    def regressions(self) -> Mapping[str, int]:
+        """Open/acknowledged regressions by kind."""
+        return self.facts.regressions
+
+    @property
+    def waiting_for(self) -> tuple[int, ...]:
+        """Unfinished runs this run waits for before it is judged (its baseline's missing cells)."""
+        return self.facts.waiting_for
+
+    @property
+    def others(self) -> Mapping[str, Mapping[str, int]]:
+        """Open/acknowledged findings of every other category (improvement, flaky, …), timing findings being
+        confirmed or dismissed, and suspected ones a confirmation cap left out
+        (:data:`~service.regressions.findings.CAPPED_LABEL`): category, state or that label -> kind -> count."""
+        return self.facts.others
 
     @property
     def exit_code(self) -> int:
-        """The gate's exit code (0 pass, 1 fail)."""
+        """The gate's exit code (0 pass, 1 fail), as decided."""
         return self.decision.exit_code
-
-    @property
-    def state(self) -> str:
-        """The commit status state: ``pending`` while jobs run; ``error`` when the run failed or was
-        cancelled or a cell could not measure for a reason that is not the pass (:data:`INFRA_STATUSES`);
-        ``failure`` for a regression or any other cell that could not measure; ``success`` otherwise."""
-        if self.pending or self.waiting_for:
-            return "pending"
-        if self.run_status in ("failed", "cancelled"):
-            return "error"
-        if any(s in INFRA_STATUSES for _, s in self.decision.unmeasured):
-            return "error"
-        if self.decision.exit_code:
-            return "failure"
-        return "success"
 
     def parts(self) -> list[str]:
         """The verdict as short phrases, most important first (see the module docstring)."""
         d = self.decision
         out: list[str] = []
+        if self.run_status in FAILED_RUN_STATES:
+            out.append(f"run {self.run_status}")
+        if self.facts.errored_jobs:
+            out.append(f"{_plural(self.facts.errored_jobs, 'job')} ended in error")
         if d.unmeasured:
             out.append(f"{len(d.unmeasured)} of {self.cells} cells could not measure ({_by_status(d.unmeasured)})")
         for kind, n in sorted(self.regressions.items()):
@@ -115,8 +200,7 @@ class RunVerdict:
     def headline(self) -> str:
         """One line for the run page and the CLI, e.g. ``gate fails: 6 of 6 cells could not measure
         (6 bad_spec); 6 of 6 cells not compared (no baseline result)``."""
-        lead = "pending" if self.pending or self.waiting_for else (
-            "gate fails" if self.decision.exit_code else "gate passes")
+        lead = "pending" if self.state == "pending" else ("gate fails" if self.exit_code else "gate passes")
         return f"{lead}: " + "; ".join(self.parts())
 
     def description(self, summary_line: str = "") -> str:
@@ -223,10 +307,11 @@ def run_verdict(store: Any, run_id: int) -> RunVerdict:
         if g.state in CONFIRMATION_STATES or g.state == EXPLAINED:
             others.setdefault(_label(g), Counter())[g.kind] += 1
     pending = sum(j.status in ("queued", "running") for j in jobs)
-    decision = decide(outcomes, base, len(regs))
-    waiting = ()
+    waiting: tuple[int, ...] = ()
     if baseline_runs.awaited(run.meta) and run.status not in baseline_runs.FINAL_RUN_STATES:
         waiting = tuple(i for i in baseline_runs.awaited(run.meta)
                         if store.get_run(i).status not in baseline_runs.FINAL_RUN_STATES)
-    return RunVerdict(run_id, run.status, max(len(jobs), len(results)), pending, decision, dict(by_kind),
-                      waiting, {c: dict(k) for c, k in others.items()})
+    errored = sum(j.status in ERRORED_JOB_STATES and j.cell in with_result for j in jobs)
+    return decide_run(RunFacts(run_id, run.status, max(len(jobs), len(results)), pending, tuple(outcomes),
+                               frozenset(base), dict(by_kind), {c: dict(k) for c, k in others.items()}, waiting,
+                               errored))

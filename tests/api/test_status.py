@@ -19,9 +19,9 @@ from service.github.client import (
     backoff_delay,
 )
 from service.github.outbox import MemoryOutbox, RedisOutbox
-from service.github.reporter import StatusReporter, final_state
+from service.github.reporter import StatusReporter
 from service.regressions.detect import detect_run
-from service.regressions.verdict import run_verdict
+from service.regressions.verdict import decide_run, run_verdict, summary_facts
 from tests.api.conftest import make_reporter
 from tests.api.helpers import GITHUB_TOKEN, REPO, encode, push_payload, run_of, sha, webhook_headers
 from workers.result import JobResult
@@ -223,12 +223,15 @@ def test_webhook_run_reports_pending_then_its_outcome(httpserver: HTTPServer, ma
     assert reporter.check_watched(store) == 0 and len(seen) == 2
 
 
-def test_final_state_rules():
+def test_state_from_counts_alone():
     from service.db.records import RunSummary
 
     def s(status: str = "complete", jobs: dict | None = None, regs: dict | None = None) -> RunSummary:
         return RunSummary(run_id=1, status=status, cells=4, job_status=jobs or {"done": 4},
                           result_status={"pass": 4}, regressions=regs or {}, improvements=0, flaky=0)
+
+    def final_state(summary: RunSummary) -> str:  # what a reporter without a store posts
+        return decide_run(summary_facts(summary)).state
 
     assert final_state(s()) == "success"
     assert final_state(s(regs={"accuracy": 1})) == "failure"

@@ -10,13 +10,12 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
 
-from service.dashboard import plots, views
+from service.dashboard import plots, routes, views
 from service.github.reporter import status_text
 from service.regressions.render import regressions_table
 from service.regressions.rules import CATEGORIES, CONFIRMATION_STATES, KINDS, RULES, TIMING_KINDS
@@ -24,7 +23,7 @@ from tests.conftest import fresh_pg_database
 from tests.dashboard.conftest import BROWSER, make_app
 from tests.dashboard.seed_kinds import CASES, CELL, Finding, seed_every_finding
 
-CSS = (Path(__file__).resolve().parents[2] / "service" / "dashboard" / "static" / "dashboard.css").read_text()
+CSS = routes.CSS  # the stylesheet served, with the kinds' styles
 
 pytestmark = pytest.mark.postgres
 

@@ -11,7 +11,7 @@ import pytest
 
 from service.cli.main import main
 from service.db import Store
-from service.github.reporter import final_state, status_text
+from service.github.reporter import status_text
 from service.regressions.verdict import run_verdict
 from tests.dashboard.conftest import BROWSER, TOKEN, make_app
 from tests.service.factories import chain, make_result, migrated_store, run_with
@@ -54,7 +54,7 @@ def test_bad_spec_on_cells_with_a_baseline_fails_everywhere(db_url: str, monkeyp
     assert verdict.exit_code == 1 and verdict.state == "error"
     summary = store.run_summary(bad)
     state, description = status_text(store, bad, summary)
-    assert state == "error" == final_state(summary, verdict)
+    assert state == "error" == verdict.state
     assert description.startswith("2 of 2 cells could not measure (2 bad_spec)") and len(description) <= 140
     assert "no regressions" not in description
     from fastapi.testclient import TestClient

@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 
 from service.db import Store
-from service.github.reporter import final_state, status_text
+from service.github.reporter import status_text
 from service.orchestration.jobs import finish_if_complete
 from service.regressions.confirm import recovery_verdict
 from service.regressions.thresholds import Thresholds
-from service.regressions.verdict import run_verdict
+from service.regressions.verdict import decide_run, run_verdict, summary_facts
 from tests.service.factories import chain, make_result, migrated_store, run_with
 from tests.service.test_confirm import StandInWorker, make_run, slow_conversion
 
@@ -41,9 +41,9 @@ def test_a_new_cell_that_cannot_convert_is_no_success_on_the_verdict_or_the_comm
     assert verdict.headline().startswith("gate fails: 1 of 2 cells could not measure (1 convert_error)")
     summary = store.run_summary(run)
     assert summary.regressions == {}  # no finding at all: only the verdict knows the cell failed
-    assert final_state(summary) == "success"  # what the counts alone would post ...
+    assert decide_run(summary_facts(summary)).state == "success"  # what the counts alone would post ...
     state, description = status_text(store, run, summary)
-    assert state == "failure" == final_state(summary, verdict)  # ... and what is posted: the verdict's
+    assert state == "failure" == verdict.state  # ... and what is posted: the verdict's
     assert description.startswith("1 of 2 cells could not measure (1 convert_error)")
 
 
