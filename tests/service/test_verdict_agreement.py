@@ -164,7 +164,12 @@ def test_the_reporter_decides_once_and_its_reports_agree(sqlite_url: str, monkey
 
     monkeypatch.setattr(verdict_mod, "run_verdict", counted)
     outbox = MemoryOutbox()
-    reporter = StatusReporter(outbox, GitHubStatusClient("http://127.0.0.1:9", "token"), public_url="https://ci",
+    from service.github.auth import AppAuth
+    from tests.api.github_standin import APP_ID, app_key
+
+    # check runs are queued only when reporting as an App (nothing is sent: the outbox is only read)
+    client = GitHubStatusClient("http://127.0.0.1:9", auth=AppAuth(APP_ID, app_key()[0]))
+    reporter = StatusReporter(outbox, client, public_url="https://ci",
                               store=store, reports=frozenset({"status", "comment", "check"}))
     assert reporter.finished(store.get_run(run_id), store.run_summary(run_id), store)
     assert decided == [run_id]
