@@ -16,7 +16,10 @@ cell and run, so two series on one cell would hide each other):
   commit (0.35 x the larger of the base's max_abs error and the rule's floor: a step never passes the floor or
   doubles the error, three of them pass both).
 
-After the series come noise commits (comments only): a finding there is a false alarm.  :func:`score` turns
+After the series come noise commits (comments only): a finding there is a false alarm.  Then the tip is
+swept once more as a ``nightly`` run: a push reports only a drift its own change tipped, a nightly any drift
+over the limit across the day's commits (a series whose tipping commit's drift was dismissed by its
+confirmation as borderline is caught there).  :func:`score` turns
 the sweeps into one row per kind: at which commit the creep was found, against which reference, by a drift or
 by the parent comparison, and every finding that belongs to none of the series.
 """
@@ -152,22 +155,25 @@ def score(plan: CreepPlan, rows: Sequence[dict[str, Any]], models: Sequence[str]
         drifting |= {(m, d, metric) for m, d in cells}
         hit: dict[str, Any] | None = None
         for r in rows:
-            if not r["step"]:
+            if not r["step"] and not r.get("nightly"):
                 continue
             drift = [x for x in r["drifts"] if x[2] == metric and (x[0], x[1]) in cells]
             pair = [f for f in r["findings"] if f[2] == pair_kind and (f[0], f[1]) in cells]
             if drift or pair:
                 ref = drift[0][3] if drift else ""
-                hit = {"step": r["step"], "commit": r["commit"],
-                       "how": f"drift against {describe_ref(ref)}" if drift else "parent comparison",
+                hit = {"step": r["step"] or "nightly", "commit": r["commit"],
+                       "how": (("the nightly's " if r.get("nightly") else "") + f"drift against {describe_ref(ref)}"
+                               if drift else "parent comparison"),
                        "cells": sorted({(x[0], x[1]) for x in drift} | {(f[0], f[1]) for f in pair})}
                 break
         out["kinds"][kind] = hit
     for r in rows:
+        series = bool(r["step"]) or bool(r.get("nightly"))  # a row where the series' cells may move
+        where = "nightly" if r.get("nightly") else (r["step"] or "noise")
         for f in r["findings"]:
-            if f[2] != "drift" and (not r["step"] or (f[0], f[1], f[2]) not in moved):
-                out["alarms"].append((r["commit"], r["step"] or "noise", *f))
+            if f[2] != "drift" and (not series or (f[0], f[1], f[2]) not in moved):
+                out["alarms"].append((r["commit"], where, *f))
         for x in r["drifts"]:
-            if not r["step"] or (x[0], x[1], x[2]) not in drifting:
-                out["alarms"].append((r["commit"], r["step"] or "noise", x[0], x[1], f"drift of {x[2]}"))
+            if not series or (x[0], x[1], x[2]) not in drifting:
+                out["alarms"].append((r["commit"], where, x[0], x[1], f"drift of {x[2]}"))
     return out

@@ -34,7 +34,8 @@ What it does, all in embedded mode (local pool, SQLite, a fresh data and cache d
    creep commit whose run has an open (confirmed) ``drift`` finding of its metric on one of its cells (or a
    parent-comparison finding of its kind); the table says at which commit and against which reference (the
    window's start or a pinned baseline).  Any finding on the noise commits after it, or on a cell no series
-   moves, is a false alarm (the same change is reported once).
+   moves, is a false alarm (the same change is reported once).  Last, the tip is swept as a ``nightly`` run
+   (which reports any drift over the limit across the day's commits, where a push reports only what it tipped).
 5. **A/A.**  The first commit is swept ``--aa`` more times against itself; every timing comparison (latency and
    conversion time, per cell) counted; every open finding, and every confirmed improvement, is a false alarm.
 
@@ -479,10 +480,11 @@ def main(argv: list[str] | None = None) -> int:
                   lambda ref: f"{ref} (the base)" if ref and ref == base[:10] else (ref or "?"))
     false_alarms += sum(1 for a in creep["alarms"] if a[1] == "noise")
     creep_cell_alarms = sum(1 for a in creep["alarms"] if a[1] != "noise")
-    n_noise += sum(1 for r in creep_rows if not r["step"])
+    n_noise += sum(1 for r in creep_rows if not r["step"] and not r.get("nightly"))
     creep_ok = not creep_rows or (all(creep["kinds"].values()) and not creep["alarms"])
     gains = figures["improvements"]
-    noise_runs = [r["run"] for r in rows if r["bug"] == "noise"] + [r["run"] for r in creep_rows if not r["step"]]
+    noise_runs = [r["run"] for r in rows if r["bug"] == "noise"] + [r["run"] for r in creep_rows
+                                                                     if not r["step"] and not r.get("nightly")]
     false_gains = [g for run in noise_runs for g in gains.get(run, []) if g[3] == "open"]
     unconfirmed_gains = [g for run in noise_runs for g in gains.get(run, []) if g[3] != "open"]
     aa_gains = [g for run in aa_runs for g in gains.get(run, []) if g[3] == "open"]
@@ -551,7 +553,8 @@ def main(argv: list[str] | None = None) -> int:
             for r in creep_rows:
                 f = "; ".join(f"{m} {d} {k}" for m, d, k in r["findings"]) or "none"
                 dr = "; ".join(f"{m} {d} {x} vs {ref}" for m, d, x, ref in r["drifts"]) or "–"
-                print(f"| {r['commit']} {r['step'] or 'noise'} | {'on' if r['load'] else 'off'} | {f} | {dr} |")
+                what = "nightly" if r.get("nightly") else (r["step"] or "noise")
+                print(f"| {r['commit']} {what} | {'on' if r['load'] else 'off'} | {f} | {dr} |")
     ok = (detected == n_bugs and false_alarms == 0 and fifth_ok and bisect_ok and midpoints <= bound and creep_ok
           and not false_gains and not creep_cell_alarms
           and (aa_comparisons == 0 or (aa_flags + len(aa_gains)) / aa_comparisons <= 0.01))
@@ -633,6 +636,11 @@ def _run(ctx: Ctx, args: argparse.Namespace, repo: Path, base: str, bugs: list[B
             creep_rows.append({"commit": sha[:10], "step": step, "findings": sorted(set(findings(payload))),
                                "drifts": drifts(payload), "load": load.on, "run": payload["run"]["id"]})
             parent = sha
+        if not args.quick:  # the night after: any drift over the limit across the day's commits
+            payload = ctx.sweep_at(parent, git(repo, "rev-parse", f"{parent}~1"), "--trigger", "nightly")
+            creep_rows.append({"commit": parent[:10], "step": 0, "nightly": True, "load": load.on,
+                               "findings": sorted(set(findings(payload))), "drifts": drifts(payload),
+                               "run": payload["run"]["id"]})
 
     aa_flags = aa_comparisons = 0
     aa_runs: list[int] = []
