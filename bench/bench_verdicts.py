@@ -4,7 +4,8 @@ bugs and noise commits.
 
     python bench/bench_verdicts.py [--aa 10] [--bisect-commits 8 | --no-bisect] [--keep DIR] [--json]
                                    [--load [N] --load-kind jobs|cpu --load-mode alternate|steady]
-                                   [--confirm-pairs P] [--creep N --creep-ms MS] [--quick]
+                                   [--confirm-pairs P] [--creep N --creep-ms MS --creep-latency X]
+                                   [--creep-only] [--quick]
 
 What it does, all in embedded mode (local pool, SQLite, a fresh data and cache directory):
 
@@ -23,22 +24,33 @@ What it does, all in embedded mode (local pool, SQLite, a fresh data and cache d
 3. **Bisection.**  A branch off the first commit holds ``--bisect-commits`` commits with one bug in the
    middle; only its tip is swept (against the first commit), then ``ampci bisect --run ID`` must name the
    bug commit after at most ceil(log2(n)) midpoint sweeps.
-4. **Creep.**  A branch off the first commit holds ``--creep N`` commits, each adding ``--creep-ms`` (20 ms) to
-   every conversion (one more graph walk a commit: below the conversion-time rule's +0.1 s floor each time), then
-   two noise commits; every commit is swept against its parent.  The creep counts as *detected* when a commit's
-   run has an open (confirmed) ``drift`` finding of conversion time on the swept cells; the table says at which
-   commit and against which reference (the window's start or a pinned baseline).  A drift on a noise commit
-   after it is a false alarm (the same change is reported once).
+4. **Creep.**  A branch off the first commit holds ``--creep N`` commits, each making three metrics a step
+   worse, each on its own cells (``bench/_creep.py``): **conversion time** +``--creep-ms`` (20 ms: below the
+   rule's +0.1 s floor) of computing (``--creep-wait``: of sleeping) on every model but the two below; the **latency** of the fp16 ``light_squeezenet`` by
+   no-op Loop steps calibrated to x``--creep-latency`` (1.5) over the N commits (+6 % a step at N = 8, against
+   the rule's x1.10); the **accuracy** of the fp16 ``conv_net`` by a constant added to its output, 0.35 x the
+   larger of the base's own error and the rule's floor (three steps pass x2 and the floor, none alone).  Then
+   two noise commits; every commit is swept against its parent.  A series counts as *detected* at the first
+   creep commit whose run has an open (confirmed) ``drift`` finding of its metric on one of its cells (or a
+   parent-comparison finding of its kind); the table says at which commit and against which reference (the
+   window's start or a pinned baseline).  Any finding on the noise commits after it, or on a cell no series
+   moves, is a false alarm (the same change is reported once).  Last, the tip is swept as a ``nightly`` run
+   (which reports any drift over the limit across the day's commits, where a push reports only what it tipped).
 5. **A/A.**  The first commit is swept ``--aa`` more times against itself; every timing comparison (latency and
-   conversion time, per cell) counted, every open timing finding is a false alarm.
+   conversion time, per cell) counted; every open finding, and every confirmed improvement, is a false alarm.
+
+Improvements on noise commits are read from the database: a *confirmed* one (state ``open``, shown as a gain)
+is a false improvement; suspected and dismissed ones are counted apart (never shown as gains).
+``--creep-only`` skips the bug history and the bisection (the base, the creep series, the A/A runs), and bugs
+whose models are not in ``--models`` are left out: how the README's per-load runs are sized.
 
 **Load** (``--load N``, default N = 2 x cores): ``jobs`` processes each loop starting a Python that imports
 onnx, onnxruntime and numpy, then writing and fsyncing a 32 MB file (what CI jobs do); ``cpu`` busy loops.
 ``alternate`` switches it on for every other revision (and every other A/A run), so each revision is judged
 against a parent measured under the other condition; ``steady`` keeps it on throughout.
 
-Prints one table; targets: 100% detected, 0 false alarms, A/A <= 1%, bisection within ceil(log2(n)); exits 1
-when one is missed.  ``--quick`` (seconds; a test runs it): one model, the conversion slowdown between two noise
+Prints one table; targets: 100% detected, every creep series detected, 0 false alarms and 0 false improvements
+on noise commits, A/A <= 1%, bisection within ceil(log2(n)); exits 1 when one is missed.  ``--quick`` (seconds; a test runs it): one model, the conversion slowdown between two noise
 commits, a creep of 2 x 70 ms and one noise commit, one A/A run, no bisection; it also requires that the slowdown
 was confirmed by a confirmation run.
 """
@@ -60,6 +72,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+from _creep import ACCURACY_CELL, CreepPlan, accuracy_step, creep_lines, creep_source, score  # noqa: E402
 from _injected_bugs import REDUNDANT_LOOP_FN  # noqa: E402 - shared with tests/workers/test_confirm_job.py
 
 AMPCI = str(Path(sys.executable).with_name("ampci"))
@@ -254,16 +267,14 @@ BUGS: tuple[Bug, ...] = (
 )
 
 
-def creep(repo: Path, k: int, step_s: float) -> str:
-    """Creep commit ``k`` (1-based): every conversion ``step_s`` slower than at the commit before."""
-    rel = "converter.py"
+def creep(repo: Path, k: int, plan: CreepPlan) -> str:
+    """Creep commit ``k`` (1-based): each series of ``plan`` one step further (see ``bench/_creep.py``)."""
+    path = repo / "amp_pass" / "converter.py"
+    text = path.read_text()
     if k == 1:
-        edit(repo, rel, "def convert_model(model: onnx.ModelProto, options: ConversionOptions | None = None) "
-                        "-> ConversionResult:\n", "def convert_model(model: onnx.ModelProto, options: "
-                        "ConversionOptions | None = None) -> ConversionResult:\n    time.sleep(_CREEP_S)  # CREEP\n")
-    path = repo / "amp_pass" / rel
-    path.write_text(path.read_text() + (f"\n_CREEP_S = {step_s}\n" if k == 1 else f"_CREEP_S += {step_s}  # {k}\n"))
-    return commit(repo, f"creep {k}: +{step_s * 1000:.0f} ms a conversion")
+        text += creep_source(plan, LATENCY_FN)
+    path.write_text(text + creep_lines(plan, k))
+    return commit(repo, f"creep {k}: {', '.join(plan.kinds)} one step worse")
 
 
 # -- plumbing ---------------------------------------------------------------------------------------
@@ -358,10 +369,10 @@ def timing_comparisons(payload: dict[str, Any]) -> int:
 
 def confirmation_figures(db: Path) -> dict[str, dict[int, Any]]:
     """From the bench's SQLite database: per run, the confirmation run's cells and job-seconds, and the
-    findings confirmation decided (kind, model, dtype, state)."""
+    findings confirmation decided, and every improvement (model, dtype, kind, state) by run."""
     import sqlite3
 
-    out: dict[str, dict[int, Any]] = {"cost": {}, "decided": {}}
+    out: dict[str, dict[int, Any]] = {"cost": {}, "decided": {}, "improvements": {}}
     con = sqlite3.connect(str(db))
     try:
         for _run_id, meta, data in con.execute(
@@ -373,6 +384,9 @@ def confirmation_figures(db: Path) -> dict[str, dict[int, Any]]:
         for run_id, kind, model, dtype, state in con.execute(
                 "select run_id, kind, model, dtype, state from regressions where state_by = 'ampci-confirm'"):
             out["decided"].setdefault(run_id, []).append((model, dtype, kind, state))
+        for run_id, kind, model, dtype, state in con.execute(
+                "select run_id, kind, model, dtype, state from regressions where category = 'improvement'"):
+            out["improvements"].setdefault(run_id, []).append((model, dtype, kind, state))
     finally:
         con.close()
     return out
@@ -383,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aa", type=int, default=10, help="A/A re-runs of the first commit (default 10)")
     ap.add_argument("--bisect-commits", type=int, default=8, help="commits on the bisection branch (default 8)")
     ap.add_argument("--no-bisect", action="store_true", help="skip the bisection")
+    ap.add_argument("--creep-only", action="store_true",
+                    help="no injected-bug history or bisection: the base, the creep series and the A/A runs")
     ap.add_argument("--noise", type=int, default=1, help="noise commits before each bug (default 1)")
     ap.add_argument("--repeats", type=int, default=20, help="latency runs per job (default 20)")
     ap.add_argument("--models", nargs="*", default=MODELS, help="zoo models swept")
@@ -398,6 +414,10 @@ def main(argv: list[str] | None = None) -> int:
                     "the setting's)")
     ap.add_argument("--creep", type=int, default=8, help="creep commits (default 8; 0: no creep series)")
     ap.add_argument("--creep-ms", type=float, default=20.0, help="conversion time added by each (default 20 ms)")
+    ap.add_argument("--creep-wait", action="store_true",
+                    help="the conversion creep sleeps (wall time only) instead of computing (CPU time)")
+    ap.add_argument("--creep-latency", type=float, default=1.5,
+                    help="the latency creep's whole size (default x1.5 over the --creep commits)")
     ap.add_argument("--quick", action="store_true",
                     help="seconds, tiny: one model, the conversion slowdown, one noise commit, one A/A run, no "
                          "bisection; exits 1 when an invariant fails")
@@ -429,14 +449,19 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     try:
         bugs = [b for b in BUGS if not args.quick or b.name.startswith("conversion slowdown")]
-        fifth = None
-        if SLOW_MODEL in args.models:
+        bugs = [] if args.creep_only else [b for b in bugs if any(m in args.models for m, _, _ in b.expect)]
+        fifth, trips = None, None
+        if SLOW_MODEL in args.models:  # calibrated for the +20 % bug and the latency creep
             trips, slow_ms, per = calibrate_fifth(work / "cache", work / "data")
             fifth = fifth_bug(trips)
-            bugs.insert(len(bugs) - 1, fifth)
+            if bugs:
+                bugs.insert(len(bugs) - 1, fifth)
+            else:
+                fifth = None
             ctx.log.append(f"calibrated: {SLOW_MODEL} fp16 {slow_ms:.3f} ms, {per * 1000:.2f} us per no-op step, "
                            f"{trips} steps for +20 %")
-        rows, aa, bisect_txt, bisect_ok, midpoints, bound, creep_rows = _run(ctx, args, repo, base, bugs, load)
+        rows, aa, bisect_txt, bisect_ok, midpoints, bound, creep_rows, plan = _run(ctx, args, repo, base, bugs,
+                                                                                   load, trips)
     finally:
         load.stop()
     wall = time.perf_counter() - t_start
@@ -450,33 +475,43 @@ def main(argv: list[str] | None = None) -> int:
     false_alarms = sum(1 for r in rows if r["bug"] == "noise" and not r["ok"])
     n_noise = sum(1 for r in rows if r["bug"] == "noise")
     fifth_ok = fifth is None or any(r["bug"] == fifth.name and r["ok"] for r in rows)
-    aa_flags, aa_comparisons = aa
-    # a creep is caught by a drift of conversion time, or by the parent comparison when noise made one step
-    # look big enough; anything else on a creep commit, and anything on the noise commits after it, is an alarm
-    creep_hits = [r for r in creep_rows if r["step"] and (any(m == "convert_s" for _, _, m, _ in r["drifts"])
-                                                        or any(k == "conversion_time" for _, _, k in r["findings"]))]
-    creep_alarms = sum(1 for r in creep_rows if not r["step"] and r["findings"])
-    creep_alarms += sum(1 for r in creep_rows if r["step"] and any(k not in ("drift", "conversion_time")
-                                                                   for _, _, k in r["findings"]))
-    false_alarms += creep_alarms
-    n_noise += sum(1 for r in creep_rows if not r["step"])
-    creep_ok = not creep_rows or bool(creep_hits)
+    aa_flags, aa_comparisons, aa_runs = aa
+    creep = score(plan, creep_rows, args.models, base,
+                  lambda ref: f"{ref} (the base)" if ref and ref == base[:10] else (ref or "?"))
+    false_alarms += sum(1 for a in creep["alarms"] if a[1] == "noise")
+    creep_cell_alarms = sum(1 for a in creep["alarms"] if a[1] != "noise")
+    n_noise += sum(1 for r in creep_rows if not r["step"] and not r.get("nightly"))
+    creep_ok = not creep_rows or (all(creep["kinds"].values()) and not creep["alarms"])
+    gains = figures["improvements"]
+    noise_runs = [r["run"] for r in rows if r["bug"] == "noise"] + [r["run"] for r in creep_rows
+                                                                     if not r["step"] and not r.get("nightly")]
+    false_gains = [g for run in noise_runs for g in gains.get(run, []) if g[3] == "open"]
+    unconfirmed_gains = [g for run in noise_runs for g in gains.get(run, []) if g[3] != "open"]
+    aa_gains = [g for run in aa_runs for g in gains.get(run, []) if g[3] == "open"]
+    n_cost = sum(c for c, _ in cost.values())
     table = {
         "condition": condition,
         "detected": f"{detected}/{n_bugs}", "false_alarms_noise": f"{false_alarms}/{n_noise}",
-        "aa_false_alarm_rate": f"{aa_flags}/{aa_comparisons}" + (f" ({100 * aa_flags / aa_comparisons:.1f}%)"
-                                                                 if aa_comparisons else ""),
-        "confirmations": f"{len(cost)} runs, {sum(c for c, _ in cost.values())} cells, "
-                         f"{sum(s for _, s in cost.values()):.0f} job-s; "
-                         f"{sum(1 for d in decided if d[3] == 'open')} confirmed, "
+        "false_improvements_noise": f"{len(false_gains)}/{n_noise} ({len(unconfirmed_gains)} suspected or "
+                                    f"dismissed, never shown as gains)",
+        "aa_false_alarm_rate": f"{aa_flags + len(aa_gains)}/{aa_comparisons}"
+                               + (f" ({100 * (aa_flags + len(aa_gains)) / aa_comparisons:.1f}%)"
+                                  if aa_comparisons else ""),
+        "confirmations": f"{len(cost)} runs, {n_cost} cells, "
+                         f"{sum(s for _, s in cost.values()):.0f} job-s"
+                         + (f" ({sum(s for _, s in cost.values()) / n_cost:.1f} s a cell)" if n_cost else "")
+                         + f"; {sum(1 for d in decided if d[3] == 'open')} confirmed, "
                          f"{sum(1 for d in decided if d[3] == 'dismissed')} dismissed",
         "bisection": bisect_txt,
-        "creep": ("skipped" if not creep_rows else
-                  f"detected at creep commit {creep_hits[0]['step']}/{args.creep} (+{args.creep_ms:g} ms each) "
-                  + (f"as a drift against {creep_hits[0]['drifts'][0][3]}"
-                     + (" (the base)" if creep_hits[0]['drifts'][0][3] == base[:10] else "")
-                     if creep_hits[0]["drifts"] else "by the parent comparison")
-                  if creep_hits else f"NOT detected over {args.creep} commits"),
+        "creep": {kind: (f"creep commit {hit['step']}/{args.creep}, {hit['how']}" if hit else
+                         f"NOT detected over {args.creep} commits")
+                  for kind, hit in creep["kinds"].items()} if creep_rows else {},
+        "creep_steps": {"conversion time": f"+{plan.convert_step_s * 1000:g} ms of "
+                                           f"{'sleep' if plan.wait else 'CPU'} a commit",
+                        "latency": f"+{plan.trips_step} no-op Loop steps a commit (x{args.creep_latency:g} over "
+                                   f"{args.creep})",
+                        "accuracy": f"+{plan.accuracy_step:.3g} max_abs a commit"},
+        "creep_alarms": creep["alarms"],
         "sweeps": ctx.sweeps + midpoints, "wall_s": round(wall, 1),
         "load_average": (f"{min(ctx.loadavg):.1f} / {sorted(ctx.loadavg)[len(ctx.loadavg) // 2]:.1f} / "
                          f"{max(ctx.loadavg):.1f}" if ctx.loadavg else "n/a"),
@@ -499,10 +534,14 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|")
         print(f"| bugs detected (right cell and metric) | {table['detected']} | all |")
         print(f"| false alarms on noise commits | {table['false_alarms_noise']} | 0 |")
-        print(f"| A/A timing false alarms / cell comparisons | {table['aa_false_alarm_rate']} | <= 1% |")
+        print(f"| false improvements (confirmed) on noise commits | {table['false_improvements_noise']} | 0 |")
+        print(f"| A/A findings (any kind) / timing comparisons | {table['aa_false_alarm_rate']} | <= 1% |")
         print(f"| confirmations (cost) | {table['confirmations']} | suspected cells only |")
         print(f"| bisection | {table['bisection']} | culprit in <= ceil(log2 n) |")
-        print(f"| conversion-time creep (drift) | {table['creep']} | within the window |")
+        for kind, text in table["creep"].items():
+            print(f"| {kind} creep ({table['creep_steps'][kind]}) | {text} | within the window |")
+        if creep_rows:
+            print(f"| findings on creep commits outside the series | {creep_cell_alarms} | 0 |")
         print(f"| sweeps / wall time | {table['sweeps']} / {table['wall_s']} s | |")
         print(f"| machine load average (1 min) after each sweep, min / median / max | {table['load_average']} | |")
         for line in table["calibration"]:
@@ -514,9 +553,11 @@ def main(argv: list[str] | None = None) -> int:
             for r in creep_rows:
                 f = "; ".join(f"{m} {d} {k}" for m, d, k in r["findings"]) or "none"
                 dr = "; ".join(f"{m} {d} {x} vs {ref}" for m, d, x, ref in r["drifts"]) or "–"
-                print(f"| {r['commit']} {r['step'] or 'noise'} | {'on' if r['load'] else 'off'} | {f} | {dr} |")
+                what = "nightly" if r.get("nightly") else (r["step"] or "noise")
+                print(f"| {r['commit']} {what} | {'on' if r['load'] else 'off'} | {f} | {dr} |")
     ok = (detected == n_bugs and false_alarms == 0 and fifth_ok and bisect_ok and midpoints <= bound and creep_ok
-          and (aa_comparisons == 0 or aa_flags / aa_comparisons <= 0.01))
+          and not false_gains and not creep_cell_alarms
+          and (aa_comparisons == 0 or (aa_flags + len(aa_gains)) / aa_comparisons <= 0.01))
     if args.quick:  # the slowdown was suspected, confirmed by a confirmation run, and that is all it cost
         ok = ok and len(cost) >= 1 and any(d[2] == "conversion_time" and d[3] == "open" for d in decided)
     if not args.keep:
@@ -524,21 +565,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
-def _run(ctx: Ctx, args: argparse.Namespace, repo: Path, base: str, bugs: list[Bug],
-         load: Load) -> tuple[list[dict[str, Any]], tuple[int, int], str, bool, int, int, list[dict[str, Any]]]:
-    """The sweeps: history (each commit against its parent), bisection, creep, A/A (see module doc)."""
+def _run(ctx: Ctx, args: argparse.Namespace, repo: Path, base: str, bugs: list[Bug], load: Load,
+         trips20: int | None) -> tuple[list[dict[str, Any]], tuple[int, int, list[int]], str, bool, int, int,
+                                       list[dict[str, Any]], CreepPlan]:
+    """The sweeps: history (each commit against its parent), bisection, creep, A/A (see module doc).
+    ``trips20``: the calibrated no-op Loop steps of +20 % on the slow model (None: no latency creep)."""
     alternate = args.load_mode == "alternate"
     load.set(load.n > 0 and not alternate)
-    ctx.sweep_at(base, base)
+    first = ctx.sweep_at(base, base)
+    plan = creep_plan(args, first, trips20)
     history: list[tuple[str, Bug | None]] = []
     k = 0
+    if args.creep_only:
+        args.no_bisect = True
     for bug in bugs:
         for _ in range(args.noise):
             k += 1
             history.append((noise(repo, k), None))
         history.append((inject(repo, bug), bug))
-    k += 1
-    history.append((noise(repo, k), None))
+    if bugs:
+        k += 1
+        history.append((noise(repo, k), None))
     rows = []
     parent = base
     for i, (sha, bug) in enumerate(history):
@@ -584,20 +631,43 @@ def _run(ctx: Ctx, args: argparse.Namespace, repo: Path, base: str, bugs: list[B
         for i, step in enumerate(steps):
             if alternate:
                 load.set(load.n > 0 and i % 2 == 0)
-            sha = creep(repo, step, args.creep_ms / 1000) if step else noise(repo, 200 + i)
+            sha = creep(repo, step, plan) if step else noise(repo, 200 + i)
             payload = ctx.sweep_at(sha, parent)
             creep_rows.append({"commit": sha[:10], "step": step, "findings": sorted(set(findings(payload))),
                                "drifts": drifts(payload), "load": load.on, "run": payload["run"]["id"]})
             parent = sha
+        if not args.quick:  # the night after: any drift over the limit across the day's commits
+            payload = ctx.sweep_at(parent, git(repo, "rev-parse", f"{parent}~1"), "--trigger", "nightly")
+            creep_rows.append({"commit": parent[:10], "step": 0, "nightly": True, "load": load.on,
+                               "findings": sorted(set(findings(payload))), "drifts": drifts(payload),
+                               "run": payload["run"]["id"]})
 
     aa_flags = aa_comparisons = 0
+    aa_runs: list[int] = []
     for j in range(args.aa):
         if alternate:
             load.set(load.n > 0 and j % 2 == 0)
         payload = ctx.sweep_at(base, base)
+        aa_runs.append(payload["run"]["id"])
         aa_comparisons += timing_comparisons(payload)
-        aa_flags += sum(1 for f in findings(payload) if f[2] in TIMING)
-    return rows, (aa_flags, aa_comparisons), bisect_txt, bisect_ok, midpoints, bound, creep_rows
+        aa_flags += len(findings(payload))  # any open finding of a revision against itself is false
+    return rows, (aa_flags, aa_comparisons, aa_runs), bisect_txt, bisect_ok, midpoints, bound, creep_rows, plan
+
+
+def creep_plan(args: argparse.Namespace, first: dict[str, Any], trips20: int | None) -> CreepPlan:
+    """The creep series' steps: ``--creep-ms`` of conversion; x``--creep-latency`` over the series of the slow
+    model's latency (from the calibrated +20 % steps); the accuracy step from the base's own error (its first
+    sweep's max_abs of the accuracy cell)."""
+    from service.regressions.thresholds import Thresholds
+
+    n = max(1, args.creep)
+    trips = round(trips20 * (args.creep_latency - 1.0) / 0.2 / n) if trips20 and not args.quick else 0
+    acc = 0.0
+    if ACCURACY_CELL[0] in args.models and not args.quick:
+        base_err = next((r.get("max_abs") for r in first.get("results", [])
+                         if (r["model"], r["dtype"]) == ACCURACY_CELL), None)
+        acc = accuracy_step(base_err, Thresholds().accuracy_for(*ACCURACY_CELL).floor)
+    return CreepPlan(n, args.creep_ms / 1000, trips, acc, wait=args.creep_wait)
 
 
 def _midpoint_runs(ctx: Ctx, after_run: int) -> int:

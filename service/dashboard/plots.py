@@ -4,7 +4,9 @@ Each chart has one point per revision (oldest left), x labels are short shas, an
 a link to its run with a native tooltip (an SVG ``<title>``: revision, run, status, value).  Points
 where the cell has a finding are drawn again in a marker series ("▼ regression", "▲ improvement",
 "≈ flaky"), so findings are told by shape, legend and tooltip as well as colour.  The latency
-chart draws each revision's min–max range of the raw samples as a whisker around the p50.
+chart draws each revision's min–max range of the raw samples as a whisker around the p50.  A drift
+finding of a chart's metric is drawn as a band over its range (reference to drifted revision) with its
+change point's two sides marked ("◆ level moved"; :mod:`service.dashboard.drift_marks`).
 
 Charts are drawn by :class:`_LineChart`, a ``pygal.Line`` whose points carry only what a
 script-free page uses (dot, link, ``<title>`` tooltip, whiskers): roughly half the SVG nodes of
@@ -28,6 +30,7 @@ from typing import Any
 import pygal
 from pygal.style import Style
 
+from service.dashboard.drift_marks import DriftMark, anchor, drift_marks, on_chart
 from service.db.dashboard import HistoryRow
 from service.db.records import RegressionInfo
 from service.regressions.render import distinct_digits
@@ -46,6 +49,11 @@ STYLE = Style(background="#ffffff", plot_background="#ffffff", foreground="#2222
 #: does not depend on which marker series a chart happens to have.
 MARKERS = (("regression", "▼ regression", "#b3261e"), ("improvement", "▲ improvement", "#1b6e34"),
            ("flaky", "≈ flaky", "#6a4c93"))
+#: The drift series: the range from the reference to the drifted revision (a wide translucent band), and the
+#: two sides of the change point where the level moved.
+DRIFT_RANGE, DRIFT_RANGE_COLOUR = "↗ drift range", "#a34700"
+LEVEL_MOVED, LEVEL_MOVED_COLOUR = "◆ level moved", "#7a3500"
+_STROKE = {DRIFT_RANGE: f"stroke: {DRIFT_RANGE_COLOUR}; stroke-width: 7; stroke-opacity: 0.35"}
 
 
 class _LineChart(pygal.Line):  # type: ignore[misc]
@@ -82,9 +90,10 @@ class _LineChart(pygal.Line):  # type: ignore[misc]
                         runs.append([])
                 else:
                     runs[-1].append((x, y))
+            style = {"style": _STROKE[serie.title]} if serie.title in _STROKE else {}
             for seq in runs:
                 if seq:
-                    svg.line(serie_node["plot"], seq, close=False, class_="line reactive nofill")
+                    svg.line(serie_node["plot"], seq, close=False, class_="line reactive nofill", **style)
 
 
 def _decorate(svg: Any, node: Any, meta: dict[str, Any] | None) -> Any:
@@ -203,7 +212,8 @@ def chart_svg(points: Sequence[HistoryRow], findings: dict[int, list[RegressionI
     for p in points:
         v = metric.value(p)
         link = {"href": run_href(p.run_id), "target": "_self"}
-        hits = [f for f in findings.get(p.result_id, []) if f.kind in metric.kinds and f.state != "false_positive"]
+        hits = [f for f in findings.get(p.result_id, [])
+                if (f.kind in metric.kinds or on_chart(f, metric.key)) and f.state != "false_positive"]
         extra = "".join(f" · {f.category}: {f.kind} ({f.state})" for f in hits)
         point: dict[str, Any] = {"value": v, "xlink": link, "label": _label(p, metric, v, extra)}
         if metric.key == "latency_p50_ms" and v is not None and p.latency_min_ms is not None \
@@ -218,9 +228,40 @@ def chart_svg(points: Sequence[HistoryRow], findings: dict[int, list[RegressionI
     for name, legend, _ in MARKERS:
         if any(markers[name]):  # an empty marker series costs as much to draw as a full one
             chart.add(legend, markers[name], stroke=False, dots_size=7)
+    _add_drifts(chart, points, drift_marks(points, findings, metric.key, metric.value), metric, run_href)
     svg = chart.render(is_unicode=True)
     svg = _SCRIPT.sub("", svg)
     return _LABEL.sub(r"<title>\1</title>", svg)
+
+
+def _add_drifts(chart: _LineChart, points: Sequence[HistoryRow], marks: Sequence[DriftMark], metric: Metric,
+                run_href: Callable[[int], str]) -> None:
+    """One band series per drift over its range, and the change points' sides as one marker series."""
+    moved: list[Any] = [None] * len(points)
+    for mark in marks:
+        band: list[Any] = [None] * len(points)
+        note = mark.note(points)
+        for i in range(mark.start, mark.end + 1):
+            v = metric.value(points[i])
+            if v is not None:
+                band[i] = {"value": v, "xlink": {"href": run_href(points[i].run_id), "target": "_self"},
+                           "label": f"{DRIFT_RANGE} #{mark.finding.id}: {note}", "color": DRIFT_RANGE_COLOUR}
+        chart.add(DRIFT_RANGE, band, dots_size=2, allow_interruptions=True)
+        for i in mark.moved or ():
+            v = metric.value(points[i])
+            if v is not None:
+                moved[i] = {"value": v, "xlink": {"href": run_href(points[i].run_id), "target": "_self"},
+                            "label": f"{LEVEL_MOVED} ({points[i].revision_sha[:10]}) · drift #{mark.finding.id}: "
+                                     f"{note}", "color": LEVEL_MOVED_COLOUR}
+    if any(moved):
+        chart.add(LEVEL_MOVED, moved, stroke=False, dots_size=6)
+
+
+def chart_drifts(points: Sequence[HistoryRow], findings: dict[int, list[RegressionInfo]],
+                 metric: Metric) -> list[tuple[int, str, str]]:
+    """``(finding id, anchor, note)`` of every drift marked on ``metric``'s chart, for the page under it."""
+    return [(m.finding.id, anchor(m.finding.id), m.note(points))
+            for m in drift_marks(points, findings, metric.key, metric.value)]
 
 
 _CACHE: OrderedDict[tuple[Any, ...], str] = OrderedDict()

@@ -207,8 +207,9 @@ def history_page(request: Request, model: str = "", dtype: str = "", policy: str
         if f.result_id is not None:
             by_result.setdefault(f.result_id, []).append(f)
     charts = plots.history_charts(points, by_result, lambda run_id: f"/runs/{run_id}") if points else []
+    drifts = {m.key: plots.chart_drifts(points, by_result, m) for m, _ in charts}
     return render("history.html", cell=cell, points=points, total=total, limit=n, branch=branch, charts=charts,
-                  fell_back=fell_back,
+                  fell_back=fell_back, drifts=drifts,
                   findings=list(reversed(found)), by_result=by_result, branches=queries.branches(store))
 
 
