@@ -272,7 +272,7 @@ def test_a_commit_pushed_after_the_build_is_cloned_from_the_repository_that_sent
     payload["repository"]["clone_url"] = f"file://{REMOTE_IN_CONTAINER}"
     _webhook(stack, "push", payload)
     run_id = _run_of(stack, after, "push")
-    detail = _finished(stack, run_id, timeout=300)
+    detail = _finished(stack, run_id, timeout=420)  # (run alone: after a baseline run of `before`, 6 more jobs)
     TIMINGS["webhook to 6 results (commit pushed after the build)"] = round(time.monotonic() - t0, 1)
     _check_complete(detail)
     assert detail["run"]["meta"]["pass_repo"]["url"] == f"file://{REMOTE_IN_CONTAINER}"
