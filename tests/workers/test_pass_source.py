@@ -88,6 +88,8 @@ def test_a_credential_exists_for_https_only_and_hides_its_token() -> None:
     env = cred.env()
     assert env["GIT_CONFIG_KEY_0"] == "http.https://github.com/.extraHeader"
     assert env["GIT_CONFIG_VALUE_1"] == "false"  # http.followRedirects: the header follows no redirect
+    basic = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+    assert cred.scrub(f"fatal: {TOKEN} and {basic} refused") == "fatal: *** and *** refused"
     assert TOKEN not in repr(WorkerConfig(pass_repo_token=TOKEN))
     assert WorkerConfig(pass_repo_token=TOKEN).without_credentials().pass_repo_token == ""
 
@@ -197,3 +199,24 @@ def test_the_token_is_in_no_argv_error_log_or_clone_config(tmp_path: Path, monke
     assert (argv_log.parent / "argv.log.env").read_text().split() == ["1"]  # the clone had it, in its environment
     leftovers = "".join(p.read_text(errors="replace") for p in (tmp_path / "cache").rglob("*") if p.is_file())
     assert TOKEN not in leftovers and basic not in leftovers
+
+
+def test_the_job_code_never_gets_the_token(tmp_path: Path, remote: tuple[Path, str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_cell checks the pass out with the token, then hands the measurement a config without it."""
+    import workers.job
+    from workers.cell import run_cell
+    from workers.result import JobResult
+
+    bare, sha = remote
+    seen: list[WorkerConfig] = []
+
+    def measured(spec: object, config: WorkerConfig) -> JobResult:  # stands in for the measurement only
+        seen.append(config)
+        return JobResult(model="m", dtype="fp16", policy="default", target="cpu", status="pass", revision=sha)
+
+    monkeypatch.setattr(workers.job, "run_job", measured)
+    config = WorkerConfig(cache_dir=tmp_path / "cache", pass_repo_url=f"file://{bare}", pass_repo_allow_file=True,
+                          pass_repo_token=TOKEN)
+    assert run_cell(("m", "fp16", "default", "cpu"), sha, config).status == "pass"
+    assert seen and seen[0].pass_repo_token == "" and seen[0].pass_repo_url == f"file://{bare}"
