@@ -428,7 +428,9 @@ def _approval_by_label(event: _PullRequest, settings: Settings) -> Decision:
     if settings.fork_policy == "never":
         return Ignored("approval refused: AMPCI_FORK_POLICY=never")
     pr = event.pull_request
-    request = _pull_request_run(event, "trusted", None)  # started at once when that head has no run yet
+    request = replace(_pull_request_run(event, "trusted", None),  # started at once when that head has no run yet
+                      installation=event.installation.id if event.installation else None,
+                      clone_url=_clone_url(event.repository, settings))
     return Approval(repo=event.repository.full_name, pr_number=pr.number, via="label",
                     by=event.sender.login if event.sender else None, head_sha=pr.head.sha,
                     request=request.to_payload())

@@ -54,6 +54,10 @@ def test_the_delivery_clone_url_becomes_the_runs_pass_repository(pg_url: str) ->
     pr = pr_payload(HEAD, BASE)
     pr["repository"]["clone_url"] = URL
     assert parse_event("pull_request", encode(pr), settings).clone_url == URL  # type: ignore[union-attr]
+    labeled = pr_payload(HEAD, BASE, action="labeled", label="ampci:run")
+    labeled["repository"]["clone_url"] = URL
+    approval = parse_event("pull_request", encode(labeled), settings)  # starts the head's run when it has none
+    assert RunRequest.from_payload(approval.request).clone_url == URL  # type: ignore[union-attr]
 
     store = Store.from_url(pg_url)
     store.upgrade()
