@@ -161,6 +161,7 @@ def bare_remote(where: Path) -> tuple[Path, Path]:
 def push_commit(bare: Path, work: Path, message: str) -> tuple[str, str]:
     """A new commit on ``main`` of ``bare`` (a comment appended to ``amp_pass/__init__.py``), pushed there as a user
     would; returns (the branch's previous head, the new commit)."""
+    _own(bare, os.geteuid())  # back to this user first: git refuses a repository another user owns
     _git("clone", "-q", str(bare), str(work))
     before = _git("rev-parse", "HEAD", cwd=work)
     init = work / "amp_pass" / "__init__.py"
@@ -171,6 +172,6 @@ def push_commit(bare: Path, work: Path, message: str) -> tuple[str, str]:
     return before, _git("rev-parse", "HEAD", cwd=work)
 
 
-def _own(path: Path) -> None:
+def _own(path: Path, uid: int = SERVICE_UID) -> None:
     if os.geteuid() == 0:  # as root: hand it to the containers' service user (else the caller must be that user)
-        subprocess.run(["chown", "-R", f"{SERVICE_UID}:{SERVICE_UID}", str(path)], check=True, timeout=60)
+        subprocess.run(["chown", "-R", f"{uid}:{uid}", str(path)], check=True, timeout=60)
