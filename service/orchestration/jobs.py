@@ -18,6 +18,7 @@ from service.regressions.confirm_caps import ConfirmCaps
 from service.regressions.detect import detect_run
 from service.regressions.verdict import record_verdict
 from service.settings import Settings
+from workers.config import WorkerConfig
 
 FINAL_JOB_STATUSES = frozenset({"done", "error", "crashed", "cancelled"})
 PENDING_JOB_STATUSES = frozenset({"queued", "running"})
@@ -64,7 +65,7 @@ def cell_options(run: Any, cell: tuple[str, str, str, str]) -> dict[str, Any]:
     return options
 
 
-def job_worker_config(settings: Settings, source: Any) -> Any:
+def job_worker_config(settings: Settings, source: Any) -> WorkerConfig:
     """The :class:`workers.config.WorkerConfig` a job runs with: ``settings.worker_config()``, and when
     ``AMPCI_PASS_REPO`` is unset and the job names its webhook's repository (``source``: the
     :data:`PASS_REPO` entry of its options), that repository's clone URL with a token for it
