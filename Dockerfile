@@ -3,7 +3,7 @@
 #                no registry)  |  nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04 (worker-cuda)
 #   ONNXRUNTIME  onnxruntime (default: CPU, no CUDA wheels)  |  onnxruntime-gpu (worker-cuda)
 # Everything runs as the service user `ampci` (uid 10001), which owns /app (the checkout with .git:
-# the default pass repository AMPCI_PASS_REPO that workers clone; git refuses a repository owned by
+# the pass repository of runs whose webhook names none; git refuses a repository owned by
 # another user) and the cache/data directories (named volumes mounted there start owned by it).
 ARG BASE_IMAGE=python:3.12-slim
 FROM ${BASE_IMAGE}

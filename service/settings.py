@@ -140,7 +140,8 @@ class Settings:
     broker_url: str = ""              # empty: jobs run in-process on a local pool (embedded default)
     data_dir: Path = field(default_factory=_default_data_dir)
     cache_dir: Path = field(default_factory=_default_cache_dir)
-    pass_repo: str = ""               # empty: the repository this code was installed from
+    pass_repo: str = ""               # empty: a webhook run's own repository (its clone URL), else this checkout
+    pass_repo_allow_file: bool = False  # also clone file:// URLs a delivery names (tests, a local mirror)
     webhook_secret: str = ""
     github_token: str = ""           # a personal/bot token: statuses and comments (used when no App is set)
     github_app_id: str = ""          # a GitHub App (recommended; check runs need one): its id ...
@@ -262,6 +263,7 @@ class Settings:
     def worker_config(self) -> WorkerConfig:
         """What the worker layer needs of these settings (:class:`workers.config.WorkerConfig`)."""
         return WorkerConfig(cache_dir=self.cache_dir, data_dir=self.data_dir, pass_repo=self.pass_repo,
+                            pass_repo_allow_file=self.pass_repo_allow_file,
                             convert_timeout=self.convert_timeout, convert_memory=self.convert_memory,
                             job_timeout=self.job_timeout, latency_runs=self.latency_runs,
                             latency_warmup=self.latency_warmup, convergence_steps=self.convergence_steps,

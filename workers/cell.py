@@ -25,7 +25,8 @@ def run_cell(cell: tuple[str, str, str, str], revision: str, config: WorkerConfi
     Guarantees: returns a JobResult for every job failure (a revision that cannot be checked out is a
     ``bad_spec`` result); the pass is imported from the revision's worktree (``pass_root``), never
     from this process's own copy; the cell's sweep ``options`` (``repeats``, ``timeout``, ``zoo``)
-    apply to this job only.
+    apply to this job only; the pass repository's token (``config.pass_repo_token``) serves the checkouts
+    alone and is dropped before any measurement (:meth:`WorkerConfig.without_credentials`).
     """
     model, dtype, policy, target = cell
     try:
@@ -34,6 +35,8 @@ def run_cell(cell: tuple[str, str, str, str], revision: str, config: WorkerConfi
         return JobResult(model=model, dtype=dtype, policy=policy, target=target, status="bad_spec",
                          revision=revision, message=f"revision: {exc}")
     from workers.job import JobSpec, run_job  # lazy: onnxruntime only in the process that runs jobs
+    if not (options or {}).get("confirm"):  # (a confirmation still checks out its baseline: confirm_job)
+        config = config.without_credentials()  # the pass is checked out: nothing after this needs the token
 
     zoo = (options or {}).get("zoo")
     zoo_path = None if not zoo else (Path(zoo) if Path(zoo).is_absolute() else REPO_ROOT / zoo)
@@ -55,6 +58,7 @@ def confirm_job(cell: tuple[str, str, str, str], revision: str, pass_root: Path,
     result = JobResult(model=model, dtype=dtype, policy=policy, target=target, status="pass", revision=revision)
     try:
         base_root = RevisionCache.from_config(config).checkout(str(confirm.get("baseline")))
+        config = config.without_credentials()  # both sides are checked out: the timing needs no token
         result.confirmation = confirm_cell(cell, {"baseline": base_root, "candidate": pass_root},
                                            list(confirm.get("kinds") or []), int(confirm.get("pairs") or 1),
                                            config, zoo_path)

@@ -33,7 +33,10 @@ class WorkerConfig:
 
     ``cache_dir``: model zoo, fp32 references and pass worktrees; ``data_dir``: where the user zoo
     (``user_zoo.toml``, merged with the built-in one) lives, as for the service; ``pass_repo``: the git repository
-    whose revisions are tested (empty: this checkout); ``convert_timeout``/``convert_memory``: limits of
+    whose revisions are tested (empty: the run's ``pass_repo_url``, else this checkout); ``pass_repo_url``: the
+    clone URL of the repository whose webhook made the run (used when ``pass_repo`` is empty), cloned with
+    ``pass_repo_token`` (never in ``repr``; dropped by :meth:`without_credentials` before the job's code runs);
+    ``pass_repo_allow_file``: also admit ``file://`` clone URLs (tests, a local mirror); ``convert_timeout``/``convert_memory``: limits of
     the conversion subprocess; ``job_timeout``: the whole job's hard limit; ``latency_runs``/
     ``latency_warmup``: timed and untimed runs per latency measurement; ``convergence_steps``: steps a
     stateful model is rolled forward; ``accuracy_k``: the k of the accuracy rule;
@@ -49,6 +52,9 @@ class WorkerConfig:
     cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
     data_dir: Path = dataclasses.field(default_factory=_default_data_dir)
     pass_repo: str = ""
+    pass_repo_url: str = ""
+    pass_repo_token: str = dataclasses.field(default="", repr=False, compare=False)
+    pass_repo_allow_file: bool = False
     convert_timeout: float = 600.0
     convert_memory: int = 8 * 1024**3
     job_timeout: float = 1800.0
@@ -71,6 +77,11 @@ class WorkerConfig:
         return SandboxPolicy(mode=self.sandbox, hide=(str(self.data_dir), str(self.cache_dir)),
                              max_procs=self.sandbox_max_procs, max_file_bytes=self.sandbox_max_file,
                              scratch_bytes=self.sandbox_scratch)
+
+    def without_credentials(self) -> WorkerConfig:
+        """This config without the pass repository's token (what the rest of a job gets once the pass is
+        checked out).  Returns ``self`` when it holds none."""
+        return dataclasses.replace(self, pass_repo_token="") if self.pass_repo_token else self
 
     def for_cell(self, options: dict[str, Any] | None) -> WorkerConfig:
         """This config with a cell's sweep options applied: ``repeats`` -> latency runs, ``timeout`` ->

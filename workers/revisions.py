@@ -15,6 +15,9 @@ Guarantees:
   repository's resolved absolute path (or its URL), and a clone whose ``remote.origin.url`` is not
   that repository is never used (RevisionError), so two checkouts sharing one cache directory each
   test their own commits.
+* The pass repository of a webhook run may be the repository that sent it (a clone URL checked by
+  :func:`workers.pass_source.check_clone_url`); its credential reaches only the git calls that talk to it
+  (clone, fetch), through their environment, and never a URL, an argument, the clone's config or an error.
 * Every revision a user names (branch, tag, full or short sha, ``HEAD``) is resolved to a full sha
   that exists in the repository (:meth:`RevisionCache.resolve`); an unknown one is a RevisionError.
 * At most ``size`` worktrees are kept; the least recently used one is removed first.  The cache is
@@ -51,6 +54,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from workers.pass_source import GitCredential, check_clone_url
 from workers.tree_verify import remove_tree, snapshot_layout_problems, tree_problems
 
 if TYPE_CHECKING:
@@ -85,11 +89,17 @@ def default_pass_repo() -> str:
     return str(Path(__file__).resolve().parents[1])
 
 
-def git(args: list[str], cwd: Path | None = None, timeout: float = 300.0) -> str:
-    """Run git without hooks or prompts; return stdout; raise RevisionError with stderr on failure."""
+def git(args: list[str], cwd: Path | None = None, timeout: float = 300.0,
+        credential: GitCredential | None = None) -> str:
+    """Run git without hooks or prompts; return stdout; raise RevisionError with stderr on failure.
+
+    ``credential`` reaches this one git call through its environment only (:meth:`GitCredential.env`),
+    and is scrubbed from the error message."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1", GIT_ASKPASS="/bin/false",
                GIT_CONFIG_GLOBAL="/dev/null")
+    if credential is not None:
+        env.update(credential.env())
     try:
         proc = subprocess.run(["git", *_GIT_CONFIG, *args], cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=timeout)
@@ -97,6 +107,8 @@ def git(args: list[str], cwd: Path | None = None, timeout: float = 300.0) -> str
         raise RevisionError(f"git {args[0]} timed out after {timeout:.0f}s") from None
     if proc.returncode != 0:
         msg = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+        if credential is not None:
+            msg = credential.scrub(msg)
         raise RevisionError(f"git {args[0]} failed: {msg}")
     return proc.stdout
 
@@ -141,9 +153,10 @@ class RevisionCache:
     repositories) and lock files.
     """
 
-    def __init__(self, repo: str, root: Path, size: int = 8) -> None:
+    def __init__(self, repo: str, root: Path, size: int = 8, credential: GitCredential | None = None) -> None:
         if size < 1:
             raise ValueError("worktree cache size must be >= 1")
+        self.credential = credential  # for the calls that reach the repository (clone, fetch) only
         self.repo = repo_identity(repo)
         self.root = Path(root)
         self.size = size
@@ -154,9 +167,20 @@ class RevisionCache:
 
     @classmethod
     def from_config(cls, config: WorkerConfig) -> RevisionCache:
-        """The cache under ``config.cache_dir/revisions`` for ``config.pass_repo`` (or this repo)."""
-        repo = config.pass_repo or default_pass_repo()
-        return cls(repo, Path(config.cache_dir) / "revisions", config.worktree_cache_size)
+        """The cache under ``config.cache_dir/revisions`` for the job's pass repository: ``config.pass_repo``
+        when set (``AMPCI_PASS_REPO``), else the clone URL the run's webhook delivery named
+        (``config.pass_repo_url``, checked again with :func:`workers.pass_source.check_clone_url`: a URL that
+        may not be cloned is a RevisionError) with ``config.pass_repo_token`` as its credential, else this
+        repository."""
+        root = Path(config.cache_dir) / "revisions"
+        if config.pass_repo or not config.pass_repo_url:
+            return cls(config.pass_repo or default_pass_repo(), root, config.worktree_cache_size)
+        try:
+            url = check_clone_url(config.pass_repo_url, allow_file=config.pass_repo_allow_file)
+        except ValueError as exc:
+            raise RevisionError(f"pass repository of the delivery refused: {exc}") from None
+        return cls(url, root, config.worktree_cache_size,
+                   credential=GitCredential.for_url(url, config.pass_repo_token))
 
     @contextmanager
     def _locked(self, where: Path | None = None) -> Iterator[None]:
@@ -337,7 +361,7 @@ class RevisionCache:
             return
         tmp = self.home / f".clone-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        git(["clone", "--bare", "--quiet", "--end-of-options", self.repo, str(tmp)])
+        git(["clone", "--bare", "--quiet", "--end-of-options", self.repo, str(tmp)], credential=self.credential)
         os.rename(tmp, self.bare)
 
     def _has_commit(self, sha: str) -> bool:
@@ -349,7 +373,7 @@ class RevisionCache:
 
     def _fetch(self) -> None:
         git(["fetch", "--quiet", "--prune", "--force", "origin", "+refs/heads/*:refs/heads/*",
-             "+refs/tags/*:refs/tags/*"], cwd=self.bare)
+             "+refs/tags/*:refs/tags/*"], cwd=self.bare, credential=self.credential)
 
     def _ensure_commit(self, sha: str) -> None:
         self._ensure_clone()
@@ -358,7 +382,7 @@ class RevisionCache:
         self._fetch()
         if not self._has_commit(sha):
             try:  # e.g. a pull-request head not on any branch; servers may allow fetching by sha
-                git(["fetch", "--quiet", "origin", sha], cwd=self.bare)
+                git(["fetch", "--quiet", "origin", sha], cwd=self.bare, credential=self.credential)
             except RevisionError:
                 pass
         if not self._has_commit(sha):

@@ -26,6 +26,7 @@ from service.errors import UserError
 from service.github.approval import Approval, Approved
 from service.github.events import RunRequest
 from service.github.webhook import Submitted
+from service.orchestration.jobs import PASS_REPO
 from service.settings import Settings
 from service.vocabulary import AWAITING_APPROVAL
 
@@ -202,7 +203,8 @@ class RunDispatcher:
             specs.append(RunSpec(request.head_sha, request.trigger, request.baseline_sha, request.sweep,
                                  tuple(c.cell for c in planned), dedup_key,
                                  {**run_meta.encode(planned, request.head_sha), "github": github,
-                                  "confirm_pairs": self.settings.confirm_pairs}, self.mode,
+                                  "confirm_pairs": self.settings.confirm_pairs, **_pass_repo_meta(request)},
+                                 self.mode,
                                  AWAITING_APPROVAL if awaiting else "queued"))
             spec_of.append(i)
         baseline_runs: list[tuple[str, Any]] = []
@@ -254,7 +256,8 @@ class RunDispatcher:
                 base_specs.append(RunSpec(need.baseline, "manual", None, spec.sweep, tuple(c.cell for c in cells),
                                           br.BaselineNeed(need.baseline, tuple(missing), ()).dedup_key(spec.sweep),
                                           {**run_meta.encode(cells, need.baseline), "baseline_for": spec.revision_sha,
-                                           "confirm_pairs": self.settings.confirm_pairs}, self.mode))
+                                           "confirm_pairs": self.settings.confirm_pairs,
+                                           **_same_pass_repo(spec.meta)}, self.mode))
                 base_of.append(k)
         made = self.store.create_runs(base_specs, conn=conn) if base_specs else []
         extra: dict[int, list[int]] = {}
@@ -353,3 +356,15 @@ class _ApprovedMeanwhile(Exception):
     """Rolls back an approval's transaction when another approval started the run first."""
 
 
+def _pass_repo_meta(request: RunRequest) -> dict[str, Any]:
+    """``{"pass_repo": {"url", "repo", "installation"}}`` for a request that carries its repository's clone URL
+    (``AMPCI_PASS_REPO`` unset: the worker clones it, :func:`service.orchestration.jobs.job_worker_config`),
+    else ``{}``.  No credential is ever stored: the worker mints one for the installation when it needs it."""
+    if not request.clone_url:
+        return {}
+    return {PASS_REPO: {"url": request.clone_url, "repo": request.repo, "installation": request.installation}}
+
+
+def _same_pass_repo(meta: dict[str, Any]) -> dict[str, Any]:
+    """The pass repository entry of ``meta`` (a baseline run tests the same repository as the run it serves)."""
+    return {PASS_REPO: meta[PASS_REPO]} if meta.get(PASS_REPO) else {}

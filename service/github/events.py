@@ -94,6 +94,7 @@ class _Model(BaseModel):
 
 class _Repository(_Model):
     full_name: str
+    clone_url: Any = None  # checked against full_name with the settings (:func:`_clone_url`), never trusted as is
 
     @field_validator("full_name")
     @classmethod
@@ -327,6 +328,22 @@ def check_repository(full_name: str, settings: Settings) -> None:
     raise RepositoryNotAllowedError(f"repository {full_name} is not in AMPCI_ALLOWED_REPOS")
 
 
+def _clone_url(repository: _Repository, settings: Settings) -> str | None:
+    """The delivery's clone URL when the run's pass repository is the delivery's own (``AMPCI_PASS_REPO`` unset):
+    checked by :func:`workers.pass_source.check_clone_url` (https at that ``owner/name``, or ``file://`` with
+    ``AMPCI_PASS_REPO_ALLOW_FILE``); None when the settings name a pass repository or the delivery has none.
+    A URL that may not be cloned rejects the delivery (PayloadError, its reason recorded)."""
+    from workers.pass_source import CloneUrlError, check_clone_url
+
+    if settings.pass_repo or repository.clone_url is None:
+        return None
+    try:
+        return check_clone_url(repository.clone_url, allow_file=settings.pass_repo_allow_file,
+                               repo=repository.full_name)
+    except CloneUrlError as exc:
+        raise PayloadError(f"invalid payload: repository.clone_url: {exc}") from None
+
+
 def _author(person: _Person | None) -> str | None:
     if person is None:
         return None
@@ -367,7 +384,8 @@ def _parse_push(data: dict, settings: Settings) -> Decision:
                       baseline_sha=baseline, branch=branch, revisions=revisions,
                       change_sha256=change_key("push", push.repository.full_name.lower(), push.ref,
                                                push.before, push.after),
-                      installation=push.installation.id if push.installation else None)
+                      installation=push.installation.id if push.installation else None,
+                      clone_url=_clone_url(push.repository, settings))
 
 
 def _parse_pull_request(data: dict, settings: Settings) -> Decision:
@@ -387,7 +405,8 @@ def _parse_pull_request(data: dict, settings: Settings) -> Decision:
     request = _pull_request_run(event, approval_for(reason, settings), reason)
     return replace(request, change_sha256=change_key("pull_request", event.repository.full_name.lower(), pr.number,
                                                      pr.head.sha, PR_ACTION_CLASS[event.action]),
-                   installation=event.installation.id if event.installation else None)
+                   installation=event.installation.id if event.installation else None,
+                   clone_url=_clone_url(event.repository, settings))
 
 
 def _pull_request_run(event: _PullRequest, approval: str, untrusted: str | None) -> RunRequest:
@@ -409,7 +428,9 @@ def _approval_by_label(event: _PullRequest, settings: Settings) -> Decision:
     if settings.fork_policy == "never":
         return Ignored("approval refused: AMPCI_FORK_POLICY=never")
     pr = event.pull_request
-    request = _pull_request_run(event, "trusted", None)  # started at once when that head has no run yet
+    request = replace(_pull_request_run(event, "trusted", None),  # started at once when that head has no run yet
+                      installation=event.installation.id if event.installation else None,
+                      clone_url=_clone_url(event.repository, settings))
     return Approval(repo=event.repository.full_name, pr_number=pr.number, via="label",
                     by=event.sender.login if event.sender else None, head_sha=pr.head.sha,
                     request=request.to_payload())

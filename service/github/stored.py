@@ -77,6 +77,7 @@ class RunRequest:
     untrusted: str | None = None  # why a pull request is not trusted (None: trusted)
     change_sha256: str | None = None  # of the change it names (:func:`change_key`): one run per change
     installation: int | None = None  # the GitHub App installation that sent it (``installation.id``)
+    clone_url: str | None = None  # the repository's clone URL: the run's pass repository (AMPCI_PASS_REPO unset)
 
     @property
     def dedup_key(self) -> str | None:
@@ -93,6 +94,7 @@ class RunRequest:
                 "baseline_sha": self.baseline_sha, "branch": self.branch, "sweep": self.sweep,
                 "pr_number": self.pr_number, "body": self.body_sha256, "approval": self.approval,
                 "untrusted": self.untrusted, "change": self.change_sha256, "installation": self.installation,
+                "clone_url": self.clone_url,
                 "revisions": [[r.sha, r.parents, r.branch, r.author, r.message,
                                r.committed_at.isoformat() if r.committed_at else None] for r in self.revisions]}
 
@@ -123,13 +125,16 @@ class RunRequest:
             installation = data.get("installation")
             if installation is not None and not (type(installation) is int and 0 < installation < 2**63):
                 raise ValueError("installation id is not a positive integer")
+            clone_url = data.get("clone_url")  # absent in rows stored before; checked again by the worker
+            if clone_url is not None and not (isinstance(clone_url, str) and 0 < len(clone_url) <= 500):
+                raise ValueError("clone URL is not a string of at most 500 characters")
             return cls(repo=name_text(str(data["repo"]), REPOSITORY_MAX), trigger=str(data["trigger"]),
                        head_sha=check_commit_sha(data["head_sha"]), baseline_sha=check_commit_sha(base) if base else None,
                        branch=name_text(str(data["branch"]), BRANCH_MAX), sweep=name_text(str(data["sweep"]), 100),
                        pr_number=None if pr is None else check_number(int(pr)), revisions=revisions,
                        body_sha256=body, approval=approval,
                        untrusted=free_text(untrusted, 200) if isinstance(untrusted, str) else None,
-                       change_sha256=change, installation=installation)
+                       change_sha256=change, installation=installation, clone_url=clone_url)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise PayloadError(f"stored payload unreadable: {exc}"[:200]) from None
 

@@ -19,6 +19,7 @@ from service.regressions.confirm_caps import ConfirmCaps
 from service.regressions.detect import detect_run
 from service.regressions.verdict import record_verdict
 from service.settings import Settings
+from workers.config import WorkerConfig
 
 PENDING_JOB_STATUSES = frozenset({"queued", "running"})
 
@@ -49,9 +50,38 @@ def open_store(settings: Settings) -> Any:
     return store
 
 
+#: The run meta key (and job option) naming the run's pass repository when it is its webhook's own
+#: (``{"url", "repo", "installation"}``: :class:`service.api.dispatch.RunDispatcher`).  No credential.
+PASS_REPO = "pass_repo"
+
+
 def cell_options(run: Any, cell: tuple[str, str, str, str]) -> dict[str, Any]:
-    """The sweep options stored in ``run.meta`` for ``cell`` ({} when the run has none)."""
-    return run_meta.cell_options(run.meta, cell)
+    """The sweep options stored in ``run.meta`` for ``cell`` ({} when the run has none), with the run's
+    pass repository (:data:`PASS_REPO`) when its meta names one."""
+    options = run_meta.cell_options(run.meta, cell)
+    meta = run.meta or {}
+    if isinstance(meta.get(PASS_REPO), dict):
+        options[PASS_REPO] = dict(meta[PASS_REPO])
+    return options
+
+
+def job_worker_config(settings: Settings, source: Any) -> WorkerConfig:
+    """The :class:`workers.config.WorkerConfig` a job runs with: ``settings.worker_config()``, and when
+    ``AMPCI_PASS_REPO`` is unset and the job names its webhook's repository (``source``: the
+    :data:`PASS_REPO` entry of its options), that repository's clone URL with a token for it
+    (:func:`service.github.git_token.git_token`; '' when none).  The token lives in this config only, never
+    in the run, a message or a log line."""
+    config = settings.worker_config()
+    if settings.pass_repo or not isinstance(source, dict) or not isinstance(source.get("url"), str):
+        return config
+    import dataclasses
+
+    from service.github.git_token import git_token
+
+    url, repo = source["url"], str(source.get("repo") or "")
+    installation = source.get("installation") if type(source.get("installation")) is int else None
+    return dataclasses.replace(config, pass_repo_url=url,
+                               pass_repo_token=git_token(settings, url, repo, installation) if repo else "")
 
 
 def redact_result(result: Any) -> Any:

@@ -380,10 +380,12 @@ class LocalPool:
 
     def _run_one(self, slot: _Slot, job: Any, worker: str) -> None:
         from service.orchestration.jobs import (
+            PASS_REPO,
             cell_options,
             complete_job,
             dispatcher,
             finish_if_complete,
+            job_worker_config,
             record_crashed,
         )
         from workers.result import JobResult
@@ -402,7 +404,8 @@ class LocalPool:
             if attempts > self.settings.max_attempts:
                 record_crashed(self.store, run, job, attempts)
                 break
-            request = (job.cell, run.revision_sha, self.settings.worker_config(), cell_options(run, job.cell))
+            options = cell_options(run, job.cell)
+            request = (job.cell, run.revision_sha, job_worker_config(self.settings, options.get(PASS_REPO)), options)
             try:
                 text = slot.run(request, timeout=self.settings.job_timeout)
             except _SlotDied:

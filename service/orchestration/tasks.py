@@ -37,7 +37,7 @@ from service.orchestration.celery_app import (
     app_settings,
     time_limits,
 )
-from service.orchestration.jobs import complete_job
+from service.orchestration.jobs import PASS_REPO, complete_job, job_worker_config
 from service.settings import Settings
 from service.vocabulary import FINAL_JOB_STATES
 from workers.cell import run_cell as _run_cell
@@ -60,9 +60,10 @@ def preload_job_code(**_: Any) -> None:
 
 def run_cell(cell: tuple[str, str, str, str], revision: str, settings: Settings,
              options: dict[str, Any] | None = None) -> JobResult:
-    """:func:`workers.cell.run_cell` with the worker config of ``settings`` (a module-level name, so
-    a test worker can wrap it)."""
-    return _run_cell(cell, revision, settings.worker_config(), options)
+    """:func:`workers.cell.run_cell` with the worker config of ``settings`` for the job's pass repository
+    (:func:`~service.orchestration.jobs.job_worker_config`: the webhook's repository when ``options`` name one;
+    a module-level name, so a test worker can wrap it)."""
+    return _run_cell(cell, revision, job_worker_config(settings, (options or {}).get(PASS_REPO)), options)
 
 
 def execute_job(job_id: int, settings: Settings, worker: str | None = None,

@@ -197,7 +197,8 @@ def _create(store: Any, run: Any, pairs: int, caps: ConfirmCaps) -> int | None:
             options[key] = {**base, "confirm": confirm}
         meta = {"confirms": run.id, "options": options, "cell_defaults": {}, "pairs": pairs,
                 "caps": {"max_cells": caps.max_cells, "capped": len(chosen.capped),
-                         **({"pull_request": f"{pr[0]}#{pr[1]}", "max_per_pr": caps.max_per_pr} if pr else {})}}
+                         **({"pull_request": f"{pr[0]}#{pr[1]}", "max_per_pr": caps.max_per_pr} if pr else {})},
+                **({"pass_repo": parent_meta["pass_repo"]} if parent_meta.get("pass_repo") else {})}  # same repository
         (new,) = store.create_runs([RunSpec(run.revision_sha, CONFIRM_TRIGGER, run.baseline_sha, run.sweep,
                                             tuple(sorted(by_cell)), dedup_key(run.id), meta)], conn=conn)
         if new.created and pr is not None:

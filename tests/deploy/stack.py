@@ -128,3 +128,50 @@ def docker(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str
     if proc.returncode != 0:
         raise AssertionError(f"`docker {' '.join(args)}` exited {proc.returncode}: {proc.stderr.strip()}")
     return proc
+
+
+#: Where the workers see the stand-in remote of :func:`bare_remote` (a delivery names ``file://`` + this).
+REMOTE_IN_CONTAINER = "/srv/pass.git"
+SERVICE_UID = 10001  # the image's service user (Dockerfile): git refuses a repository another user owns
+
+
+def _git(*args: str, cwd: Path | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_AUTHOR_NAME="deploy test", GIT_AUTHOR_EMAIL="deploy@example.invalid",
+               GIT_COMMITTER_NAME="deploy test", GIT_COMMITTER_EMAIL="deploy@example.invalid")
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True,
+                          timeout=120).stdout.strip()
+
+
+def bare_remote(where: Path) -> tuple[Path, Path]:
+    """A bare clone of this checkout, ``main`` at its HEAD, at ``where/pass.git`` -- the "remote" users push to, since there is no
+    network -- owned by the service user, and a compose override mounting it read-only into ``worker-cpu`` at
+    :data:`REMOTE_IN_CONTAINER`.  Returns (bare repository, override file)."""
+    bare = where / "pass.git"
+    _git("clone", "-q", "--bare", "--no-hardlinks", str(ROOT), str(bare))
+    _git("update-ref", "refs/heads/main", _git("rev-parse", "HEAD", cwd=ROOT), cwd=bare)  # main: what the image has
+    _git("symbolic-ref", "HEAD", "refs/heads/main", cwd=bare)
+    override = where / "remote.yml"
+    override.write_text(json.dumps({"services": {"worker-cpu": {
+        "volumes": [f"{bare}:{REMOTE_IN_CONTAINER}:ro"]}}}))  # JSON is YAML
+    _own(bare)
+    return bare, override
+
+
+def push_commit(bare: Path, work: Path, message: str) -> tuple[str, str]:
+    """A new commit on ``main`` of ``bare`` (a comment appended to ``amp_pass/__init__.py``), pushed there as a user
+    would; returns (the branch's previous head, the new commit)."""
+    _own(bare, os.geteuid())  # back to this user first: git refuses a repository another user owns
+    _git("clone", "-q", str(bare), str(work))
+    before = _git("rev-parse", "HEAD", cwd=work)
+    init = work / "amp_pass" / "__init__.py"
+    init.write_text(init.read_text() + f"# {message}\n")
+    _git("commit", "-q", "-am", message, cwd=work)
+    _git("push", "-q", "origin", "HEAD:refs/heads/main", cwd=work)
+    _own(bare)
+    return before, _git("rev-parse", "HEAD", cwd=work)
+
+
+def _own(path: Path, uid: int = SERVICE_UID) -> None:
+    if os.geteuid() == 0:  # as root: hand it to the containers' service user (else the caller must be that user)
+        subprocess.run(["chown", "-R", f"{uid}:{uid}", str(path)], check=True, timeout=60)

@@ -32,7 +32,16 @@ import yaml
 import service.settings as settings_module
 from deploy.images import LOCAL_OVERRIDE, build_base_images, compose_command, docker_env, ensure_dockerd
 from tests.api.helpers import encode, pr_payload, push_payload, webhook_headers
-from tests.deploy.stack import ROOT, Stack, docker, free_port, wait_for
+from tests.deploy.stack import (
+    REMOTE_IN_CONTAINER,
+    ROOT,
+    Stack,
+    bare_remote,
+    docker,
+    free_port,
+    push_commit,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow]
 
@@ -62,7 +71,13 @@ def _require(problem: str | None) -> None:
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
+def remote(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The users' remote: a bare repository of this checkout, mounted into worker-cpu (see :func:`bare_remote`)."""
+    return bare_remote(tmp_path_factory.mktemp("remote"))
+
+
+@pytest.fixture(scope="module")
+def stack(remote: tuple[Path, Path]) -> Iterator[Stack]:
     """The CPU stack, built and healthy; removed with ``down -v`` (and checked gone) however the tests end."""
     _require(ensure_dockerd())
     compose = compose_command()
@@ -75,9 +90,10 @@ def stack() -> Iterator[Stack]:
     env.update(AMPCI_WEBHOOK_SECRET=SECRET, AMPCI_ALLOWED_REPOS=REPO, AMPCI_BIND="127.0.0.1",
                AMPCI_PORT=str(port), AMPCI_JOB_TIMEOUT="40s", AMPCI_LOG_LEVEL="INFO",
                AMPCI_TRACKED_BRANCHES="main", AMPCI_API_TOKEN=API_TOKEN, AMPCI_GITHUB_TOKEN=GITHUB_TOKEN,
-               AMPCI_GITHUB_API_URL="http://127.0.0.1:9")  # statuses go nowhere (refused at once)
+               AMPCI_GITHUB_API_URL="http://127.0.0.1:9",  # statuses go nowhere (refused at once)
+               AMPCI_PASS_REPO_ALLOW_FILE="true")  # the "remote" is a bare repository mounted as file://
     project = f"ampcitest{uuid.uuid4().hex[:10]}"
-    st = Stack(compose, project, [ROOT / "docker-compose.yml", LOCAL_OVERRIDE], env, port=port)
+    st = Stack(compose, project, [ROOT / "docker-compose.yml", LOCAL_OVERRIDE, remote[1]], env, port=port)
     try:
         t1 = time.monotonic()
         st.run("build", "migrate", timeout=1500)  # api, beat and worker-cpu share this image (ampci:latest)
@@ -242,6 +258,24 @@ def test_stack_runs_jobs_survives_a_killed_worker_and_a_redis_restart(stack: Sta
     assert second != pr_run
     _check_complete(_finished(stack, second, timeout=300))
     stack.wait_healthy(HEALTHY, timeout=120)
+
+
+def test_a_commit_pushed_after_the_build_is_cloned_from_the_repository_that_sent_it(
+        stack: Stack, remote: tuple[Path, Path], tmp_path: Path) -> None:
+    """AMPCI_PASS_REPO unset (the compose default): a push of a commit made after the images were built -- unknown to
+    /app -- is fetched by worker-cpu from the delivery's repository and gets its 6 results."""
+    before, after = push_commit(remote[0], tmp_path / "work", "a commit made after the images were built")
+    known = stack.exec("worker-cpu", "git", "-C", "/app", "cat-file", "-e", f"{after}^{{commit}}", check=False)
+    assert known.returncode != 0, "the new commit is in the image: the test would prove nothing"
+    t0 = time.monotonic()
+    payload = push_payload(after, before=before, repo=REPO)
+    payload["repository"]["clone_url"] = f"file://{REMOTE_IN_CONTAINER}"
+    _webhook(stack, "push", payload)
+    run_id = _run_of(stack, after, "push")
+    detail = _finished(stack, run_id, timeout=420)  # (run alone: after a baseline run of `before`, 6 more jobs)
+    TIMINGS["webhook to 6 results (commit pushed after the build)"] = round(time.monotonic() - t0, 1)
+    _check_complete(detail)
+    assert detail["run"]["meta"]["pass_repo"]["url"] == f"file://{REMOTE_IN_CONTAINER}"
 
 
 #: A pass revision that tries the stack's services from its conversion, then fails with one line of findings.
