@@ -112,7 +112,10 @@ def state_text(row: ReportRow) -> str:
 def _finding(row: ReportRow) -> str:
     kind, label = row.kind.replace("_", " "), metric_label(row.metric)
     what = kind if row.metric == "status" else label if kind in label else f"{kind} · {label}"
-    return escape(what) + ("" if row.category == "regression" else f" ({escape(row.category)})")
+    text = escape(what) + ("" if row.category == "regression" else f" ({escape(row.category)})")
+    if row.kind == "drift" and row.detail.startswith("drifted "):  # "drifted x4.5 over 8 commits, since REV"
+        text += f": {clipped(row.detail.split(' (', 1)[0].split(';', 1)[0], 80)}"
+    return text
 
 
 def _values(row: ReportRow) -> str:
