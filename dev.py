@@ -7,6 +7,8 @@
     python3 dev.py test -m "not browser"   # the same without the browser tests: installs no chromium
                              # (as root with apt-get, `test` also installs docker.io, docker-compose and
                              # debootstrap for the deploy test; -m "not deploy" or AMPCI_NO_DOCKER=1: not)
+    python3 dev.py typecheck # install into .venv if needed, then mypy as configured in pyproject.toml
+                             # ([tool.mypy]: strict on the typed packages); non-zero on a type error
     python3 dev.py images    # local base images for docker compose without a registry (deploy/images.py)
     python3 dev.py ampci ARGS...   # any ampci command inside the project's virtual environment
 
@@ -176,11 +178,13 @@ def main(argv: list[str]) -> int:
         env.setdefault("AMPCI_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
         proc = subprocess.run([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)
         return proc.returncode
+    if cmd == "typecheck":
+        return subprocess.run([str(PY), "-m", "mypy", *rest], cwd=ROOT, env=env).returncode
     if cmd == "sweep":
         return subprocess.run([str(VENV / "bin" / "ampci"), "sweep", *rest], cwd=ROOT, env=env).returncode
     if cmd == "ampci":
         return subprocess.run([str(VENV / "bin" / "ampci"), *rest], cwd=ROOT, env=env).returncode
-    print(f"dev.py: unknown command {cmd!r} (expected test, sweep, images or ampci)", file=sys.stderr)
+    print(f"dev.py: unknown command {cmd!r} (expected test, typecheck, sweep, images or ampci)", file=sys.stderr)
     return 2
 
 

@@ -53,3 +53,11 @@ def test_readme_says_dev_test_installs_chromium_and_how_to_skip_it() -> None:
 def test_docker_is_installed_only_when_the_deploy_test_may_run(args: list[str], env: dict[str, str],
                                                                expected: bool) -> None:
     assert _dev().wants_docker(args, env) is expected
+
+
+def test_ci_type_checks_before_the_tests() -> None:
+    """`.ci/run` stops (``set -e``) on a type error: the type check runs first, the tests after it."""
+    lines = [ln.split("#")[0].strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert "set -euo pipefail" in lines
+    commands = [ln for ln in lines if ln.startswith("python3 dev.py")]
+    assert [c.split()[2] for c in commands] == ["typecheck", "test"], commands

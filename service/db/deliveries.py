@@ -23,18 +23,22 @@ made storable before they are written, so recording an outcome never fails for i
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine, Row
 
 from service.db import models as m
-from service.db.engine import connect
+from service.db.engine import DialectInsert, connect
 from service.db.records import DeliveryInfo, utc
 from service.errors import NotFoundError, UserError
+
+if TYPE_CHECKING:
+    from sqlalchemy.sql.dml import ReturningInsert
 
 DELIVERY_STATES = ("pending", "accepted", "rejected", "failed", "duplicate")
 REDELIVERABLE = ("rejected", "failed")
@@ -84,7 +88,7 @@ class DeliveryWrite:
     payload: dict[str, Any] | None = None
     run_id: int | None = None
 
-    def values(self, received_at: Any) -> dict[str, Any]:
+    def values(self, received_at: datetime) -> dict[str, Any]:
         """The row's column values."""
         return {"delivery_id": self.delivery_id, "event": self.event, "status": self.status,
                 "reason": storable(self.reason), "run_id": self.run_id, "repository": self.repository,
@@ -120,7 +124,7 @@ def _check_status(status: str) -> None:
         raise UserError(f"unknown delivery status {status!r}; expected one of {', '.join(DELIVERY_STATES)}")
 
 
-def delivery_info(r: Any) -> DeliveryInfo:
+def delivery_info(r: Row[*tuple[Any, ...]]) -> DeliveryInfo:
     """DeliveryInfo from a webhook_deliveries row."""
     return DeliveryInfo(delivery_id=r.delivery_id, event=r.event, repository=r.repository, status=r.status,
                         reason=r.reason, run_id=r.run_id, received_at=utc(r.received_at))  # type: ignore[arg-type]
@@ -129,16 +133,18 @@ def delivery_info(r: Any) -> DeliveryInfo:
 _COLS = ("delivery_id", "event", "status", "reason", "run_id", "repository", "payload", "received_at")
 
 
-def _dialect_insert(dialect: str) -> Any:
+def _dialect_insert(dialect: str) -> DialectInsert:
     if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(t_del)
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(t_del)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(t_del)
 
 
 @functools.cache
-def _insert_new(dialect: str) -> Any:
+def _insert_new(dialect: str) -> ReturningInsert[str]:
     """``INSERT … ON CONFLICT (delivery_id) DO NOTHING RETURNING delivery_id`` with bind parameters,
     built once per dialect (the hot path pays no statement construction)."""
     return (_dialect_insert(dialect).values({c: sa.bindparam(c, type_=t_del.c[c].type) for c in _COLS})
@@ -146,7 +152,7 @@ def _insert_new(dialect: str) -> Any:
 
 
 @contextmanager
-def _autocommit(engine: Any) -> Iterator[Connection]:
+def _autocommit(engine: Engine) -> Iterator[Connection]:
     conn = connect(engine)
     try:
         yield conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -161,7 +167,10 @@ _INFO_COLS = (t_del.c.delivery_id, t_del.c.event, t_del.c.repository, t_del.c.st
 class DeliveriesMixin:
     """Delivery methods; requires ``self.transaction()``, ``self.clock`` and ``self.engine`` from Store."""
 
-    def transaction(self):  # type: ignore[no-untyped-def]  # pragma: no cover - provided by Store
+    engine: Engine
+    clock: Callable[[], datetime]
+
+    def transaction(self) -> AbstractContextManager[Connection]:  # pragma: no cover - provided by Store
         raise NotImplementedError
 
     def receive_delivery(self, delivery_id: str, event: str, status: str, *, reason: str | None = None,
@@ -202,8 +211,8 @@ class DeliveriesMixin:
             if len(writes) > 1:  # isolate: one by one, so only the offending delivery is affected
                 return [self.receive_deliveries([w])[0] for w in writes]
             reason = f"cannot be stored: {error_line(exc)}"
-            got = self.receive_deliveries([writes[0].as_rejected(reason)])[0]
-            return [Received(got.stored, got.existing, rejected=reason)]
+            kept = self.receive_deliveries([writes[0].as_rejected(reason)])[0]
+            return [Received(kept.stored, kept.existing, rejected=reason)]
         out: list[Received] = []
         for i, w in enumerate(writes):
             if first[w.delivery_id] == i and w.delivery_id in inserted:
@@ -233,8 +242,8 @@ class DeliveriesMixin:
     def _single_statement(self) -> AbstractContextManager[Connection]:
         """A connection for one atomic statement: autocommit on PostgreSQL (one round trip instead
         of BEGIN, statement, COMMIT); a normal transaction elsewhere."""
-        if self.engine.dialect.name == "postgresql":  # type: ignore[attr-defined]
-            return _autocommit(self.engine)  # type: ignore[attr-defined]
+        if self.engine.dialect.name == "postgresql":
+            return _autocommit(self.engine)
         return self.transaction()
 
     def pending_deliveries(self, conn: Connection, limit: int, skip: Sequence[str] = ()) -> list[PendingDelivery]:

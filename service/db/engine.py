@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -25,6 +26,20 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from service.errors import ConfigError, DatabaseUnavailableError
 from service.settings import redact_url
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    import psycopg
+    from psycopg.abc import AdaptContext, Buffer
+    from psycopg.abc import Loader as AnyLoader
+    from sqlalchemy.dialects.postgresql import Insert as PgInsert
+    from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
+    from sqlalchemy.engine.interfaces import DBAPIConnection
+    from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
+
+#: An INSERT of one of the two supported dialects, with ``on_conflict_do_*`` and ``excluded``.
+DialectInsert: TypeAlias = "PgInsert | SqliteInsert"
 
 SQLITE_BUSY_MS = 30_000
 IDLE_PING_SECONDS = 5.0  # a pooled PostgreSQL connection idle longer than this is checked before use
@@ -73,7 +88,7 @@ def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: int 
         raise ConfigError(f"cannot use database URL {redact_url(url)}: {exc}") from None
 
 
-def _lenient_timestamps(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+def _lenient_timestamps(dbapi_conn: psycopg.Connection[Any], _record: ConnectionPoolEntry) -> None:
     """Timestamps PostgreSQL holds but Python cannot (before year 1 or after 9999 once in UTC, e.g.
     ``0001-01-01 00:00:00+14`` written by another tool) read back as None, so a page or API answer
     showing such a row renders it as missing ("–") instead of failing with psycopg's DataError.
@@ -85,20 +100,21 @@ def _lenient_timestamps(dbapi_conn, _record) -> None:  # type: ignore[no-untyped
     for name in ("timestamptz", "timestamp", "date"):
         oid = dbapi_conn.adapters.types[name].oid
         for fmt in (Format.TEXT, Format.BINARY):
-            base: type[Loader] | None = dbapi_conn.adapters.get_loader(oid, fmt)
+            base: type[AnyLoader] | None = dbapi_conn.adapters.get_loader(oid, fmt)
             if base is None or getattr(base, "_ampci_lenient", False):
                 continue
+            inner: type[AnyLoader] = base
 
             class Lenient(Loader):  # wraps the (C) loader: psycopg's compiled loaders cannot be subclassed
                 _ampci_lenient = True
                 format = fmt
-                inner_class = base
+                inner_class = inner
 
-                def __init__(self, oid: int, context: object = None) -> None:
-                    super().__init__(oid, context)  # type: ignore[arg-type]
+                def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
+                    super().__init__(oid, context)
                     self._inner = self.inner_class(oid, context)
 
-                def load(self, data):  # type: ignore[no-untyped-def]
+                def load(self, data: Buffer) -> Any:  # a date or datetime; None where Python has none
                     try:
                         return self._inner.load(data)
                     except DataError:
@@ -113,11 +129,11 @@ def _ping_when_idle(engine: Engine, idle: float) -> None:
     fresh connection (SQLAlchemy's ``DisconnectionError`` protocol)."""
 
     @event.listens_for(engine, "checkin")
-    def _checkin(_dbapi_conn, record) -> None:  # type: ignore[no-untyped-def]
+    def _checkin(_dbapi_conn: DBAPIConnection, record: ConnectionPoolEntry) -> None:
         record.info["ampci_idle_since"] = time.monotonic()
 
     @event.listens_for(engine, "checkout")
-    def _checkout(dbapi_conn, record, _proxy) -> None:  # type: ignore[no-untyped-def]
+    def _checkout(dbapi_conn: DBAPIConnection, record: ConnectionPoolEntry, _proxy: PoolProxiedConnection) -> None:
         since = record.info.get("ampci_idle_since")
         if since is None or time.monotonic() - since <= idle:
             return
@@ -132,7 +148,7 @@ def _ping_when_idle(engine: Engine, idle: float) -> None:
             raise sa.exc.DisconnectionError(str(exc)) from exc
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+def _sqlite_pragmas(dbapi_conn: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
     dbapi_conn.isolation_level = None  # autocommit at the driver; SQLAlchemy's "begin" event starts txns
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")

@@ -117,7 +117,7 @@ def head() -> str | None:
     revisions: set[str] = set()
     parents: set[str] = set()
     for path in sorted((Path(_script_location()) / "versions").glob("*.py")):
-        found = dict(m.groups() for m in _REVISION_LINE.finditer(path.read_text(encoding="utf-8")))
+        found = {m.group(1): m.group(2) for m in _REVISION_LINE.finditer(path.read_text(encoding="utf-8"))}
         if "revision" not in found:
             continue
         revisions.add(ast.literal_eval(found["revision"]))

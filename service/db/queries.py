@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection, Engine, Row
 
 from service.db import models as m
 from service.db.records import (
@@ -121,10 +123,11 @@ def regressions_query(state: str | None = None, since: datetime | None = None, r
 class QueriesMixin:
     """Query methods; requires ``self.transaction()`` and ``self.clock`` from Store."""
 
-    def transaction(self):  # type: ignore[no-untyped-def]  # pragma: no cover - provided by Store
-        raise NotImplementedError
+    engine: Engine
+    clock: Callable[[], datetime]
 
-    clock: Any
+    def transaction(self) -> AbstractContextManager[Connection]:  # pragma: no cover - provided by Store
+        raise NotImplementedError
 
     # -- revisions --------------------------------------------------------------------------------
     def resolve_revision(self, ref: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 Cell = tuple[str, str, str, str]  # (model, dtype, policy, target)
 
@@ -19,6 +19,9 @@ def utc(dt: datetime | None) -> datetime | None:
     if dt is None:
         return None
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+T = TypeVar("T")
 
 
 def _json_value(v: Any) -> Any:
@@ -280,10 +283,14 @@ class RevisionRow:
 
     def merged(self, later: RevisionRow) -> RevisionRow:
         """This row updated by ``later`` (same sha): its non-None fields and non-empty parents win."""
-        return RevisionRow(self.sha, later.parents or self.parents,
-                           *(b if b is not None else a for a, b in (
-                               (self.branch, later.branch), (self.author, later.author),
-                               (self.message, later.message), (self.committed_at, later.committed_at))))
+        return RevisionRow(self.sha, later.parents or self.parents, _newer(self.branch, later.branch),
+                           _newer(self.author, later.author), _newer(self.message, later.message),
+                           _newer(self.committed_at, later.committed_at))
+
+
+def _newer(old: T | None, new: T | None) -> T | None:
+    """``new`` unless it is None (then ``old``)."""
+    return new if new is not None else old
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from service.db import models as m
+from service.db.engine import DialectInsert
 from service.db.queries import job_info
 from service.db.records import Cell, JobInfo, NewRun, RevisionInfo, RevisionRow, RunSpec
 from service.errors import UserError
@@ -30,15 +32,11 @@ _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__
 
 
-def dialect_insert(conn: Connection, table: sa.Table) -> Any:
+def dialect_insert(conn: Connection, table: sa.Table) -> DialectInsert:
     """An INSERT supporting ``on_conflict_do_*`` for the connection's dialect."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    elif conn.dialect.name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:  # pragma: no cover - only PostgreSQL and SQLite are supported
+    if conn.dialect.name not in ("postgresql", "sqlite"):  # pragma: no cover - only these two are supported
         raise UserError(f"unsupported database dialect {conn.dialect.name!r}; use PostgreSQL or SQLite")
-    return insert(table)
+    return insert_for(conn.dialect.name, table)
 
 
 def check_sha(sha: str) -> str:
@@ -68,8 +66,14 @@ class RunWritesMixin:
 
     run_dispatch: str = "broker"
 
-    def transaction(self):  # type: ignore[no-untyped-def]  # pragma: no cover - provided by Store
+    engine: Engine
+    clock: Callable[[], datetime]
+
+    def transaction(self) -> AbstractContextManager[Connection]:  # pragma: no cover - provided by Store
         raise NotImplementedError
+
+    if TYPE_CHECKING:  # provided by QueriesMixin
+        def get_revision(self, sha: str) -> RevisionInfo: ...
 
     # -- revisions ------------------------------------------------------------------------------
     def upsert_revision(self, sha: str, parents: Sequence[str] = (), branch: str | None = None,
@@ -206,7 +210,7 @@ class RunWritesMixin:
             ins = dialect_insert(conn, t_run)
             stmt = ins.on_conflict_do_nothing(index_elements=[t_run.c.dedup_key]).returning(
                 t_run.c.dedup_key, t_run.c.id)
-            got = dict(conn.execute(stmt, [row(specs[i]) for i in keyed]).all())
+            got: dict[str | None, int] = dict(conn.execute(stmt, [row(specs[i]) for i in keyed]).tuples().all())
             for i in keyed:
                 if specs[i].dedup_key in got:
                     ids[i] = int(got[specs[i].dedup_key])
@@ -263,9 +267,9 @@ class RunWritesMixin:
 
 
 @functools.cache
-def _revision_upsert(dialect: str) -> Any:
+def _revision_upsert(dialect: str) -> DialectInsert:
     """The revisions upsert of :meth:`Store.upsert_revisions` (built once per dialect; executemany)."""
-    ins = _insert_for(dialect, t_rev)
+    ins = insert_for(dialect, t_rev)
     ex = ins.excluded
     update: dict[str, Any] = {c: sa.func.coalesce(getattr(ex, c), getattr(t_rev.c, c))
                               for c in ("branch", "author", "message", "committed_at")}
@@ -275,15 +279,18 @@ def _revision_upsert(dialect: str) -> Any:
 
 
 @functools.cache
-def _parent_upsert(dialect: str) -> Any:
-    ins = _insert_for(dialect, t_par)
+def _parent_upsert(dialect: str) -> DialectInsert:
+    ins = insert_for(dialect, t_par)
     return ins.on_conflict_do_update(index_elements=[t_par.c.child_sha, t_par.c.position],
                                      set_={"parent_sha": ins.excluded.parent_sha})
 
 
-def _insert_for(dialect: str, table: sa.Table) -> Any:
+def insert_for(dialect: str, table: sa.Table) -> DialectInsert:
+    """``INSERT INTO table`` of ``dialect``: PostgreSQL's, or SQLite's for any other name."""
     if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(table)
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(table)

@@ -22,14 +22,14 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, Row
 
 from service.db import models as m
 from service.db.deliveries import DELIVERY_STATES, DeliveriesMixin
-from service.db.engine import connect, make_engine, transaction, unavailable
+from service.db.engine import DialectInsert, connect, make_engine, transaction, unavailable
 from service.db.extract import result_columns
 from service.db.queries import QueriesMixin, job_info, run_info
 from service.db.records import (
@@ -46,12 +46,15 @@ from service.db.runs import (
     check_cell,
     check_sha,
     dialect_insert,
+    insert_for,
 )
 from service.errors import DatabaseUnavailableError, NotFoundError, UserError
 from service.vocabulary import AWAITING_APPROVAL, FINAL_JOB_STATES, JOB_STATES, RUN_STATES, TRIGGERS
 from workers.result import JobResult
 
 if TYPE_CHECKING:
+    import psycopg
+
     from service.regressions.thresholds import Thresholds
     from service.settings import Settings
 
@@ -226,7 +229,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
             conn.close()
 
     @contextmanager
-    def _bookkeeping(self) -> Iterator[Any]:
+    def _bookkeeping(self) -> Iterator[psycopg.Connection[Any]]:
         """A psycopg connection for a worker's per-job bookkeeping on PostgreSQL (:meth:`begin_job`,
         :meth:`complete_job`): from a second pool of this process (same size limits as the Store's,
         connections opened on demand: one per thread doing bookkeeping at once), in autocommit mode
@@ -259,7 +262,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
                                            "every bookkeeping connection this process may open is in use "
                                            "(AMPCI_DB_POOL_SIZE + AMPCI_DB_MAX_OVERFLOW); try again") from None
         try:
-            pg = fairy.driver_connection
+            pg = cast("psycopg.Connection[Any]", fairy.driver_connection)  # a PostgreSQL engine's driver
             if fairy.info.get("ampci_bookkeeping") is not pg:  # set up once per connection
                 pg.autocommit = True
                 pg.execute("SET synchronous_commit TO off")
@@ -378,8 +381,8 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
             row = self.run_row(conn, run_id)
             if row.status == AWAITING_APPROVAL:
                 return run_info(row)  # no jobs until approved: nothing to derive
-            counts = dict(conn.execute(sa.select(t_job.c.status, sa.func.count()).where(
-                t_job.c.run_id == run_id).group_by(t_job.c.status)).all())
+            counts: dict[str, int] = dict(conn.execute(sa.select(t_job.c.status, sa.func.count()).where(
+                t_job.c.run_id == run_id).group_by(t_job.c.status)).tuples().all())
             total = sum(counts.values())
             pending = counts.get("queued", 0) + counts.get("running", 0)
             finished_at = None
@@ -432,10 +435,10 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         """Counts of a run's jobs, results and findings (regressions counted unless resolved/false positive)."""
         with self.transaction() as conn:
             run = self.run_row(conn, run_id)
-            jobs = dict(conn.execute(sa.select(t_job.c.status, sa.func.count()).where(
-                t_job.c.run_id == run_id).group_by(t_job.c.status)).all())
-            res = dict(conn.execute(sa.select(t_res.c.status, sa.func.count()).where(
-                t_res.c.run_id == run_id).group_by(t_res.c.status)).all())
+            jobs: dict[str, int] = dict(conn.execute(sa.select(t_job.c.status, sa.func.count()).where(
+                t_job.c.run_id == run_id).group_by(t_job.c.status)).tuples().all())
+            res: dict[str, int] = dict(conn.execute(sa.select(t_res.c.status, sa.func.count()).where(
+                t_res.c.run_id == run_id).group_by(t_res.c.status)).tuples().all())
             found = conn.execute(sa.select(t_reg.c.category, t_reg.c.kind, sa.func.count()).where(
                 t_reg.c.run_id == run_id, t_reg.c.state.in_(("open", "acknowledged")))
                 .group_by(t_reg.c.category, t_reg.c.kind)).all()
@@ -465,7 +468,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
                 for r in rows]
 
     # -- helpers --------------------------------------------------------------------------------
-    def run_row(self, conn: Connection, run_id: int) -> Any:
+    def run_row(self, conn: Connection, run_id: int) -> Row[Any]:
         row = conn.execute(sa.select(t_run).where(t_run.c.id == run_id)).first()
         if row is None:
             raise NotFoundError(f"no run with id {run_id}")
@@ -480,13 +483,13 @@ JOB_END_CHANNEL = "ampci_job_end"
 
 
 @functools.cache
-def _end_job_statement(postgresql: bool) -> Any:
+def _end_job_statement(postgresql: bool) -> sa.Update:
     """The job's final status (SQLite; PostgreSQL: :func:`_pg_complete_job`)."""
     return (t_job.update().where(t_job.c.id == sa.bindparam("job_id"))
             .values(status=sa.bindparam("job_status"), finished_at=sa.bindparam("now")))
 
 
-def _run_columns() -> list[Any]:
+def _run_columns() -> list[sa.Label[Any]]:
     """The run's revision, options and status beside a job row, as scalar subqueries labelled
     ``run_<name>`` (usable in RETURNING on PostgreSQL and SQLite alike)."""
     runs = t_run.alias("of_run")
@@ -495,9 +498,9 @@ def _run_columns() -> list[Any]:
 
 
 @functools.cache
-def _begin_job_statement(postgresql: bool) -> Any:
+def _begin_job_statement(postgresql: bool) -> sa.Update:
     """``UPDATE jobs … RETURNING`` the job and its run (SQLite; PostgreSQL: :data:`_PG_BEGIN_JOB`)."""
-    job_id = sa.bindparam("job_id")
+    job_id: sa.BindParameter[int] = sa.bindparam("job_id")
     return (t_job.update().where(t_job.c.id == job_id, t_job.c.status.not_in(_FINAL))
             .values(attempts=t_job.c.attempts + 1, worker=sa.bindparam("worker"), started_at=sa.bindparam("now"),
                     status="running")
@@ -505,7 +508,7 @@ def _begin_job_statement(postgresql: bool) -> Any:
 
 
 @functools.cache
-def _job_with_run_statement() -> Any:
+def _job_with_run_statement() -> sa.Select[Any]:
     return sa.select(*t_job.c, *_run_columns()).where(t_job.c.id == sa.bindparam("job_id"))
 
 
@@ -548,20 +551,16 @@ def _pg_complete_job(cols: tuple[str, ...]) -> str:
 
 
 @functools.cache
-def _namedtuple_row() -> Any:
+def _namedtuple_row() -> Any:  # rows read by attribute, as SQLAlchemy rows are (job_info)
     from psycopg.rows import namedtuple_row
 
     return namedtuple_row
 
 
 @functools.cache
-def _result_upsert(dialect: str, cols: tuple[str, ...]) -> Any:
+def _result_upsert(dialect: str, cols: tuple[str, ...]) -> DialectInsert:
     """The results upsert of :meth:`Store.complete_job` for these result columns (built once)."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    ins = insert(t_res)
+    ins = insert_for(dialect, t_res)
     return ins.on_conflict_do_update(
         index_elements=[t_res.c.run_id, t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target],
         set_={k: getattr(ins.excluded, k) for k in (*cols, "job_id", "updated_at")})

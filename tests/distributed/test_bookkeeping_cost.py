@@ -12,7 +12,6 @@ comes back fails here.  Those bookkeeping commits are asynchronous (``synchronou
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -202,7 +201,5 @@ def test_a_waiter_is_woken_by_the_end_of_a_job_of_its_run_only(worker) -> None:
         timer = threading.Timer(0.3, tasks.execute_job, args=(store.jobs(run_id)[0].id, settings, "w1"),
                                 kwargs={"store": store})
         timer.start()
-        start = time.monotonic()
-        assert wait(30) is True
-        assert time.monotonic() - start < 10
+        assert wait(30) is True  # woken by the job's end (a wait that runs out answers False)
         timer.join()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import date
 
 import pytest
@@ -11,6 +10,7 @@ import redis
 
 from service.orchestration import scheduler
 from service.settings import Settings
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.celery]
 
@@ -51,10 +51,13 @@ def test_nightly_task_runs_on_the_control_queue(cluster_settings: Settings, clus
     w.wait_ready()
     make_app(cluster_settings).send_task(NIGHTLY_TASK, args=["smoke"], queue="control")
     store = scheduler.open_store(cluster_settings)
-    deadline = time.monotonic() + 60
-    while not store.list_runs(trigger="nightly"):
-        assert time.monotonic() < deadline, w.log.read_text()[-3000:]
-        time.sleep(0.2)
-    (run,) = store.list_runs(trigger="nightly")
+
+    def log() -> str:
+        return w.log.read_text()[-3000:]
+
+    (run,) = wait_until(lambda: store.list_runs(trigger="nightly"), "the nightly run", detail=log)
     assert run.dedup_key and run.dedup_key.endswith(":smoke") and run.dedup_key.startswith("nightly:")
-    assert _queued(fresh_redis.url) > 0
+    # the run and its job rows are committed before the first message is sent: wait for all of them
+    planned = len(store.jobs(run.id))
+    assert planned > 0
+    wait_until(lambda: _queued(fresh_redis.url) == planned, f"{planned} jobs on the cpu queue", detail=log)

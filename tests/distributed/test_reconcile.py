@@ -27,6 +27,7 @@ from service.orchestration import scheduler
 from service.orchestration.scheduler import SweepConfig, celery_app, open_store, start_sweep, wait_for_run
 from service.settings import Settings
 from tests.distributed.procs import ROOT, free_port, stop
+from tests.waiting import SAFETY_NET_S
 
 pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres]
 
@@ -109,7 +110,7 @@ def test_beat_resends_only_the_lost_job_and_a_worker_completes_the_run(
     log.close()
     try:
         control.wait_ready()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + SAFETY_NET_S
         while _queued_ids(fresh_redis.url) != Counter(jobs.values()):  # the lost one is back, once
             assert time.monotonic() < deadline, (_queued_ids(fresh_redis.url),
                                                  (tmp_path / "beat.log").read_text()[-2000:],
@@ -122,7 +123,7 @@ def test_beat_resends_only_the_lost_job_and_a_worker_completes_the_run(
 
         cpu = start_worker("wcpu", queues="cpu", extra_env={"AMPCI_TEST_NOOP_DELAY": "0.1"})
         cpu.wait_ready()
-        run = wait_for_run(store, started.run_id, timeout=90)
+        run = wait_for_run(store, started.run_id, timeout=SAFETY_NET_S)
         assert run.status == "complete"
         assert all(j.status == "done" and j.attempts == 1 for j in store.jobs(started.run_id))
         assert sorted(r.model for r in store.results(run_id=started.run_id)) == ["noop_a", "noop_b", "noop_c"]
@@ -223,9 +224,7 @@ def test_unreachable_broker_is_one_line_and_changes_nothing(cluster_settings, cl
     rows = _job_rows(store, started.run_id)
     down = {**cluster_env, "AMPCI_BROKER_URL": f"redis://127.0.0.1:{free_port()}/0"}
     for args in ((), ("--dry-run",)):
-        t0 = time.monotonic()
-        proc = _cli(down, *args)
-        assert time.monotonic() - t0 < 30
+        proc = _cli(down, *args, timeout=SAFETY_NET_S)  # it gives up on the broker: no retrying for ever
         assert proc.returncode == 3 and proc.stdout == ""
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("ampci: error: cannot inspect the broker at redis://")

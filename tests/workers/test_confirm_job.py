@@ -58,9 +58,13 @@ def test_both_revisions_are_timed_pair_by_pair_for_every_timing_kind(roots: dict
     for kind in (conv, lat):
         assert len(kind["baseline"]) == len(kind["candidate"]) == 3
         assert all(b > 0 for b in kind["baseline"])
-        assert all(c > b for b, c in zip(kind["baseline"], kind["candidate"], strict=True))  # every pair
-    assert all(c - b > 0.2 for b, c in zip(conv["baseline"], conv["candidate"], strict=True))
-    assert got["seconds"] > 3 * 0.3  # the candidate slept in each of its conversions
+    # CPU time is what other load does not inflate: the candidate's 400 extra Loop steps (about 3x the
+    # model's own work) show in every pair, so each side ran its own revision's model
+    assert all(c > b for b, c in zip(lat["baseline"], lat["candidate"], strict=True))
+    # conversion time is wall time, which load inflates on either side of a pair (comparing the two is
+    # for bench/); the candidate's sleep is a floor no load can lower, in each of its conversions
+    assert all(c >= 0.3 for c in conv["candidate"]), conv
+    assert got["seconds"] > 3 * 0.3
 
 
 def test_the_job_reports_failures_as_statuses(roots: dict[str, Path], tmp_path: Path) -> None:
