@@ -43,13 +43,16 @@ ROOT_FLOOR = "service"
 SERVICE_FLOORS: dict[str, frozenset[str]] = {
     ROOT_FLOOR: frozenset(),
     "regressions": frozenset({ROOT_FLOOR}),
+    "github_auth": frozenset({ROOT_FLOOR}),
     "db": frozenset({ROOT_FLOOR, "regressions"}),
-    "orchestration": frozenset({ROOT_FLOOR, "regressions", "db"}),
-    "github": frozenset({ROOT_FLOOR, "regressions", "db", "orchestration"}),
+    "orchestration": frozenset({ROOT_FLOOR, "regressions", "db", "github_auth"}),
+    "github": frozenset({ROOT_FLOOR, "regressions", "github_auth", "db", "orchestration"}),
     "web": frozenset({ROOT_FLOOR, "db"}),
     "dashboard": frozenset({ROOT_FLOOR, "regressions", "db", "orchestration", "github", "web"}),
-    "api": frozenset({ROOT_FLOOR, "regressions", "db", "orchestration", "github", "web", "dashboard"}),
-    "cli": frozenset({ROOT_FLOOR, "regressions", "db", "orchestration", "github", "web", "dashboard", "api"}),
+    "api": frozenset({ROOT_FLOOR, "regressions", "github_auth", "db", "orchestration", "github", "web",
+                      "dashboard"}),
+    "cli": frozenset({ROOT_FLOOR, "regressions", "github_auth", "db", "orchestration", "github", "web",
+                      "dashboard", "api"}),
 }
 #: Where ``sqlalchemy`` may be imported: path prefixes relative to the project root.
 SQLALCHEMY_HOMES = ("service/db/", "migrations/")

@@ -192,7 +192,7 @@ class RunDispatcher:
             revisions.extend(RevisionRow(r.sha, tuple(r.parents), r.branch, r.author, r.message or None,
                                          r.committed_at) for r in request.revisions)
             github: dict[str, Any] = {"repo": request.repo, "branch": request.branch, "event": request.trigger}
-            if request.installation is not None:  # the App installation to report with (service.github.auth)
+            if request.installation is not None:  # the App installation to report with (service.github_auth.app)
                 github["installation"] = request.installation
             if request.pr_number is not None:
                 github["pr"] = request.pr_number

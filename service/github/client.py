@@ -1,5 +1,5 @@
 """A small GitHub REST client for commit statuses, the pull-request report comment and check runs,
-with retry and exponential backoff, that no answer can stall (:mod:`service.github.transport`: a
+with retry and exponential backoff, that no answer can stall (:mod:`service.github_auth.transport`: a
 total deadline per exchange, capped and bomb-safe answers; malformed answers, rate limits and a
 passed deadline end the call at once as :class:`TransientStatusError` kinds).
 
@@ -9,7 +9,7 @@ errors, 5xx, 429, 403 with an exhausted rate limit) raise :class:`TransientStatu
 in-call retries; the caller (the outbox reporter) schedules further attempts.  Permanent failures
 (other 4xx: bad token, unknown repository or sha) raise :class:`PermanentStatusError`.
 
-Every request carries the credential of its repository from a :mod:`service.github.auth` identity
+Every request carries the credential of its repository from a :mod:`service.github_auth.app` identity
 (a GitHub App's installation token, minted and refreshed as needed, or the static token); a 401 makes
 the identity mint a fresh one and the request is sent once more.  Credentials go to ``api_url`` only:
 every URL is built from it and redirects are never followed.
@@ -32,7 +32,7 @@ import random
 import time
 from collections.abc import Callable
 
-from service.github.auth import AppAuth, AuthError, GitHubAuth, StaticToken
+from service.github_auth.app import AppAuth, AuthError, GitHubAuth, StaticToken
 from service.github.report_items import (
     CHECK_CONCLUSIONS,
     CHECK_STATUSES,
@@ -47,7 +47,7 @@ from service.github.report_items import (
     Report,
     report_from_dict,
 )
-from service.github.transport import (
+from service.github_auth.transport import (
     DEFAULT_RATE_LIMIT_DELAY,
     MAX_ANSWER_BYTES,
     Answer,
@@ -71,7 +71,7 @@ class StatusPostError(Exception):
 
 class TransientStatusError(StatusPostError):
     """Worth retrying later (network, 5xx, rate limit); ``retry_after`` seconds when GitHub said
-    (always finite and clamped: :func:`service.github.transport.retry_delay`)."""
+    (always finite and clamped: :func:`service.github_auth.transport.retry_delay`)."""
 
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -105,7 +105,7 @@ def backoff_delay(attempt: int, base: float = 1.0, cap: float = 300.0,
 
 class GitHubStatusClient:
     """Posts commit statuses, the PR comment and check runs.  Thread-safe (one bounded connection
-    pool: :class:`~service.github.transport.BoundedHTTP`); close it when done.
+    pool: :class:`~service.github_auth.transport.BoundedHTTP`); close it when done.
 
     ``timeout`` is the **total** deadline of each HTTP exchange (connect, send, the whole answer), not
     a per-read timeout; answers are read up to ``max_answer_bytes`` (on the wire and decoded).  In-call

@@ -108,7 +108,7 @@ class StatusReporter(OutboxPoster):
             outbox = RedisOutbox(settings.broker_url)
         else:
             outbox = MemoryOutbox()
-        from service.github.auth import auth_from_settings
+        from service.github_auth.app import auth_from_settings
 
         auth = auth_from_settings(settings)  # ConfigError at start for half an App or a bad key
         client = GitHubStatusClient(settings.github_api_url, auth=auth) if auth is not None else None

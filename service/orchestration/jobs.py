@@ -69,14 +69,14 @@ def job_worker_config(settings: Settings, source: Any) -> WorkerConfig:
     """The :class:`workers.config.WorkerConfig` a job runs with: ``settings.worker_config()``, and when
     ``AMPCI_PASS_REPO`` is unset and the job names its webhook's repository (``source``: the
     :data:`PASS_REPO` entry of its options), that repository's clone URL with a token for it
-    (:func:`service.github.git_token.git_token`; '' when none).  The token lives in this config only, never
+    (:func:`service.github_auth.git_token.git_token`; '' when none).  The token lives in this config only, never
     in the run, a message or a log line."""
     config = settings.worker_config()
     if settings.pass_repo or not isinstance(source, dict) or not isinstance(source.get("url"), str):
         return config
     import dataclasses
 
-    from service.github.git_token import git_token
+    from service.github_auth.git_token import git_token
 
     url, repo = source["url"], str(source.get("repo") or "")
     installation = source.get("installation") if type(source.get("installation")) is int else None

@@ -334,7 +334,7 @@ def app_standin(server: HTTPServer, **kwargs: Any) -> GitHubStandIn:
 
 def app_client(server: HTTPServer, **kwargs: Any) -> Any:
     """A client reporting as the test App to ``server`` (its installation looked up or remembered)."""
-    from service.github.auth import AppAuth
+    from service.github_auth.app import AppAuth
     from service.github.client import GitHubStatusClient
 
     kwargs.setdefault("timeout", 2.0)

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from pytest_httpserver import HTTPServer
 
 from service.errors import ConfigError
-from service.github.auth import AppAuth, StaticToken, auth_from_settings
+from service.github_auth.app import AppAuth, StaticToken, auth_from_settings
 from service.github.client import (
     COMMENT_MARKER,
     CommitStatus,

@@ -24,7 +24,7 @@ from service.github.client import (
 )
 from service.github.outbox import MemoryOutbox, RedisOutbox
 from service.github.reporter import StatusReporter
-from service.github.transport import MAX_RETRY_DELAY, MIN_RETRY_DELAY
+from service.github_auth.transport import MAX_RETRY_DELAY, MIN_RETRY_DELAY
 from tests.api.github_standin import GitHubStandIn, app_client, app_standin, gzip_bomb
 from tests.api.helpers import REPO, sha
 

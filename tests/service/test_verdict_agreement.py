@@ -164,7 +164,7 @@ def test_the_reporter_decides_once_and_its_reports_agree(sqlite_url: str, monkey
 
     monkeypatch.setattr(verdict_mod, "run_verdict", counted)
     outbox = MemoryOutbox()
-    from service.github.auth import AppAuth
+    from service.github_auth.app import AppAuth
     from tests.api.github_standin import APP_ID, app_key
 
     # check runs are queued only when reporting as an App (nothing is sent: the outbox is only read)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from service.errors import ConfigError
-from service.github.transport import retry_delay
+from service.github_auth.transport import retry_delay
 from service.settings import Settings
 
 JWT_BACKDATE = 60.0      # iat this far in the past (GitHub's advice against clock drift)

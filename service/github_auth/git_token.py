@@ -1,7 +1,7 @@
 """The credential a worker clones a webhook's pass repository with: the GitHub identity's token, for git.
 
 A private repository needs a token with *Contents: read* (the App's ``contents: read`` permission): the
-installation token of the run's installation (:class:`service.github.auth.AppAuth`, cached and refreshed as
+installation token of the run's installation (:class:`service.github_auth.app.AppAuth`, cached and refreshed as
 for reports), or ``AMPCI_GITHUB_TOKEN``.  A worker has one only when its own settings configure an identity
 (in compose the credentials reach the api alone: see README, "Pass repository").
 
@@ -34,7 +34,7 @@ def clone_host(api_url: str) -> str:
 
 
 def _identity(settings: Settings) -> Any:
-    from service.github.auth import auth_from_settings
+    from service.github_auth.app import auth_from_settings
 
     with _LOCK:
         if settings not in _IDENTITIES:
