@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
 #: Modules that finishing a run (:func:`service.orchestration.jobs.finish_if_complete`) and its report import
 #: on first use, after the last job: imported by :func:`_import_for_the_end` while the jobs run instead.
-END_MODULES = ("service.regressions.bisect", "service.regressions.gate", "service.regressions.verdict")
+END_MODULES = ("service.orchestration.bisection", "service.regressions.gate", "service.regressions.verdict")
 
 
 def _import_for_the_end() -> None:
@@ -147,7 +147,7 @@ def _report(args: argparse.Namespace, store: Any, started: Any, run_info: Any, b
     decision = gate_decision(store, started.run_id, results, len(regressions))
     payload["gate"] = decision.to_dict()
     if decision.unmeasured:  # cells that could not measure are said first: never "no regressions"
-        from service.regressions.verdict import run_verdict
+        from service.orchestration.judge import run_verdict
 
         comparison["message"] = run_verdict(store, started.run_id).headline()
     _emit(args, payload, (run_info, results, regressions, started, comparison))
@@ -179,9 +179,9 @@ def latency_notes(store: Any, results: Any, most: int = 200) -> list[str]:
 
 
 def gate_decision(store: Any, run_id: int, results: Any, regressions: int) -> Any:
-    """The gate (:func:`service.regressions.verdict.run_verdict`): its open regressions, and every cell that
+    """The gate (:func:`service.orchestration.judge.run_verdict`): its open regressions, and every cell that
     could not measure (with or without a baseline result) unless its baseline failed the same way."""
-    from service.regressions.verdict import run_verdict
+    from service.orchestration.judge import run_verdict
 
     return run_verdict(store, run_id).decision
 
@@ -214,7 +214,7 @@ def _run_baseline(settings: Any, config: Any, store: Any, baseline: str, args: a
     """Run ``baseline`` for the sweep's cells that have no result there yet (``asv continuous``), and wait
     for it unless ``--no-wait``; return its run id (None: nothing was missing)."""
     from service.orchestration import scheduler
-    from service.regressions.detect import cells_with_results
+    from service.orchestration.judge import cells_with_results
 
     have = cells_with_results(store, baseline)
     catalog = scheduler.zoo_catalog(config.zoo_path(), settings.data_dir)
@@ -264,7 +264,7 @@ def _wait(store: Any, started: Any, timeout: float | None, stop_workers: bool = 
 def compared_cells(store: Any, run_id: int, cells: int, baseline: str | None, regressions: int) -> dict[str, Any]:
     """How many of the run's ``cells`` (with results) had a baseline result to compare with, and the one
     line saying so: a first run of its cells compares nothing, which is not "no regressions"."""
-    from service.regressions.detect import baseline_revisions
+    from service.orchestration.judge import baseline_revisions
 
     found = baseline_revisions(store, run_id)
     n = len(found)
@@ -338,7 +338,7 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], table: tuple[Any, .
     from rich.table import Table
 
     from service.cli.query_cmd import console as table_console
-    from service.regressions.render import NARROW
+    from service.cli.tables import NARROW
 
     run_info, results, regressions, started, comparison = table
     console = table_console(args)

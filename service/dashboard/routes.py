@@ -46,8 +46,8 @@ from service.db.deliveries import DELIVERY_STATES
 from service.db.store import AWAITING_APPROVAL, TRIGGERS
 from service.errors import NotFoundError, UserError
 from service.github.approval import AWAITING_DESCRIPTION
+from service.orchestration.judge import record_verdict, run_verdict
 from service.regressions.rules import CATEGORIES
-from service.regressions.verdict import record_verdict, run_verdict
 
 HERE = Path(__file__).parent
 CSS = (HERE / "static" / "dashboard.css").read_text(encoding="utf-8")

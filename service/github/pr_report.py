@@ -17,7 +17,7 @@ Buckets, first match wins:
 * ``new``: a result but no baseline result to compare with (the gate's ``not_compared``);
 * ``unchanged``: compared with a baseline result, and no finding.
 
-The counts therefore come from the same :func:`service.regressions.verdict.run_verdict` as the
+The counts therefore come from the same :func:`service.orchestration.judge.run_verdict` as the
 commit status, the run page and the CLI.
 """
 
@@ -130,8 +130,7 @@ def build_report(store: Any, run_id: int, public_url: str,
     """Gather the report of run ``run_id`` (NotFoundError if unknown); ``final_state(summary, verdict)``
     gives its commit status state (the reporter passes :func:`service.github.reporter.final_state`;
     without it: the verdict's state)."""
-    from service.regressions.detect import baseline_revisions
-    from service.regressions.verdict import run_verdict
+    from service.orchestration.judge import baseline_revisions, run_verdict
 
     run = store.get_run(run_id)
     gh = (run.meta or {}).get("github")

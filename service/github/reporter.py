@@ -84,11 +84,11 @@ def final_state(summary: Any, verdict: Any = None) -> str:
 
 def status_text(store: Any, run_id: int, summary: Any) -> tuple[str, str]:
     """``(state, description)`` of the final commit status of run ``run_id``: the run's verdict
-    (:func:`service.regressions.verdict.run_verdict`: cells that could not measure first, with their count,
+    (:func:`service.orchestration.judge.run_verdict`: cells that could not measure first, with their count,
     then regressions, known failures and cells not compared), then its counts as room allows."""
     if store is None:
         return final_state(summary), summary.describe()
-    from service.regressions.verdict import run_verdict
+    from service.orchestration.judge import run_verdict
 
     verdict = run_verdict(store, run_id)
     return final_state(summary, verdict), verdict.description(summary.describe())

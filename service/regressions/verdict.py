@@ -1,6 +1,6 @@
 """The verdict of one run, in every text people read: the gate decision plus what each surface says.
 
-:func:`run_verdict` gathers, for a run, its results, the status of each cell's baseline result, its
+:func:`verdict_of` takes, for a run (:func:`service.orchestration.judge.run_verdict` reads them from the store), its results, the status of each cell's baseline result, its
 jobs that ended without a result and its open/acknowledged regressions, and applies the gate
 (:func:`service.regressions.gate.decide`).  The same :class:`RunVerdict` then gives:
 
@@ -20,7 +20,7 @@ accuracy gain a coverage loss explains as "1 improvement explained by a coverage
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from service.regressions.rules import (
     CONFIRMATION_STATES,
     EXPLAINED,
 )
+from service.regressions.stored import Cell
 
 #: Unmeasured statuses that say the run could not be carried out (a bad spec, a worker that died, a job
 #: without any result) rather than that the pass failed: the commit status is ``error`` for them.
@@ -187,31 +188,17 @@ def list_verdict(run: Any) -> tuple[str, str]:
     return str(brief["state"]), ", ".join(parts)
 
 
-def record_verdict(store: Any, run_id: int) -> RunVerdict:
-    """Decide run ``run_id``'s verdict (:func:`run_verdict`) and store it in brief for the lists of runs (the
-    runs page, ``ampci runs``): called by the finisher when it judges the run and after one of its findings is
-    triaged.  A run not finished yet records nothing (the lists say it is pending).  Returns the verdict."""
-    verdict = run_verdict(store, run_id)
-    if store.get_run(run_id).finished_at is not None:
-        store.record_verdict(run_id, verdict.brief())
-    return verdict
-
-
-def run_verdict(store: Any, run_id: int) -> RunVerdict:
-    """The verdict of run ``run_id`` from the store (see the module docstring)."""
-    from service.orchestration import baseline_runs
-    from service.regressions.detect import baseline_statuses
-
-    run = store.get_run(run_id)
-    results = store.results(run_id=run_id)
-    jobs = store.jobs(run_id)
-    base = baseline_statuses(store, run_id)
+def verdict_of(run_id: int, run_status: str, revision_sha: str, results: Sequence[Any], jobs: Sequence[Any],
+               base: Mapping[Cell, tuple[str, str]], found: Sequence[Any], waiting: tuple[int, ...]) -> RunVerdict:
+    """The verdict of run ``run_id`` (see the module docstring) from its ``results`` (``cell``, ``status``,
+    ``message``), its ``jobs`` (``cell``, ``status``, ``error``), each cell's baseline ``(revision, status)``
+    (``base``), its stored findings (``found``: ``kind``, ``category``, ``state``, ``state_by``) and the runs it
+    still ``waiting`` for.  Pure: :func:`service.orchestration.judge.run_verdict` reads these from the store."""
     outcomes = [CellOutcome(r.cell, r.status, r.message or "", base[r.cell][1] if r.cell in base else None,
-                            run.revision_sha) for r in results]
+                            revision_sha) for r in results]
     with_result = {r.cell for r in results}
     outcomes += [CellOutcome(j.cell, JOB_ERROR if j.status == "error" else "crashed", j.error or "")
                  for j in jobs if j.status in ("error", "crashed") and j.cell not in with_result]
-    found = store.regressions(run_id=run_id)
     live = [g for g in found if g.state in ("open", "acknowledged")]
     regs = [g for g in live if g.category == "regression"]
     by_kind = Counter(g.kind for g in regs)
@@ -224,9 +211,5 @@ def run_verdict(store: Any, run_id: int) -> RunVerdict:
             others.setdefault(_label(g), Counter())[g.kind] += 1
     pending = sum(j.status in ("queued", "running") for j in jobs)
     decision = decide(outcomes, base, len(regs))
-    waiting = ()
-    if baseline_runs.awaited(run.meta) and run.status not in baseline_runs.FINAL_RUN_STATES:
-        waiting = tuple(i for i in baseline_runs.awaited(run.meta)
-                        if store.get_run(i).status not in baseline_runs.FINAL_RUN_STATES)
-    return RunVerdict(run_id, run.status, max(len(jobs), len(results)), pending, decision, dict(by_kind),
+    return RunVerdict(run_id, run_status, max(len(jobs), len(results)), pending, decision, dict(by_kind),
                       waiting, {c: dict(k) for c, k in others.items()})

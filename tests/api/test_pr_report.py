@@ -14,8 +14,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
 from service.github.client import COMMENT_MARKER, GitHubStatusClient, PullRequestComment, TransientStatusError
-from service.regressions.detect import detect_run
-from service.regressions.verdict import run_verdict
+from service.orchestration.judge import detect_run, run_verdict
 from tests.api.conftest import make_reporter
 from tests.api.github_standin import GitHubStandIn
 from tests.api.helpers import API_TOKEN, GITHUB_TOKEN, REPO, encode, pr_payload, run_of, sha, webhook_headers

@@ -19,8 +19,7 @@ from service.github.client import (
 )
 from service.github.outbox import MemoryOutbox, RedisOutbox
 from service.github.reporter import StatusReporter, final_state
-from service.regressions.detect import detect_run
-from service.regressions.verdict import run_verdict
+from service.orchestration.judge import detect_run, run_verdict
 from tests.api.conftest import make_reporter
 from tests.api.helpers import GITHUB_TOKEN, REPO, encode, push_payload, run_of, sha, webhook_headers
 from workers.result import JobResult

@@ -15,9 +15,9 @@ import pytest
 from service.db import Store
 from service.github.reporter import final_state, status_text
 from service.orchestration.jobs import finish_if_complete
+from service.orchestration.judge import run_verdict
 from service.regressions.confirm import recovery_verdict
 from service.regressions.thresholds import Thresholds
-from service.regressions.verdict import run_verdict
 from tests.service.factories import chain, make_result, migrated_store, run_with
 from tests.service.test_confirm import StandInWorker, make_run, slow_conversion
 
