@@ -63,7 +63,7 @@ def _same_cell(other: sa.Table | Any, run_id: int | sa.BindParameter[int]) -> sa
 
 def _statements() -> dict[str, Any]:
     """Detection's statements, with bound ``run_id`` (and the other values each names), built once."""
-    run_id = sa.bindparam("run_id")
+    run_id: sa.BindParameter[int] = sa.bindparam("run_id")
     chunk = sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(sa.bindparam("shas", expanding=True)),
                                           t_res.c.run_id != run_id, _same_cell(t_res, run_id), NOT_CONFIRMATION)
     branch = sa.select(t_rev.c.branch).where(t_rev.c.sha == sa.bindparam("sha")).scalar_subquery()

@@ -122,7 +122,7 @@ def nightly_latency(series: Sequence[HistoryResult], cur: StoredResult | History
     pts = [r for r in series if r.env_fingerprint == cur.env_fingerprint and r.latency_p50_ms]
     if cur.latency_p50_ms is None or len(pts) < th.nightly_min_history + th.nightly_consecutive - 1:
         return None
-    values = [r.latency_p50_ms for r in pts] + [cur.latency_p50_ms]
+    values = [p for r in pts if (p := r.latency_p50_ms)] + [cur.latency_p50_ms]  # pts: each has a p50
     k = th.nightly_consecutive
     ref_last = pts[-k]  # last point of the reference window
     ref_mean = sum(values[-k - th.nightly_window:-k]) / len(values[-k - th.nightly_window:-k])
