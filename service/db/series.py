@@ -43,7 +43,7 @@ NOT_CONFIRMATION = t_res.c.run_id.not_in(sa.select(t_run.c.id).where(t_run.c.tri
 def stored(row: Sequence[Any]) -> StoredResult:
     """The StoredResult of a row selected with SAMPLE_COLS (read by position: a Row's attribute lookup costs
     15x its index)."""
-    return StoredResult(tuple(row[:4]), *row[4:])  # type: ignore[arg-type]  # a Row slice is a plain tuple
+    return StoredResult(tuple(row[:4]), *row[4:])  # a Row slice is a plain tuple
 
 
 def _cell(row: Any) -> Cell:
@@ -171,7 +171,7 @@ def history(conn: Connection, *, run_id: int, sha: str, triggers: Sequence[str],
               "models": sorted({c[0] for c in wanted or ()})}
     out: dict[Cell, list[HistoryResult]] = defaultdict(list)
     for r in conn.execute(_Q["history" if wanted is None else "history_of_models"], params).all():
-        c: Cell = tuple(r[:4])  # type: ignore[assignment]
+        c: Cell = tuple(r[:4])
         if wanted is None or c in wanted:
             out[c].append(HistoryResult(c, *r[4:]))
     return out
@@ -206,7 +206,7 @@ def line_results(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[
 
 def branch_of(conn: Connection, *, sha: str) -> str | None:
     """The branch recorded for revision ``sha`` (None: none, or an unknown revision)."""
-    return conn.execute(_Q["branch"], {"sha": sha}).scalar()  # type: ignore[no-any-return]
+    return conn.execute(_Q["branch"], {"sha": sha}).scalar()
 
 
 def earlier_on_line(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[LineFinding]:

@@ -62,6 +62,7 @@ from typing import Any, Protocol
 from service.regressions.confirm_caps import ConfirmCaps
 from service.regressions.paired import improvement_verdict, paired_verdict, recovery_verdict
 from service.regressions.rules import CAPPED_BY, timing_kind
+from service.regressions.stored import Cell
 from service.regressions.thresholds import Thresholds
 
 #: Trigger of a confirmation run.
@@ -72,8 +73,6 @@ SUSPECTED, DISMISSED = "suspected", "dismissed"
 SUSPECTED_RESOLVED = "suspected_resolved"
 CONFIRMED_BY = "ampci-confirm"
 FINAL_RUN = frozenset({"complete", "partial", "failed", "cancelled"})
-
-Cell = tuple[str, str, str, str]
 
 
 class Suspected(Protocol):
@@ -176,7 +175,7 @@ def confirmation_meta(parent_id: int, parent_meta: Mapping[str, Any], by_cell: M
                      **({"pull_request": f"{pr[0]}#{pr[1]}", "max_per_pr": caps.max_per_pr} if pr else {})}}
 
 
-def unconfirmed_state(reg: Any) -> str:
+def unconfirmed_state(reg: Suspected) -> str:
     """The state of a suspected finding whose confirmation could not decide: a slowdown stays a regression
     (``open``: a gate never passes because the check of a slowdown broke); an improvement is ``dismissed``
     (nothing unconfirmed is shown as a gain)."""
