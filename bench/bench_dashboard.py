@@ -50,7 +50,7 @@ from bench_queries import (  # noqa: E402
 from service.db import Store  # noqa: E402
 from service.db.admin import create_database, drop_database  # noqa: E402
 from service.db.migrate import upgrade  # noqa: E402
-from service.regressions.detect import detect_run  # noqa: E402
+from service.orchestration.judge import detect_run  # noqa: E402
 
 TARGET_MS = 300.0
 FRONT_GROWTH = 1.3  # `/` at the full size within 1.3x of `/` at the anchor size

@@ -37,7 +37,7 @@ from service.db import models as m  # noqa: E402
 from service.db.admin import create_database, drop_database  # noqa: E402
 from service.db.extract import result_columns  # noqa: E402
 from service.db.migrate import upgrade  # noqa: E402
-from service.regressions.detect import detect_run  # noqa: E402
+from service.orchestration.judge import detect_run  # noqa: E402
 from workers.result import (  # noqa: E402
     AccuracyReport,
     GraphFacts,

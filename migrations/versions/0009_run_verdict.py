@@ -5,7 +5,7 @@ Revises: 0008
 Create Date: 2026-12-05 10:00:00.000000
 
 The runs page and ``ampci runs`` show each run's verdict first (issue 34).  Deciding it takes a dozen queries
-per run (results, jobs, each cell's baseline along the ancestry, findings: :func:`service.regressions.verdict
+per run (results, jobs, each cell's baseline along the ancestry, findings: :func:`service.orchestration.judge
 .run_verdict`), so the run's finisher records its brief form (:meth:`RunVerdict.brief
 <service.regressions.verdict.RunVerdict.brief>`: state, exit code, headline, counts) here when it judges the
 run, and again when one of its findings is triaged; the lists read it with the run.  NULL: not judged since

@@ -72,7 +72,7 @@ def get_run(request: Request, run_id: Id) -> dict[str, Any]:
     summary = store.run_summary(run_id)
     results = {r.cell: r.to_dict() for r in store.results(run_id=run_id)}
     cells = [{"job": j.to_dict(), "result": results.get(j.cell)} for j in store.jobs(run_id)]
-    from service.regressions.verdict import run_verdict
+    from service.orchestration.judge import run_verdict
 
     return {"run": run.to_dict(), "summary": {**summary.to_dict(), "line": summary.describe()},
             "verdict": run_verdict(store, run_id).to_dict(),  # the gate: state, headline, unmeasured, not compared

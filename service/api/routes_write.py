@@ -14,7 +14,7 @@ from service.api.routes_read import Id
 from service.errors import UserError
 from service.github.events import check_repository
 from service.github.sanitize import free_text
-from service.regressions.verdict import record_verdict
+from service.orchestration.judge import record_verdict
 from service.settings import Settings
 from service.web.auth import require_write
 

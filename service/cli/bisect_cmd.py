@@ -57,8 +57,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """See the module docstring for the exit codes."""
     from service.cli.query_cmd import emit
+    from service.orchestration.bisection import bisect_step
     from service.orchestration.jobs import open_store
-    from service.regressions.bisect import bisect_step
     from service.settings import Settings
 
     if args.parallel < 1:
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
 def _drive(store: Any, settings: Any, reg: Any, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """Bisect ``reg`` to its end on the local pool; its JSON form and the lines for people."""
     from service.cli.terminal import printable
-    from service.regressions.bisect_run import bisect_to_end
+    from service.orchestration.bisect_run import bisect_to_end
 
     def progress(line: str) -> None:
         print(printable(line), file=sys.stderr, flush=True)

@@ -188,7 +188,7 @@ def register(subparsers: Any) -> None:
 def cmd_runs(args: argparse.Namespace) -> int:
     """List runs."""
     if not args.json:  # no table, no rich; a table's modules are imported during start-up (before open_store)
-        from service.regressions.render import runs_table
+        from service.cli.tables import runs_table
     runs = open_store().list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger, status=args.status)
     if args.json:
         emit(args, [r.to_dict() for r in runs])
@@ -200,7 +200,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Show one run."""
-    from service.regressions.render import jobs_table, runs_table
+    from service.cli.tables import jobs_table, runs_table
 
     store = open_store()
     run, jobs, summary = store.get_run(args.run_id), store.jobs(args.run_id), store.run_summary(args.run_id)
@@ -215,7 +215,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     """Filtered results."""
-    from service.regressions.render import results_table
+    from service.cli.tables import results_table
 
     rows = open_store().results(run_id=args.run_id, revision=args.revision, model=args.model, dtype=args.dtype,
                                 policy=args.policy, target=args.target, status=args.status, limit=args.limit)
@@ -227,7 +227,7 @@ def cmd_results(args: argparse.Namespace) -> int:
 def cmd_regressions(args: argparse.Namespace) -> int:
     """Findings; exit 1 when --revision/--run has open regressions, or (--run) the run's gate fails (a cell
     that could not measure: :mod:`service.regressions.verdict`)."""
-    from service.regressions.render import regressions_table
+    from service.cli.tables import regressions_table
 
     store = open_store()
     if args.run_id is not None:
@@ -246,7 +246,7 @@ def cmd_regressions(args: argparse.Namespace) -> int:
     if run_id is not None:
         import sys
 
-        from service.regressions.verdict import run_verdict
+        from service.orchestration.judge import run_verdict
 
         verdict = run_verdict(store, run_id)
         failed = bool(verdict.exit_code)
@@ -262,7 +262,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from service.cli.revision_lookup import resolve_with_results
 
     if not args.json:  # no table, no rich; a table's modules are imported during start-up (before open_store)
-        from service.regressions.render import compare_table
+        from service.cli.tables import compare_table
     store = open_store()  # branch, tag or short sha, like --revision; a revision without results says so
     a, b = resolve_with_results(store, args.rev_a), resolve_with_results(store, args.rev_b)
     rows = store.compare(a, b)
@@ -276,8 +276,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     """History of one metric of a model, with a terminal plot per (policy, target)."""
+    from service.cli.tables import history_table
     from service.db.queries import metric_column
-    from service.regressions.render import history_table, plot
+    from service.regressions.render import plot
 
     metric = metric_column(args.metric)
     points = open_store().history(args.model, args.dtype, policy=args.policy, target=args.target, metric=metric,
@@ -298,7 +299,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
     """Acknowledge a finding."""
     store = open_store()
     reg = store.ack(args.regression_id, by=args.by, false_positive=args.false_positive, note=args.note)
-    from service.regressions.verdict import record_verdict
+    from service.orchestration.judge import record_verdict
 
     record_verdict(store, reg.run_id)  # a false positive can turn the run's gate: `ampci runs` follows
     refresh_pr_report(store, reg.run_id)

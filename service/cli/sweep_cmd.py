@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
 #: Modules that finishing a run (:func:`service.orchestration.jobs.finish_if_complete`) and its report import
 #: on first use, after the last job: imported by :func:`_import_for_the_end` while the jobs run instead.
-END_MODULES = ("service.regressions.bisect", "service.regressions.gate", "service.regressions.verdict")
+END_MODULES = ("service.orchestration.bisection", "service.regressions.gate", "service.regressions.verdict")
 
 
 def _import_for_the_end() -> None:
@@ -144,7 +144,7 @@ def _report(args: argparse.Namespace, store: Any, started: Any, run_info: Any, b
     payload = {"run": run_info.to_dict(), "summary": store.run_summary(started.run_id).to_dict(),
                "results": [r.to_dict() for r in results], "regressions": [r.to_dict() for r in regressions],
                "comparison": comparison, "baseline_run": baseline_run, "adopted_runs": adopted}
-    from service.regressions.verdict import run_verdict
+    from service.orchestration.judge import run_verdict
 
     verdict = run_verdict(store, started.run_id)  # decided once: the gate, the headline and the exit code
     decision = verdict.decision
@@ -207,7 +207,7 @@ def _run_baseline(settings: Any, config: Any, store: Any, baseline: str, args: a
     """Run ``baseline`` for the sweep's cells that have no result there yet (``asv continuous``), and wait
     for it unless ``--no-wait``; return its run id (None: nothing was missing)."""
     from service.orchestration import scheduler
-    from service.regressions.detect import cells_with_results
+    from service.orchestration.judge import cells_with_results
 
     have = cells_with_results(store, baseline)
     catalog = scheduler.zoo_catalog(config.zoo_path(), settings.data_dir)
@@ -257,7 +257,7 @@ def _wait(store: Any, started: Any, timeout: float | None, stop_workers: bool = 
 def compared_cells(store: Any, run_id: int, cells: int, baseline: str | None, regressions: int) -> dict[str, Any]:
     """How many of the run's ``cells`` (with results) had a baseline result to compare with, and the one
     line saying so: a first run of its cells compares nothing, which is not "no regressions"."""
-    from service.regressions.detect import baseline_revisions
+    from service.orchestration.judge import baseline_revisions
 
     found = baseline_revisions(store, run_id)
     n = len(found)
@@ -331,7 +331,7 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], table: tuple[Any, .
     from rich.table import Table
 
     from service.cli.query_cmd import console as table_console
-    from service.regressions.render import NARROW
+    from service.cli.tables import NARROW
 
     run_info, results, regressions, started, comparison = table
     console = table_console(args)

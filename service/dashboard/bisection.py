@@ -1,6 +1,6 @@
 """Where the bisection of a regression stands, read-only (the regression page shows it).
 
-:func:`service.regressions.bisect.bisect_step` advances a bisection and *creates* runs; a page must not.
+:func:`service.orchestration.bisection.bisect_step` advances a bisection and *creates* runs; a page must not.
 This module applies the same classification (:func:`service.regressions.bisect.classify`, the same dedup keys
 of bisect runs) to what is stored and reports the verdict per commit on the first-parent path
 from the baseline to the regressed revision, without creating or queueing anything.
@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from service.db import series
 from service.db.dashboard import bisect_runs
 from service.db.records import RegressionInfo
 from service.db.store import Store
 from service.errors import NotFoundError
-from service.regressions.bisect import cell_samples, classify, dedup_key, newest_by_revision
+from service.regressions.bisect import classify, dedup_key, newest_by_revision
+from service.regressions.stored import sample
 from service.regressions.thresholds import Thresholds
 
 MAX_PATH = 2000
@@ -44,8 +46,6 @@ class BisectView:
 
 def bisect_view(store: Store, reg: RegressionInfo, thresholds: Thresholds | None = None) -> BisectView:
     """The read-only bisection state of ``reg`` (see the module docstring)."""
-    from service.regressions.detect import sample
-
     if reg.category != "regression":
         return BisectView("not_bisectable", f"a {reg.category} finding is not bisected")
     if reg.baseline_sha is None or reg.baseline_result_id is None or reg.result_id is None:
@@ -59,11 +59,12 @@ def bisect_view(store: Store, reg: RegressionInfo, thresholds: Thresholds | None
                           [CommitVerdict(path[0], "good"), CommitVerdict(path[-1], "bad", reg.run_id)],
                           path[0], path[-1])
     th = thresholds or Thresholds()
-    rows = cell_samples(store, reg, path)
+    with store.transaction() as conn:
+        rows = series.cell_results(conn, cell=reg.cell, shas=path, ids=(reg.result_id, reg.baseline_result_id))
     base, regressed = rows.get(reg.baseline_result_id), rows.get(reg.result_id)
     if base is None or regressed is None:
         return BisectView("not_bisectable", "its baseline or regressed result is gone")
-    newest = newest_by_revision(rows.values(), reg)
+    newest = newest_by_revision(rows.values())
     runs = bisect_runs(store, [dedup_key(sha, reg.cell) for sha in path[1:-1]])
     commits = [CommitVerdict(path[0], "good", getattr(newest.get(path[0]), "run_id", None))]
     for sha in path[1:-1]:
@@ -71,7 +72,7 @@ def bisect_view(store: Store, reg: RegressionInfo, thresholds: Thresholds | None
         run = runs.get(dedup_key(sha, reg.cell))
         if row is not None:
             verdict = classify(reg.kind, sample(base), sample(regressed), sample(row), th, reg.model, reg.dtype)
-            commits.append(CommitVerdict(sha, verdict, row.run_id))  # type: ignore[attr-defined]
+            commits.append(CommitVerdict(sha, verdict, row.run_id))
         elif run is not None:
             commits.append(CommitVerdict(sha, "pending" if run.status in ("queued", "running") else "skip", run.id))
         else:

@@ -44,8 +44,8 @@ from service.db import dashboard as queries
 from service.db.deliveries import DELIVERY_STATES
 from service.errors import NotFoundError, UserError
 from service.github.approval import AWAITING_DESCRIPTION
+from service.orchestration.judge import record_verdict, run_verdict
 from service.regressions.rules import CATEGORIES
-from service.regressions.verdict import record_verdict, run_verdict
 from service.vocabulary import AWAITING_APPROVAL, TRIGGERS
 from service.web.auth import require_read
 from service.web.params import path_id, query_int

@@ -1,7 +1,7 @@
 """Confirmation budgets of pull requests (table ``confirm_budgets``): what each one spent, and spending it.
 
 Small keyword-only functions over a connection, called inside the caller's transaction: the confirmation of
-a run (:mod:`service.regressions.confirm`) locks the pull request's row with :func:`lock`, creates its
+a run (:mod:`service.orchestration.confirm_run`) locks the pull request's row with :func:`lock`, creates its
 confirmation run and adds the cells it was granted with :func:`spend`, all in one transaction, so the cells
 charged and the run that times them are committed together or not at all.  :func:`lock` holds the row until
 that transaction ends (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite transactions start ``BEGIN IMMEDIATE``,

@@ -24,8 +24,9 @@ import sqlalchemy as sa
 
 from service.db import models as m
 from service.db.records import Cell, RevisionInfo, RunInfo, utc
+from service.db.series import nearest
 from service.db.store import Store, run_info
-from service.regressions.detect import LINEAGE_TRIGGERS, nearest_results
+from service.regressions.detect import LINEAGE_TRIGGERS
 from service.vocabulary import EARLIEST, LATEST
 
 t_rev, t_run, t_res, t_reg = (m.Revision.__table__, m.Run.__table__, m.Result.__table__,
@@ -238,8 +239,8 @@ def cell_findings(store: Store, cell: Cell, run_ids: Sequence[int]) -> list[Any]
 
 
 def baseline_results(store: Store, run: RunInfo, cells: Sequence[Cell], depth: int = 500) -> dict[Cell, Any]:
-    """Each of ``cells``' baseline result row in ``run`` (``SAMPLE_COLS`` of the detector), found by the
-    detector's own :func:`~service.regressions.detect.nearest_results`: from ``baseline_sha`` when the
+    """Each of ``cells``' baseline result in ``run`` (a :class:`~service.regressions.stored.StoredResult`), found
+    by the detector's own :func:`~service.db.series.nearest`: from ``baseline_sha`` when the
     run has one (inclusive), else from the revision's ancestors (nightly: the revision itself
     included, earlier runs only)."""
     if not cells:
@@ -247,8 +248,8 @@ def baseline_results(store: Store, run: RunInfo, cells: Sequence[Cell], depth: i
     nightly = run.trigger == "nightly"
     start, include_self = (run.baseline_sha, True) if run.baseline_sha else (run.revision_sha, nightly)
     with store.transaction() as conn:
-        return nearest_results(conn, start=start, include_self=include_self, run_id=run.id, cells=list(cells),
-                               max_depth=depth, before_run=run.id if nightly else None)
+        return nearest(conn, start=start, include_self=include_self, run_id=run.id, cells=list(cells),
+                       max_depth=depth, before_run=run.id if nightly else None)[0]
 
 
 def bisect_runs(store: Store, keys: Sequence[str]) -> dict[str, RunInfo]:

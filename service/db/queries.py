@@ -28,7 +28,8 @@ from service.db.records import (
     utc,
 )
 from service.errors import NotFoundError, UserError
-from workers.result import LEGACY_CONVERGENCE_ERROR_UNIT, JobResult
+from service.regressions.measured import stored_error_unit
+from workers.result import JobResult
 
 t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__
 t_res, t_reg = m.Result.__table__, m.Regression.__table__
@@ -47,12 +48,6 @@ RESULT_COLS = [t_res.c[f] for f in ResultRow.__dataclass_fields__]
 
 #: The convergence error unit a stored result records (NULL for results stored before units existed).
 ERROR_UNIT = t_res.c.data[("convergence", "error_unit")].as_string()
-
-
-def stored_error_unit(raw: object) -> str:
-    """The unit of a stored result's convergence errors, from ``ERROR_UNIT`` as selected: ``absolute``
-    when the result predates ``ConvergenceStats.error_unit`` (as ``JobResult.from_dict`` reads it)."""
-    return raw if isinstance(raw, str) and raw else LEGACY_CONVERGENCE_ERROR_UNIT
 
 
 def metric_column(name: str) -> str:

@@ -32,7 +32,6 @@ import random
 import time
 from collections.abc import Callable
 
-from service.github_auth.app import AppAuth, AuthError, GitHubAuth, StaticToken
 from service.github.report_items import (
     CHECK_CONCLUSIONS,
     CHECK_STATUSES,
@@ -47,6 +46,7 @@ from service.github.report_items import (
     Report,
     report_from_dict,
 )
+from service.github_auth.app import AppAuth, AuthError, GitHubAuth, StaticToken
 from service.github_auth.transport import (
     DEFAULT_RATE_LIMIT_DELAY,
     MAX_ANSWER_BYTES,

@@ -17,7 +17,7 @@ Buckets, first match wins:
 * ``new``: a result but no baseline result to compare with (the gate's ``not_compared``);
 * ``unchanged``: compared with a baseline result, and no finding.
 
-The counts therefore come from the same :func:`service.regressions.verdict.run_verdict` as the
+The counts therefore come from the same :func:`service.orchestration.judge.run_verdict` as the
 commit status, the run page and the CLI.
 """
 
@@ -135,10 +135,9 @@ def bucket_cells(cells: list[Cell], results: set[Cell], decision: Any, findings:
 
 def build_report(store: Any, run_id: int, public_url: str, verdict: RunVerdict | None = None) -> PullRequestReport:
     """Gather the report of run ``run_id`` (NotFoundError if unknown) from its ``verdict``
-    (:func:`service.regressions.verdict.run_verdict`, decided here unless the caller has it): the report's
+    (:func:`service.orchestration.judge.run_verdict`, decided here unless the caller has it): the report's
     ``state`` is the verdict's, as on the commit status."""
-    from service.regressions.detect import baseline_revisions
-    from service.regressions.verdict import run_verdict
+    from service.orchestration.judge import baseline_revisions, run_verdict
 
     run = store.get_run(run_id)
     gh = (run.meta or {}).get("github")

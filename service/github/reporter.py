@@ -58,7 +58,8 @@ def status_text(store: Any, run_id: int, summary: Any, verdict: RunVerdict | Non
     :func:`~service.regressions.verdict.run_verdict`, or without a store the verdict of ``summary``'s counts
     alone), and the verdict's phrases (cells that could not measure first, with their count, then regressions,
     known failures and cells not compared), then the run's counts as room allows."""
-    from service.regressions.verdict import decide_run, run_verdict, summary_facts
+    from service.orchestration.judge import run_verdict
+    from service.regressions.verdict import decide_run, summary_facts
 
     if verdict is None and store is None:
         return decide_run(summary_facts(summary)).state, summary.describe()
@@ -227,7 +228,7 @@ class StatusReporter(OutboxPoster):
         verdict: RunVerdict | None = None  # decided once for the status and the pull-request report
         if "status" in self.reports:
             if store is not None:
-                from service.regressions.verdict import run_verdict
+                from service.orchestration.judge import run_verdict
 
                 verdict = run_verdict(store, run.id)
             state, description = status_text(store, run.id, summary, verdict)

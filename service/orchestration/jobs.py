@@ -14,10 +14,9 @@ from typing import Any
 from service import run_meta
 from service.orchestration import baseline_runs
 from service.orchestration.broker import enqueue
-from service.regressions import confirm
+from service.orchestration.confirm_run import advance, confirmed_run
+from service.orchestration.judge import detect_run, record_verdict
 from service.regressions.confirm_caps import ConfirmCaps
-from service.regressions.detect import detect_run
-from service.regressions.verdict import record_verdict
 from service.settings import Settings
 from workers.config import WorkerConfig
 
@@ -145,13 +144,13 @@ def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None
     """If no job of the run is pending and no run it waits for is pending (a webhook run waits for the run
     of its baseline's missing cells: :mod:`service.orchestration.baseline_runs`; once a run finishes, the
     runs waiting for it are finished here too): detect its regressions, confirm suspected timing regressions
-    (:func:`service.regressions.confirm.advance`: while a confirmation run is pending the run stays
+    (:func:`service.orchestration.confirm_run.advance`: while a confirmation run is pending the run stays
     unfinished and this returns False; it confirms within ``settings``' ``AMPCI_CONFIRM_MAX_CELLS`` and
     ``AMPCI_CONFIRM_MAX_PER_PR``, their defaults without ``settings``), then finish the run (all idempotent).
     Returns True once the run is finished.
 
     With ``settings`` (the worker paths: Celery tasks and the embedded pool) bisection continues
-    too (:func:`service.regressions.bisect.continue_bisection`): a finished ``bisect`` run advances its
+    too (:func:`service.orchestration.bisection.continue_bisection`): a finished ``bisect`` run advances its
     bisection one step and the next midpoint run is dispatched with ``dispatch`` (default:
     :func:`dispatcher` of ``settings``), until the first bad commit is found; with
     ``settings.auto_bisect`` a ``push``/``nightly`` run's regressions start bisections.  Safe when
@@ -165,15 +164,15 @@ def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None
     detect_run(store, run_id)
     send = dispatch if dispatch is not None else dispatcher(settings, store) if settings is not None else None
     caps = ConfirmCaps.from_settings(settings) if settings is not None else None  # default caps otherwise
-    if confirm.advance(store, run_id, send, caps):
+    if advance(store, run_id, send, caps):
         return False  # suspected timing regressions: the run finishes once its confirmation run is final
     store.finish_run(run_id)
     record_verdict(store, run_id)  # what the lists of runs show (the run page decides it afresh)
     if settings is not None:
-        from service.regressions.bisect import continue_bisection
+        from service.orchestration.bisection import continue_bisection
 
         continue_bisection(store, run_id, send, auto_start=settings.auto_bisect)
-    parent = confirm.confirmed_run(store, run_id)
+    parent = confirmed_run(store, run_id)
     if parent is not None:  # a confirmation run is over: its run decides and finishes now
         finish_if_complete(store, parent, settings, dispatch)
     for waiting in baseline_runs.dependents(store, run_id):  # runs judged against this run's cells

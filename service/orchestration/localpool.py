@@ -267,7 +267,7 @@ class LocalPool:
     past ``job_timeout`` gets a ``timeout`` result; this process writes every result (one writer,
     so SQLite is fine) and finishes the run after its last job.  With ``continue_bisections`` (the
     default) a finished ``bisect`` run advances its bisection and the next midpoint runs on this pool;
-    without it the caller drives the bisection (:mod:`service.regressions.bisect_run`).
+    without it the caller drives the bisection (:mod:`service.orchestration.bisect_run`).
     """
 
     def __init__(self, settings: Settings, store: Any, workers: int | None = None,

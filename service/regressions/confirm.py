@@ -4,7 +4,7 @@ A timing finding (:data:`service.regressions.rules.TIMING_KINDS`) compares jobs 
 times, so load that came and went between them can look like a change.  Detection stores such a
 regression with state ``suspected`` (when the run asked for confirmation: ``run.meta["confirm_pairs"]``,
 the ``AMPCI_CONFIRM_PAIRS`` setting at sweep time).  Then, before the run finishes,
-:func:`advance` creates one *confirmation run* (trigger ``confirm``, dedup key ``confirm-<run id>``)
+:func:`service.orchestration.confirm_run.advance` creates one *confirmation run* (trigger ``confirm``, dedup key ``confirm-<run id>``)
 whose jobs are the suspected cells only: each job times the cell at the finding's baseline revision
 and at the run's revision interleaved on one worker (:mod:`workers.confirm`), ``confirm_pairs`` pairs
 per suspected kind (raised to :func:`min_pairs` of ``confirm_p``, 7 for 0.01).  When that run is over, :func:`paired_verdict` decides each finding from the
@@ -47,24 +47,23 @@ parent run is finished only after its confirmation run is final, so whoever wait
 CLI gate, the commit status) sees confirmed verdicts only; a finding whose confirmation could not
 measure (the job failed, no dispatcher) is kept as a regression (``open``) with a note saying why (a
 gate never passes because the check of a slowdown broke); everything is idempotent (several
-finishers may call :func:`advance` at once).
+finishers may call :func:`~service.orchestration.confirm_run.advance` at once).
+
+This module holds the decisions over plain data; :mod:`service.orchestration.confirm_run` drives them
+(reads and writes through :mod:`service.db.confirmations` and :mod:`service.db.findings`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-import sqlalchemy as sa
-
-from service.db import budgets
-from service.db import models as m
-from service.db.records import RunSpec
-from service.regressions.confirm_caps import ConfirmCaps, pull_request, select
-from service.regressions.paired import improvement_verdict, min_pairs, paired_verdict, recovery_verdict
+from service.regressions.confirm_caps import ConfirmCaps
+from service.regressions.paired import improvement_verdict, paired_verdict, recovery_verdict
 from service.regressions.rules import CAPPED_BY, timing_kind
+from service.regressions.stored import Cell
 from service.regressions.thresholds import Thresholds
-from service.vocabulary import FINAL_RUN_STATES
 
 #: Trigger of a confirmation run.
 CONFIRM_TRIGGER = "confirm"
@@ -74,7 +73,46 @@ SUSPECTED, DISMISSED = "suspected", "dismissed"
 SUSPECTED_RESOLVED = "suspected_resolved"
 CONFIRMED_BY = "ampci-confirm"
 
-t_run, t_res, t_reg = m.Run.__table__, m.Result.__table__, m.Regression.__table__
+
+class Suspected(Protocol):
+    """What confirmation reads of a finding it decides (a stored finding)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def metric(self) -> str: ...
+    @property
+    def category(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def state_before(self) -> str | None: ...
+    @property
+    def revision_sha(self) -> str: ...
+    @property
+    def baseline_sha(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class ConfirmResult:
+    """A result of a confirmation run: its status and message, and its ``results.data`` (the paired timings
+    under ``confirmation.kinds``, the job's ``timings``)."""
+
+    id: int
+    cell: Cell
+    status: str
+    message: str | None
+    data: Mapping[str, Any]
 
 
 def confirmation_pairs(run: Any) -> int:
@@ -94,244 +132,108 @@ def dedup_key(run_id: int) -> str:
     return f"confirm-{run_id}"
 
 
-def _awaiting(run_id: int) -> sa.ColumnElement[bool]:
-    """The findings run ``run_id``'s confirmation decides: its own suspected ones (but those a cap left out),
-    and the earlier timing regressions whose recovery one of its results suspects."""
-    not_capped = sa.or_(t_reg.c.state_by.is_(None), t_reg.c.state_by != CAPPED_BY)
-    return sa.or_(sa.and_(t_reg.c.run_id == run_id, t_reg.c.state == SUSPECTED, not_capped),
-                  sa.and_(t_reg.c.state == SUSPECTED_RESOLVED, t_reg.c.resolved_by_result_id.in_(
-                      sa.select(t_res.c.id).where(t_res.c.run_id == run_id))))
-
-
-def _suspected(store: Any, run_id: int) -> list[Any]:
-    with store.transaction() as conn:
-        return list(conn.execute(sa.select(t_reg).where(_awaiting(run_id)).order_by(t_reg.c.id)))
-
-
-def _confirm_run(store: Any, run_id: int) -> Any:
-    with store.transaction() as conn:
-        return conn.execute(sa.select(t_run.c.id, t_run.c.status).where(
-            t_run.c.dedup_key == dedup_key(run_id), t_run.c.trigger == CONFIRM_TRIGGER)).first()
-
-
-def advance(store: Any, run_id: int, send: Callable[[int], object] | None, caps: ConfirmCaps | None = None) -> bool:
-    """Drive the confirmation of run ``run_id`` one step; True while it is pending (do not finish the run).
-
-    No suspected finding: False.  Suspected findings and no confirmation run yet: create it (suspected
-    cells only, within ``caps``: default :class:`ConfirmCaps`; the cells left out are marked as capped) and
-    dispatch it with ``send``, True (False when a cap left no cell to confirm); without ``send`` (a waiter
-    that cannot dispatch): True when another finisher may still create it, except when the run asked for no
-    confirmation (the findings are then opened as unconfirmed).  Confirmation run not final: True.  Final:
-    apply its verdicts, False.
-    """
-    suspected = _suspected(store, run_id)
-    if not suspected:
-        return False
-    run = store.get_run(run_id)
-    pairs = confirmation_pairs(run)
-    existing = _confirm_run(store, run_id)
-    if existing is None:
-        if pairs <= 0:
-            _open_unconfirmed(store, suspected, "confirmation is off (AMPCI_CONFIRM_PAIRS=0)")
-            return False
-        if send is None:
-            return True
-        th = store.thresholds or Thresholds()
-        confirm_id = _create(store, run, max(pairs, min_pairs(th.confirm_p)), caps or ConfirmCaps())
-        if confirm_id is None:
-            return False  # a cap left no cell to confirm: the findings say so, nothing to wait for
-        try:
-            send(confirm_id)
-        except Exception as exc:  # noqa: BLE001 - a broker error must not leave the run waiting forever
-            for job in store.jobs(confirm_id):
-                store.mark_job(job.id, "error", f"cannot dispatch: {type(exc).__name__}: {exc}")
-            store.finish_run(confirm_id)
-            # read again: the cells a cap left out keep their own note
-            _open_unconfirmed(store, _suspected(store, run_id), f"confirmation could not be dispatched: {exc}")
-            return False
-        return True
-    if existing.status not in FINAL_RUN_STATES:
-        store.finish_run(existing.id)  # derives its status from its jobs (idempotent)
-        if store.get_run(existing.id).status not in FINAL_RUN_STATES:
-            return True
-    apply_verdicts(store, run_id, existing.id)
-    return False
-
-
-def _create(store: Any, run: Any, pairs: int, caps: ConfirmCaps) -> int | None:
-    """The confirmation run of ``run`` for its suspected cells within ``caps`` (created once; its id), the
-    cells left out marked as capped; None when a cap left no cell.  One transaction: the pull request's
-    budget row locked first (so concurrent runs of one pull request are granted in turn), the findings read
-    under that lock, the run created, the cells it times spent from the budget."""
-    pr = pull_request(run)
-    with store.transaction() as conn:
-        now = store.clock()
-        left = None
-        if pr is not None:
-            left = caps.max_per_pr - budgets.lock(conn, repository=pr[0], pr_number=pr[1], now=now)
-        made = conn.execute(sa.select(t_run.c.id).where(t_run.c.dedup_key == dedup_key(run.id),
-                                                        t_run.c.trigger == CONFIRM_TRIGGER)).scalar()
-        if made is not None:
-            return int(made)
-        suspected = list(conn.execute(sa.select(t_reg).where(_awaiting(run.id)).order_by(t_reg.c.id)))
-        chosen = select(suspected, caps, left, f"{pr[0]}#{pr[1]}" if pr is not None else "")
-        _mark_capped(conn, [r for r in suspected if _cell(r) in chosen.capped], chosen.capped, now)
-        if not chosen.chosen:
-            return None
-        by_cell: dict[tuple[str, str, str, str], dict[str, Any]] = {}
-        for reg in suspected:
-            cell = _cell(reg)
-            if cell not in chosen.chosen:
-                continue
-            # a slowdown is timed against its baseline; a recovery against the revision that regressed
-            side = reg.revision_sha if reg.state == SUSPECTED_RESOLVED else reg.baseline_sha
-            entry = by_cell.setdefault(cell, {"baseline": side, "kinds": [], "pairs": pairs})
-            kind = _timed(reg)
-            if kind not in entry["kinds"]:
-                entry["kinds"].append(kind)
-        parent_meta = run.meta or {}
-        options = {}
-        for cell, confirm in by_cell.items():
-            key = "|".join(cell)
-            base = dict(parent_meta.get("options", {}).get(key, parent_meta.get("cell_defaults", {})))
-            options[key] = {**base, "confirm": confirm}
-        meta = {"confirms": run.id, "options": options, "cell_defaults": {}, "pairs": pairs,
-                "caps": {"max_cells": caps.max_cells, "capped": len(chosen.capped),
-                         **({"pull_request": f"{pr[0]}#{pr[1]}", "max_per_pr": caps.max_per_pr} if pr else {})},
-                **({"pass_repo": parent_meta["pass_repo"]} if parent_meta.get("pass_repo") else {})}  # same repository
-        (new,) = store.create_runs([RunSpec(run.revision_sha, CONFIRM_TRIGGER, run.baseline_sha, run.sweep,
-                                            tuple(sorted(by_cell)), dedup_key(run.id), meta)], conn=conn)
-        if new.created and pr is not None:
-            budgets.spend(conn, repository=pr[0], pr_number=pr[1], cells=len(by_cell), now=now)
-        return int(new.run_id)
-
-
-def _timed(reg: Any) -> str:
+def timed(reg: Suspected) -> str:
     """The timing kind a confirmation job times for finding ``reg`` (a drift of conversion time or latency is
     timed as that kind, its reference revision as the baseline side)."""
     return timing_kind(reg.kind, reg.metric) or reg.kind
 
 
-def _cell(reg: Any) -> tuple[str, str, str, str]:
+def cell_of(reg: Suspected) -> Cell:
+    """The cell of finding ``reg``."""
     return (reg.model, reg.dtype, reg.policy, reg.target)
 
 
-def _mark_capped(conn: Any, findings: Sequence[Any], why: dict[tuple[str, str, str, str], str], now: Any) -> None:
-    """Mark ``findings`` as left out of confirmation by a cap (reason per cell in ``why``): a suspected
-    slowdown stays ``suspected`` with ``state_by`` CAPPED_BY; a suspected recovery goes back as it was."""
-    for reg in findings:
-        note = why[_cell(reg)]
-        if reg.state == SUSPECTED_RESOLVED:
-            conn.execute(t_reg.update().where(t_reg.c.id == reg.id, t_reg.c.state == SUSPECTED_RESOLVED).values(
-                **_not_recovered(reg, f"recovery not confirmed: {note}"), state_by=CONFIRMED_BY, state_at=now))
+def plan(suspected: Sequence[Suspected], chosen: Sequence[Cell], pairs: int) -> dict[Cell, dict[str, Any]]:
+    """What the confirmation job of each ``chosen`` cell times: ``{"baseline": the other revision, "kinds": the
+    timing kinds, "pairs": pairs}`` (a slowdown is timed against its baseline, a recovery against the revision
+    that regressed)."""
+    by_cell: dict[Cell, dict[str, Any]] = {}
+    for reg in suspected:
+        cell = cell_of(reg)
+        if cell not in chosen:
             continue
-        conn.execute(t_reg.update().where(t_reg.c.id == reg.id, t_reg.c.state == SUSPECTED).values(
-            state_by=CAPPED_BY, state_at=now, state_note=f"not confirmed: {note}"))
+        side = reg.revision_sha if reg.state == SUSPECTED_RESOLVED else reg.baseline_sha
+        entry = by_cell.setdefault(cell, {"baseline": side, "kinds": [], "pairs": pairs})
+        kind = timed(reg)
+        if kind not in entry["kinds"]:
+            entry["kinds"].append(kind)
+    return by_cell
 
 
-def _open_unconfirmed(store: Any, suspected: Sequence[Any], why: str) -> None:
-    """Keep ``suspected`` findings as regressions (state ``open``), saying why they were not confirmed; a
-    suspected recovery goes back to the state it had (it is not resolved)."""
-    with store.transaction() as conn:
-        for reg in suspected:
-            if reg.state == SUSPECTED_RESOLVED:
-                conn.execute(t_reg.update().where(t_reg.c.id == reg.id, t_reg.c.state == SUSPECTED_RESOLVED)
-                             .values(**_not_recovered(reg, f"recovery not confirmed: {why}"), state_by=CONFIRMED_BY,
-                                     state_at=store.clock()))
-                continue
-            conn.execute(t_reg.update().where(t_reg.c.id == reg.id, t_reg.c.state == SUSPECTED).values(
-                state=unconfirmed_state(reg), state_by=CONFIRMED_BY, state_at=store.clock(),
-                state_note=f"not confirmed: {why}"[:2000]))
+def confirmation_meta(parent_id: int, parent_meta: Mapping[str, Any], by_cell: Mapping[Cell, Mapping[str, Any]],
+                      pairs: int, caps: ConfirmCaps, capped: int, pr: tuple[str, int] | None) -> dict[str, Any]:
+    """The ``meta`` of the confirmation run of run ``parent_id``: each cell's options are the parent's for that
+    cell (else its defaults) plus what its job times (:func:`plan`), and the caps that applied."""
+    options = {}
+    for cell, confirm in by_cell.items():
+        key = "|".join(cell)
+        base = dict(parent_meta.get("options", {}).get(key, parent_meta.get("cell_defaults", {})))
+        options[key] = {**base, "confirm": confirm}
+    return {"confirms": parent_id, "options": options, "cell_defaults": {}, "pairs": pairs,
+            "caps": {"max_cells": caps.max_cells, "capped": capped,
+                     **({"pull_request": f"{pr[0]}#{pr[1]}", "max_per_pr": caps.max_per_pr} if pr else {})},
+            **({"pass_repo": parent_meta["pass_repo"]} if parent_meta.get("pass_repo") else {})}  # same repository
 
 
-def unconfirmed_state(reg: Any) -> str:
+def unconfirmed_state(reg: Suspected) -> str:
     """The state of a suspected finding whose confirmation could not decide: a slowdown stays a regression
     (``open``: a gate never passes because the check of a slowdown broke); an improvement is ``dismissed``
     (nothing unconfirmed is shown as a gain)."""
     return DISMISSED if reg.category == "improvement" else "open"
 
 
-def _not_recovered(reg: Any, note: str) -> dict[str, Any]:
+def _not_recovered(reg: Suspected, note: str) -> dict[str, Any]:
     """The values that put a suspected recovery back as it was (``state_before``, default ``open``)."""
     return {"state": reg.state_before or "open", "state_before": None, "resolved_by_result_id": None,
             "state_note": note[:2000]}
 
 
-def _confirm_results(conn: Any, confirm_run_id: int) -> dict[tuple[str, str, str, str], Any]:
-    rows = conn.execute(sa.select(t_res.c.id, t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target,
-                                  t_res.c.status, t_res.c.message, t_res.c.data)
-                        .where(t_res.c.run_id == confirm_run_id).order_by(t_res.c.id))
-    return {(r.model, r.dtype, r.policy, r.target): r for r in rows}
+def capped_values(reg: Suspected, note: str) -> tuple[dict[str, Any], str]:
+    """``(values, the state they apply in)`` marking ``reg`` as left out of confirmation by a cap (``note``:
+    why): a suspected slowdown stays ``suspected`` with ``state_by`` CAPPED_BY; a suspected recovery goes back
+    as it was.  The caller adds ``state_at``."""
+    if reg.state == SUSPECTED_RESOLVED:
+        return {**_not_recovered(reg, f"recovery not confirmed: {note}"), "state_by": CONFIRMED_BY}, SUSPECTED_RESOLVED
+    return {"state_by": CAPPED_BY, "state_note": f"not confirmed: {note}"}, SUSPECTED
 
 
-def apply_verdicts(store: Any, run_id: int, confirm_run_id: int) -> dict[str, int]:
-    """Decide every suspected finding of ``run_id`` (and every recovery its results suspect) from the results
-    of ``confirm_run_id`` (see module doc); returns counts ``{"confirmed", "dismissed", "unconfirmed",
-    "recovered", "not_recovered", "improved", "not_improved"}``."""
-    th = store.thresholds or Thresholds()
-    counts = {"confirmed": 0, "dismissed": 0, "unconfirmed": 0, "recovered": 0, "not_recovered": 0, "improved": 0,
-              "not_improved": 0}
-    with store.transaction() as conn:
-        results = _confirm_results(conn, confirm_run_id)
-        for reg in conn.execute(sa.select(t_reg).where(_awaiting(run_id))):
-            res = results.get((reg.model, reg.dtype, reg.policy, reg.target))
-            data = (res.data or {}) if res is not None else {}
-            kind = _timed(reg)
-            got = ((data.get("confirmation") or {}).get("kinds") or {}).get(kind)
-            if reg.state == SUSPECTED_RESOLVED:
-                if not got:
-                    why = (f"the confirmation job ended {res.status}: {res.message or ''}" if res is not None
-                           else "no confirmation result")
-                    values = _not_recovered(reg, f"recovery not confirmed: {why}")
-                    counts["unconfirmed"] += 1
-                else:
-                    v = recovery_verdict(kind, got.get("baseline") or [], got.get("candidate") or [], th,
-                                         str(got.get("unit", "")))
-                    values = ({"state": "resolved", "state_before": None, "state_note": v.detail} if v.confirmed
-                              else _not_recovered(reg, v.detail))
-                    counts["recovered" if v.confirmed else "not_recovered"] += 1
-                conn.execute(t_reg.update().where(t_reg.c.id == reg.id).values(
-                    state_by=CONFIRMED_BY, state_at=store.clock(), **values))
-                continue
-            if not got:
-                why = (f"the confirmation job ended {res.status}: {res.message or ''}" if res is not None
-                       else "no confirmation result")
-                values = {"state": unconfirmed_state(reg), "state_note": f"not confirmed: {why}"[:2000]}
-                counts["unconfirmed"] += 1
-            elif reg.category == "improvement":
-                v = improvement_verdict(kind, got.get("baseline") or [], got.get("candidate") or [], th,
-                                        str(got.get("unit", "")))
-                values = {"state": "open" if v.confirmed else DISMISSED, "state_note": v.detail}
-                counts["improved" if v.confirmed else "not_improved"] += 1
-            else:
-                v = paired_verdict(kind, got.get("baseline") or [], got.get("candidate") or [], th,
-                                   str(got.get("unit", "")))
-                values = {"state": "open" if v.confirmed else DISMISSED, "state_note": v.detail}
-                counts["confirmed" if v.confirmed else "dismissed"] += 1
-            conn.execute(t_reg.update().where(t_reg.c.id == reg.id).values(
-                state_by=CONFIRMED_BY, state_at=store.clock(), **values))
-    return counts
+def unconfirmed_values(reg: Suspected, why: str) -> tuple[dict[str, Any], str]:
+    """``(values, the state they apply in)`` keeping suspected ``reg`` as a regression (state ``open``; an
+    improvement ``dismissed``) with ``why`` it was not confirmed; a suspected recovery goes back to the state it
+    had (it is not resolved).  The caller adds ``state_at``."""
+    if reg.state == SUSPECTED_RESOLVED:
+        return ({**_not_recovered(reg, f"recovery not confirmed: {why}"), "state_by": CONFIRMED_BY},
+                SUSPECTED_RESOLVED)
+    return ({"state": unconfirmed_state(reg), "state_by": CONFIRMED_BY, "state_note": f"not confirmed: {why}"[:2000]},
+            SUSPECTED)
 
 
-def confirmation_cost(store: Any, run_id: int) -> dict[str, float]:
-    """``{"runs": 0|1, "cells": n, "job_seconds": s}`` of run ``run_id``'s confirmation (the total time
-    its jobs measured)."""
-    existing = _confirm_run(store, run_id)
-    if existing is None:
-        return {"runs": 0, "cells": 0, "job_seconds": 0.0}
-    with store.transaction() as conn:
-        results = _confirm_results(conn, existing.id)
-    seconds = sum(float(((r.data or {}).get("timings") or {}).get("total_s") or 0.0) for r in results.values())
-    return {"runs": 1, "cells": len(results), "job_seconds": round(seconds, 3)}
-
-
-
-
-def confirmed_run(store: Any, run_id: int) -> int | None:
-    """The run that confirmation run ``run_id`` confirms (None when ``run_id`` is no confirmation run)."""
-    with store.transaction() as conn:
-        row = conn.execute(sa.select(t_run.c.trigger, t_run.c.meta).where(t_run.c.id == run_id)).first()
-    if row is None or row.trigger != CONFIRM_TRIGGER:
-        return None
-    parent = (row.meta or {}).get("confirms")
-    return int(parent) if isinstance(parent, int) else None
+def verdict_values(reg: Suspected, res: ConfirmResult | None, th: Thresholds) -> tuple[dict[str, Any], str]:
+    """The values deciding finding ``reg`` from its cell's confirmation result ``res`` (None: no result), and
+    which count it adds to: ``confirmed``/``dismissed`` (a slowdown), ``improved``/``not_improved`` (a gain),
+    ``recovered``/``not_recovered`` (a recovery) or ``unconfirmed`` (nothing measured).  The caller adds
+    ``state_by`` and ``state_at``."""
+    data = (res.data or {}) if res is not None else {}
+    kind = timed(reg)
+    got = ((data.get("confirmation") or {}).get("kinds") or {}).get(kind)
+    if reg.state == SUSPECTED_RESOLVED:
+        if not got:
+            why = (f"the confirmation job ended {res.status}: {res.message or ''}" if res is not None
+                   else "no confirmation result")
+            return _not_recovered(reg, f"recovery not confirmed: {why}"), "unconfirmed"
+        v = recovery_verdict(kind, got.get("baseline") or [], got.get("candidate") or [], th, str(got.get("unit", "")))
+        values = ({"state": "resolved", "state_before": None, "state_note": v.detail} if v.confirmed
+                  else _not_recovered(reg, v.detail))
+        return values, "recovered" if v.confirmed else "not_recovered"
+    if not got:
+        why = (f"the confirmation job ended {res.status}: {res.message or ''}" if res is not None
+               else "no confirmation result")
+        return {"state": unconfirmed_state(reg), "state_note": f"not confirmed: {why}"[:2000]}, "unconfirmed"
+    if reg.category == "improvement":
+        v = improvement_verdict(kind, got.get("baseline") or [], got.get("candidate") or [], th,
+                                str(got.get("unit", "")))
+        return {"state": "open" if v.confirmed else DISMISSED, "state_note": v.detail}, \
+            "improved" if v.confirmed else "not_improved"
+    v = paired_verdict(kind, got.get("baseline") or [], got.get("candidate") or [], th, str(got.get("unit", "")))
+    return {"state": "open" if v.confirmed else DISMISSED, "state_note": v.detail}, \
+        "confirmed" if v.confirmed else "dismissed"

@@ -1,7 +1,7 @@
 """The measured graph and conversion figures of a stored result, as rule inputs.
 
 They live in ``results.data`` (the JSON form of :class:`workers.result.JobResult`), not in columns:
-:func:`service.regressions.detect.sample` loads a result's document once and hands its ``graph`` object
+:func:`service.regressions.stored.sample` loads a result's document once and hands its ``graph`` object
 to :func:`graph_fields`, which turns it into :class:`service.regressions.rules.CellSample` keyword
 arguments.  Guarantees: compute counts are given only for graph facts the worker *measured*
 (``graph.source == "measured"``) and with their compute-op version; a result whose graph facts are the
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from workers.result import GRAPH_FACTS_MEASURED
+from workers.result import GRAPH_FACTS_MEASURED, LEGACY_CONVERGENCE_ERROR_UNIT
 
 
 def graph_fields(graph: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -33,6 +33,12 @@ def graph_fields(graph: Mapping[str, Any] | None) -> dict[str, Any]:
         "pass_iterations": _int(g.get("pass_iterations")),
         "pass_converged": v if isinstance(v := g.get("pass_converged"), bool) else None,
     }
+
+
+def stored_error_unit(raw: object) -> str:
+    """The unit of a stored result's convergence errors (its ``convergence.error_unit``, as stored): ``absolute``
+    when the result predates ``ConvergenceStats.error_unit`` (as ``JobResult.from_dict`` reads it)."""
+    return raw if isinstance(raw, str) and raw else LEGACY_CONVERGENCE_ERROR_UNIT
 
 
 def floats(values: Any) -> tuple[float, ...]:

@@ -5,8 +5,9 @@ gives the :class:`RunVerdict` whose ``state`` is the commit status state (and th
 ``exit_code`` is the exit code of ``ampci sweep`` and ``ampci regressions --run``, and whose
 :meth:`~RunVerdict.headline` and :meth:`~RunVerdict.description` are what the run page, the API, the CLI, the
 pull-request comment and the commit status say.  The cells' gate (:func:`service.regressions.gate.decide`:
-regressions, cells that could not measure, known failures) is one of its inputs.  :func:`run_verdict` gathers the
-facts of a run from the store; :func:`summary_facts` from a run's counts alone (a reporter without a store).
+regressions, cells that could not measure, known failures) is one of its inputs.  :func:`verdict_of` gathers the
+facts of a run from its results, jobs, baselines and findings (:func:`service.orchestration.judge.run_verdict`
+reads them from the store); :func:`summary_facts` from a run's counts alone (a reporter without a store).
 
 Guarantees: the state and the exit code agree (``success`` exactly when the exit code is 0 and the run is not
 pending; ``error`` and ``failure`` always exit 1, and the headline then says "gate fails", never "passes"); a
@@ -23,7 +24,7 @@ improvement (…)", "1 improvement not confirmed (cap) (…)"), and an accuracy 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -271,31 +272,17 @@ def list_verdict(run: Any) -> tuple[str, str]:
     return str(brief["state"]), ", ".join(parts)
 
 
-def record_verdict(store: Any, run_id: int) -> RunVerdict:
-    """Decide run ``run_id``'s verdict (:func:`run_verdict`) and store it in brief for the lists of runs (the
-    runs page, ``ampci runs``): called by the finisher when it judges the run and after one of its findings is
-    triaged.  A run not finished yet records nothing (the lists say it is pending).  Returns the verdict."""
-    verdict = run_verdict(store, run_id)
-    if store.get_run(run_id).finished_at is not None:
-        store.record_verdict(run_id, verdict.brief())
-    return verdict
-
-
-def run_verdict(store: Any, run_id: int) -> RunVerdict:
-    """The verdict of run ``run_id`` from the store (see the module docstring)."""
-    from service.orchestration import baseline_runs
-    from service.regressions.detect import baseline_statuses
-
-    run = store.get_run(run_id)
-    results = store.results(run_id=run_id)
-    jobs = store.jobs(run_id)
-    base = baseline_statuses(store, run_id)
+def verdict_of(run_id: int, run_status: str, revision_sha: str, results: Sequence[Any], jobs: Sequence[Any],
+               base: Mapping[Cell, tuple[str, str]], found: Sequence[Any], waiting: tuple[int, ...]) -> RunVerdict:
+    """The verdict of run ``run_id`` (see the module docstring) from its ``results`` (``cell``, ``status``,
+    ``message``), its ``jobs`` (``cell``, ``status``, ``error``), each cell's baseline ``(revision, status)``
+    (``base``), its stored findings (``found``: ``kind``, ``category``, ``state``, ``state_by``) and the runs it
+    still ``waiting`` for.  Pure: :func:`service.orchestration.judge.run_verdict` reads these from the store."""
     outcomes = [CellOutcome(r.cell, r.status, r.message or "", base[r.cell][1] if r.cell in base else None,
-                            run.revision_sha) for r in results]
+                            revision_sha) for r in results]
     with_result = {r.cell for r in results}
     outcomes += [CellOutcome(j.cell, JOB_ERROR if j.status == "error" else "crashed", j.error or "")
                  for j in jobs if j.status in ("error", "crashed") and j.cell not in with_result]
-    found = store.regressions(run_id=run_id)
     live = [g for g in found if g.state in ("open", "acknowledged")]
     regs = [g for g in live if g.category == "regression"]
     by_kind = Counter(g.kind for g in regs)
@@ -307,11 +294,7 @@ def run_verdict(store: Any, run_id: int) -> RunVerdict:
         if g.state in CONFIRMATION_STATES or g.state == EXPLAINED:
             others.setdefault(_label(g), Counter())[g.kind] += 1
     pending = sum(j.status in ("queued", "running") for j in jobs)
-    waiting: tuple[int, ...] = ()
-    if baseline_runs.awaited(run.meta) and run.status not in baseline_runs.FINAL_RUN_STATES:
-        waiting = tuple(i for i in baseline_runs.awaited(run.meta)
-                        if store.get_run(i).status not in baseline_runs.FINAL_RUN_STATES)
     errored = sum(j.status in ERRORED_JOB_STATES and j.cell in with_result for j in jobs)
-    return decide_run(RunFacts(run_id, run.status, max(len(jobs), len(results)), pending, tuple(outcomes),
+    return decide_run(RunFacts(run_id, run_status, max(len(jobs), len(results)), pending, tuple(outcomes),
                                frozenset(base), dict(by_kind), {c: dict(k) for c, k in others.items()}, waiting,
                                errored))

@@ -334,8 +334,8 @@ def app_standin(server: HTTPServer, **kwargs: Any) -> GitHubStandIn:
 
 def app_client(server: HTTPServer, **kwargs: Any) -> Any:
     """A client reporting as the test App to ``server`` (its installation looked up or remembered)."""
-    from service.github_auth.app import AppAuth
     from service.github.client import GitHubStatusClient
+    from service.github_auth.app import AppAuth
 
     kwargs.setdefault("timeout", 2.0)
     return GitHubStatusClient(server.url_for("/"), auth=AppAuth(APP_ID, app_key()[0]), **kwargs)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from service.regressions.detect import detect_run
+from service.orchestration.judge import detect_run
 from tests.api.helpers import API_TOKEN, encode, push_payload, run_of, sha, webhook_headers
 from workers.result import AccuracyReport, JobResult, OutputMetrics
 

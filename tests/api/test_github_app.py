@@ -14,7 +14,6 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from pytest_httpserver import HTTPServer
 
 from service.errors import ConfigError
-from service.github_auth.app import AppAuth, StaticToken, auth_from_settings
 from service.github.client import (
     COMMENT_MARKER,
     CommitStatus,
@@ -22,6 +21,7 @@ from service.github.client import (
     PermanentStatusError,
     PullRequestComment,
 )
+from service.github_auth.app import AppAuth, StaticToken, auth_from_settings
 from service.settings import Settings
 from tests.api.github_standin import PAT_LOGIN, PR, GitHubStandIn
 from tests.api.helpers import GITHUB_TOKEN, REPO, sha

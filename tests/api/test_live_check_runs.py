@@ -14,7 +14,7 @@ from pytest_httpserver import HTTPServer
 
 from service.github.client import CheckRun, GitHubStatusClient, PermanentStatusError
 from service.github.live_checks import check_name, conclusion
-from service.regressions.detect import detect_run
+from service.orchestration.judge import detect_run
 from tests.api.conftest import make_reporter
 from tests.api.github_standin import PR, GitHubStandIn, app_client, app_standin
 from tests.api.helpers import (

@@ -15,8 +15,7 @@ from werkzeug import Response
 
 from service.github.client import COMMENT_MARKER, GitHubStatusClient, PullRequestComment, TransientStatusError
 from service.github.comment import escape
-from service.regressions.detect import detect_run
-from service.regressions.verdict import run_verdict
+from service.orchestration.judge import detect_run, run_verdict
 from tests.api.conftest import make_reporter
 from tests.api.github_standin import GitHubStandIn, app_client, app_standin
 from tests.api.helpers import API_TOKEN, GITHUB_TOKEN, REPO, encode, pr_payload, run_of, sha, webhook_headers

@@ -20,8 +20,8 @@ from service.github.client import (
 )
 from service.github.outbox import MemoryOutbox, RedisOutbox
 from service.github.reporter import StatusReporter
-from service.regressions.detect import detect_run
-from service.regressions.verdict import decide_run, run_verdict, summary_facts
+from service.orchestration.judge import detect_run, run_verdict
+from service.regressions.verdict import decide_run, summary_facts
 from tests.api.conftest import make_reporter
 from tests.api.helpers import GITHUB_TOKEN, REPO, encode, push_payload, run_of, sha, webhook_headers
 from workers.result import JobResult

@@ -19,8 +19,7 @@ from service.api.dispatch import RunDispatcher
 from service.github.events import RevisionInfo, RunRequest
 from service.orchestration import baseline_runs
 from service.orchestration.jobs import finish_if_complete
-from service.regressions.detect import baseline_statuses
-from service.regressions.verdict import run_verdict
+from service.orchestration.judge import baseline_statuses, run_verdict
 from service.vocabulary import FINAL_RUN_STATES
 from tests.api.conftest import test_planner
 from tests.api.helpers import REPO, sha

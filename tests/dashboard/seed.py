@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from service.db import Store
-from service.regressions.detect import detect_run
+from service.orchestration.judge import detect_run
 from workers.result import AccuracyReport, GraphFacts, JobResult, LatencyStats, OutputMetrics
 
 MODELS = ("conv_small", "mlp_small", "tiny_lstm")

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from service.dashboard.bisection import bisect_view
-from service.regressions.bisect import bisect_step
-from service.regressions.detect import detect_run
+from service.orchestration.bisection import bisect_step
+from service.orchestration.judge import detect_run
 from tests.dashboard.seed import ACC_CELL, make_result, sha
 
 pytestmark = pytest.mark.postgres

@@ -29,7 +29,7 @@ LONG_WORD = "amp_pass/passes/insert_casts_between_consecutive_low_precision_node
 def seed_long_subjects(store: Any) -> Any:
     """The small scenario plus two main revisions whose subjects are a long sentence and one long
     unbreakable word, and a ping delivery naming its repository; returns the small scenario."""
-    from service.regressions.detect import detect_run
+    from service.orchestration.judge import detect_run
 
     seeded = seed(store)
     rng = random.Random(3)

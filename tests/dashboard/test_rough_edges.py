@@ -51,7 +51,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     from fastapi.testclient import TestClient
 
     from service.db import Store
-    from service.regressions.detect import detect_run
+    from service.orchestration.judge import detect_run
 
     url = f"sqlite:///{tmp_path_factory.mktemp('rough') / 'ampci.db'}"
     store = Store.from_url(url)

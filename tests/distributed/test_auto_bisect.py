@@ -20,7 +20,7 @@ import pytest
 
 from service.cli.main import main
 from service.orchestration import jobs, scheduler, tasks
-from service.regressions.bisect import bisect_step
+from service.orchestration.bisection import bisect_step
 from service.settings import Settings
 from tests.service.factories import make_result
 from workers.revisions import RevisionCache

@@ -100,8 +100,8 @@ def findings(store: Store, run_id: int, kind: str) -> list:
 
 def test_a_real_slowdown_is_confirmed_and_a_transient_one_dismissed_embedded(
         env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from service.orchestration.confirm_run import confirmation_cost
     from service.orchestration.jobs import open_store
-    from service.regressions.confirm import confirmation_cost
 
     repo = env / "repo"
     base = make_repo(repo)
@@ -134,7 +134,7 @@ def test_a_real_slowdown_is_confirmed_and_a_transient_one_dismissed_embedded(
     assert reg.state == "dismissed" and reg.state_note.startswith("dismissed by 7 interleaved pairs"), reg.state_note
     assert code == 0 and out["regressions"] == []
     # re-detection keeps the verdict (the finding stays dismissed, visible, not deleted)
-    from service.regressions.detect import detect_run
+    from service.orchestration.judge import detect_run
 
     detect_run(store, run_id)
     assert [r.state for r in findings(store, run_id, "conversion_time")] == ["dismissed"]

@@ -12,9 +12,8 @@ import pytest
 
 from service.api.dispatch import CeleryDispatch, RunDispatcher
 from service.github.events import RevisionInfo, RunRequest
+from service.orchestration.judge import baseline_statuses, run_verdict
 from service.orchestration.scheduler import SweepConfig, open_store
-from service.regressions.detect import baseline_statuses
-from service.regressions.verdict import run_verdict
 from service.settings import Settings
 from service.vocabulary import FINAL_RUN_STATES
 from tests.distributed.conftest import git

@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from service.db import Store
 from service.db.migrate import upgrade
-from service.regressions.detect import detect_run
-from service.regressions.verdict import record_verdict
+from service.orchestration.judge import detect_run, record_verdict
 from workers.result import (
     AccuracyReport,
     ConvergenceStats,

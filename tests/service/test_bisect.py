@@ -10,8 +10,9 @@ import pytest
 from service.cli.main import main
 from service.db import Store
 from service.errors import NotFoundError
-from service.regressions.bisect import bisect_step, classify, pick
-from service.regressions.detect import detect_run
+from service.orchestration.bisection import bisect_step
+from service.orchestration.judge import detect_run
+from service.regressions.bisect import classify, pick
 from service.regressions.rules import CellSample
 from service.regressions.thresholds import Thresholds
 from tests.service.factories import chain, make_result, migrated_store, run_with, sha

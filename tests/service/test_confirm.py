@@ -12,8 +12,10 @@ import random
 import pytest
 
 from service.db import Store
+from service.orchestration.confirm_run import confirmation_cost
 from service.orchestration.jobs import finish_if_complete
-from service.regressions.confirm import confirmation_cost, min_pairs, paired_verdict
+from service.regressions.confirm import paired_verdict
+from service.regressions.paired import min_pairs
 from service.regressions.rules import CellSample, conversion_time_rule, latency_rule, pooled
 from service.regressions.thresholds import Thresholds
 from tests.service.factories import chain, make_result, migrated_store
@@ -213,7 +215,7 @@ def test_conversion_time_divides_out_a_machine_slowed_between_the_two_jobs() -> 
 def test_a_nightly_change_point_is_not_suspected_it_has_no_single_baseline_revision(store: Store) -> None:
     """The nightly latency test compares a series of nights (consecutive violations), not two revisions: there
     is no baseline revision to time interleaved, so its finding is open at once, even when confirming."""
-    from service.regressions.detect import detect_run
+    from service.orchestration.judge import detect_run
 
     (rev,) = chain(store, 1)
 
@@ -270,7 +272,7 @@ def test_timing_regressions_are_screened_at_suspect_p_when_a_confirmation_will_j
         store: Store, pairs: int) -> None:
     """On a busy machine a 20 % slower model gave p = 0.007 (limit 0.002): with confirmation it is suspected
     (p < suspect_p, 0.05) and the interleaved pairs decide; without, the strict limit stands."""
-    from service.regressions.detect import detect_run
+    from service.orchestration.judge import detect_run
     from service.regressions.rules import relative_latency
     from service.regressions.stats import mann_whitney_p
 

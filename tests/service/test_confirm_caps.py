@@ -15,11 +15,11 @@ import pytest
 
 from service.db import Store, budgets
 from service.errors import ConfigError
+from service.orchestration.confirm_run import confirmation_cost
 from service.orchestration.jobs import finish_if_complete
-from service.regressions.confirm import confirmation_cost
+from service.orchestration.judge import run_verdict
 from service.regressions.confirm_caps import ConfirmCaps, pull_request, select
 from service.regressions.rules import CAPPED_BY
-from service.regressions.verdict import run_verdict
 from service.settings import Settings
 from tests.service.factories import chain, make_result, migrated_store
 

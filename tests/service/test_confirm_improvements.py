@@ -18,12 +18,11 @@ from service.db import Store
 from service.github.comment import headline, summary_line
 from service.github.pr_report import build_report
 from service.orchestration.jobs import finish_if_complete
+from service.orchestration.judge import detect_run, run_verdict
 from service.regressions.confirm import improvement_verdict
 from service.regressions.confirm_caps import ConfirmCaps, select
-from service.regressions.detect import detect_run
 from service.regressions.rules import CAPPED_BY, CAPPED_GAIN_LABEL, EXPLAINED
 from service.regressions.thresholds import Thresholds
-from service.regressions.verdict import run_verdict
 from service.settings import Settings
 from tests.dashboard.conftest import BROWSER, make_app
 from tests.service.factories import chain, make_result, migrated_store, run_with

@@ -13,8 +13,9 @@ import pytest
 
 from service.db import Store
 from service.db import models as m
-from service.regressions.bisect import bisect_step, classify
-from service.regressions.detect import detect_run
+from service.orchestration.bisection import bisect_step
+from service.orchestration.judge import detect_run
+from service.regressions.bisect import classify
 from service.regressions.rules import CellSample, comparable, compare_cells, returned_to_baseline
 from service.regressions.thresholds import Thresholds
 from tests.service.factories import chain, make_result, migrated_store, run_with

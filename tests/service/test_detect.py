@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.db import Store
-from service.regressions.detect import detect_run
+from service.orchestration.judge import detect_run
 from service.regressions.thresholds import Thresholds
 from tests.service.factories import CELL, chain, make_result, migrated_store, run_with, sha
 

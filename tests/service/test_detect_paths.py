@@ -10,9 +10,12 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from service.db import Store
+from service.db import Store, findings, series
+from service.db.series import SAMPLE_COLS, t_res
+from service.orchestration import judge
+from service.orchestration.judge import detect_run
 from service.regressions import detect
-from service.regressions.detect import SAMPLE_COLS, detect_run, sample, t_res
+from service.regressions.stored import StoredResult, sample
 from service.regressions.thresholds import Thresholds
 from tests.service.factories import CELL, chain, make_result, migrated_store, run_with
 
@@ -26,12 +29,13 @@ def store(db_url: str) -> Iterator[Store]:
     s.dispose()
 
 
-def stored_row(store: Store, result_id: int, data: object | None = None):  # type: ignore[no-untyped-def]
-    """The SAMPLE_COLS row of a result, after replacing its stored document with ``data`` when given."""
+def stored_row(store: Store, result_id: int, data: object | None = None) -> StoredResult:
+    """The stored result (as detection reads it) of a result, after replacing its stored document with ``data``
+    when given."""
     with store.transaction() as conn:
         if data is not None:
             conn.execute(t_res.update().where(t_res.c.id == result_id).values(data=data))
-        return conn.execute(sa.select(*SAMPLE_COLS).where(t_res.c.id == result_id)).one()
+        return series.stored(conn.execute(sa.select(*SAMPLE_COLS).where(t_res.c.id == result_id)).one())
 
 
 def test_sample_reads_the_stored_document_as_the_json_paths_read_it(store: Store) -> None:
@@ -79,9 +83,10 @@ def test_pools_come_from_the_baseline_search_as_a_pool_query_finds_them(store: S
     assert (reg.kind, reg.category) == ("latency", "regression") and "n=40/20" in reg.detail
     with store.transaction() as conn:
         run_row = store.run_row(conn, run)
-        base, at_base = detect._baselines(conn, run_row, [CELL, OTHER], th)
-        from_search = detect._baseline_pools(conn, run, base, th.latency_pool, at_base)
-        queried = detect._baseline_pools(conn, run, base, th.latency_pool)  # the nightly path's query
+        base, at_base = judge._baselines(conn, run_row, [CELL, OTHER], th)
+        from_search = detect.pools_from_fetched(base, at_base, th.latency_pool)
+        queried = {c: [sample(r) for r in rs]  # the nightly path's query
+                   for c, rs in series.baseline_pools(conn, run_id=run, base=base, limit=th.latency_pool).items()}
     assert set(from_search) == set(queried) == {CELL, OTHER}
     assert from_search == queried
     assert [s.env_fingerprint for s in from_search[CELL]] == ["env-b", "env-a"]
@@ -105,10 +110,10 @@ def test_the_flaky_lineage_is_the_runs_branch_and_counts_for_each_cell_with_a_fi
     assert [(r.kind, r.category) for r in detect_run(store, run)] == [("accuracy", "flaky")]
 
 
-@pytest.mark.parametrize("keys_max", [detect.DELETE_KEYS_MAX, 0], ids=["one-delete", "select-then-delete"])
+@pytest.mark.parametrize("keys_max", [findings.DELETE_KEYS_MAX, 0], ids=["one-delete", "select-then-delete"])
 def test_stale_findings_go_and_triaged_ones_stay_by_either_delete(store: Store, monkeypatch: pytest.MonkeyPatch,
                                                                   keys_max: int) -> None:
-    monkeypatch.setattr(detect, "DELETE_KEYS_MAX", keys_max)
+    monkeypatch.setattr(findings, "DELETE_KEYS_MAX", keys_max)
     base_rev, rev = chain(store, 2)
     run_with(store, base_rev, [make_result(CELL), make_result(OTHER)])
     run = run_with(store, rev, [make_result(CELL, max_abs=0.5, casts=9), make_result(OTHER, max_abs=0.5)],

@@ -12,7 +12,7 @@ import pytest
 from service.db import Store
 from service.github.comment import headline, render_comment
 from service.github.pr_report import build_report
-from service.regressions.verdict import run_verdict
+from service.orchestration.judge import run_verdict
 from tests.service.factories import (
     CELL,
     chain,

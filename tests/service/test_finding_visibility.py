@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from service.cli.tables import regressions_table
 from service.dashboard import plots, routes, views
 from service.github.reporter import status_text
-from service.regressions.render import regressions_table
 from service.regressions.rules import CATEGORIES, CONFIRMATION_STATES, KINDS, RULES, TIMING_KINDS
 from tests.conftest import fresh_pg_database
 from tests.dashboard.conftest import BROWSER, make_app

@@ -157,7 +157,7 @@ def test_baseline_samples_are_pooled_over_its_recent_runs(store: Store) -> None:
     assert "n=18/6" in reg.detail
     # pooling off: only the newest baseline result is used
     off = Thresholds.from_mapping({"latency_pool": 1})
-    from service.regressions.detect import detect_run
+    from service.orchestration.judge import detect_run
 
     (reg1,) = detect_run(store, new, off)
     assert "n=6/6" in reg1.detail

@@ -12,7 +12,7 @@ import pytest
 from service.cli.main import main
 from service.db import Store
 from service.github.reporter import status_text
-from service.regressions.verdict import run_verdict
+from service.orchestration.judge import run_verdict
 from tests.dashboard.conftest import BROWSER, TOKEN, make_app
 from tests.service.factories import chain, make_result, migrated_store, run_with
 from workers.result import JobResult

@@ -6,7 +6,7 @@ import pytest
 
 from service.db import Store
 from service.errors import DatabaseUnavailableError, NotFoundError, UserError
-from service.regressions.detect import detect_run
+from service.orchestration.judge import detect_run
 from tests.service.factories import CELL, chain, make_result, migrated_store, sha
 
 

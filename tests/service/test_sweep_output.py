@@ -8,8 +8,8 @@ import json
 import pytest
 
 from service.cli.sweep_cmd import _emit, compared_cells
+from service.orchestration.judge import baseline_revisions
 from service.orchestration.scheduler import StartedRun
-from service.regressions.detect import baseline_revisions
 from tests.service.factories import CELL, chain, make_result, migrated_store, run_with
 
 OTHER = ("tiny_mlp", "bf16", "default", "cpu")

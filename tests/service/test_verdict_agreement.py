@@ -15,7 +15,8 @@ from service.db import Store
 from service.github import comment
 from service.github.pr_report import build_report
 from service.github.reporter import status_text
-from service.regressions.verdict import RunFacts, decide_run, run_verdict
+from service.orchestration.judge import run_verdict
+from service.regressions.verdict import RunFacts, decide_run
 from tests.dashboard.conftest import TOKEN, make_app
 from tests.service.factories import chain, make_result, migrated_store, run_with
 

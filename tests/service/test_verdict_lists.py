@@ -14,7 +14,7 @@ from service.cli.main import main
 from service.dashboard.routes import CSS
 from service.db import Store
 from service.orchestration.jobs import finish_if_complete
-from service.regressions.verdict import run_verdict
+from service.orchestration.judge import run_verdict
 from tests.dashboard.conftest import BROWSER, make_app
 from tests.service.factories import chain, make_result, migrated_store
 from tests.service.test_confirm import StandInWorker, make_run, slow_conversion

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from service.regressions.detect import baseline_statuses
+from service.orchestration.judge import baseline_statuses
 from service.regressions.rules import _can_reach
 from service.regressions.stats import mann_whitney_p
 from service.regressions.thresholds import Thresholds

@@ -15,9 +15,10 @@ import pytest
 from service.db import Store
 from service.github.reporter import status_text
 from service.orchestration.jobs import finish_if_complete
+from service.orchestration.judge import run_verdict
 from service.regressions.confirm import recovery_verdict
 from service.regressions.thresholds import Thresholds
-from service.regressions.verdict import decide_run, run_verdict, summary_facts
+from service.regressions.verdict import decide_run, summary_facts
 from tests.service.factories import chain, make_result, migrated_store, run_with
 from tests.service.test_confirm import StandInWorker, make_run, slow_conversion
 

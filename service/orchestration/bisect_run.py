@@ -1,6 +1,6 @@
 """Driving one bisection to its end in this process (embedded mode: no broker).
 
-:func:`bisect_to_end` repeats :func:`service.regressions.bisect.bisect_step` and runs each midpoint ``bisect``
+:func:`bisect_to_end` repeats :func:`service.orchestration.bisection.bisect_step` and runs each midpoint ``bisect``
 run on a :class:`service.orchestration.localpool.LocalPool` of this process, waiting for it, until the first bad
 commit is found.
 
@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.errors import ServiceError
+from service.orchestration.bisection import bisect_step
 from service.orchestration.localpool import LocalPool
 from service.orchestration.scheduler import wait_for_run
-from service.regressions.bisect import BisectState, bisect_step, dedup_key
+from service.regressions.bisect import BisectState, dedup_key
 from service.settings import Settings
 
 Progress = Callable[[str], None]

@@ -1,0 +1,167 @@
+"""Judging a run: its findings detected and stored, and its verdict decided.
+
+:func:`detect_run` loads what detection needs from the store (:mod:`service.db.series`), applies the pure
+rules of :mod:`service.regressions.detect` and writes what they decide (:mod:`service.db.findings`), in one
+transaction; :func:`run_verdict` reads a run's results, jobs, baselines and findings and hands them to
+:func:`service.regressions.verdict.verdict_of`.  The guarantees of detection are those of
+:mod:`service.regressions.detect`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import Connection
+
+from service.db import findings, pins, series
+from service.db.queries import ancestors, first_parent_line
+from service.db.records import RegressionInfo
+from service.orchestration import baseline_runs
+from service.regressions import detect
+from service.regressions.confirm import confirmation_pairs
+from service.regressions.stored import Cell, Samples, StoredResult, sample
+from service.regressions.thresholds import Thresholds
+from service.regressions.verdict import RunVerdict, verdict_of
+
+if TYPE_CHECKING:
+    from service.db.store import Store
+
+
+def detect_run(store: Store, run_id: int, thresholds: Thresholds | None = None) -> list[RegressionInfo]:
+    """Detect, store and return the findings of ``run_id`` (see :mod:`service.regressions.detect`): the run's
+    stored findings as :meth:`Store.regressions` lists them, read in the transaction that stored them."""
+    th = thresholds or store.thresholds or Thresholds()
+    with store.transaction() as conn:
+        run = store.run_row(conn, run_id)
+        current = series.current_results(conn, run_id=run_id)
+        if current:
+            _detect(conn, store, run, current, th)
+        return findings.run_findings(conn, run_id=run_id)
+
+
+def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, StoredResult], th: Thresholds) -> None:
+    if run.trigger in detect.NO_FINDINGS_TRIGGERS:
+        findings.store_findings(conn, run_id=run.id, rows=[])  # drops open findings stored by older versions
+        return
+    nightly = run.trigger == "nightly"
+    cells = sorted(current)
+    base, at_base = _baselines(conn, run, cells, th)
+    nightly_hist = (series.history(conn, run_id=run.id, sha=run.revision_sha, triggers=("nightly",),
+                                   limit=th.nightly_window + th.nightly_consecutive) if nightly else {})
+    already_open = series.open_kinds(conn, run_id=run.id) if nightly else set()
+    now = store.clock()
+    suspect = confirmation_pairs(run) > 0  # timing regressions wait for their confirmation run
+    screen = detect.screened(th, suspect)
+    # the push path's chunk queries fetched every result at each baseline's revision: the pools come from
+    # those rows (no second query); a nightly search stops at earlier runs, its pools do not
+    if nightly:
+        pools = {c: [sample(r) for r in rs]
+                 for c, rs in series.baseline_pools(conn, run_id=run.id, base=base, limit=th.latency_pool).items()}
+    else:
+        pools = detect.pools_from_fetched(base, at_base, th.latency_pool)
+    samples = Samples()
+    found = detect.cell_findings(current, base, pools, screen, th, nightly, nightly_hist, samples)
+    drifts = _drifts(conn, run, current, {c: fs for c, _, fs in found}, screen, samples)
+    detect.merge_drifts(found, drifts, current)
+    # the lineage only decides whether a finding is flaky: read for the cells that have one
+    lineage = series.history(conn, run_id=run.id, sha=run.revision_sha, triggers=detect.LINEAGE_TRIGGERS,
+                             limit=th.flaky_window - 1, cells=[cell for cell, _, _ in found])
+    rows = detect.finding_rows(run.id, run.revision_sha, found, lineage, th, nightly=nightly, suspect=suspect,
+                               already_open=already_open, now=now)
+    findings.store_findings(conn, run_id=run.id, rows=rows)
+    if run.trigger in detect.LINEAGE_TRIGGERS:
+        _resolve(conn, run, current, th, now, suspect, detect.suspected_baselines(rows), samples)
+
+
+def _drifts(conn: Connection, run: Any, current: dict[Cell, StoredResult],
+            pairwise: dict[Cell, list[detect.Found]], th: Thresholds, samples: Samples) -> dict[Cell, detect.Found]:
+    """The drift findings of the run (:func:`service.regressions.detect.drift_findings`).  Three small queries
+    for the whole run: the first-parent line of its revision, the cells' results on it, the earlier findings on
+    it (and the branch's pin)."""
+    line = first_parent_line(conn, run.revision_sha, th.drift_line_depth)
+    on_line = series.line_results(conn, run_id=run.id, shas=[s for s, d in line if d > 0])
+    if not on_line:
+        return {}
+    pinned = pins.pin_for(conn, branch=series.branch_of(conn, sha=run.revision_sha))
+    earlier = series.earlier_on_line(conn, run_id=run.id, shas=[s for s, _ in line])
+    return detect.drift_findings(run.revision_sha, run.trigger, current, line, on_line, pinned, earlier, pairwise,
+                                 th, samples)
+
+
+def _resolve(conn: Connection, run: Any, current: dict[Cell, StoredResult], th: Thresholds, now: Any,
+             suspect: bool, suspected_cells: dict[Cell, str], samples: Samples) -> None:
+    """Resolve the earlier regressions this run no longer shows (:func:`service.regressions.detect.resolutions`)."""
+    open_regs = series.open_regressions(conn, run_id=run.id)
+    if not open_regs:  # the usual case: no walk of the whole ancestry (11 ms of 200 revisions)
+        return
+    # only a revision that contains the regressed one (itself or a descendant) can resolve it: a run of
+    # an older or unrelated revision says nothing about whether the change that regressed is fixed
+    contains = {sha for sha, _ in ancestors(conn, run.revision_sha, th.ancestor_depth, include_self=True)}
+    open_regs = [r for r in open_regs if r.revision_sha in contains]
+    if not open_regs:
+        return
+    ids = {r.baseline_result_id for r in open_regs if r.baseline_result_id is not None} | \
+        {r.result_id for r in open_regs if r.result_id is not None}
+    results = series.results_by_id(conn, ids=ids)
+    for finding_id, values in detect.resolutions(run.id, run.revision_sha, open_regs, results, current, th, now,
+                                                 suspect, suspected_cells, samples):
+        findings.set_finding(conn, finding_id=finding_id, values=values)
+
+
+def _baselines(conn: Connection, run: Any, cells: list[Cell],
+               th: Thresholds) -> tuple[dict[Cell, StoredResult], dict[Cell, list[StoredResult]]]:
+    """The baseline result of each of ``cells`` (see :mod:`service.regressions.detect`; cells without one are
+    absent), and the results fetched at each baseline's revision (:func:`service.db.series.nearest`)."""
+    nightly = run.trigger == "nightly"
+    start, include_self = (run.baseline_sha, True) if run.baseline_sha else (run.revision_sha, nightly)
+    return series.nearest(conn, start=start, include_self=include_self, run_id=run.id, cells=cells,
+                          max_depth=th.ancestor_depth, before_run=run.id if nightly else None)
+
+
+def baseline_revisions(store: Store, run_id: int, thresholds: Thresholds | None = None) -> dict[Cell, str]:
+    """For each cell of run ``run_id`` that has a result, the revision of the baseline result detection
+    compares it with; cells with no baseline result (a first run of the cell) are absent."""
+    return {c: sha for c, (sha, _) in baseline_statuses(store, run_id, thresholds).items()}
+
+
+def baseline_statuses(store: Store, run_id: int, thresholds: Thresholds | None = None) -> dict[Cell, tuple[str, str]]:
+    """For each cell of run ``run_id`` that has a result, ``(revision, status)`` of the baseline result
+    detection compares it with (the gate tells a known failure by the status); cells with no baseline
+    result are absent."""
+    th = thresholds or store.thresholds or Thresholds()
+    with store.transaction() as conn:
+        run = store.run_row(conn, run_id)
+        cells = series.cells_of_run(conn, run_id=run_id)
+        if not cells:
+            return {}
+        return {c: (r.revision_sha, r.status) for c, r in _baselines(conn, run, cells, th)[0].items()}
+
+
+def cells_with_results(store: Store, sha: str) -> set[Cell]:
+    """The cells that have at least one result at revision ``sha`` (any run)."""
+    with store.transaction() as conn:
+        return series.cells_with_results(conn, sha=sha)
+
+
+def run_verdict(store: Any, run_id: int) -> RunVerdict:
+    """The verdict of run ``run_id`` from the store (:func:`service.regressions.verdict.verdict_of`)."""
+    run = store.get_run(run_id)
+    results = store.results(run_id=run_id)
+    jobs = store.jobs(run_id)
+    base = baseline_statuses(store, run_id)
+    found = store.regressions(run_id=run_id)
+    waiting: tuple[int, ...] = ()
+    if baseline_runs.awaited(run.meta) and run.status not in baseline_runs.FINAL_RUN_STATES:
+        waiting = tuple(i for i in baseline_runs.awaited(run.meta)
+                        if store.get_run(i).status not in baseline_runs.FINAL_RUN_STATES)
+    return verdict_of(run_id, run.status, run.revision_sha, results, jobs, base, found, waiting)
+
+
+def record_verdict(store: Any, run_id: int) -> RunVerdict:
+    """Decide run ``run_id``'s verdict (:func:`run_verdict`) and store it in brief for the lists of runs (the
+    runs page, ``ampci runs``): called by the finisher when it judges the run and after one of its findings is
+    triaged.  A run not finished yet records nothing (the lists say it is pending).  Returns the verdict."""
+    verdict = run_verdict(store, run_id)
+    if store.get_run(run_id).finished_at is not None:
+        store.record_verdict(run_id, verdict.brief())
+    return verdict

@@ -1,0 +1,112 @@
+"""Stored results and findings as the rules read them: plain records, built by the store layer
+(:mod:`service.db.series`), never a database row.
+
+A :class:`StoredResult` carries its result's columns and its ``results.data`` document *as stored* (text, or
+an object where a driver hands JSON back decoded): :func:`sample` parses it, once, only when a rule needs that
+result (a result fetched and then passed over costs no parse; :class:`Samples` keeps each parse for the rest
+of one detection).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from service.regressions.measured import floats, graph_fields, stored_error_unit
+from service.regressions.rules import CellSample
+
+Cell = tuple[str, str, str, str]  # (model, dtype, policy, target)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResult:
+    """One stored result of a cell: what a rule or a baseline search reads of it (``doc``: its ``results.data``
+    as stored, parsed by :func:`sample`)."""
+
+    cell: Cell
+    id: int
+    run_id: int
+    revision_sha: str
+    status: str
+    max_abs: float | None
+    cosine: float | None
+    final_error: float | None
+    diverged: bool | None
+    low_precision_fraction: float | None
+    casts_inserted: int | None
+    env_fingerprint: str | None
+    latency_p50_ms: float | None
+    doc: str | bytes | Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryResult:
+    """One result of a cell in an earlier run (a nightly series, the flaky lineage), oldest first."""
+
+    cell: Cell
+    run_id: int
+    id: int
+    status: str
+    latency_p50_ms: float | None
+    env_fingerprint: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LineFinding:
+    """An earlier unresolved regression of a cell found at a revision of a first-parent line (drift reads
+    these to tell what is already reported)."""
+
+    cell: Cell
+    kind: str
+    metric: str | None
+    revision_sha: str
+    state: str
+
+
+def sample(result: StoredResult) -> CellSample:
+    """The CellSample of ``result``, its ``doc`` parsed here.
+
+    The convergence error unit is the stored result's ``convergence.error_unit``; a result stored
+    before the job recorded one has ``absolute`` errors (as :meth:`workers.result.JobResult.from_dict`
+    reads it).  The measured compute counts, conversion-time samples and the pass's convergence come from
+    ``results.data`` (:func:`service.regressions.measured.graph_fields`).  A path whose key is missing or
+    whose step is not an object reads as None, as the JSON-path operators read it."""
+    doc = result.doc
+    data = json.loads(doc) if isinstance(doc, str | bytes) else doc
+    latency, graph, convergence = _obj(data, "latency"), _obj(data, "graph"), _obj(data, "convergence")
+    return CellSample(status=result.status, max_abs=result.max_abs, cosine=result.cosine,
+                      final_error=result.final_error, diverged=result.diverged,
+                      low_precision_fraction=result.low_precision_fraction, casts_inserted=result.casts_inserted,
+                      latency_samples=floats(latency.get("samples_ms")),
+                      fp32_latency_samples=floats(latency.get("fp32_samples_ms")),
+                      env_fingerprint=result.env_fingerprint,
+                      error_unit=stored_error_unit(convergence.get("error_unit")),
+                      cpu_latency_samples=floats(latency.get("cpu_samples_ms")),
+                      fp32_cpu_latency_samples=floats(latency.get("fp32_cpu_samples_ms")),
+                      **graph_fields(graph))
+
+
+_NO_OBJECT: Mapping[str, Any] = {}
+
+
+def _obj(data: Any, key: str) -> Mapping[str, Any]:
+    """``data[key]`` when ``data`` and it are JSON objects, else an empty mapping (every key reads None)."""
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, dict) else _NO_OBJECT
+
+
+class Samples:
+    """:func:`sample` of stored results, each result's document parsed once (by result id)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, CellSample] = {}
+
+    def __call__(self, result: StoredResult) -> CellSample:
+        """The CellSample of ``result``, built on its first request."""
+        got = self._by_id.get(result.id)
+        if got is None:
+            got = self._by_id[result.id] = sample(result)
+        return got
+
