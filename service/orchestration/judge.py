@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Connection
-
 from service.db import findings, pins, series
+from service.db.engine import Connection  # an open transaction of the store, handed to db/ functions
 from service.db.queries import ancestors, first_parent_line
 from service.db.records import RegressionInfo
 from service.orchestration import baseline_runs
