@@ -31,6 +31,7 @@ from service.vocabulary import EARLIEST, LATEST
 
 t_rev, t_run, t_res, t_reg = (m.Revision.__table__, m.Run.__table__, m.Result.__table__,
                               m.Regression.__table__)
+t_job = m.Job.__table__
 #: Result statuses that mean the pass (or the job) failed before accuracy could be judged.
 ERROR_STATUSES = frozenset({"convert_error", "timeout", "crash", "bad_model", "bad_spec", "reference_error",
                             "crashed"})
@@ -107,8 +108,8 @@ def runs_overview(store: Store, limit: int = 50, branch: str | None = None,
                     .where(t_res.c.run_id.in_(ids)).group_by(t_res.c.run_id, t_res.c.status)):
                 results[run_id][status] = n
             for run_id, status, n in conn.execute(
-                    sa.select(m.Job.run_id, m.Job.status, sa.func.count())
-                    .where(m.Job.run_id.in_(ids)).group_by(m.Job.run_id, m.Job.status)):
+                    sa.select(t_job.c.run_id, t_job.c.status, sa.func.count())
+                    .where(t_job.c.run_id.in_(ids)).group_by(t_job.c.run_id, t_job.c.status)):
                 jobs[run_id][status] = n
             for run_id, category, kind, n in conn.execute(
                     sa.select(t_reg.c.run_id, t_reg.c.category, t_reg.c.kind, sa.func.count())
@@ -182,10 +183,10 @@ def cell_history(store: Store, cell: Cell, branch: str | None = "main", limit: i
                .group_by(t_res.c.revision_sha))
     if branch:
         per_rev = per_rev.where(t_rev.c.branch == branch)
-    per_rev = per_rev.subquery("per_rev")
+    revs = per_rev.subquery("per_rev")
     with store.transaction() as conn:
-        total = conn.execute(sa.select(sa.func.count()).select_from(per_rev)).scalar_one()
-        picked = sa.select(per_rev.c.last, per_rev.c.first).order_by(per_rev.c.first.desc()).limit(limit).subquery()
+        total = conn.execute(sa.select(sa.func.count()).select_from(revs)).scalar_one()
+        picked = sa.select(revs.c.last, revs.c.first).order_by(revs.c.first.desc()).limit(limit).subquery()
         q = (sa.select(t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_rev.c.message, t_run.c.trigger,
                        t_run.c.created_at, t_res.c.status, t_res.c.cosine, t_res.c.error_ratio, t_res.c.max_abs,
                        t_res.c.latency_p50_ms, t_res.c.speedup, t_res.c.casts_inserted,

@@ -263,7 +263,7 @@ class DeliveriesMixin:
     def claims_hold_row_locks(self) -> bool:
         """True when :meth:`pending_deliveries` locks the rows it returns until the claiming transaction
         ends (PostgreSQL), so the claim and the settlement must share one transaction."""
-        return bool(self.engine.dialect.name == "postgresql")  # type: ignore[attr-defined]
+        return bool(self.engine.dialect.name == "postgresql")
 
     def accepted_deliveries(self, run_ids: Iterable[int]) -> dict[int, set[str]]:
         """Run id -> the ids of the ``accepted`` deliveries recorded with that run, for ``run_ids``

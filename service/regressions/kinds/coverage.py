@@ -49,6 +49,8 @@ def coverage_rule(base: CellSample, new: CellSample, th: Thresholds, model: str,
     casts_txt = f"casts {cb} -> {cn}"
     compute_txt = (f"low-precision compute nodes {base.compute_low}/{base.compute_nodes} -> "
                    f"{new.compute_low}/{new.compute_nodes}")
+    bv: float | None
+    nv: float | None
     if compute < 0 or drop or more_casts:
         parts = [compute_txt] if compute < 0 else []
         if drop:
