@@ -1,7 +1,7 @@
 """One typed settings object per process, built from ``AMPCI_*`` environment variables.
 
 Build it once at an entry point with :meth:`Settings.from_env` and pass it down.  Parsing of
-booleans, durations and sizes goes through the helpers below (tested in tests/test_settings.py).
+booleans, durations and sizes goes through the helpers below (tested in tests/service/test_settings.py).
 Secrets have no defaults: code that needs one calls :meth:`Settings.require`, which fails with a
 message naming the variable.
 """

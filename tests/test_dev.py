@@ -21,7 +21,7 @@ def _dev() -> ModuleType:
 
 @pytest.mark.parametrize(("args", "env", "expected"), [
     ([], {}, True),
-    (["tests/dashboard"], {}, True),
+    (["tests/service/dashboard"], {}, True),
     (["-m", "not browser"], {}, False),
     (["-q", "-m", "not browser and not slow"], {}, False),
     (["-m", "not  browser"], {}, False),

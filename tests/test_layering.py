@@ -349,3 +349,14 @@ def test_amp_pass_public_names_load_lazily() -> None:
     code = "import sys, amp_pass.policy, amp_pass.errors; print('onnx_ir' in sys.modules or 'amp_pass.converter' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_the_tests_mirror_the_service_floors() -> None:
+    """``tests/service/<floor>/`` exists for every floor of :data:`SERVICE_FLOORS` that has modules, and every
+    folder of ``tests/service/`` names a floor: a test of ``service/<floor>/x.py`` lives in
+    ``tests/service/<floor>/``."""
+    floors = {name for name in SERVICE_FLOORS if name != ROOT_FLOOR}
+    test_dirs = {p.name for p in (ROOT / "tests" / "service").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    untested = floors - test_dirs
+    assert not untested, f"floors without a tests/service/<floor>/ folder: {sorted(untested)}"
+    assert test_dirs <= floors, f"tests/service/ folders that name no floor: {sorted(test_dirs - floors)}"

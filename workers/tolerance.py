@@ -3,7 +3,7 @@
 The zoo manifest (:mod:`workers.zoo.manifest`) validates entries against these, and ``ampci zoo list``
 reads the manifest, so this module imports the standard library only: listing the zoo loads no numpy.
 :mod:`workers.metrics` computes the metrics and re-exports :class:`Tolerance`; its ``TASK_METRICS`` has
-exactly the names in :data:`TASK_METRIC_NAMES` (tests/service/test_cli_imports.py holds them equal).
+exactly the names in :data:`TASK_METRIC_NAMES` (tests/service/cli/test_cli_imports.py holds them equal).
 """
 
 from __future__ import annotations

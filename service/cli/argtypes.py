@@ -6,7 +6,7 @@ line and exit 2 (:class:`service.cli.main.OneLineParser`): numbers are ASCII dig
 would take ``١٠``, ``+1_0`` and 4,300-digit strings), bounded to what the database or the clock can
 hold; ``inf``/``nan`` are never a number of seconds; text options refuse control characters and lone
 surrogates (a NUL the database cannot store, an escape sequence a terminal would run) and are bounded
-in length.  ``tests/service/test_cli_hostile_args.py`` runs every option of every command with hostile
+in length.  ``tests/service/cli/test_cli_hostile_args.py`` runs every option of every command with hostile
 values, generated from the parser.  A type's ``sample`` attribute is a valid value of it (that test
 fills required arguments with it).
 """

@@ -3,7 +3,7 @@
 Each command module in COMMAND_MODULES exposes ``register(subparsers)`` which adds its
 sub-commands and sets ``func(args) -> int`` on each parser.  Commands register lazily: :data:`COMMANDS`
 names each command's module and its one-line help, so ``ampci --help`` imports no command module and
-``ampci runs`` imports only ``query_cmd`` (tests/service/test_cli_imports.py holds the import sets and
+``ampci runs`` imports only ``query_cmd`` (tests/service/cli/test_cli_imports.py holds the import sets and
 that this table matches what the modules register).  Expected errors from any layer
 (``UserError``-like: they carry ``exit_code``) are printed as one line without a traceback, and so
 are usage errors (:class:`OneLineParser`: exit 2).  A reader that goes away (``ampci zoo list --json |

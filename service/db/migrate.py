@@ -6,7 +6,7 @@ holds an advisory lock, so concurrent upgrades from several processes run one af
 
 Checking that a database is current costs no Alembic import: :func:`current` reads the
 ``alembic_version`` table with SQLAlchemy and :func:`head` reads the ``revision`` and
-``down_revision`` lines of the shipped migration files (tests/service/test_cli_imports.py holds it
+``down_revision`` lines of the shipped migration files (tests/service/cli/test_cli_imports.py holds it
 equal to Alembic's own head).  Alembic is imported only to upgrade or downgrade.
 """
 

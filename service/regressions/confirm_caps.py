@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 Cell = tuple[str, str, str, str]
 
 #: Defaults of ``AMPCI_CONFIRM_MAX_CELLS`` / ``AMPCI_CONFIRM_MAX_PER_PR`` (held equal to the Settings
-#: defaults by tests/service/test_confirm_caps.py).
+#: defaults by tests/service/orchestration/test_confirm_caps.py).
 DEFAULT_MAX_CELLS = 8
 DEFAULT_MAX_PER_PR = 16
 

@@ -31,7 +31,6 @@ import yaml
 
 import service.settings as settings_module
 from deploy.images import LOCAL_OVERRIDE, build_base_images, compose_command, docker_env, ensure_dockerd
-from tests.api.helpers import encode, pr_payload, push_payload, webhook_headers
 from tests.deploy.stack import (
     REMOTE_IN_CONTAINER,
     ROOT,
@@ -42,6 +41,7 @@ from tests.deploy.stack import (
     push_commit,
     wait_for,
 )
+from tests.service.api.helpers import encode, pr_payload, push_payload, webhook_headers
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow]
 

@@ -1,0 +1,341 @@
+"""A loopback GitHub for the reporting tests, enforcing the rules GitHub enforces.
+
+Repository data (issue comments, statuses, check runs) of the repositories in ``repos`` is kept as
+GitHub keeps it.  Every ``/repos``
+request must carry a credential GitHub would accept, else 401: the static token (``pat``, a user
+``pat_login``) or a live installation token.  The App endpoints check the App JWT as GitHub does:
+RS256 signed by the App's key (verified with its public key), ``iss`` the App id, issued no later
+than now, expiring within 10 minutes.  Installation tokens expire (``token_lifetime``, or at once by
+:meth:`GitHubStandIn.expire_tokens`).  Comments record their author; an App may edit only its own
+comments (403 otherwise), a user token with write access may edit any.  Check runs are GitHub App
+business: only an installation token may list, create or edit them (a personal token gets 403), and
+only with GitHub's values (``status`` queued/in_progress/completed, a ``conclusion`` of GitHub's list
+exactly when completed: 422 otherwise); an App edits only its own check runs.
+
+``hostile`` makes one repository's GitHub misbehave (:data:`HOSTILE`), to prove the reporter cannot
+be stalled: a trickled answer, an endless body, a gzip bomb, a rate limit with any ``Retry-After``,
+invalid JSON, an id no integer holds.  Serve it from a threaded server to see two repositories at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
+
+from tests.service.api.helpers import GITHUB_TOKEN, REPO
+
+PR = 7
+PAT_LOGIN = "ampci-maintainer"
+APP_ID = "123456"
+#: hostile modes (``GitHubStandIn.hostile[repo] = mode``): ``trickle`` (a 200 whose body comes one byte
+#: every ``trickle_s`` seconds, for ever), ``huge`` (an endless body), ``gzip_bomb`` (a small gzip answer
+#: that inflates to 256 MiB), ``retry_after:VALUE`` (429 with that Retry-After), ``invalid_json`` (a 200
+#: that is not JSON), ``big_id`` (a 200 whose ids are ``1e400``)
+HOSTILE = ("trickle", "huge", "gzip_bomb", "retry_after:", "invalid_json", "big_id")
+CHECK_STATUSES = ("queued", "in_progress", "completed")
+CHECK_CONCLUSIONS = ("action_required", "cancelled", "failure", "neutral", "success", "skipped", "timed_out")
+
+
+@functools.lru_cache(maxsize=1)
+def gzip_bomb() -> bytes:
+    """256 MiB of zeros, gzip-compressed (about 260 KB)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    return b"".join([*(packer.compress(zeros) for _ in range(256)), packer.flush()])
+
+
+@functools.lru_cache(maxsize=1)
+def app_key() -> tuple[str, str]:
+    """(private PEM, public PEM) of a test App's RSA key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    return private, public
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(json.dumps(data), status=status, content_type="application/json")
+
+
+class GitHubStandIn:
+    """Issue comments, statuses and check runs of one repository, and GitHub's authentication.
+
+    ``fail`` maps a request kind (``list``, ``create``, ``edit``, ``status``, ``check``) to an HTTP
+    status to answer instead, or to ``"timeout"`` (answer after ``delay`` seconds).  ``app_id`` and
+    ``public_key`` (PEM) make it accept that App; ``installations`` maps repositories to installation ids."""
+
+    def __init__(self, server: HTTPServer, *, app_id: str | None = None, public_key: str | None = None,
+                 slug: str = "ampci-test", installation: int = 4242, token_lifetime: float = 3600.0,
+                 clock: Callable[[], float] = time.time, pat: str = GITHUB_TOKEN,
+                 repos: tuple[str, ...] = (REPO,)) -> None:
+        self.comments: dict[int, dict[str, Any]] = {}
+        self.statuses: list[dict[str, Any]] = []
+        self.checks: list[dict[str, Any]] = []
+        self.requests: list[tuple[str, str]] = []
+        self.fail: dict[str, int | str] = {}
+        self.delay = 3.0
+        self.app_id, self.public_key, self.slug = app_id, public_key, slug
+        self.repos = {r.lower() for r in repos}
+        self.installations = {r.lower(): installation + i for i, r in enumerate(repos)}
+        self.hostile: dict[str, str] = {}   # repository (lower case) -> a mode of HOSTILE
+        self.trickle_s = 1.0
+        self.served: dict[str, int] = {}    # repository (lower case) -> requests answered (after hostility)
+        self.token_lifetime = token_lifetime
+        self.clock = clock
+        self.pat = pat
+        self.tokens: dict[str, tuple[int, float]] = {}   # installation token -> (installation, expires)
+        self.jwt_claims: list[dict[str, Any]] = []       # of every accepted JWT
+        self.refused: list[tuple[str, str]] = []         # (path, why) of every 401
+        self._next = 1000
+        self._lock = threading.Lock()
+        server.expect_request(re.compile(r"^/.*")).respond_with_handler(self.handle)
+
+    # -- authentication -------------------------------------------------------------------------
+
+    def expire_tokens(self) -> None:
+        """Every installation token minted so far expires now (GitHub: 401 'Bad credentials')."""
+        with self._lock:
+            self.tokens = {t: (i, self.clock() - 1) for t, (i, _) in self.tokens.items()}
+
+    def minted(self) -> int:
+        return len(self.tokens)
+
+    def _bearer(self, request: Request) -> str:
+        header = request.headers.get("Authorization", "")
+        return header[len("Bearer "):] if header.startswith("Bearer ") else ""
+
+    def _unauthorized(self, request: Request, why: str) -> Response:
+        self.refused.append((request.path, why))
+        return _json({"message": "Bad credentials", "why": why}, 401)
+
+    def _identity(self, request: Request) -> str | Response:
+        """The login a repository request acts as, or the 401 answer."""
+        token = self._bearer(request)
+        if token and token == self.pat:
+            return PAT_LOGIN
+        held = self.tokens.get(token)
+        if held is None:
+            return self._unauthorized(request, "unknown token")
+        if held[1] <= self.clock():
+            return self._unauthorized(request, "expired installation token")
+        return f"{self.slug}[bot]"
+
+    def _app(self, request: Request) -> dict[str, Any] | Response:
+        """The claims of a valid App JWT, or the 401 answer (GitHub's rules)."""
+        import jwt
+
+        if self.app_id is None or self.public_key is None:
+            return self._unauthorized(request, "no App configured")
+        try:
+            claims = jwt.decode(self._bearer(request), self.public_key, algorithms=["RS256"],
+                                options={"require": ["iat", "exp", "iss"], "verify_exp": False, "verify_iat": False})
+        except jwt.PyJWTError as exc:
+            return self._unauthorized(request, f"JWT: {type(exc).__name__}")
+        now = self.clock()
+        if str(claims["iss"]) != self.app_id:
+            return self._unauthorized(request, "JWT iss is not the App id")
+        if claims["exp"] <= now:
+            return self._unauthorized(request, "JWT expired")
+        if claims["exp"] - now > 600 or claims["exp"] - claims["iat"] > 660:
+            return self._unauthorized(request, "JWT exp too far in the future")
+        if claims["iat"] > now + 1:
+            return self._unauthorized(request, "JWT issued in the future")
+        self.jwt_claims.append(claims)
+        return claims
+
+    def _app_endpoint(self, request: Request) -> Response:
+        claims = self._app(request)
+        if isinstance(claims, Response):
+            return claims
+        path = request.path
+        if path == "/app":
+            return _json({"id": int(self.app_id or 0), "slug": self.slug, "name": "ampci test"})
+        if m := re.fullmatch(r"/app/installations/(\d+)/access_tokens", path):
+            if request.method != "POST" or int(m.group(1)) not in self.installations.values():
+                return _json({"message": "Not Found"}, 404)
+            with self._lock:
+                self._next += 1
+                token = f"ghs_test{self._next}"
+                expires = self.clock() + self.token_lifetime
+                self.tokens[token] = (int(m.group(1)), expires)
+            stamp = datetime.fromtimestamp(expires, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            return _json({"token": token, "expires_at": stamp, "permissions": {}}, 201)
+        if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/installation", path):
+            found = self.installations.get(m.group(1).lower())
+            return _json({"id": found}) if found else _json({"message": "Not Found"}, 404)
+        return _json({"message": "Not Found"}, 404)
+
+    # -- repository data --------------------------------------------------------------------------
+
+    def _failing(self, kind: str) -> Response | None:
+        how = self.fail.get(kind)
+        if how is None:
+            return None
+        if how == "timeout":
+            time.sleep(self.delay)
+            return Response("{}", status=200, content_type="application/json")
+        return Response('{"message": "refused"}', status=int(how), content_type="application/json")
+
+    def _misbehave(self, mode: str) -> Response:
+        """The answer of a hostile repository (:data:`HOSTILE`)."""
+        if mode == "trickle":
+            def trickle() -> Iterator[bytes]:
+                for _ in range(600):
+                    yield b" "
+                    time.sleep(self.trickle_s)
+            return Response(trickle(), status=200, content_type="application/json", direct_passthrough=True)
+        if mode == "huge":
+            def endless() -> Iterator[bytes]:
+                chunk = b" " * 65536
+                for _ in range(1 << 16):  # 4 GiB at most
+                    yield chunk
+            return Response(endless(), status=200, content_type="application/json", direct_passthrough=True)
+        if mode == "gzip_bomb":
+            return Response(gzip_bomb(), status=200, content_type="application/json",
+                            headers={"Content-Encoding": "gzip"})
+        if mode.startswith("retry_after:"):
+            return Response('{"message": "API rate limit exceeded"}', status=429, content_type="application/json",
+                            headers={"Retry-After": mode.split(":", 1)[1]})
+        if mode == "invalid_json":
+            return Response('{"check_runs": [{"id": 1,', status=200, content_type="application/json")
+        if mode == "big_id":
+            return Response('{"total_count": 1, "check_runs": [{"id": 1e400, "name": "x"}]}', status=200,
+                            content_type="application/json")
+        raise AssertionError(f"unknown hostile mode {mode!r}")
+
+    def handle(self, request: Request) -> Response:
+        path, method = request.path, request.method
+        with self._lock:
+            self.requests.append((method, path))
+        if path.startswith("/app") or re.fullmatch(r"/repos/[^/]+/[^/]+/installation", path):
+            return self._app_endpoint(request)
+        who = self._identity(request)
+        if isinstance(who, Response):
+            return who
+        if path == "/user":
+            if who != PAT_LOGIN:  # an installation token is not a user
+                return _json({"message": "Resource not accessible by integration"}, 403)
+            return _json({"login": who, "id": 1})
+        m = re.match(r"/repos/([^/]+/[^/]+)(/.*)", path)
+        if m is None or m.group(1).lower() not in self.repos:
+            return _json({"message": "Not Found"}, 404)
+        repo, rest = m.group(1).lower(), m.group(2)
+        with self._lock:
+            self.served[repo] = self.served.get(repo, 0) + 1
+        if repo in self.hostile:
+            return self._misbehave(self.hostile[repo])
+        if m := re.fullmatch(r"/issues/(\d+)/comments", rest):
+            kind = "list" if method == "GET" else "create"
+            if (bad := self._failing(kind)) is not None:
+                return bad
+            issue = int(m.group(1))
+            if method == "GET":
+                page, per = int(request.args.get("page", 1)), int(request.args.get("per_page", 30))
+                mine = [c for c in self.comments.values() if c["issue"] == issue]
+                return _json(mine[(page - 1) * per: page * per])
+            with self._lock:
+                self._next += 1
+                self.comments[self._next] = {"id": self._next, "issue": issue, "body": request.json["body"],
+                                             "user": {"login": who}}
+            return _json(self.comments[self._next], 201)
+        if m := re.fullmatch(r"/issues/comments/(\d+)", rest):
+            if (bad := self._failing("edit")) is not None:
+                return bad
+            comment = self.comments[int(m.group(1))]
+            author = (comment.get("user") or {}).get("login")
+            if who != PAT_LOGIN and author != who:  # an App edits only its own comments
+                return _json({"message": "Resource not accessible by integration"}, 403)
+            comment["body"] = request.json["body"]
+            return _json(comment)
+        if rest.startswith("/statuses/"):
+            if (bad := self._failing("status")) is not None:
+                return bad
+            self.statuses.append({**request.json, "by": who, "repo": repo})
+            return _json({}, 201)
+        if "check-runs" in rest:
+            if (bad := self._failing("check")) is not None:
+                return bad
+            if who == PAT_LOGIN:  # GitHub: the Checks API is for GitHub Apps only
+                return _json({"message": "Resource not accessible by personal access token"}, 403)
+            return self._check_runs(request, repo, rest, who)
+        return _json({"message": "Not Found"}, 404)
+
+    @staticmethod
+    def _invalid_check(body: dict[str, Any], creating: bool) -> str | None:
+        """Why GitHub would refuse this check-run body with 422, or None."""
+        if creating and not (isinstance(body.get("name"), str) and body["name"]
+                             and re.fullmatch(r"[0-9a-f]{40}", str(body.get("head_sha")))):
+            return "name and head_sha are required"
+        status, conclusion = body.get("status", "queued" if creating else None), body.get("conclusion")
+        if status is not None and status not in CHECK_STATUSES:
+            return f"status {status!r} is not included in the list"
+        if conclusion is not None and conclusion not in CHECK_CONCLUSIONS:
+            return f"conclusion {conclusion!r} is not included in the list"
+        if status == "completed" and conclusion is None:
+            return "conclusion must be provided when status is completed"
+        if conclusion is not None and status not in (None, "completed"):
+            return "a conclusion requires status completed"
+        return None
+
+    def _check_runs(self, request: Request, repo: str, rest: str, who: str) -> Response:
+        """List a commit's check runs (by name; newest per name as ``filter=latest``), create, edit one."""
+        method = request.method
+        if (m := re.fullmatch(r"/commits/([0-9a-f]{40})/check-runs", rest)) and method == "GET":
+            found = [c for c in self.checks if c["repo"] == repo and c["head_sha"] == m.group(1)
+                     and c["name"] == request.args.get("check_name", c["name"])]
+            if request.args.get("filter", "latest") == "latest":
+                found = list({c["name"]: c for c in sorted(found, key=lambda c: c["id"])}.values())
+            return _json({"total_count": len(found), "check_runs": found})
+        if rest == "/check-runs" and method == "POST":
+            if (why := self._invalid_check(request.json, creating=True)) is not None:
+                return _json({"message": "Validation Failed", "why": why}, 422)
+            with self._lock:
+                self._next += 1
+                self.checks.append({"status": "queued", "id": self._next, **request.json, "repo": repo, "app": who})
+            return _json(self.checks[-1], 201)
+        if (m := re.fullmatch(r"/check-runs/(\d+)", rest)) and method == "PATCH":
+            [check] = [c for c in self.checks if c["id"] == int(m.group(1)) and c["repo"] == repo] or [None]
+            if check is None:
+                return _json({"message": "Not Found"}, 404)
+            if check.get("app") != who:  # GitHub: an app edits only its own check runs
+                return _json({"message": "Resource not accessible by integration"}, 403)
+            assert "head_sha" not in request.json  # not a field of the update
+            if (why := self._invalid_check(request.json, creating=False)) is not None:
+                return _json({"message": "Validation Failed", "why": why}, 422)
+            check.update(request.json)
+            if check.get("status") != "completed":
+                check.pop("conclusion", None)
+            return _json(check)
+        return _json({"message": "Not Found"}, 404)
+
+    def pr_comments(self, issue: int = PR) -> list[dict[str, Any]]:
+        return [c for c in self.comments.values() if c["issue"] == issue]
+
+
+def app_standin(server: HTTPServer, **kwargs: Any) -> GitHubStandIn:
+    """A stand-in that accepts the test App (:func:`app_key`, :data:`APP_ID`)."""
+    return GitHubStandIn(server, app_id=APP_ID, public_key=app_key()[1], **kwargs)
+
+
+def app_client(server: HTTPServer, **kwargs: Any) -> Any:
+    """A client reporting as the test App to ``server`` (its installation looked up or remembered)."""
+    from service.github.client import GitHubStatusClient
+    from service.github_auth.app import AppAuth
+
+    kwargs.setdefault("timeout", 2.0)
+    return GitHubStatusClient(server.url_for("/"), auth=AppAuth(APP_ID, app_key()[0]), **kwargs)

@@ -1,0 +1,225 @@
+"""Live check runs as a GitHub App (issue 33, point 2): queued when the run is created, in_progress when
+its first job starts, completed with the gate's conclusion; a name of their own; GitHub's "Re-run" starts
+a new run.  End to end through the webhook, the intake, the real PostgreSQL store and Redis outbox and
+the loopback GitHub (tests/service/github/github_standin.py), which accepts check runs only from an installation
+token and only with GitHub's status and conclusion values."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from pytest_httpserver import HTTPServer
+
+from service.github.client import CheckRun, GitHubStatusClient, PermanentStatusError
+from service.github.live_checks import check_name, conclusion
+from service.orchestration.judge import detect_run
+from tests.service.api.conftest import make_reporter
+from tests.service.api.helpers import (
+    GITHUB_TOKEN,
+    REPO,
+    encode,
+    pr_payload,
+    push_payload,
+    run_of,
+    sha,
+    webhook_headers,
+)
+from tests.service.github.github_standin import PR, GitHubStandIn, app_client, app_standin
+from workers.result import JobResult
+
+ALL = frozenset({"status", "comment", "check"})
+
+
+def test_the_conclusion_comes_from_the_final_state():
+    assert conclusion("success", "complete", compared=4) == "success"
+    assert conclusion("success", "complete", compared=0) == "neutral"  # not compared is never "passed"
+    assert conclusion("failure", "complete", compared=4) == "failure"
+    assert conclusion("error", "partial", compared=3) == "failure"
+    assert conclusion("error", "cancelled", compared=0) == "cancelled"
+    with pytest.raises(ValueError):
+        conclusion("pending", "running")
+    assert check_name("smoke") == "ampci smoke" != "ampci/smoke"
+
+
+def test_the_standin_enforces_the_checks_api(httpserver: HTTPServer):
+    gh = app_standin(httpserver)
+    token = GitHubStatusClient(httpserver.url_for("/"), GITHUB_TOKEN, timeout=2.0, attempts=1)
+    check = CheckRun(REPO, sha("rules"), "ampci smoke", None, "Queued", "s", status="queued", external_id="1")
+    with pytest.raises(PermanentStatusError, match="HTTP 403"):  # a personal token cannot write check runs
+        token.upsert_check_run(check)
+    app = app_client(httpserver, attempts=1)
+    for bad in ({"status": "done"}, {"status": "completed"}, {"status": "queued", "conclusion": "success"},
+                {"status": "completed", "conclusion": "error"}):
+        with pytest.raises(PermanentStatusError, match="HTTP 422"):
+            app._request("POST", f"{app.api_url}/repos/{REPO}/check-runs",
+                         {"name": "ampci smoke", "head_sha": sha("rules"), **bad}, repo=REPO)
+    for status, verdict in (("done", None), ("completed", None), ("queued", "success"), ("completed", "error")):
+        with pytest.raises(ValueError):  # and ampci never builds one
+            CheckRun(REPO, sha("rules"), "ampci smoke", verdict, "t", "s", status=status)
+    assert app.upsert_check_run(check) > 0 and gh.checks[0]["status"] == "queued"
+
+
+def _result(cell: tuple[str, str, str, str], status: str, revision: str) -> JobResult:
+    return JobResult(model=cell[0], dtype=cell[1], policy=cell[2], target=cell[3], status=status, revision=revision,
+                     message="" if status == "pass" else "conversion failed: test")
+
+
+class World:
+    """The app reporting as an App to the stand-in; a base revision whose four cells pass."""
+
+    def __init__(self, httpserver: HTTPServer, make_client: Any, make_settings: Any, store: Any, queue: str,
+                 redis_url: str) -> None:
+        self.gh: GitHubStandIn = app_standin(httpserver)
+        settings = make_settings(github_api_url=httpserver.url_for("/"))
+        self.reporter = make_reporter(settings, redis_url, queue, store=store, reports=ALL, backoff_base=0.01,
+                                      backoff_cap=0.05, client=app_client(httpserver, backoff_base=0.01))
+        self.client, self.store, self.queue = make_client(settings, reporter=self.reporter), store, queue
+        self.base = sha("live-base")
+        self.cells = [(m, d, "default", queue) for m in ("conv_small", "mlp_small") for d in ("bf16", "fp16")]
+        base_run = store.create_run(self.base, "push", None, "smoke", self.cells)
+        for cell in self.cells:
+            store.write_result(base_run, _result(cell, "pass", self.base))
+        store.finish_run(base_run)
+
+    def post(self, event: str, payload: dict[str, Any]) -> Any:
+        body = encode(payload)
+        return self.client.post("/webhooks/github", content=body, headers=webhook_headers(body, event))
+
+    def settle(self) -> list[dict[str, Any]]:
+        """Report what is due; the stand-in's check runs (asserting nothing was refused)."""
+        self.reporter.check_watched(self.store)
+        for _ in range(30):
+            self.reporter.drain()
+            if self.reporter.outbox.pending_count() == 0:
+                break
+            time.sleep(0.05)
+        assert self.reporter.outbox.dead() == []
+        return self.gh.checks
+
+    def finish(self, run_id: int, head: str, bad: set[tuple[str, str]] = frozenset()) -> None:  # type: ignore[assignment]
+        for job in self.store.jobs(run_id):
+            status = "convert_error" if (job.model, job.dtype) in bad else "pass"
+            self.store.write_result(run_id, _result(job.cell, status, head), job_id=job.id)
+        self.store.finish_run(run_id)
+        detect_run(self.store, run_id)
+
+
+@pytest.fixture
+def world(httpserver: HTTPServer, make_client: Any, make_settings: Any, store: Any, queue: str,
+          redis_url: str) -> World:
+    return World(httpserver, make_client, make_settings, store, queue, redis_url)
+
+
+def _stages(check: dict[str, Any]) -> tuple[str, str | None]:
+    return check["status"], check.get("conclusion")
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_a_check_run_lives_with_its_run(world: World):
+    head = sha("live-head")
+    run_id = run_of(world.client, world.post("pull_request", pr_payload(head, world.base, number=PR)))
+    [check] = world.settle()
+    url = f"https://ci.example.com/runs/{run_id}"
+    assert _stages(check) == ("queued", None) and check["details_url"] == url
+    assert check["name"] == "ampci smoke" and check["external_id"] == str(run_id) and check["head_sha"] == head
+    assert check["app"] == "ampci-test[bot]"
+    assert {s["context"] for s in world.gh.statuses} == {"ampci/smoke"}  # the status keeps its own name
+
+    first_job = world.store.jobs(run_id)[0]
+    world.store.begin_job(first_job.id, "worker-1")
+    [check] = world.settle()
+    assert _stages(check) == ("in_progress", None) and check["details_url"] == url
+
+    world.finish(run_id, head, {("mlp_small", "fp16")})
+    [check] = world.settle()  # the same check run, completed
+    assert _stages(check) == ("completed", "failure") and check["output"]["title"].startswith("❌")
+    assert world.gh.statuses[-1]["state"] == "failure"
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_cancelled_and_not_compared_runs_conclude_as_such(world: World):
+    head = sha("live-cancelled")
+    run_id = run_of(world.client, world.post("pull_request", pr_payload(head, world.base, number=PR)))
+    for job in world.store.jobs(run_id):
+        world.store.mark_job(job.id, "cancelled")
+    world.store.finish_run(run_id)
+    [check] = world.settle()
+    assert _stages(check) == ("completed", "cancelled")
+    assert world.gh.statuses[-1]["state"] == "error"  # the commit status is unchanged
+
+    fresh = sha("live-no-baseline")  # a push whose parent was never measured: nothing to compare with
+    run_id = run_of(world.client, world.post("push", push_payload(fresh, before=sha("never-measured"))))
+    world.finish(run_id, fresh)
+    checks = [c for c in world.settle() if c["head_sha"] == fresh]
+    assert [_stages(c) for c in checks] == [("completed", "neutral")]
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_a_fork_run_awaits_approval_as_action_required(world: World):
+    head = sha("live-fork")
+    resp = world.post("pull_request", pr_payload(head, world.base, number=PR, head_repo="stranger/amp-pass",
+                                                 association="CONTRIBUTOR"))
+    run_id = run_of(world.client, resp)
+    [check] = world.settle()
+    assert _stages(check) == ("completed", "action_required") and check["external_id"] == str(run_id)
+    approve = pr_payload(head, world.base, action="labeled", number=PR, head_repo="stranger/amp-pass",
+                         association="CONTRIBUTOR", label="ampci:run")
+    run_of(world.client, world.post("pull_request", approve))
+    awaiting, started = world.settle()  # approved: a new check run (GitHub's never goes back to queued)
+    assert _stages(awaiting) == ("completed", "action_required") and _stages(started) == ("queued", None)
+    assert started["external_id"] == str(run_id)
+
+
+def _rerequest(check: dict[str, Any], base: str, pull_requests: bool = True) -> dict[str, Any]:
+    prs = [{"number": PR, "head": {"sha": check["head_sha"], "ref": "feature/resize"},
+            "base": {"sha": base, "ref": "main"}}] if pull_requests else []
+    return {"action": "rerequested", "repository": {"full_name": REPO},
+            "installation": {"id": 4242},
+            "check_run": {"id": check["id"], "name": check["name"], "head_sha": check["head_sha"],
+                          "external_id": check["external_id"], "pull_requests": prs,
+                          "check_suite": {"head_branch": "feature/resize", "before": None}}}
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_rerun_on_github_starts_a_new_run_of_that_head(world: World):
+    head = sha("live-rerun")
+    first = run_of(world.client, world.post("pull_request", pr_payload(head, world.base, number=PR)))
+    [queued] = world.settle()
+    world.finish(first, head, {("mlp_small", "fp16")})
+    world.reporter.check_watched(world.store)  # its completion is in the outbox, not sent yet ...
+    second = run_of(world.client, world.post("check_run", _rerequest(queued, world.base)))  # ... at the re-run
+    assert second != first
+    run = world.store.get_run(second)
+    assert run.revision_sha == head and run.trigger == "pull_request" and run.meta["github"]["pr"] == PR
+    done, rerun = world.settle()  # the re-run's check run hides nothing of the run before
+    assert _stages(done) == ("completed", "failure") and done["id"] == queued["id"]
+    assert _stages(rerun) == ("queued", None) and rerun["external_id"] == str(second)
+    # the same event delivered again is the same run; GitHub's created/completed events run nothing
+    assert run_of(world.client, world.post("check_run", _rerequest(done, world.base))) == second
+    ignored = world.post("check_run", {**_rerequest(done, world.base), "action": "completed"})
+    assert ignored.status_code == 202 and ignored.json()["status"] != "queued"
+    # a fork's check run (GitHub lists no pull request) on an untracked branch: nothing is run
+    fork = world.post("check_run", _rerequest({**done, "id": done["id"] + 1}, world.base, pull_requests=False))
+    assert fork.json()["status"] != "queued"
+
+
+def test_with_a_token_no_check_run_is_attempted(httpserver: HTTPServer):
+    """GitHub refuses check runs from a personal token: the reporter does not send them (nor drop them)."""
+    from service.github.outbox import MemoryOutbox
+    from service.github.reporter import StatusReporter
+
+    gh = GitHubStandIn(httpserver)
+    client = GitHubStatusClient(httpserver.url_for("/"), GITHUB_TOKEN, timeout=2.0, attempts=1)
+    reporter = StatusReporter(MemoryOutbox(), client, public_url="https://ci.example.com", reports=ALL)
+    reporter.queued(3, REPO, sha("token-only"))
+    reporter.awaiting(4, REPO, sha("token-awaiting"))
+    while reporter.drain():
+        pass
+    assert len(gh.statuses) == 2 and not any("check-runs" in path for _, path in gh.requests)
+    assert reporter.outbox.dead() == [] and reporter.outbox.pending_count() == 0
