@@ -59,7 +59,9 @@ def _quiet(report: PullRequestReport) -> str:
 
 def headline(report: PullRequestReport) -> str:
     """One line verdict, e.g. ``Merging #7 regresses 2 cells`` or ``Merging #7: no change in 46 cells`` (only
-    when every cell was compared and none was flaky or a known failure: those are said instead)."""
+    when every cell was compared and none was flaky or a known failure: those are said instead).  Never a
+    pass when the run's verdict (``report.state``, :func:`service.regressions.verdict.decide_run`) is
+    ``error`` or ``failure``: its own phrases are said then."""
     c = report.counts
     who = _who(report)
     bad = []
@@ -71,6 +73,8 @@ def headline(report: PullRequestReport) -> str:
         bad.append("the run failed")
     elif report.run_status == "cancelled":
         bad.append("the run was cancelled")
+    if not bad and report.state in ("error", "failure"):  # the verdict failed the run for a reason said nowhere
+        bad.extend(report.verdict_parts or (f"the gate says {report.state}",))  # above (a job ended in error)
     if bad:
         verdict = (f"❌ {who} " + "; ".join(bad) if c.get("regression") else f"⚠️ {who}: " + "; ".join(bad))
     elif report.cells and c.get("new") == report.cells:

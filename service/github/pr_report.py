@@ -86,6 +86,7 @@ class PullRequestReport:
     not_measured: tuple[tuple[Cell, str], ...] = field(default_factory=tuple)  # (cell, why)
     best_effort: int = 0              # cells whose pass ran without the full sandbox (issue 31)
     state: str = "success"            # the commit status state (service.regressions.verdict.decide_run)
+    verdict_parts: tuple[str, ...] = ()  # the verdict's phrases (RunVerdict.parts): why it failed or errored
 
     @property
     def fallback(self) -> bool:
@@ -177,7 +178,7 @@ def build_report(store: Any, run_id: int, public_url: str, verdict: RunVerdict |
         head_subject=subject, baseline_sha=run.baseline_sha,
         baseline_revisions=tuple(sorted(set(based.values()))), cells=len(cells), counts=counts, rows=rows,
         not_measured=missing, best_effort=_best_effort(store, run_id),
-        state=verdict.state)
+        state=verdict.state, verdict_parts=tuple(verdict.parts()))
 
 
 def _best_effort(store: Any, run_id: int) -> int:

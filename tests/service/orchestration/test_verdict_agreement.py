@@ -62,6 +62,19 @@ def _job_error_without_result(store: Store) -> int:
     return run_id
 
 
+def _job_error_with_its_result(store: Store) -> int:
+    """A job that stored its (passing) result and then ended ``error``: infrastructure failed, so never a pass
+    (the comment's headline used to say "no change" here while the status said error)."""
+    shas = chain(store, 2)
+    run_with(store, shas[0], [make_result(A)])
+    run_id = store.create_run(shas[1], "push", cells=[A])
+    store.write_result(run_id, make_result(A))
+    (job,) = store.jobs(run_id)
+    store.mark_job(job.id, "error", "worker lost after writing its result")
+    store.finish_run(run_id)
+    return run_id
+
+
 def _cancelled(store: Store) -> int:
     shas = chain(store, 2)
     run_with(store, shas[0], [make_result(A)])
@@ -76,6 +89,7 @@ CASES: dict[str, tuple[Callable[[Store], int], str]] = {
     "new cell convert_error, no baseline": (_new_cell_convert_error, "failure"),
     "bad_spec": (_bad_spec, "error"),
     "job ended error without a result": (_job_error_without_result, "error"),
+    "job ended error with its result": (_job_error_with_its_result, "error"),
     "run cancelled": (_cancelled, "error"),
 }
 
@@ -149,7 +163,7 @@ def test_the_reporter_decides_once_and_its_reports_agree(sqlite_url: str, monkey
     from service.github.client import GitHubStatusClient
     from service.github.outbox import MemoryOutbox
     from service.github.reporter import StatusReporter
-    from service.regressions import verdict as verdict_mod
+    from service.orchestration import judge as verdict_mod
 
     store = migrated_store(sqlite_url)
     (sha,) = chain(store, 1)
