@@ -66,12 +66,14 @@ def _job_error_with_its_result(store: Store) -> int:
     """A job that stored its (passing) result and then ended ``error``: infrastructure failed, so never a pass
     (the comment's headline used to say "no change" here while the status said error)."""
     shas = chain(store, 2)
-    run_with(store, shas[0], [make_result(A)])
-    run_id = store.create_run(shas[1], "push", cells=[A])
+    run_with(store, shas[0], [make_result(A), make_result(B)])
+    run_id = store.create_run(shas[1], "push", cells=[A, B])
     store.write_result(run_id, make_result(A))
-    (job,) = store.jobs(run_id)
+    store.write_result(run_id, make_result(B))
+    (job,) = [j for j in store.jobs(run_id) if j.cell == B]
     store.mark_job(job.id, "error", "worker lost after writing its result")
     store.finish_run(run_id)
+    assert store.get_run(run_id).status == "partial"  # not "failed": the comment must say why it is not a pass
     return run_id
 
 
