@@ -19,13 +19,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from service.github.client import COMMENT_MARKER, MAX_CHECK_TEXT, MAX_COMMENT, CheckRun, PullRequestComment
+from service.github.live_checks import check_name
 from service.github.pr_report import PullRequestReport
 from service.github.report_table import TABLE_HEAD, change_text, escape, number, table_row
 
 __all__ = ["CHECK_NAME", "change_text", "check_run", "comment", "escape", "headline", "number", "render_comment",
            "render_pending", "summary_line"]
 
-CHECK_NAME = "ampci/smoke"
+CHECK_NAME = check_name("smoke")  # the default sweep's check run ("ampci smoke"; the status is "ampci/smoke")
 #: summary-line label of each bucket; categories without one are shown by name
 LABELS = {"regression": ("❌", "regression", "regressions"), "improvement": ("⚡", "improvement", "improvements"),
           "flaky": ("〰️", "flaky", "flaky"), "suspected": ("🔎", "suspected", "suspected"),
