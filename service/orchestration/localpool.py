@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from service.orchestration.pool_handback import HandedBack, JobLedger
 from service.settings import Settings
 
 
@@ -101,7 +102,7 @@ def _context() -> Any:
 
 #: Worker subprocesses of this process that are started and not yet stopped (guarded by _SERVER_LOCK):
 #: at exit, multiprocessing's fork server is stopped by pid when none is (:func:`stop_idle_forkserver`).
-_LIVE: set[_Slot] = set()
+_LIVE: set[object] = set()
 _SERVER_LOCK = threading.Lock()
 
 
@@ -144,25 +145,29 @@ def stop_idle_forkserver() -> bool:
 
 class _Slot:
     """One worker subprocess (forked from a clean preloaded server, or spawned: the parent's threads
-    and sockets are not inherited)."""
+    and sockets are not inherited).
+
+    Its process and pipe are taken and set under one lock (``_lock``): :meth:`stop` may be called by
+    several threads at once (a pool's shutdown and the slot's own job thread) and ends the subprocess once."""
 
     def __init__(self) -> None:
         self.proc: Any = None
         self.conn: Any = None
         self._start_lock = threading.Lock()
+        self._lock = threading.Lock()  # guards proc, conn and _asked (never held while waiting on them)
         self._retired = False
         self._asked = False  # told to stop (ask_to_stop) and not yet joined
 
     def _start(self) -> None:
         ctx = _context()
         with _SERVER_LOCK:  # never while stop_idle_forkserver() stops the server it is forked from
-            self.conn, child = ctx.Pipe()
+            conn, child = ctx.Pipe()
             proc = ctx.Process(target=_slot_main, args=(child,), daemon=True, name="ampci-local-worker")
             proc.start()
-            _LIVE.add(self)
-        self._asked = False
-        self.proc = proc  # only once it has a pid
+            _LIVE.add(proc)
         child.close()
+        with self._lock:  # both at once, only once it has a pid
+            self.proc, self.conn, self._asked = proc, conn, False
 
     def ensure_started(self) -> None:
         """Start the subprocess unless it is running (thread-safe: a prestart and a job may race)."""
@@ -170,6 +175,7 @@ class _Slot:
             if self._retired:
                 raise _SlotDied()
             if self.proc is None or not self.proc.is_alive():
+                self.stop(kill=True)  # one that died: reaped, its pipe closed, before its successor starts
                 self._start()
 
     def retire(self) -> None:
@@ -179,13 +185,17 @@ class _Slot:
         self.stop(kill=True)
 
     def run(self, request: tuple[Any, ...], timeout: float) -> str | None:
-        """Result JSON, or None on timeout (the subprocess is killed); _SlotDied if it died."""
+        """Result JSON, or None on timeout (the subprocess is killed); _SlotDied if it died (or was stopped
+        meanwhile by another thread)."""
         self.ensure_started()
+        conn = self.conn
+        if conn is None:  # stopped by another thread since (a pool's shutdown)
+            raise _SlotDied()
         try:
-            self.conn.send(request)
-            if self.conn.poll(timeout):
-                return str(self.conn.recv())
-        except (EOFError, OSError, BrokenPipeError):
+            conn.send(request)
+            if conn.poll(timeout):
+                return str(conn.recv())
+        except (EOFError, OSError):  # OSError: BrokenPipeError, or the pipe closed by a concurrent stop()
             self.stop(kill=True)
             raise _SlotDied() from None
         self.stop(kill=True)
@@ -194,29 +204,41 @@ class _Slot:
     def ask_to_stop(self) -> None:
         """Tell an idle subprocess to end after its current request, without waiting: :meth:`stop` then
         joins it (several are asked first and joined after, so their exits overlap)."""
-        if self.proc is None or self._asked:
-            return
+        with self._lock:
+            if self.proc is None or self._asked:
+                return
+            conn, self._asked = self.conn, True
         try:
-            self.conn.send(None)
-        except (OSError, BrokenPipeError):
+            conn.send(None)
+        except OSError:  # gone already, or its pipe closed by a concurrent stop()
             pass
-        self._asked = True
 
     def stop(self, kill: bool = False) -> None:
-        """End the subprocess (asked, then killed after 5 s; ``kill``: at once) and reap it."""
-        if self.proc is None:
+        """End the subprocess (asked, then killed after 5 s; ``kill``: at once) and reap it.
+
+        Idempotent and thread-safe: the first of concurrent calls takes the subprocess and its pipe (under
+        the slot's lock) and ends them outside it; the others find none and return at once."""
+        with self._lock:
+            proc, conn, asked = self.proc, self.conn, self._asked
+            self.proc = self.conn = None
+            self._asked = False
+        if proc is None:
             return
-        if not kill:
-            self.ask_to_stop()
-            self.proc.join(5)
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(5)
-        self.conn.close()
-        with _SERVER_LOCK:
-            _LIVE.discard(self)
-        self.proc = self.conn = None
-        self._asked = False
+        try:
+            if not kill:
+                if not asked:
+                    try:
+                        conn.send(None)
+                    except OSError:
+                        pass
+                proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5)
+        finally:
+            conn.close()
+            with _SERVER_LOCK:
+                _LIVE.discard(proc)
 
 
 #: Worker subprocesses started by :func:`warm_up`, idle, for the next :class:`LocalPool` of this process.
@@ -290,6 +312,7 @@ class LocalPool:
         self._owned: set[int] = set()          # runs this pool recorded itself the owner of (orphans.py)
         self._stopping = threading.Event()     # shutdown(): interrupted jobs are re-queued, not cancelled
         self._hand_back: set[int] = set()      # adopted runs: cancel() hands their jobs back, never cancels them
+        self._ledger = JobLedger()             # the threads' job writes; shutdown() closes it and hands back
 
     def prestart(self, jobs: int | None = None) -> None:
         """Start up to ``workers`` (at most ``jobs``) worker subprocesses now, idle, so that their
@@ -372,13 +395,21 @@ class LocalPool:
                 return
             try:
                 self._run_one(slot, job, name)
+            except HandedBack:  # shutdown() handed the job back: nothing more to write about it
+                pass
             except BaseException as exc:  # noqa: BLE001 - keep the pool alive, report at the end
                 self.errors.append(exc)
-                self.store.mark_job(job.id, "error", f"{type(exc).__name__}: {exc}")
+                try:
+                    with self._ledger.write(job.id, ends=True):
+                        self.store.mark_job(job.id, "error", f"{type(exc).__name__}: {exc}")
+                except HandedBack:
+                    pass
             finally:
                 self._job_ended()
 
     def _run_one(self, slot: _Slot, job: Any, worker: str) -> None:
+        """Run ``job`` in ``slot`` to its end.  Every write about the job goes through the pool's
+        :class:`JobLedger` (:class:`HandedBack` once :meth:`shutdown` handed the job back)."""
         from service.orchestration.jobs import (
             PASS_REPO,
             cell_options,
@@ -388,21 +419,25 @@ class LocalPool:
             job_worker_config,
             record_crashed,
         )
+        from service.orchestration.orphans import requeue_job
         from workers.result import JobResult
 
+        book = self._ledger.write
         pending: bool | None = None  # whether the run still has pending jobs after this one (None: ask)
         while True:
-            start = self.store.begin_job(job.id, worker)  # the attempt, the job and its run: one statement
+            with book(job.id, begins=True):  # the attempt, the job and its run: one statement
+                start = self.store.begin_job(job.id, worker)
             if not start.started:  # final already (e.g. cancelled meanwhile): nothing to run
+                self._ledger.ended(job.id)
                 break
             if self._stopping.is_set():  # shutdown() began meanwhile: hand the job back at once
-                from service.orchestration.orphans import requeue_job
-
-                requeue_job(self.store, job.id)
+                with book(job.id, ends=True):
+                    requeue_job(self.store, job.id)
                 return
             run, attempts = start.run, start.attempts
             if attempts > self.settings.max_attempts:
-                record_crashed(self.store, run, job, attempts)
+                with book(job.id, ends=True):
+                    record_crashed(self.store, run, job, attempts)
                 break
             options = cell_options(run, job.cell)
             request = (job.cell, run.revision_sha, job_worker_config(self.settings, options.get(PASS_REPO)), options)
@@ -411,12 +446,12 @@ class LocalPool:
             except _SlotDied:
                 if self._stopping.is_set() or (self._cancelled.is_set() and job.run_id in self._hand_back):
                     # a clean stop, or an adopted run's job at cancel(): back to the queue, uncounted
-                    from service.orchestration.orphans import requeue_job
-
-                    requeue_job(self.store, job.id)
+                    with book(job.id, ends=True):
+                        requeue_job(self.store, job.id)
                     return
                 if self._cancelled.is_set():
-                    self.store.mark_job(job.id, "cancelled", "sweep interrupted")
+                    with book(job.id, ends=True):
+                        self.store.mark_job(job.id, "cancelled", "sweep interrupted")
                     break
                 continue
             if text is None:
@@ -425,7 +460,8 @@ class LocalPool:
                                    message=f"job exceeded {self.settings.job_timeout:.0f}s; worker killed")
             else:
                 result = JobResult.from_json(text)
-            _, pending = complete_job(self.store, run, job, result)
+            with book(job.id, ends=True):
+                _, pending = complete_job(self.store, run, job, result)
             break
         if pending is None:
             pending = self.store.has_pending_jobs(job.run_id)
@@ -463,8 +499,14 @@ class LocalPool:
         (their subprocesses are killed; the interrupted attempt is not counted), leave the queued ones
         ``queued`` and release this process's ownership of their runs, so that the next ``ampci
         serve`` (or ``ampci reconcile --resume``) on the database resumes them
-        (:mod:`service.orchestration.orphans`).  Returns within about ``timeout`` seconds."""
-        from service.orchestration.orphans import release_runs
+        (:mod:`service.orchestration.orphans`).
+
+        The hand-back is done here, before this returns, whatever the job threads are doing: when it
+        returns no job this pool began is ``running`` (barring a database write of a job thread still in
+        flight after ``timeout``), and no job thread writes about a job afterwards (:class:`JobLedger`).
+        Waiting for the threads and subprocesses after that only frees them; it returns within about
+        ``timeout`` seconds for each of the prestart, the threads and the writes in flight."""
+        from service.orchestration.orphans import release_runs, requeue_job
 
         self._stopping.set()
         self._cancelled.set()
@@ -473,9 +515,12 @@ class LocalPool:
                 self._queue.get_nowait()
             except queue.Empty:
                 break
+        for job_id in self._ledger.close(timeout):  # none of this pool's threads writes about a job from here
+            requeue_job(self.store, job_id)  # (only where it is still running: a job that ended stays so)
+        release_runs(self.store, self._owned)
         if self._prestart is not None:
             self._prestart.join(timeout)
-        for slot in list(self._slots):  # the running threads see the subprocess die and re-queue
+        for slot in list(self._slots):  # their threads see the subprocess die (their jobs are handed back above)
             proc = slot.proc
             if proc is not None and proc.is_alive():
                 proc.kill()
@@ -483,7 +528,6 @@ class LocalPool:
             t.join(timeout)
         for slot in self._slots:
             slot.stop(kill=True)
-        release_runs(self.store, self._owned)
 
     def hand_back_on_cancel(self, run_ids: Iterable[int]) -> None:
         """Mark ``run_ids`` as adopted (another process's orphaned runs): :meth:`cancel` leaves their jobs
