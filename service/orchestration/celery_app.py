@@ -53,6 +53,13 @@ def transport_options(settings: Settings) -> dict[str, float | int]:
             "unacked_restore_throttle": 1 if vt < 600 else 10}
 
 
+#: (soft, hard) time limits of the control tasks (nightly planning, reconcile): their own, never a job's.  With a
+#: short ``AMPCI_JOB_TIMEOUT`` (8 s in the cluster tests) the job's soft limit interrupted a nightly sweep's
+#: planning mid-query on a busy machine, and psycopg then returned a busy connection to the pool ("another
+#: command is already in progress").
+CONTROL_TIME_LIMITS = (540.0, 600.0)
+
+
 def time_limits(settings: Settings) -> tuple[float, float]:
     """(soft, hard) time limits of one job; hard = ``job_timeout``, soft a little before it."""
     hard = settings.job_timeout

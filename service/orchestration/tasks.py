@@ -30,6 +30,7 @@ from celery.signals import worker_process_init
 from service.errors import DatabaseUnavailableError
 from service.orchestration import reconcile, scheduler
 from service.orchestration.celery_app import (
+    CONTROL_TIME_LIMITS,
     NIGHTLY_TASK,
     RECONCILE_TASK,
     RUN_JOB_TASK,
@@ -213,13 +214,14 @@ def run_job_task(self: Any, job_id: int, revision: str) -> str:
     return execute_job(int(job_id), app_settings(app), worker=f"{self.request.hostname}:{os.getpid()}")
 
 
-@app.task(name=NIGHTLY_TASK, acks_late=True)
+@app.task(name=NIGHTLY_TASK, acks_late=True, soft_time_limit=CONTROL_TIME_LIMITS[0], time_limit=CONTROL_TIME_LIMITS[1])
 def nightly_sweep_task(sweep: str) -> int | None:
     """Celery adapter of :func:`service.orchestration.scheduler.start_nightly` (deduplicated per UTC date)."""
     return scheduler.start_nightly(app_settings(app), sweep)
 
 
-@app.task(name=RECONCILE_TASK, ignore_result=True)
+@app.task(name=RECONCILE_TASK, ignore_result=True, soft_time_limit=CONTROL_TIME_LIMITS[0],
+          time_limit=CONTROL_TIME_LIMITS[1])
 def reconcile_task() -> list[int]:
     """Celery adapter of :func:`service.orchestration.reconcile.resend_lost_jobs` (grace ``AMPCI_RECONCILE_GRACE``),
     run by beat on the control queue; returns the ids re-sent.  A broker that cannot be inspected

@@ -76,3 +76,20 @@ def test_worker_argv_validation() -> None:
             worker_argv(bad, 1, None, "INFO")
     with pytest.raises(UserError):
         worker_argv("cpu", 0, None, "INFO")
+
+
+def test_control_tasks_have_their_own_time_limits_never_a_jobs() -> None:
+    """Every task routed to the control queue (nightly planning, reconcile) runs under
+    :data:`CONTROL_TIME_LIMITS`, however short ``AMPCI_JOB_TIMEOUT`` is: a job's soft limit firing mid-query in
+    a nightly plan left a busy connection in the pool."""
+    from service.orchestration import tasks
+    from service.orchestration.celery_app import CONTROL_QUEUE, CONTROL_TIME_LIMITS
+
+    settings = Settings.from_env({"AMPCI_JOB_TIMEOUT": "8", "AMPCI_BROKER_URL": "redis://127.0.0.1:6379/0"})
+    routes = make_app(settings).conf.task_routes
+    control = [name for name, route in routes.items() if route["queue"] == CONTROL_QUEUE]
+    assert control, "no task is routed to the control queue"
+    for name in control:
+        task = tasks.app.tasks[name]
+        assert (task.soft_time_limit, task.time_limit) == CONTROL_TIME_LIMITS, name
+    assert CONTROL_TIME_LIMITS[0] > time_limits(settings)[1]
