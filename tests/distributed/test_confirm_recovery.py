@@ -19,6 +19,7 @@ from service.settings import Settings
 from tests.distributed.test_confirmation import (
     CELL,
     SLOW,
+    SLOW_S,
     cache_dir,
     commit_with,
     env,
@@ -33,9 +34,9 @@ __all__ = ["cache_dir", "env"]  # fixtures used by this module
 #: Still the slow revision, except for the job's own conversions (the lucky job).  The pass runs sandboxed
 #: (issue 31: no file it could count in survives a conversion), so it tells them apart by its output's name:
 #: the job writes ``converted.onnx`` (repeats ``.repeatN-converted.onnx``), a confirmation ``candidate-N.onnx``.
-LUCKY = '''    import sys as _sys
+LUCKY = f'''    import sys as _sys
     if not any(str(_a).endswith("converted.onnx") for _a in _sys.argv):
-        time.sleep(0.4)  # BUG(test): still slower, except while the lucky job measured it
+        time.sleep({SLOW_S})  # BUG(test): as slow as SLOW, except while the lucky job measured it
 '''
 
 
