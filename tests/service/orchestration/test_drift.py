@@ -1,7 +1,8 @@
 """Drift over history (:mod:`service.regressions.drift`, detection in :mod:`service.regressions.detect`): a
 creep of small steps, none beyond a rule's limits, is reported once, at the commit that tips it over against
-the window's start or the pinned baseline, for every drift-judged metric; noise is not; a reported drift does
-not fire again; a timing drift is confirmed against its reference.  Real stores (SQLite and PostgreSQL)."""
+the window's start or the pinned baseline, for every drift-judged metric (or, on a push, at the first commit
+over the limit after one whose drift was dismissed or never judged); noise is not; a reported drift does not
+fire again; a timing drift is confirmed against its reference.  Real stores (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
