@@ -17,9 +17,8 @@ cell and run, so two series on one cell would hide each other):
   doubles the error, three of them pass both).
 
 After the series come noise commits (comments only): a finding there is a false alarm.  Then the tip is
-swept once more as a ``nightly`` run: a push reports only a drift its own change tipped, a nightly any drift
-over the limit across the day's commits (a series whose tipping commit's drift was dismissed by its
-confirmation as borderline is caught there).  :func:`score` turns
+swept once more as a ``nightly`` run (a push, like a nightly, reports any drift over the limit not reported
+yet, one dismissed by its confirmation as borderline included; the nightly is a last look).  :func:`score` turns
 the sweeps into one row per kind: at which commit the creep was found, against which reference, by a drift or
 by the parent comparison, and every finding that belongs to none of the series.
 """

@@ -35,7 +35,7 @@ What it does, all in embedded mode (local pool, SQLite, a fresh data and cache d
    parent-comparison finding of its kind); the table says at which commit and against which reference (the
    window's start or a pinned baseline).  Any finding on the noise commits after it, or on a cell no series
    moves, is a false alarm (the same change is reported once).  Last, the tip is swept as a ``nightly`` run
-   (which reports any drift over the limit across the day's commits, where a push reports only what it tipped).
+   (which reports any drift over the limit across the day's commits not reported yet, as a push does).
 5. **A/A.**  The first commit is swept ``--aa`` more times against itself; every timing comparison (latency and
    conversion time, per cell) counted; every open finding, and every confirmed improvement, is a false alarm.
 

@@ -44,7 +44,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from service.regressions.confirm import SUSPECTED_RESOLVED
-from service.regressions.drift import Earlier, Point, judge
+from service.regressions.drift import TIPPING_TRIGGERS, Earlier, Point, judge
 from service.regressions.rules import (
     EXPLAINED,
     EXPLAINED_KINDS,
@@ -195,7 +195,7 @@ def drift_findings(run_sha: str, trigger: str, current: Mapping[Cell, StoredResu
     by_cell: dict[Cell, dict[str, list[StoredResult]]] = {}
     for r in on_line:
         by_cell.setdefault(r.cell, {}).setdefault(r.revision_sha, []).append(r)
-    tipping = trigger != "nightly"
+    tipping = trigger in TIPPING_TRIGGERS
     out: dict[Cell, Found] = {}
     for cell, rows_by_sha in by_cell.items():
         lineage = [r.status for sha in sorted(rows_by_sha, key=lambda x: -depth[x]) for r in rows_by_sha[sha]]

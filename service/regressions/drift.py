@@ -11,18 +11,20 @@ ratio, floor and test, pass iterations).
 A drift is **reported** when the rule finds a regression against the reference and:
 
 - the parent comparison of this run shows no regression of that kind (the step is then reported itself);
-- for a ``push``/``pull_request``/``manual`` run, **its own change tipped it**: the parent (the newest
-  measured revision before it) did not regress against the same reference by the same metric (a drift that
-  was already over the limit was the parent's to report; unless the parent's finding of that kind was
-  dismissed by confirmation, so a borderline drift is not lost), and this run's own step moved the metric
-  towards the drift (by at least half the mean step since the reference where a noise commit leaves the
-  metric unchanged, so a noise commit measured just over the limit after a creep is not blamed for it: see
-  :func:`own_step`); a ``nightly`` run reports any drift over
-  the limit across the day's commits;
-- it was not reported before: no earlier finding of the cell and that kind (a drift of its metric or the
-  parent comparison's), in any state but ``resolved`` or ``dismissed``, stands at a revision between the
-  reference and this one — once reported (and acknowledged, or marked a false positive) the same change does
-  not fire again.
+- it is not reported yet: no *live* finding of the cell and that kind (a drift of its metric or the parent
+  comparison's: open, acknowledged, suspected, a false positive; any state but ``resolved`` or
+  ``dismissed``) stands at a revision after the reference on the line, this one included — once reported
+  (and acknowledged, or marked a false positive) the same change does not fire again, while a drift
+  dismissed by its confirmation (below the floor then) does not silence the larger one it grows into: that
+  is judged anew, and confirmed like any timing finding;
+- for a ``pull_request`` run (:data:`TIPPING_TRIGGERS`), besides, **its own change tipped it**: the parent
+  (the newest measured revision before it) did not regress against the same reference by the same metric (a
+  drift already over the limit on its base is the base line's to report, and must not fail the pull request;
+  unless the parent's finding of that kind was dismissed by confirmation, so a borderline drift is not lost),
+  and its own step moved the metric towards the drift (by at least half the mean step since the reference
+  where a noise commit leaves the metric unchanged: see :func:`own_step`).  A ``push``, ``manual`` or
+  ``nightly`` run reports any drift over the limit that is not reported yet, whichever commit tipped it: a
+  push after one whose drift was dismissed (or never judged) is where it is caught, not only the nightly.
 
 The finding names where the level moved: E-divisive means over the metric's series from the reference to
 this run (:mod:`service.regressions.changepoint`), as "drifted x4.5 over 8 commits, since REV; level moved
@@ -73,6 +75,8 @@ class Earlier:
 
 #: States of an earlier finding that do not stop the same change being reported again.
 NOT_REPORTED = ("resolved", "dismissed")
+#: Triggers of runs that report a drift only when their own change tipped it over the limit.
+TIPPING_TRIGGERS = ("pull_request",)
 
 
 @dataclass(frozen=True)
