@@ -41,9 +41,9 @@ SLOW = f"    time.sleep({SLOW_S})  # BUG(test): slower conversion\n"
 #: measured and is gone when the confirmation times it).  The pass runs sandboxed (issue 31: no file it could
 #: count in survives a conversion), so it tells them apart by its output's name: the job writes
 #: ``converted.onnx`` (repeats ``.repeatN-converted.onnx``), a confirmation ``candidate-N.onnx``.
-TRANSIENT = '''    import sys as _sys
+TRANSIENT = f'''    import sys as _sys
     if any(str(_a).endswith("converted.onnx") for _a in _sys.argv):
-        time.sleep(0.4)
+        time.sleep({SLOW_S})  # as large as the real slowdown, so that load cannot hide the suspicion
 '''
 
 
