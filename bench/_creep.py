@@ -143,7 +143,10 @@ def score(plan: CreepPlan, rows: Sequence[dict[str, Any]], models: Sequence[str]
           describe_ref: Callable[[str], str]) -> dict[str, Any]:
     """Per series: the first creep commit with a drift of its metric (or a parent-comparison finding of its
     kind) on one of its cells, and the reference named; plus every finding on a creep row that belongs to no
-    series (a false alarm: on a noise commit anything, on a creep commit a finding of an unmoved cell)."""
+    series (a false alarm: on a noise commit anything but the first report of a series cell's drift, on a creep
+    commit a finding of an unmoved cell).  A series cell's drift first reported on a noise commit after the creep
+    is the creep reported late (a push reports any drift over the limits that no finding reports yet), listed
+    under ``late``; a second report of it is a false alarm."""
     out: dict[str, Any] = {"kinds": {}, "alarms": []}
     moved: set[tuple[str, str, str]] = set()
     drifting: set[tuple[str, str, str]] = set()
@@ -166,6 +169,8 @@ def score(plan: CreepPlan, rows: Sequence[dict[str, Any]], models: Sequence[str]
                        "cells": sorted({(x[0], x[1]) for x in drift} | {(f[0], f[1]) for f in pair})}
                 break
         out["kinds"][kind] = hit
+    reported: set[tuple[str, str, str]] = set()  # series cells whose drift a row has reported
+    out["late"] = []
     for r in rows:
         series = bool(r["step"]) or bool(r.get("nightly"))  # a row where the series' cells may move
         where = "nightly" if r.get("nightly") else (r["step"] or "noise")
@@ -173,6 +178,11 @@ def score(plan: CreepPlan, rows: Sequence[dict[str, Any]], models: Sequence[str]
             if f[2] != "drift" and (not series or (f[0], f[1], f[2]) not in moved):
                 out["alarms"].append((r["commit"], where, *f))
         for x in r["drifts"]:
-            if not series or (x[0], x[1], x[2]) not in drifting:
-                out["alarms"].append((r["commit"], where, x[0], x[1], f"drift of {x[2]}"))
+            key = (x[0], x[1], x[2])
+            if key in drifting and (series or key not in reported):
+                if not series:  # the creep's drift, first reported by the push after it: late, not false
+                    out["late"].append((r["commit"], where, x[0], x[1], f"drift of {x[2]}"))
+                reported.add(key)
+                continue
+            out["alarms"].append((r["commit"], where, x[0], x[1], f"drift of {x[2]}"))
     return out

@@ -34,7 +34,9 @@ What it does, all in embedded mode (local pool, SQLite, a fresh data and cache d
    creep commit whose run has an open (confirmed) ``drift`` finding of its metric on one of its cells (or a
    parent-comparison finding of its kind); the table says at which commit and against which reference (the
    window's start or a pinned baseline).  Any finding on the noise commits after it, or on a cell no series
-   moves, is a false alarm (the same change is reported once).  Last, the tip is swept as a ``nightly`` run
+   moves, is a false alarm (the same change is reported once), except the first report of a series cell's
+   drift on the noise commit after the creep: that is the creep reported late (a push reports any drift over
+   the limits no finding reports yet), counted apart.  Last, the tip is swept as a ``nightly`` run
    (which reports any drift over the limit across the day's commits not reported yet, as a push does).
 5. **A/A.**  The first commit is swept ``--aa`` more times against itself; every timing comparison (latency and
    conversion time, per cell) counted; every open finding, and every confirmed improvement, is a false alarm.
@@ -542,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {kind} creep ({table['creep_steps'][kind]}) | {text} | within the window |")
         if creep_rows:
             print(f"| findings on creep commits outside the series | {creep_cell_alarms} | 0 |")
+            late = "; ".join(f"{c[2]} {c[3]} {c[4]} at {c[0][:10]}" for c in creep.get("late", [])) or "none"
+            print(f"| creep drifts first reported on the noise commit after the series (late, not false) | {late} | |")
         print(f"| sweeps / wall time | {table['sweeps']} / {table['wall_s']} s | |")
         print(f"| machine load average (1 min) after each sweep, min / median / max | {table['load_average']} | |")
         for line in table["calibration"]:
