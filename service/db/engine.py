@@ -192,10 +192,45 @@ def ping(engine: Engine) -> str:
 
 @contextmanager
 def transaction(engine: Engine) -> Iterator[Connection]:
-    """A connection inside one transaction: committed on success, rolled back on error."""
+    """A connection inside one transaction: committed on success, rolled back on error.
+
+    An exception raised while a statement is still in flight (a job's soft time limit or a signal
+    arriving mid-query) propagates as itself: the connection, busy with a command it can neither
+    finish nor roll back, has that command cancelled and is discarded from the pool instead of
+    being rolled back (which would fail with "another command is already in progress" and hide
+    the original exception)."""
     conn = connect(engine)
     try:
         with conn.begin():
-            yield conn
+            try:
+                yield conn
+            except BaseException:
+                if statement_in_flight(conn):
+                    discard_busy(conn)
+                raise
     finally:
         conn.close()
+
+
+def statement_in_flight(conn: Connection) -> bool:
+    """Whether ``conn``'s driver connection is still executing a command (psycopg's ``ACTIVE``
+    state); False for SQLite and for a connection already closed or invalidated."""
+    if conn.invalidated or conn.closed:
+        return False
+    dbapi = conn.connection.dbapi_connection
+    info = getattr(dbapi, "info", None)
+    status = getattr(info, "transaction_status", None)
+    return status is not None and getattr(status, "name", "") == "ACTIVE"
+
+
+def discard_busy(conn: Connection) -> None:
+    """Cancel the command ``conn`` is running (best effort: the server stops it) and invalidate the
+    connection, so the pool opens a fresh one rather than reuse a busy one."""
+    dbapi = conn.connection.dbapi_connection
+    cancel = getattr(dbapi, "cancel", None)
+    if callable(cancel):
+        try:
+            cancel()
+        except Exception:  # noqa: BLE001 - the connection is being discarded whatever the cancel does
+            pass
+    conn.invalidate()
