@@ -48,4 +48,4 @@ def test_mypy_checks_all_of_service_strictly_without_explicit_any() -> None:
     assert conf["strict"] is True and conf["disallow_any_explicit"] is True
     exempt = [o for o in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"].get("overrides", [])
               if o.get("disallow_any_explicit") is False]
-    assert [o["module"] for o in exempt] == ["service.json_types"]
+    assert [o["module"] for o in exempt] == [["service.json_types"]]
