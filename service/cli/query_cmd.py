@@ -90,7 +90,8 @@ def console(args: argparse.Namespace | None = None) -> Console:
     return out
 
 
-def emit(args: argparse.Namespace, data: JsonValue, *renderables: RenderableType, out: Console | None = None) -> None:
+def emit(args: argparse.Namespace, data: JsonValue, *renderables: RenderableType,
+         out: Console | None = None) -> None:
     """Print ``data`` as JSON with ``--json``, else the rich renderables/strings (on ``out``, default
     :func:`console`)."""
     if getattr(args, "json", False):

@@ -144,16 +144,17 @@ def _stop_workers_meanwhile(pool: LocalPool | None) -> threading.Thread | None:
     return stopping
 
 
-def _report(args: argparse.Namespace, store: Store, started: StartedRun, run_info: RunInfo, baseline_run: int | None,
-            adopted: list[int]) -> int:
+def _report(args: argparse.Namespace, store: Store, started: StartedRun, run_info: RunInfo,
+            baseline_run: int | None, adopted: list[int]) -> int:
     """Print the finished run's outcome (table or ``--json``) and its gate; return the exit status."""
     results = store.results(run_id=started.run_id)
     regressions = store.regressions(run_id=started.run_id, category="regression")
     regressions = [r for r in regressions if r.state in ("open", "acknowledged")]
     comparison = compared_cells(store, started.run_id, len(results), started.baseline, len(regressions))
     payload: JsonObject = {"run": run_info.to_dict(), "summary": store.run_summary(started.run_id).to_dict(),
-               "results": [r.to_dict() for r in results], "regressions": [r.to_dict() for r in regressions],
-               "comparison": comparison, "baseline_run": baseline_run, "adopted_runs": adopted}
+                           "results": [r.to_dict() for r in results],
+                           "regressions": [r.to_dict() for r in regressions],
+                           "comparison": comparison, "baseline_run": baseline_run, "adopted_runs": adopted}
     from service.orchestration.judge import run_verdict
 
     verdict = run_verdict(store, started.run_id)  # decided once: the gate, the headline and the exit code

@@ -12,7 +12,7 @@ from tests.service.factories import migrated_store
 
 @pytest.fixture
 def store(db_url: str) -> Iterator[Store]:
-    """A store on a fresh database at schema head (SQLite and PostgreSQL, as ``db_url``), disposed after the test."""
+    """A store on a fresh database at schema head (SQLite and PostgreSQL, as ``db_url``); disposed after."""
     s = migrated_store(db_url)
     yield s
     s.dispose()
