@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from service import vocabulary
 from service.vocabulary import EARLIEST, LATEST, UnknownNameError
@@ -30,11 +30,17 @@ MAX_SECONDS = 30 * 86_400.0      # durations on the command line: at most 30 day
 _INT = re.compile(rf"-?[0-9]{{1,{MAX_DIGITS}}}", re.ASCII)
 _SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?", re.ASCII)
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+T = TypeVar("T")
 
 
-def _typed(parse: Callable[[str], Any], name: str, sample: str) -> Callable[[str], Any]:
+def _typed(parse: Callable[[str], T], name: str, sample: str) -> Callable[[str], T]:
     parse.__name__ = name  # argparse names the type in some messages
-    parse.sample = sample  # type: ignore[attr-defined]
+    return _with_sample(parse, sample)
+
+
+def _with_sample(parse: Callable[[str], T], sample: str) -> Callable[[str], T]:
+    """``parse`` with its ``sample`` attribute set (a valid value of the type; see the module docstring)."""
+    setattr(parse, "sample", sample)  # noqa: B010 - a function attribute, which no Callable type declares
     return parse
 
 
@@ -131,7 +137,7 @@ def since_time(raw: str) -> datetime:
     return value
 
 
-since_time.sample = "7d"  # type: ignore[attr-defined]
+_with_sample(since_time, "7d")
 
 
 def text_arg(what: str, limit: int = 200) -> Callable[[str], str]:
@@ -153,7 +159,7 @@ def revision_arg(raw: str) -> str:
     return raw
 
 
-revision_arg.sample = "HEAD"  # type: ignore[attr-defined]
+_with_sample(revision_arg, "HEAD")
 
 
 _MIGRATION = re.compile(r"head|heads|base|[0-9]{4}|[0-9a-f]{12}|[+-][1-9][0-9]?", re.ASCII)
@@ -168,7 +174,7 @@ def migration_arg(raw: str) -> str:
     return raw
 
 
-migration_arg.sample = "head"  # type: ignore[attr-defined]
+_with_sample(migration_arg, "head")
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -180,7 +186,7 @@ def log_level(raw: str) -> str:
     raise argparse.ArgumentTypeError(f"unknown log level {_shown(raw)}; expected one of {', '.join(LOG_LEVELS)}")
 
 
-log_level.sample = "INFO"  # type: ignore[attr-defined]
+_with_sample(log_level, "INFO")
 
 
 def path_arg(raw: str) -> Path:
@@ -191,7 +197,7 @@ def path_arg(raw: str) -> Path:
     return Path(raw).expanduser()
 
 
-path_arg.sample = "missing-file.onnx"  # type: ignore[attr-defined]
+_with_sample(path_arg, "missing-file.onnx")
 
 
 def _argparse_type(check: Callable[[str], str], name: str, sample: str) -> Callable[[str], str]:

@@ -12,11 +12,14 @@ branch without its own.  REV is a branch, tag or (short) sha with results (else 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service.cli.argtypes import revision_arg, text_arg
 from service.cli.query_cmd import emit, open_store
 from service.errors import UserError
+
+if TYPE_CHECKING:
+    from service.cli.main import Subcommands
 
 
 def cmd_pin(args: argparse.Namespace) -> int:
@@ -62,7 +65,7 @@ def _scope(branch: str) -> str:
     return f"branch {branch}" if branch else "every branch"
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``baseline pin|unpin|show``."""
     p = subparsers.add_parser("baseline", help="pin the older reference drift is judged against")
     sub = p.add_subparsers(dest="baseline_cmd", required=True)

@@ -25,9 +25,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service.errors import NotFoundError, ServiceError, UserError
+
+if TYPE_CHECKING:
+    from service.cli.main import Subcommands
+    from service.db.records import RegressionInfo
+    from service.db.store import Store
+    from service.json_types import JsonObject
+    from service.settings import Settings
 
 
 class NothingBisected(ServiceError):
@@ -36,7 +43,7 @@ class NothingBisected(ServiceError):
     exit_code = 1
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``ampci bisect``."""
     p = subparsers.add_parser("bisect", help="bisect a run's regressions to their first bad commit",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -86,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
         enqueue = scheduler.dispatcher(settings, store)
 
-    payload: list[dict[str, Any]] = []
+    payload: list[JsonObject] = []
     lines: list[str] = []
     failures: list[str] = []
     for reg in regs:
@@ -114,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _drive(store: Any, settings: Any, reg: Any, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+def _drive(store: Store, settings: Settings, reg: RegressionInfo,
+           args: argparse.Namespace) -> tuple[JsonObject, list[str]]:
     """Bisect ``reg`` to its end on the local pool; its JSON form and the lines for people."""
     from service.cli.terminal import printable
     from service.orchestration.bisect_run import bisect_to_end

@@ -15,13 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from service.errors import UserError
 
 if TYPE_CHECKING:
-    from workers.result import GraphFacts
+    from service.cli.main import Subcommands
+    from service.json_types import JsonObject
+    from workers.result import GraphFacts, JobResult
     from workers.zoo.manifest import ZooEntry
 
 BAD_INPUT = frozenset({"bad_spec", "bad_model"})
@@ -40,7 +43,7 @@ def _fmt(x: float | None, spec: str = ".3g") -> str:
     return format(x, spec) if math.isfinite(x) else str(x)
 
 
-def format_result(r: Any) -> str:
+def format_result(r: JobResult) -> str:
     """A human-readable summary of a JobResult (status line first)."""
     lines = [f"{r.model} {r.dtype} policy={r.policy} target={r.target}: {r.status.upper()}"
              + (f" - {r.message}" if r.message else "")]
@@ -119,7 +122,7 @@ def graph_lines(g: GraphFacts) -> list[str]:
     return lines
 
 
-def input_lines(inputs: dict[str, dict[str, Any]]) -> list[str]:
+def input_lines(inputs: Mapping[str, Mapping[str, object]]) -> list[str]:
     """One line per input of a result: ``input NAME: DTYPE[SHAPE] VALUES (where the spec came from)``."""
     lines = []
     for name, d in inputs.items():
@@ -159,17 +162,17 @@ def validated_policy(dtype: str, policy: str, target: str) -> str:
 
 
 def error_json(message: str, status: str = "bad_spec", exit_code: int = 2,
-               result: dict[str, Any] | None = None) -> dict[str, Any]:
+               result: JsonObject | None = None) -> JsonObject:
     """The one shape of an error of ``check --json`` on stdout (the same line also goes to stderr):
     ``{"error", "status", "message", "exit_code"}``, plus ``result`` when a job ran and found the input bad."""
-    out: dict[str, Any] = {"error": "bad_input" if exit_code == 2 else "error", "status": status,
-                           "message": " ".join(message.split()), "exit_code": exit_code}
+    out: JsonObject = {"error": "bad_input" if exit_code == 2 else "error", "status": status,
+                       "message": " ".join(message.split()), "exit_code": exit_code}
     if result is not None:
         out["result"] = result
     return out
 
 
-def usage_error_json(line: str) -> dict[str, Any]:
+def usage_error_json(line: str) -> JsonObject:
     """An argparse usage error of ``check --json`` (a bad option value, a missing model) in the shape of
     :func:`error_json`: ``status`` ``usage``, exit code 2 (service.cli.main.OneLineParser prints it)."""
     return error_json(line, status="usage", exit_code=2)
@@ -235,7 +238,7 @@ AUTO_HELPS = frozenset({"fail_accuracy", "diverged"})
 FORCED = ("auto:", "forced fp32")
 
 
-def kept_nodes(result: Any) -> list[dict[str, str]]:
+def kept_nodes(result: JobResult) -> list[dict[str, str]]:
     """The nodes a result kept in fp32 (the pass's reasons), with ``forced``: "1" for those the auto
     search forced (the others follow from them or from the policy)."""
     graph = getattr(result, "graph", None)
@@ -259,17 +262,17 @@ class AutoMemory:
         self.path = Path(data_dir) / "check_auto.json"
 
     @staticmethod
-    def key(result: Any) -> str:
+    def key(result: JobResult) -> str:
         return f"{result.model_sha256 or result.model}|{result.dtype}|{result.target}"
 
-    def _load(self) -> dict[str, Any]:
+    def _load(self) -> JsonObject:
         try:
             data = json.loads(self.path.read_text())
             return data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             return {}
 
-    def remember(self, result: Any) -> None:
+    def remember(self, result: JobResult) -> None:
         """Record a finished ``policy auto`` result (nothing when it did not convert)."""
         if getattr(result, "graph", None) is None:
             return
@@ -287,7 +290,7 @@ class AutoMemory:
         except OSError:
             pass
 
-    def recall(self, result: Any) -> dict[str, Any] | None:
+    def recall(self, result: JobResult) -> JsonObject | None:
         """The recorded ``policy auto`` outcome for ``result``'s model, dtype and target, if any."""
         got = self._load().get(self.key(result))
         return got if isinstance(got, dict) else None
@@ -299,7 +302,7 @@ def _quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def next_steps(result: Any, args: argparse.Namespace, auto: dict[str, Any] | None) -> list[str]:
+def next_steps(result: JobResult, args: argparse.Namespace, auto: JsonObject | None) -> list[str]:
     """What to try after ``result``: for an accuracy failure with a policy other than ``auto``, the
     ``ampci check --policy auto`` and ``ampci convert --policy auto`` commands, with what ``auto`` kept in
     fp32 when it ran on this model here before; for a ``policy auto`` result, the nodes it kept in fp32."""
@@ -340,7 +343,7 @@ def next_steps(result: Any, args: argparse.Namespace, auto: dict[str, Any] | Non
     return lines
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: Subcommands) -> None:
     """Add ``ampci check``."""
     from service.cli.zoo_cmd import add_input_arguments
 
@@ -372,5 +375,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--json", action="store_true",
                    help="print the result as JSON; an error (a usage error too) is one JSON line on stdout "
                         "(error, status, message, exit_code) besides the one line on stderr")
-    p.json_usage = usage_error_json  # type: ignore[attr-defined]
+    p.json_usage = usage_error_json
     p.set_defaults(func=_run)

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.cli.main import Subcommands
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -32,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_auto_arguments(parser)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: Subcommands) -> None:
     """Add the ``convert`` command (as ``python -m amp_pass convert``, plus ``--policy auto`` and
     ``--calibration-data``, which run models and are handled by ``workers.autoconvert``); registering it
     imports neither amp_pass's converter nor workers.autoconvert."""

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service.errors import UserError
 
+if TYPE_CHECKING:
+    from service.cli.main import Subcommands
 
-def register(subparsers: Any) -> None:
+
+def register(subparsers: Subcommands) -> None:
     """Add ``ampci db``."""
     p = subparsers.add_parser("db", help="database schema: upgrade, downgrade, current",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

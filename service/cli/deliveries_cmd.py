@@ -9,10 +9,13 @@ Shows why a delivery did not become a run: ``rejected`` (its content can never b
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service.cli.argtypes import bounded_int
 from service.cli.query_cmd import emit, open_store
+
+if TYPE_CHECKING:
+    from service.cli.main import Subcommands
 
 
 def cmd_deliveries(args: argparse.Namespace) -> int:
@@ -36,7 +39,7 @@ def _delivery_states() -> tuple[str, ...]:
     return tuple(DELIVERY_STATES)
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``deliveries``."""
     p = subparsers.add_parser("deliveries", help="recorded webhook deliveries (why one made no run)")
     from service.cli.argtypes import one_of

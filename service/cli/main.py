@@ -18,9 +18,12 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, NamedTuple, NoReturn, TypeAlias
 
 from service.cli.startup import pause_gc, startup_complete
+
+if TYPE_CHECKING:
+    from service.json_types import JsonObject
 
 COMMAND_MODULES: tuple[str, ...] = (
     "service.cli.convert_cmd",
@@ -84,7 +87,7 @@ class OneLineParser(argparse.ArgumentParser):
     (message -> JSON object); when the command line asks for ``--json`` (:func:`main` sets
     ``json_requested``) a usage error also prints that object as one line on stdout."""
 
-    json_usage: Callable[[str], dict[str, Any]] | None = None
+    json_usage: Callable[[str], JsonObject] | None = None
     json_requested: bool = False
 
     def error(self, message: str) -> NoReturn:
@@ -97,6 +100,11 @@ class OneLineParser(argparse.ArgumentParser):
             sys.stdout.write(json.dumps(self.json_usage(message), sort_keys=True) + "\n")
             sys.stdout.flush()
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+#: What each command module's ``register(subparsers)`` is given: the sub-command table of the top-level
+#: :class:`OneLineParser`, whose ``add_parser`` makes OneLineParsers (``add_subparsers`` uses the parent's type).
+Subcommands: TypeAlias = "argparse._SubParsersAction[OneLineParser]"
 
 
 def _wants_json(argv: list[str]) -> bool:
@@ -140,9 +148,11 @@ def command_modules(argv: list[str]) -> list[str]:
     return [COMMANDS[word].module] if word in COMMANDS else []
 
 
-def _is_expected_error(exc: BaseException) -> bool:
-    """Errors raised on purpose by our layers carry an ``exit_code``; so do config errors."""
-    return hasattr(exc, "exit_code") and isinstance(exc.exit_code, int)
+def _expected_exit_code(exc: BaseException) -> int | None:
+    """The exit status of an error raised on purpose by our layers (they carry an int ``exit_code``; so do
+    config errors); None for any other error."""
+    code = getattr(exc, "exit_code", None)
+    return int(code) if isinstance(code, int) else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,9 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         _discard_stdout()
         return BROKEN_PIPE_EXIT
     except Exception as exc:  # translated at the boundary: one line, no traceback
-        if _is_expected_error(exc):
+        code = _expected_exit_code(exc)
+        if code is not None:
             print(f"ampci: error: {exc}", file=sys.stderr)
-            return int(exc.exit_code)  # type: ignore[attr-defined]
+            return code
         raise
 
 

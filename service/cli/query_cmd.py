@@ -18,15 +18,25 @@ import argparse
 import json
 import os
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service.cli.argtypes import bounded_int, dtype_name, one_of, policy_name, target_name
 from service.cli.startup import startup_complete
 from service.errors import ConfigError, UserError
 from service.vocabulary import RUN_STATES, TRIGGERS
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
-def open_store() -> Any:
+    from rich.console import Console, RenderableType
+    from rich.segment import Segment
+
+    from service.cli.main import Subcommands
+    from service.db.store import Store
+    from service.json_types import JsonValue
+
+
+def open_store() -> Store:
     """The Store of this process's settings; the schema must be at head (embedded SQLite is upgraded).
     Ends the console script's start-up (:func:`service.cli.startup.startup_complete`) once the store's
     modules, dialect and driver are imported: the commands that call it register ``startup_in_command``."""
@@ -48,14 +58,14 @@ def open_store() -> Any:
     return store
 
 
-def console(args: argparse.Namespace | None = None) -> Any:
+def console(args: argparse.Namespace | None = None) -> Console:
     """The rich Console tables are printed on: the terminal's width, or for pipes and CI logs
     ``$COLUMNS`` (default 200, so tables are not squeezed); ``--wide`` asks for 200 columns or more
     anywhere.  Tables take its width (``render.NARROW``) to leave out low-value columns."""
     from rich.console import Console
 
-    class PipeConsole(Console):  # type: ignore[misc]
-        def _render_buffer(self, buffer: Any) -> str:
+    class PipeConsole(Console):
+        def _render_buffer(self, buffer: Iterable[Segment]) -> str:
             # stored text (messages, names, reasons) never drives the terminal; rich's own
             # control segments and the styles it renders around the text are kept
             from rich.segment import Segment
@@ -80,7 +90,8 @@ def console(args: argparse.Namespace | None = None) -> Any:
     return out
 
 
-def emit(args: argparse.Namespace, data: Any, *renderables: Any, out: Any = None) -> None:
+def emit(args: argparse.Namespace, data: JsonValue, *renderables: RenderableType,
+         out: Console | None = None) -> None:
     """Print ``data`` as JSON with ``--json``, else the rich renderables/strings (on ``out``, default
     :func:`console`)."""
     if getattr(args, "json", False):
@@ -130,7 +141,7 @@ def _cell_filters(p: argparse.ArgumentParser, dtype_required: bool = False) -> N
     p.add_argument("--target", type=target_name, help="cpu, cuda or a queue of one (cuda-a100)")
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add runs, run, results, regressions, compare, history and ack."""
     from service.cli.argtypes import record_id, revision_arg, since_time, text_arg
 
@@ -307,7 +318,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
     return 0
 
 
-def refresh_pr_report(store: Any, run_id: int) -> None:
+def refresh_pr_report(store: Store, run_id: int) -> None:
     """Queue the pull request's report again after a triage (GitHub configured): into the shared Redis
     outbox the server posts from, or, without a broker, posted from here once.  Never fails the ack."""
     from service.github.outbox import MemoryOutbox

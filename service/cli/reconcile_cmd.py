@@ -26,12 +26,18 @@ here until they are done.  ``ampci serve`` without a broker resumes them by itse
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service.errors import UserError
 
+if TYPE_CHECKING:
+    from service.cli.main import Subcommands
+    from service.orchestration.orphans import Orphan
+    from service.orchestration.reconcile import ReconcileReport
+    from service.settings import Settings
 
-def register(subparsers: Any) -> None:
+
+def register(subparsers: Subcommands) -> None:
     """Add ``ampci reconcile``."""
     p = subparsers.add_parser("reconcile", help="re-send queued jobs whose broker message was lost",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -71,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local(args: argparse.Namespace, settings: Any) -> int:
+def _local(args: argparse.Namespace, settings: Settings) -> int:
     """Without a broker: list the jobs of ``local`` runs whose owning process stopped or died (and, with
     ``--resume``, run them here on a local pool until they are done)."""
     from service.cli.query_cmd import emit
@@ -85,7 +91,7 @@ def _local(args: argparse.Namespace, settings: Any) -> int:
         lines += [("  " + o.describe() + ("" if o.resumable else
                                           "; not resumable" + (" (use --force)" if o.state == "other-host" else "")))
                   for o in found]
-        taken: list[Any] = []
+        taken: list[Orphan] = []
         if args.resume and not args.dry_run:
             from service.orchestration.localpool import LocalPool
             from service.orchestration.scheduler import wait_for_run
@@ -107,7 +113,7 @@ def _local(args: argparse.Namespace, settings: Any) -> int:
     return 0
 
 
-def describe(report: Any) -> list[str]:
+def describe(report: ReconcileReport) -> list[str]:
     """The human-readable lines for a :class:`service.orchestration.reconcile.ReconcileReport`."""
     if report.skipped:
         return [report.skipped]

@@ -10,9 +10,13 @@ names the newest revisions that do have results.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service.errors import NotFoundError, UserError
+
+if TYPE_CHECKING:
+    from service.db.store import Store
+    from service.settings import Settings
 
 #: How many revisions with results the "no results" message names at most.
 NAMED = 5
@@ -20,7 +24,7 @@ NAMED = 5
 RUNS_SCANNED = 200
 
 
-def resolve(store: Any, ref: str, settings: Any = None) -> str:
+def resolve(store: Store, ref: str, settings: Settings | None = None) -> str:
     """The full sha of ``ref`` (see the module docstring); UserError when neither the store nor git knows it."""
     ambiguous: UserError | None = None
     try:
@@ -41,7 +45,7 @@ def resolve(store: Any, ref: str, settings: Any = None) -> str:
         raise UserError(f"unknown revision {ref}: not in the results database, and {why}") from None
 
 
-def has_results(store: Any, sha: str) -> bool:
+def has_results(store: Store, sha: str) -> bool:
     """True when at least one result is stored at revision ``sha``."""
     try:
         return bool(store.results(revision=sha, limit=1))
@@ -49,7 +53,7 @@ def has_results(store: Any, sha: str) -> bool:
         return False
 
 
-def revisions_with_results(store: Any, limit: int = NAMED) -> list[str]:
+def revisions_with_results(store: Store, limit: int = NAMED) -> list[str]:
     """The newest (by run) revisions that have results, at most ``limit``."""
     out: list[str] = []
     for run in store.list_runs(limit=RUNS_SCANNED):
@@ -60,7 +64,7 @@ def revisions_with_results(store: Any, limit: int = NAMED) -> list[str]:
     return out
 
 
-def resolve_with_results(store: Any, ref: str, settings: Any = None) -> str:
+def resolve_with_results(store: Store, ref: str, settings: Settings | None = None) -> str:
     """:func:`resolve`, then a UserError when the revision has no results, naming revisions that do."""
     sha = resolve(store, ref, settings)
     if has_results(store, sha):

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from service.errors import ConfigError
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 
 def require_sandbox_by_default() -> str:
@@ -20,13 +24,13 @@ def require_sandbox_by_default() -> str:
     return os.environ.setdefault("AMPCI_SANDBOX", "require")
 
 
-def check_sandbox(settings: object) -> str:
+def check_sandbox(settings: Settings) -> str:
     """``full`` or ``best-effort`` for this machine under ``settings``; ConfigError (one line) for ``require``
     where the sandbox cannot be made."""
     from workers.sandbox import SandboxUnavailable, resolve_mode
 
     try:
-        mode = resolve_mode(settings.worker_config().sandbox_policy())  # type: ignore[attr-defined]
+        mode = resolve_mode(settings.worker_config().sandbox_policy())
     except SandboxUnavailable as exc:
         raise ConfigError(str(exc)) from None
     if mode != "full":

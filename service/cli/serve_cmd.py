@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from service.cli.argtypes import bounded_int
+
+if TYPE_CHECKING:
+    from service.cli.main import Subcommands
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -39,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: Subcommands) -> None:
     """Add the ``serve`` command."""
     parser = subparsers.add_parser("serve", help="run the GitHub webhook and JSON API (uvicorn)")
     from service.cli.argtypes import text_arg

@@ -22,11 +22,21 @@ import argparse
 import json
 import sys
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 from service.errors import UserError
 from workers.result import GOOD_STATUSES, STATUSES
+
+if TYPE_CHECKING:
+    from service.cli.main import Subcommands
+    from service.db.records import JobInfo, RegressionInfo, ResultRow, RunInfo
+    from service.db.store import Store
+    from service.json_types import JsonObject
+    from service.orchestration.localpool import LocalPool
+    from service.orchestration.scheduler import StartedRun
+    from service.orchestration.sweeps import SweepConfig
+    from service.settings import Settings
 
 
 class SweepTimeout(Exception):
@@ -35,7 +45,7 @@ class SweepTimeout(Exception):
     exit_code = 4
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``ampci sweep``."""
     p = subparsers.add_parser("sweep", help="run a sweep for one pass revision and report regressions",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -124,7 +134,7 @@ def _import_for_the_end() -> None:
         importlib.import_module(name)
 
 
-def _stop_workers_meanwhile(pool: Any) -> threading.Thread | None:
+def _stop_workers_meanwhile(pool: LocalPool | None) -> threading.Thread | None:
     """Start stopping ``pool``'s finished workers (:meth:`LocalPool.stop_workers`) in a thread; the caller
     joins it.  None without a pool (Celery)."""
     if pool is None:
@@ -134,16 +144,17 @@ def _stop_workers_meanwhile(pool: Any) -> threading.Thread | None:
     return stopping
 
 
-def _report(args: argparse.Namespace, store: Any, started: Any, run_info: Any, baseline_run: int | None,
-            adopted: list[int]) -> int:
+def _report(args: argparse.Namespace, store: Store, started: StartedRun, run_info: RunInfo,
+            baseline_run: int | None, adopted: list[int]) -> int:
     """Print the finished run's outcome (table or ``--json``) and its gate; return the exit status."""
     results = store.results(run_id=started.run_id)
     regressions = store.regressions(run_id=started.run_id, category="regression")
     regressions = [r for r in regressions if r.state in ("open", "acknowledged")]
     comparison = compared_cells(store, started.run_id, len(results), started.baseline, len(regressions))
-    payload = {"run": run_info.to_dict(), "summary": store.run_summary(started.run_id).to_dict(),
-               "results": [r.to_dict() for r in results], "regressions": [r.to_dict() for r in regressions],
-               "comparison": comparison, "baseline_run": baseline_run, "adopted_runs": adopted}
+    payload: JsonObject = {"run": run_info.to_dict(), "summary": store.run_summary(started.run_id).to_dict(),
+                           "results": [r.to_dict() for r in results],
+                           "regressions": [r.to_dict() for r in regressions],
+                           "comparison": comparison, "baseline_run": baseline_run, "adopted_runs": adopted}
     from service.orchestration.judge import run_verdict
 
     verdict = run_verdict(store, started.run_id)  # decided once: the gate, the headline and the exit code
@@ -160,7 +171,7 @@ def _report(args: argparse.Namespace, store: Any, started: Any, run_info: Any, b
     return verdict.exit_code
 
 
-def latency_notes(store: Any, results: Any, most: int = 200) -> list[str]:
+def latency_notes(store: Store, results: Sequence[ResultRow], most: int = 200) -> list[str]:
     """One ``info:`` line per reason latency could not be measured on a worker for a reason that is not
     the model's (onnxruntime's CPU provider has no bf16 kernels: :data:`workers.result.LATENCY_UNSUPPORTED`),
     with the cells it concerns -- said once, instead of on every cell (reads at most ``most`` results)."""
@@ -179,7 +190,7 @@ def latency_notes(store: Any, results: Any, most: int = 200) -> list[str]:
     return out
 
 
-def adopt_orphans(store: Any, pool: Any) -> list[int]:
+def adopt_orphans(store: Store, pool: LocalPool | None) -> list[int]:
     """Embedded mode (``pool`` not None): take over the jobs of ``local`` runs whose owning process is
     gone -- released by a clean stop, or dead on this host (a SIGTERM'd or SIGKILLed ``ampci sweep`` or
     ``serve``) -- onto ``pool``, as ``ampci serve`` does at start-up
@@ -203,7 +214,8 @@ def adopt_orphans(store: Any, pool: Any) -> list[int]:
     return [o.run_id for o in taken]
 
 
-def _run_baseline(settings: Any, config: Any, store: Any, baseline: str, args: argparse.Namespace) -> int | None:
+def _run_baseline(settings: Settings, config: SweepConfig, store: Store, baseline: str,
+                  args: argparse.Namespace) -> int | None:
     """Run ``baseline`` for the sweep's cells that have no result there yet (``asv continuous``), and wait
     for it unless ``--no-wait``; return its run id (None: nothing was missing)."""
     from service.orchestration import scheduler
@@ -223,7 +235,7 @@ def _run_baseline(settings: Any, config: Any, store: Any, baseline: str, args: a
     return started.run_id
 
 
-def _wait(store: Any, started: Any, timeout: float | None, stop_workers: bool = True) -> Any:
+def _wait(store: Store, started: StartedRun, timeout: float | None, stop_workers: bool = True) -> RunInfo:
     """Wait for a started run with progress; on Ctrl-C or timeout cancel embedded jobs (Celery jobs go on).
     An embedded run's pool has ended every job it was given when this returns; its worker processes are
     stopped too unless ``stop_workers`` is False (then the caller stops them: ``pool.stop_workers()``)."""
@@ -254,7 +266,18 @@ def _wait(store: Any, started: Any, timeout: float | None, stop_workers: bool = 
     return run_info
 
 
-def compared_cells(store: Any, run_id: int, cells: int, baseline: str | None, regressions: int) -> dict[str, Any]:
+class Comparison(TypedDict):
+    """What :func:`compared_cells` says of a run (the ``comparison`` of ``sweep --json``)."""
+
+    baseline: str | None
+    cells: int
+    compared: int
+    without_baseline: int
+    baseline_revisions: list[str]
+    message: str
+
+
+def compared_cells(store: Store, run_id: int, cells: int, baseline: str | None, regressions: int) -> Comparison:
     """How many of the run's ``cells`` (with results) had a baseline result to compare with, and the one
     line saying so: a first run of its cells compares nothing, which is not "no regressions"."""
     from service.orchestration.judge import baseline_revisions
@@ -278,8 +301,8 @@ def compared_cells(store: Any, run_id: int, cells: int, baseline: str | None, re
             "baseline_revisions": sorted(set(found.values())), "message": message}
 
 
-def _wait_with_progress(store: Any, run_id: int, total: int, timeout: float | None,
-                        wake: Any = None) -> Any:
+def _wait_with_progress(store: Store, run_id: int, total: int, timeout: float | None,
+                        wake: Callable[[float], object] | None = None) -> RunInfo:
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -306,7 +329,8 @@ def _wait_with_progress(store: Any, run_id: int, total: int, timeout: float | No
                 seen["final"], seen["failed"] = final, failed_cells(store.jobs(run_id), store.results(run_id=run_id))
             progress.update(task, completed=final, failed=seen["failed"], running=counts.get("running", 0))
 
-        return wait_for_run(store, run_id, update, timeout=timeout, wake=wake)
+        info: RunInfo = wait_for_run(store, run_id, update, timeout=timeout, wake=wake)
+        return info
 
 
 #: Result statuses of a cell that did not pass (every status but the green ones): the job ran ("done") but
@@ -314,7 +338,7 @@ def _wait_with_progress(store: Any, run_id: int, total: int, timeout: float | No
 FAILED_RESULT_STATUSES = frozenset(STATUSES) - GOOD_STATUSES
 
 
-def failed_cells(jobs: Any, results: Any) -> int:
+def failed_cells(jobs: Iterable[JobInfo], results: Iterable[ResultRow]) -> int:
     """Cells of a run that failed so far: a result with a failing status (:data:`FAILED_RESULT_STATUSES`;
     a job that ends ``done`` may carry a ``convert_error``), or a job that ended ``error``/``crashed``
     without a result.  Each cell counts once."""
@@ -324,7 +348,12 @@ def failed_cells(jobs: Any, results: Any) -> int:
     return len(failed)
 
 
-def _emit(args: argparse.Namespace, payload: dict[str, Any], table: tuple[Any, ...] | None) -> None:
+#: What the sweep's tables are made of: the finished run, its results and regressions, how it was started, and
+#: :func:`compared_cells`.
+SweepTable: TypeAlias = "tuple[RunInfo, Sequence[ResultRow], Sequence[RegressionInfo], StartedRun, Comparison]"
+
+
+def _emit(args: argparse.Namespace, payload: JsonObject, table: SweepTable | None) -> None:
     if args.json or table is None:
         print(json.dumps(payload, indent=None if not args.json else 2, sort_keys=True))
         return
@@ -370,7 +399,7 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], table: tuple[Any, .
         console.print(comparison["message"])
 
 
-def low_compute_cell(r: Any) -> str:
+def low_compute_cell(r: ResultRow) -> str:
     """The "low %" cell: the measured low-precision share of the compute nodes (workers.graph_facts), ``n/a``
     for a converted model without compute nodes, empty when the model was not converted."""
     from workers.result import CONVERSION_OK_STATUSES

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
@@ -15,9 +16,12 @@ from service.db.records import CompareRow, HistoryPoint, JobInfo, RegressionInfo
 from service.regressions.render import fmt
 from service.regressions.verdict import LIST_WORDS, list_verdict
 
+if TYPE_CHECKING:
+    from datetime import datetime
 
-def _ts(dt: object) -> str:
-    return dt.strftime("%Y-%m-%d %H:%M") if dt is not None else "-"  # type: ignore[attr-defined]
+
+def _ts(dt: datetime | None) -> str:
+    return dt.strftime("%Y-%m-%d %H:%M") if dt is not None else "-"
 
 
 #: Below this console width (columns) the tables leave out low-value columns and merge a cell's

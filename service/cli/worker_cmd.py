@@ -13,14 +13,18 @@ import argparse
 import re
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from service.errors import ServiceError, UserError
+
+if TYPE_CHECKING:
+    from service.cli.main import Subcommands
+    from service.settings import Settings
 
 _QUEUE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``ampci worker`` and ``ampci beat``."""
     w = subparsers.add_parser("worker", help="run a Celery worker for one or more target queues")
     from service.cli.argtypes import bounded_int, log_level, path_arg, text_arg
@@ -78,7 +82,7 @@ def check_broker(url: str, timeout: float = 5.0) -> None:
         raise BrokerUnavailableError(f"broker unavailable at {redact_url(url)}: {detail}") from None
 
 
-def queues_without_producer(names: list[str], settings: Any) -> list[str]:
+def queues_without_producer(names: list[str], settings: Settings) -> list[str]:
     """The queues in ``names`` no ampci producer sends to: not a built-in target (cuda, cpu), not
     ``control`` and not in ``AMPCI_EXTRA_QUEUES``.  A worker on only such queues stays idle forever."""
     from service.orchestration.celery_app import CONTROL_QUEUE, DEFAULT_QUEUES, extra_queues
@@ -87,7 +91,18 @@ def queues_without_producer(names: list[str], settings: Any) -> list[str]:
     return [q for q in names if q not in known]
 
 
-def _app() -> Any:
+class CeleryProgram(Protocol):
+    """What ``worker`` and ``beat`` use of the Celery app (:data:`service.orchestration.celery_app.app`):
+    its command-line programs, run in this process until stopped."""
+
+    def worker_main(self, argv: list[str]) -> None:
+        """Run ``celery worker`` with ``argv``."""
+
+    def start(self, argv: list[str]) -> None:
+        """Run the celery program ``argv`` names (``beat``)."""
+
+
+def _app() -> tuple[Settings, CeleryProgram]:
     from service.settings import Settings
 
     settings = Settings.from_env()

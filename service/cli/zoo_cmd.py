@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from service.cli.main import Subcommands
     from service.settings import Settings
     from workers.zoo.manifest import Zoo
     from workers.zoo.model_file import InputOptions
@@ -142,7 +143,7 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: Subcommands) -> None:
     """Add ``ampci zoo list``, ``fetch``, ``add`` and ``export``."""
     zoo = subparsers.add_parser("zoo", help="the model zoo (list, fetch into the cache, add your own models)")
     verbs = zoo.add_subparsers(dest="zoo_command", metavar="VERB")

@@ -18,7 +18,7 @@ from service.regressions.confirm import paired_verdict
 from service.regressions.paired import min_pairs
 from service.regressions.rules import CellSample, conversion_time_rule, latency_rule, pooled
 from service.regressions.thresholds import Thresholds
-from tests.service.factories import chain, make_result, migrated_store
+from tests.service.factories import chain, make_result
 
 TH = Thresholds()
 CELL = ("tiny_mlp", "fp16", "default", "cpu")
@@ -70,13 +70,6 @@ def test_fewer_pairs_than_min_pairs_can_never_confirm() -> None:
     huge = [10.0 + i for i in range(6)]
     assert not paired_verdict("latency", base, huge, TH, "ms").confirmed  # 6 pairs: smallest p = 1/64
     assert paired_verdict("latency", [1.0] * 7, [10.0 + i for i in range(7)], TH, "ms").confirmed
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = migrated_store(db_url)
-    yield s
-    s.dispose()
 
 
 def slow_conversion(seed: int, seconds: float) -> object:

@@ -21,7 +21,7 @@ from service.orchestration.judge import run_verdict
 from service.regressions.confirm_caps import ConfirmCaps, pull_request, select
 from service.regressions.rules import CAPPED_BY
 from service.settings import Settings
-from tests.service.factories import chain, make_result, migrated_store
+from tests.service.factories import chain, make_result
 
 BASE_S = 0.3
 #: six cells, each slowed by its own factor (the largest effect is m3's, then m0's, ...)
@@ -85,13 +85,6 @@ class StandInWorker:
                 self.store.write_result(run_id, r, job_id=job.id)
                 self.store.mark_job(job.id, "done")
             finish_if_complete(self.store, run_id, self.cfg, dispatch=self)
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = migrated_store(db_url)
-    yield s
-    s.dispose()
 
 
 def confirmed_cells(store: Store, worker: StandInWorker, k: int) -> list[str]:

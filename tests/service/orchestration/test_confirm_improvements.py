@@ -25,18 +25,11 @@ from service.regressions.rules import CAPPED_BY, CAPPED_GAIN_LABEL, EXPLAINED
 from service.regressions.thresholds import Thresholds
 from service.settings import Settings
 from tests.service.dashboard.conftest import BROWSER, make_app
-from tests.service.factories import chain, make_result, migrated_store, run_with
+from tests.service.factories import chain, make_result, run_with
 from tests.service.orchestration.test_confirm import CELL, OTHER, StandInWorker, make_run, slow_conversion
 
 TH = Thresholds()
 SLOW = [0.9 + 0.001 * i for i in range(8)]
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = migrated_store(db_url)
-    yield s
-    s.dispose()
 
 
 def faster_run(store: Store) -> tuple[list[str], int]:

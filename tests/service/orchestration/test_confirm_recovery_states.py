@@ -13,18 +13,11 @@ from service.db import Store
 from service.orchestration.jobs import finish_if_complete
 from service.regressions.confirm import recovery_verdict
 from service.regressions.thresholds import Thresholds
-from tests.service.factories import chain, migrated_store
+from tests.service.factories import chain
 from tests.service.orchestration.test_confirm import CELL, StandInWorker, make_run, slow_conversion
 
 TH = Thresholds()
 REGRESSED = [0.9 + 0.001 * i for i in range(8)]
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = migrated_store(db_url)
-    yield s
-    s.dispose()
 
 
 def test_a_recovery_needs_positive_evidence_against_the_regressed_revision() -> None:
