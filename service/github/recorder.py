@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from service.db.deliveries import DeliveryWrite, Received
-    from service.github.webhook import DeliveryLog
+    from service.db.store import Store
 
 
 class DeliveryRecorder:
     """Batches ``receive_deliveries`` calls of one event loop (create it on the loop that uses it)."""
 
-    def __init__(self, store: DeliveryLog, max_batch: int = 500) -> None:
+    def __init__(self, store: Store, max_batch: int = 500) -> None:
         self.store = store
         self.max_batch = max_batch
         self._queue: list[tuple[DeliveryWrite, asyncio.Future[Received]]] = []
