@@ -56,7 +56,8 @@ if TYPE_CHECKING:
 CONTEXT = "ampci/smoke"
 
 
-def status_text(store: Store | None, run_id: int, summary: RunSummary, verdict: RunVerdict | None = None) -> tuple[str, str]:
+def status_text(store: Store | None, run_id: int, summary: RunSummary,
+                verdict: RunVerdict | None = None) -> tuple[str, str]:
     """``(state, description)`` of the final commit status of run ``run_id``: the state its verdict decided
     (:func:`service.regressions.verdict.decide_run`; ``verdict`` when the caller has it, else
     :func:`~service.regressions.verdict.run_verdict`, or without a store the verdict of ``summary``'s counts
