@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from service.github.sanitize import AUTHOR_MAX, free_text
+from service.json_types import JsonObject
 from service.settings import Settings
 
 TRUSTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
@@ -44,7 +44,7 @@ APPROVAL_VIAS = ("label", "comment")
 _ASSOCIATION = re.compile(r"^[A-Z_]{1,30}$")
 
 
-def untrusted_reason(repo: str, head_repo: Any, association: Any, login: Any, settings: Settings) -> str | None:
+def untrusted_reason(repo: str, head_repo: object, association: object, login: object, settings: Settings) -> str | None:
     """None when a pull request of ``repo`` may run at once (see the module docstring), else why not (a short
     phrase that never repeats a value from the payload other than a well-formed association)."""
     if isinstance(login, str) and login.lower() in settings.trusted_author_set():
@@ -65,17 +65,17 @@ def approval_for(reason: str | None, settings: Settings) -> str:
     return "required" if settings.fork_policy == "approve" else "refused"
 
 
-def is_approve_command(body: Any) -> bool:
+def is_approve_command(body: object) -> bool:
     """True when a comment's first line, trimmed, is :data:`APPROVE_COMMAND`."""
     return isinstance(body, str) and body.split("\n", 1)[0].strip() == APPROVE_COMMAND
 
 
-def may_approve(association: Any) -> bool:
+def may_approve(association: object) -> bool:
     """Whether a commenter with this ``author_association`` may approve (missing: no)."""
     return association in TRUSTED_ASSOCIATIONS
 
 
-def association_text(association: Any) -> str:
+def association_text(association: object) -> str:
     """``association`` for a log line or a recorded reason (``missing`` unless well-formed)."""
     return association if isinstance(association, str) and _ASSOCIATION.match(association) else "missing"
 
@@ -95,16 +95,16 @@ class Approval:
     via: str
     by: str | None = None
     head_sha: str | None = None
-    request: dict[str, Any] | None = None
+    request: JsonObject | None = None
     body_sha256: str | None = None
 
-    def to_payload(self) -> dict[str, Any]:
+    def to_payload(self) -> JsonObject:
         """The compact JSON form stored with a pending delivery (:meth:`from_payload` reads it back)."""
         return {"v": 1, "kind": "approval", "repo": self.repo, "pr": self.pr_number, "via": self.via,
                 "by": self.by, "head_sha": self.head_sha, "request": self.request, "body": self.body_sha256}
 
     @classmethod
-    def from_payload(cls, data: Any) -> Approval:
+    def from_payload(cls, data: object) -> Approval:
         """The approval :meth:`to_payload` stored; ValueError for anything else."""
         if not isinstance(data, dict) or data.get("v") != 1 or data.get("kind") != "approval":
             raise ValueError("not a stored approval")

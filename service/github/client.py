@@ -31,6 +31,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from typing import TypeGuard
 
 from service.github.report_items import (
     CHECK_CONCLUSIONS,
@@ -46,7 +47,7 @@ from service.github.report_items import (
     Report,
     report_from_dict,
 )
-from service.github_auth.app import AppAuth, AuthError, GitHubAuth, StaticToken
+from service.github_auth.app import AppAuth, AuthError, CallAnswer, GitHubAuth, StaticToken
 from service.github_auth.transport import (
     DEFAULT_RATE_LIMIT_DELAY,
     MAX_ANSWER_BYTES,
@@ -56,6 +57,7 @@ from service.github_auth.transport import (
     MalformedJSONError,
     retry_delay,
 )
+from service.json_types import JsonObject
 
 __all__ = ["CHECK_CONCLUSIONS", "CHECK_STATUSES", "COMMENT_MARKER", "MAX_CHECK_TEXT", "MAX_COMMENT", "MAX_DESCRIPTION",
            "STATES", "CheckRun", "CommitStatus", "GitHubStatusClient", "MalformedAnswerError", "PermanentStatusError",
@@ -99,7 +101,7 @@ class PermanentStatusError(StatusPostError):
 def backoff_delay(attempt: int, base: float = 1.0, cap: float = 300.0,
                   rng: Callable[[], float] = random.random) -> float:
     """Exponential backoff with full jitter: uniform in [0.5, 1] x min(cap, base * 2**attempt)."""
-    ceiling = min(cap, base * (2 ** min(attempt, 30)))
+    ceiling: float = min(cap, base * (2 ** min(attempt, 30)))
     return ceiling * (0.5 + 0.5 * rng())
 
 
@@ -159,12 +161,14 @@ class GitHubStatusClient:
         """The App installation a webhook of ``repo`` named (no effect with a static token)."""
         self.auth.remember(repo, installation)
 
-    def identity(self) -> str:
-        """ampci's login on GitHub (``<slug>[bot]`` for an App, the token's user otherwise); cached."""
+    def identity(self, repo: str = "") -> str:
+        """ampci's login on GitHub (``<slug>[bot]`` for an App, the token's user otherwise); cached.
+        ``repo``: the repository it is wanted for (a failure is an error kind of that repository's)."""
         try:
             return self.auth.login(self._auth_call)
         except AuthError as exc:
-            raise _auth_failure(exc) from None
+            raise _auth_failure(exc, repo) from None
+
     def upsert_comment(self, comment: PullRequestComment, max_pages: int = 10) -> int:
         """Edit the pull request's comment that carries :data:`COMMENT_MARKER` and was written by ampci
         (:meth:`identity`) to ``comment.body``, or add it when there is none; return the comment id.
@@ -174,7 +178,7 @@ class GitHubStatusClient:
         """
         base = f"{self.api_url}/repos/{comment.repo}/issues"
         body = comment.body if COMMENT_MARKER in comment.body else f"{COMMENT_MARKER}\n{comment.body}"
-        me = self.identity().lower()
+        me = self.identity(comment.repo).lower()
         for page in range(1, max_pages + 1):
             what = f"GET {base}/{int(comment.pr)}/comments?page={page}"
             items = _json(self._request("GET", f"{base}/{int(comment.pr)}/comments?per_page=100&page={page}",
@@ -243,7 +247,7 @@ class GitHubStatusClient:
         else:
             self.post_status(report)
 
-    def _auth_call(self, method: str, path: str, bearer: str) -> tuple[int, object, object]:
+    def _auth_call(self, method: str, path: str, bearer: str) -> CallAnswer:
         """One request of the identity (JWT or token) to the API base: (status, JSON or None, headers)."""
         try:
             resp = self._http.request(method, f"{self.api_url}{path}", headers={"Authorization": f"Bearer {bearer}"})
@@ -292,15 +296,15 @@ class GitHubStatusClient:
                 refreshed = True  # a stale installation token: mint a fresh one, send once more
                 attempt -= 1
                 continue
-            failure = _classify(url, resp, method, repo)
-            if not isinstance(failure, TransientStatusError) or isinstance(failure, RateLimitedError):
-                raise failure
-            last = failure
+            error = _classify(url, resp, method, repo)
+            if not isinstance(error, TransientStatusError) or isinstance(error, RateLimitedError):
+                raise error
+            last = error
         assert last is not None
         raise last
 
 
-def _is_id(value: object) -> bool:
+def _is_id(value: object) -> TypeGuard[int]:
     """A GitHub object id: an int (not a bool, not a float such as 1e400) of 1 .. 2**63-1."""
     return type(value) is int and 0 < value < 2**63
 
@@ -322,10 +326,10 @@ def _made_id(made: Answer) -> int:
     except MalformedJSONError:
         return 0
     found = data.get("id") if isinstance(data, dict) else None
-    return int(found) if _is_id(found) else 0  # type: ignore[arg-type]
+    return int(found) if _is_id(found) else 0
 
 
-def _author(item: dict) -> str:
+def _author(item: JsonObject) -> str:
     user = item.get("user")
     login = user.get("login") if isinstance(user, dict) else None
     return login.lower() if isinstance(login, str) else ""

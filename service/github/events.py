@@ -26,7 +26,6 @@ import logging
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, ValidationError, field_validator
 
@@ -62,6 +61,7 @@ from service.github.stored import (
     check_number,
     stored_request,
 )
+from service.json_types import JsonObject, JsonValue
 from service.settings import Settings
 
 __all__ = ["Approval", "Decision", "Ignored", "PayloadError", "Ping", "RepositoryNotAllowedError", "RevisionInfo",
@@ -81,7 +81,7 @@ class RepositoryNotAllowedError(UserError):
     """A correctly signed delivery from a repository outside ``AMPCI_ALLOWED_REPOS`` (HTTP 403)."""
 
 
-def _before_text(value: Any, limit: int) -> Any:
+def _before_text(value: object, limit: int) -> object:
     """A free-text field made storable *before* pydantic's own ``str`` check, which refuses a lone
     surrogate (``"\\ud800"`` from JSON) instead of letting :func:`free_text` replace it; a value that
     is not a string is left for pydantic to refuse.  JSON ``null`` stays None."""
@@ -94,7 +94,7 @@ class _Model(BaseModel):
 
 class _Repository(_Model):
     full_name: str
-    clone_url: Any = None  # checked against full_name with the settings (:func:`_clone_url`), never trusted as is
+    clone_url: JsonValue = None  # checked against full_name with the settings (:func:`_clone_url`), never trusted as is
 
     @field_validator("full_name")
     @classmethod
@@ -111,7 +111,7 @@ class _Person(_Model):
 
     @field_validator("name", "email", "username", mode="before")
     @classmethod
-    def _text(cls, v: Any) -> Any:
+    def _text(cls, v: object) -> object:
         return _before_text(v, AUTHOR_MAX)
 
 
@@ -128,7 +128,7 @@ class _Commit(_Model):
 
     @field_validator("message", mode="before")
     @classmethod
-    def _message(cls, v: Any) -> Any:
+    def _message(cls, v: object) -> object:
         return _before_text(v, MESSAGE_MAX)
 
     @field_validator("timestamp")
@@ -174,7 +174,7 @@ class _Push(_Model):
 class _Ref(_Model):
     sha: str
     ref: str
-    repo: Any = None  # head: {"full_name": ...}, null for a deleted fork (only compared, never stored)
+    repo: JsonValue = None  # head: {"full_name": ...}, null for a deleted fork (only compared, never stored)
 
     @field_validator("sha")
     @classmethod
@@ -192,7 +192,7 @@ class _User(_Model):
 
     @field_validator("login", mode="before")
     @classmethod
-    def _login(cls, v: Any) -> Any:
+    def _login(cls, v: object) -> object:
         return _before_text(v, AUTHOR_MAX)
 
 
@@ -202,7 +202,7 @@ class _PullRequestBody(_Model):
     head: _Ref
     base: _Ref
     user: _User | None = None
-    author_association: Any = None  # only compared with approval.TRUSTED_ASSOCIATIONS
+    author_association: JsonValue = None  # only compared with approval.TRUSTED_ASSOCIATIONS
     updated_at: datetime | None = None
 
     @field_validator("number")
@@ -212,7 +212,7 @@ class _PullRequestBody(_Model):
 
     @field_validator("title", mode="before")
     @classmethod
-    def _title(cls, v: Any) -> Any:
+    def _title(cls, v: object) -> object:
         return _before_text(v, MESSAGE_MAX)
 
     @field_validator("updated_at")
@@ -222,7 +222,7 @@ class _PullRequestBody(_Model):
 
 
 class _Label(_Model):
-    name: Any = None
+    name: JsonValue = None
 
 
 class _PullRequest(_Model):
@@ -242,7 +242,7 @@ class _PullRequest(_Model):
 
 class _Issue(_Model):
     number: StrictInt
-    pull_request: Any = None  # present (an object) when the issue is a pull request
+    pull_request: JsonValue = None  # present (an object) when the issue is a pull request
 
     @field_validator("number")
     @classmethod
@@ -251,9 +251,9 @@ class _Issue(_Model):
 
 
 class _Comment(_Model):
-    body: Any = None  # only compared with approval.APPROVE_COMMAND: never stored or logged
+    body: JsonValue = None  # only compared with approval.APPROVE_COMMAND: never stored or logged
     user: _User | None = None
-    author_association: Any = None
+    author_association: JsonValue = None
 
 
 class _IssueComment(_Model):
@@ -270,7 +270,7 @@ class _Ping(_Model):
 
     @field_validator("zen", mode="before")
     @classmethod
-    def _zen(cls, v: Any) -> Any:
+    def _zen(cls, v: object) -> object:
         return _before_text(v, 200)
 
 
@@ -299,7 +299,7 @@ def _validation_reason(exc: ValidationError) -> str:
     return f"invalid payload: {where}: {err.get('msg', 'invalid')}"
 
 
-def _load(body: bytes) -> dict:
+def _load(body: bytes) -> JsonObject:
     """The JSON object of a UTF-8 body nested at most MAX_JSON_DEPTH deep; PayloadError otherwise
     (the depth is checked by a linear scan before parsing, so no input can recurse the parser)."""
     try:
@@ -352,7 +352,7 @@ def _author(person: _Person | None) -> str | None:
     return person.name or person.username or person.email
 
 
-def _parse_push(data: dict, settings: Settings) -> Decision:
+def _parse_push(data: JsonObject, settings: Settings) -> Decision:
     try:
         push = _Push.model_validate(data)
     except ValidationError as exc:
@@ -388,7 +388,7 @@ def _parse_push(data: dict, settings: Settings) -> Decision:
                       clone_url=_clone_url(push.repository, settings))
 
 
-def _parse_pull_request(data: dict, settings: Settings) -> Decision:
+def _parse_pull_request(data: JsonObject, settings: Settings) -> Decision:
     try:
         event = _PullRequest.model_validate(data)
     except ValidationError as exc:
@@ -436,7 +436,7 @@ def _approval_by_label(event: _PullRequest, settings: Settings) -> Decision:
                     request=request.to_payload())
 
 
-def _parse_issue_comment(data: dict, settings: Settings) -> Decision:
+def _parse_issue_comment(data: JsonObject, settings: Settings) -> Decision:
     """An ``issue_comment`` matters only as an approval: ``/ampci run`` on a pull request by an
     OWNER/MEMBER/COLLABORATOR.  The comment's body is compared, never stored or logged."""
     try:

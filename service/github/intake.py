@@ -267,11 +267,12 @@ class WebhookIntake(Generic[ConnT]):
         pairs = [(request, request.dedup_key or f"github:{delivery}") for delivery, request in items]
         results = self._submit_pairs(pairs, redispatch=False)
         created_here = {r.run_id for r in results if not isinstance(r, BaseException) and r.created}
-        existing = [i for i, r in enumerate(results) if not isinstance(r, BaseException) and not r.created]
-        held = self._runs_of_other_deliveries([(items[i][0], results[i].run_id) for i in existing])
-        owned = {existing[k] for k in held}
-        replays = {items[i][0] for i in existing if results[i].run_id in created_here or i in owned}
-        retries = [i for i in existing if items[i][0] not in replays]
+        # (index, run id) of the items whose run already existed
+        existing = [(i, r.run_id) for i, r in enumerate(results) if not isinstance(r, BaseException) and not r.created]
+        held = self._runs_of_other_deliveries([(items[i][0], run_id) for i, run_id in existing])
+        owned = {existing[k][0] for k in held}
+        replays = {items[i][0] for i, run_id in existing if run_id in created_here or i in owned}
+        retries = [i for i, _ in existing if items[i][0] not in replays]
         if retries:
             again = self._submit_pairs([pairs[i] for i in retries], redispatch=True)
             for i, result in zip(retries, again, strict=True):

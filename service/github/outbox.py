@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from service.github.report_items import Report, report_from_dict
+from service.json_types import JsonObject
 
 DEAD_KEEP = 1000
 
@@ -50,7 +51,7 @@ class StatusOutbox(Protocol):
     def defer(self, item: OutboxItem, next_due: float) -> None: ...
     def drop(self, item: OutboxItem, reason: str) -> None: ...
     def pending_count(self) -> int: ...
-    def dead(self) -> list[dict]: ...
+    def dead(self) -> list[JsonObject]: ...
     def watch(self, run_id: int) -> None: ...
     def watched(self) -> list[int]: ...
     def unwatch(self, run_id: int) -> None: ...
@@ -64,7 +65,7 @@ class MemoryOutbox:
         self._items: dict[str, tuple[Report, int, int]] = {}  # key -> (status, seq, attempts)
         self._due: dict[str, float] = {}
         self._leased: set[str] = set()
-        self._dead: list[dict] = []
+        self._dead: list[JsonObject] = []
         self._watched: set[int] = set()
 
     def put(self, status: Report) -> None:
@@ -126,7 +127,7 @@ class MemoryOutbox:
         with self._lock:
             return len(self._items)
 
-    def dead(self) -> list[dict]:
+    def dead(self) -> list[JsonObject]:
         with self._lock:
             return list(self._dead)
 
@@ -240,7 +241,7 @@ class RedisOutbox:
     def pending_count(self) -> int:
         return int(self._r.hlen(self._items))
 
-    def dead(self) -> list[dict]:
+    def dead(self) -> list[JsonObject]:
         return [json.loads(v) for v in self._r.lrange(self._dead_key, 0, -1)]
 
     def watch(self, run_id: int) -> None:

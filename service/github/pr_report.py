@@ -23,12 +23,15 @@ commit status, the run page and the CLI.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from service.regressions.rules import CATEGORIES
 
 if TYPE_CHECKING:
+    from service.db.store import Store
+    from service.regressions.gate import GateDecision
     from service.regressions.verdict import RunVerdict
 
 Cell = tuple[str, str, str, str]
@@ -110,7 +113,21 @@ def row_order(row: ReportRow) -> tuple[bool, int, int, Cell, str]:
     return (row.state not in LIVE_STATES, _order(row.category), severity, row.cell, row.kind)
 
 
-def bucket_cells(cells: list[Cell], results: set[Cell], decision: Any, findings: list[Any]) -> dict[Cell, str]:
+class BucketedFinding(Protocol):
+    """What :func:`bucket_cells` reads of a finding (:class:`service.db.records.RegressionInfo`)."""
+
+    @property
+    def cell(self) -> Cell: ...
+
+    @property
+    def category(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+
+def bucket_cells(cells: list[Cell], results: set[Cell], decision: GateDecision,
+                 findings: Sequence[BucketedFinding]) -> dict[Cell, str]:
     """The bucket of each cell (see the module docstring) given the gate's ``decision``; pure."""
     live: dict[Cell, list[str]] = {}
     for f in findings:
@@ -134,7 +151,7 @@ def bucket_cells(cells: list[Cell], results: set[Cell], decision: Any, findings:
     return out
 
 
-def build_report(store: Any, run_id: int, public_url: str, verdict: RunVerdict | None = None) -> PullRequestReport:
+def build_report(store: Store, run_id: int, public_url: str, verdict: RunVerdict | None = None) -> PullRequestReport:
     """Gather the report of run ``run_id`` (NotFoundError if unknown) from its ``verdict``
     (:func:`service.orchestration.judge.run_verdict`, decided here unless the caller has it): the report's
     ``state`` is the verdict's, as on the commit status."""
@@ -143,7 +160,8 @@ def build_report(store: Any, run_id: int, public_url: str, verdict: RunVerdict |
     run = store.get_run(run_id)
     gh = (run.meta or {}).get("github")
     gh = gh if isinstance(gh, dict) else {}
-    repo = gh.get("repo") if isinstance(gh.get("repo"), str) else ""
+    named = gh.get("repo")
+    repo = named if isinstance(named, str) else ""
     jobs = store.jobs(run_id)
     results = {r.cell: r.status for r in store.results(run_id=run_id, limit=100_000)}
     based = baseline_revisions(store, run_id) if results else {}
@@ -181,7 +199,7 @@ def build_report(store: Any, run_id: int, public_url: str, verdict: RunVerdict |
         state=verdict.state, verdict_parts=tuple(verdict.parts()))
 
 
-def _best_effort(store: Any, run_id: int) -> int:
+def _best_effort(store: Store, run_id: int) -> int:
     """Cells of the run whose pass ran ``best-effort`` (no network, mount or PID isolation)."""
     try:
         return sum(m == "best-effort" for m in store.sandbox_modes(run_id))

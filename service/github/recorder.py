@@ -18,23 +18,27 @@ other row of the flush (the store writes them one by one and records that delive
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.db.deliveries import DeliveryWrite, Received
+    from service.db.store import Store
 
 
 class DeliveryRecorder:
     """Batches ``receive_deliveries`` calls of one event loop (create it on the loop that uses it)."""
 
-    def __init__(self, store: Any, max_batch: int = 500) -> None:
+    def __init__(self, store: Store, max_batch: int = 500) -> None:
         self.store = store
         self.max_batch = max_batch
-        self._queue: list[tuple[Any, asyncio.Future[Any]]] = []
+        self._queue: list[tuple[DeliveryWrite, asyncio.Future[Received]]] = []
         self._flushing = False
 
-    async def receive(self, write: Any) -> Any:
+    async def receive(self, write: DeliveryWrite) -> Received:
         """Record ``write`` (a :class:`service.db.deliveries.DeliveryWrite`) and return its
         :class:`service.db.deliveries.Received` once committed."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
+        fut: asyncio.Future[Received] = loop.create_future()
         self._queue.append((write, fut))
         if not self._flushing:
             self._flushing = True

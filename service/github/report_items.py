@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.json_types import JsonObject
+
 STATES = frozenset({"pending", "success", "failure", "error"})
 MAX_DESCRIPTION = 140  # GitHub truncates/rejects longer descriptions
 
@@ -55,7 +57,7 @@ class CommitStatus:
                 "target_url": self.target_url, "context": self.context}
 
     @classmethod
-    def from_dict(cls, d: dict) -> CommitStatus:
+    def from_dict(cls, d: JsonObject) -> CommitStatus:
         return cls(repo=d["repo"], sha=d["sha"], state=d["state"], description=d["description"],
                    target_url=d.get("target_url"), context=d.get("context", "ampci/smoke"))
 
@@ -79,7 +81,7 @@ class PullRequestComment:
         return {"kind": "comment", "repo": self.repo, "pr": self.pr, "body": self.body, "sha": self.sha}
 
     @classmethod
-    def from_dict(cls, d: dict) -> PullRequestComment:
+    def from_dict(cls, d: JsonObject) -> PullRequestComment:
         return cls(repo=d["repo"], pr=int(d["pr"]), body=d["body"], sha=d.get("sha", ""))
 
 
@@ -138,7 +140,7 @@ class CheckRun:
                 "details_url": self.details_url, "external_id": self.external_id}
 
     @classmethod
-    def from_dict(cls, d: dict) -> CheckRun:
+    def from_dict(cls, d: JsonObject) -> CheckRun:
         """Also reads check runs stored before they had stages (``status`` absent: completed)."""
         return cls(repo=d["repo"], sha=d["sha"], name=d["name"], conclusion=d.get("conclusion"), title=d["title"],
                    summary=d["summary"], text=d.get("text", ""), details_url=d.get("details_url"),
@@ -149,7 +151,7 @@ class CheckRun:
 Report = CommitStatus | PullRequestComment | CheckRun
 
 
-def report_from_dict(d: dict) -> Report:
+def report_from_dict(d: JsonObject) -> Report:
     """The report a ``to_dict`` stored (``kind`` absent: a commit status, as stored before reports had kinds)."""
     kind = d.get("kind", "status")
     if kind == "comment":

@@ -34,11 +34,12 @@ Posting (lanes per repository, rate-limit pauses, one log line per failure) is
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from service.github import live_checks as live
-from service.github.client import CommitStatus, GitHubStatusClient, PullRequestComment
+from service.github.client import CheckRun, CommitStatus, GitHubStatusClient, PullRequestComment
 from service.github.outbox import MemoryOutbox, RedisOutbox, StatusOutbox
 from service.github.poster import OutboxPoster, log_failure
 from service.settings import Settings
@@ -47,12 +48,16 @@ from service.vocabulary import FINAL_RUN_STATES
 __all__ = ["CONTEXT", "FINAL_RUN_STATES", "StatusReporter", "github_target", "log_failure", "status_text"]
 
 if TYPE_CHECKING:
+    from service.db.records import RunInfo, RunSummary
+    from service.db.store import Store
+    from service.github.pr_report import PullRequestReport
     from service.regressions.verdict import RunVerdict
 
 CONTEXT = "ampci/smoke"
 
 
-def status_text(store: Any, run_id: int, summary: Any, verdict: RunVerdict | None = None) -> tuple[str, str]:
+def status_text(store: Store | None, run_id: int, summary: RunSummary,
+                verdict: RunVerdict | None = None) -> tuple[str, str]:
     """``(state, description)`` of the final commit status of run ``run_id``: the state its verdict decided
     (:func:`service.regressions.verdict.decide_run`; ``verdict`` when the caller has it, else
     :func:`~service.regressions.verdict.run_verdict`, or without a store the verdict of ``summary``'s counts
@@ -68,7 +73,7 @@ def status_text(store: Any, run_id: int, summary: Any, verdict: RunVerdict | Non
     return verdict.state, verdict.description(summary.describe())
 
 
-def github_target(run: Any) -> tuple[str, str] | None:
+def github_target(run: RunInfo) -> tuple[str, str] | None:
     """(repo, sha) a run reports to: runs created from a webhook carry ``meta["github"]["repo"]``."""
     gh = (getattr(run, "meta", None) or {}).get("github")
     if not isinstance(gh, dict) or not isinstance(gh.get("repo"), str):
@@ -89,7 +94,7 @@ class StatusReporter(OutboxPoster):
     def __init__(self, outbox: StatusOutbox, client: GitHubStatusClient | None, *, public_url: str,
                  context: str = CONTEXT, max_attempts: int = 12, backoff_base: float = 2.0,
                  backoff_cap: float = 600.0, lease: float = 60.0, poll_interval: float = 1.0,
-                 store: Any = None, watch_interval: float = 5.0,
+                 store: Store | None = None, watch_interval: float = 5.0,
                  reports: frozenset[str] = frozenset({"status"}), workers: int = 4) -> None:
         super().__init__(outbox, client, max_attempts=max_attempts, backoff_base=backoff_base,
                          backoff_cap=backoff_cap, lease=lease, poll_interval=poll_interval, workers=workers)
@@ -126,7 +131,7 @@ class StatusReporter(OutboxPoster):
         only from an App (:mod:`service.github.live_checks`); with a token, none is attempted."""
         return self.client is not None and "check" in self.reports and self.client.writes_check_runs
 
-    def _put_check(self, run_id: int, repo: str, sha: str, make: Any) -> None:
+    def _put_check(self, run_id: int, repo: str, sha: str, make: Callable[[str], CheckRun]) -> None:
         """Queue the check run ``make(sweep)`` of run ``run_id`` (its sweep read from the store); never raises."""
         try:
             sweep = self.store.get_run(run_id).sweep if self.store is not None else "smoke"
@@ -138,13 +143,13 @@ class StatusReporter(OutboxPoster):
         """The run's page, linked from the commit status."""
         return f"{self.public_url}/runs/{int(run_id)}"
 
-    def note_installation(self, repo: str, installation: Any) -> None:
+    def note_installation(self, repo: str, installation: object) -> None:
         """The GitHub App installation a webhook of ``repo`` named (``installation.id``; kept with the
         run's github meta): reports to ``repo`` use its token without looking the installation up."""
         if self.client is not None and type(installation) is int and installation > 0:
             self.client.remember_installation(repo, installation)
 
-    def _note_run(self, run: Any) -> None:
+    def _note_run(self, run: RunInfo) -> None:
         gh = (getattr(run, "meta", None) or {}).get("github")
         if isinstance(gh, dict) and isinstance(gh.get("repo"), str):
             self.note_installation(gh["repo"], gh.get("installation"))
@@ -191,7 +196,7 @@ class StatusReporter(OutboxPoster):
             self._put(CommitStatus(repo=repo, sha=sha, state="error", description=REFUSED_DESCRIPTION,
                                    context=self.context))
 
-    def report_pending(self, store: Any, run_id: int) -> bool:
+    def report_pending(self, store: Store, run_id: int) -> bool:
         """Rewrite the PR comment when a new head's run is queued: "checking HEAD (run N)", with the
         previous head's report folded below it, so a reviewer never reads an old table as the new
         head's.  False (nothing queued) for a run of no pull request or not its newest; never raises."""
@@ -213,7 +218,7 @@ class StatusReporter(OutboxPoster):
             self._failed(f"could not queue the pending pull-request report of run {run_id}", exc)
             return False
 
-    def finished(self, run: Any, summary: Any, store: Any = None) -> bool:
+    def finished(self, run: RunInfo, summary: RunSummary, store: Store | None = None) -> bool:
         """Queue the final status of a finished ``run`` (a RunInfo) from its ``summary`` (a RunSummary).
 
         The run-finished hook of the scheduler may call this directly; :meth:`check_watched` calls it
@@ -237,7 +242,7 @@ class StatusReporter(OutboxPoster):
         self.report_pull_request(run, store, verdict)
         return True
 
-    def report_pull_request(self, run: Any, store: Any, verdict: RunVerdict | None = None) -> bool:
+    def report_pull_request(self, run: RunInfo, store: Store | None, verdict: RunVerdict | None = None) -> bool:
         """Queue the PR comment (only for the newest run of its pull request) and the completed check
         run (every run: its head's check run must not stay ``in_progress``) of a finished ``run``, per
         ``reports``, from its ``verdict`` when the caller decided it already; False when nothing was queued."""
@@ -252,7 +257,7 @@ class StatusReporter(OutboxPoster):
                 return False
             report = build_report(store, run.id, self.public_url, verdict)
             items = [md.comment(report) if "comment" in self.reports and newest else None,
-                     self._final_check(run, report, md) if self.live_checks else None]
+                     self._final_check(run, report) if self.live_checks else None]
         except Exception as exc:  # noqa: BLE001 - a report that cannot be built never affects the run
             self._failed(f"could not build the pull-request report of run {run.id}", exc)
             return False
@@ -264,18 +269,20 @@ class StatusReporter(OutboxPoster):
         return queued
 
     @staticmethod
-    def _final_check(run: Any, report: Any, md: Any) -> Any:
+    def _final_check(run: RunInfo, report: PullRequestReport) -> CheckRun | None:
         """The completed check run of ``run``: the report's text, the conclusion from the state
         run's verdict decided (``report.state``, :func:`service.regressions.verdict.decide_run`;
         :func:`service.github.live_checks.conclusion`)."""
-        check = md.check_run(report, live.check_name(run.sweep))
+        from service.github.comment import check_run
+
+        check = check_run(report, live.check_name(run.sweep))
         if check is None:
             return None
         compared = report.cells - report.counts.get("new", 0) - report.counts.get("not_measured", 0)
         return replace(check, conclusion=live.conclusion(report.state, run.status, compared),
                        status="completed", external_id=str(int(run.id)))
 
-    def refresh(self, store: Any, run_id: int) -> bool:
+    def refresh(self, store: Store, run_id: int) -> bool:
         """Re-queue the PR report after a finding of run ``run_id`` changed state (acknowledged):
         the report of the newest finished run of the same pull request.  Never raises."""
         if not self.enabled or not (self.reports & {"comment", "check"}):
@@ -291,18 +298,19 @@ class StatusReporter(OutboxPoster):
             return False
 
     @staticmethod
-    def _pr_of(run: Any) -> tuple[str, int] | None:
+    def _pr_of(run: RunInfo) -> tuple[str, int] | None:
         gh = (getattr(run, "meta", None) or {}).get("github")
         if not isinstance(gh, dict) or not isinstance(gh.get("pr"), int) or not isinstance(gh.get("repo"), str):
             return None
         return gh["repo"].lower(), gh["pr"]
 
-    def _newest_pr_run(self, store: Any, run: Any, final_only: bool = False, limit: int = 500) -> Any:
+    def _newest_pr_run(self, store: Store, run: RunInfo, final_only: bool = False,
+                       limit: int = 500) -> RunInfo | None:
         """The newest run (by id) of ``run``'s pull request, or ``run`` itself when it belongs to none."""
         key = self._pr_of(run)
         if key is None:
             return run
-        best = None
+        best: RunInfo | None = None
         for other in store.list_runs(limit=limit, trigger="pull_request"):
             if self._pr_of(other) != key or (final_only and other.status not in FINAL_RUN_STATES):
                 continue
@@ -310,11 +318,11 @@ class StatusReporter(OutboxPoster):
                 best = other
         return best
 
-    def _is_newest_of_pr(self, store: Any, run: Any) -> bool:
+    def _is_newest_of_pr(self, store: Store, run: RunInfo) -> bool:
         newest = self._newest_pr_run(store, run)
         return newest is None or newest.id <= run.id
 
-    def check_watched(self, store: Any) -> int:
+    def check_watched(self, store: Store) -> int:
         """Queue final statuses for watched runs that have finished; return how many."""
         from service.errors import NotFoundError
 
@@ -339,7 +347,7 @@ class StatusReporter(OutboxPoster):
             done += 1
         return done
 
-    def recover(self, store: Any, limit: int = 500) -> int:
+    def recover(self, store: Store, limit: int = 500) -> int:
         """Watch again the unfinished webhook runs among the newest ``limit`` (after a restart)."""
         if not self.enabled:
             return 0

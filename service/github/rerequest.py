@@ -28,6 +28,7 @@ from service.github.stored import (
     check_commit_sha,
     check_number,
 )
+from service.json_types import JsonObject
 
 #: The check runs ampci makes are named with this prefix and the sweep (never the commit status context).
 CHECK_NAME_PREFIX = "ampci "
@@ -125,7 +126,7 @@ class _CheckRunEvent(_Model):
     installation: _Installation | None = None
 
 
-def rerun_request(data: dict, tracked: frozenset[str] | set[str],
+def rerun_request(data: JsonObject, tracked: frozenset[str] | set[str],
                   check_repository: Callable[[str], None]) -> RunRequest | str:
     """What a ``check_run`` delivery asks for: a :class:`RunRequest` for a re-run ampci can place
     (module docstring), else the reason it needs no run.  ``tracked``: the tracked branches;

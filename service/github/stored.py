@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from service.errors import UserError
 from service.github.approval import APPROVALS, Approval
@@ -24,6 +23,7 @@ from service.github.sanitize import (
     name_text,
     sane_time,
 )
+from service.json_types import JsonObject
 
 SHA_RE = re.compile(r"^[0-9a-fA-F]{40}$")
 MAX_NUMBER = 2**31 - 1  # PR numbers are stored and compared as database integers
@@ -88,7 +88,7 @@ class RunRequest:
             return f"github-change:{self.change_sha256}"
         return f"github-body:{self.body_sha256}" if self.body_sha256 else None
 
-    def to_payload(self) -> dict[str, Any]:
+    def to_payload(self) -> JsonObject:
         """The compact JSON form stored with a pending delivery (:meth:`from_payload` reads it back)."""
         return {"v": 1, "repo": self.repo, "trigger": self.trigger, "head_sha": self.head_sha,
                 "baseline_sha": self.baseline_sha, "branch": self.branch, "sweep": self.sweep,
@@ -99,7 +99,7 @@ class RunRequest:
                                r.committed_at.isoformat() if r.committed_at else None] for r in self.revisions]}
 
     @classmethod
-    def from_payload(cls, data: Any) -> RunRequest:
+    def from_payload(cls, data: object) -> RunRequest:
         """The request :meth:`to_payload` stored; PayloadError for anything else (a corrupt row)."""
         try:
             if not isinstance(data, dict) or data.get("v") != 1:
@@ -149,7 +149,7 @@ def change_key(*identity: object) -> str:
     return hashlib.sha256(json.dumps(list(identity), separators=(",", ":")).encode()).hexdigest()
 
 
-def stored_request(data: Any) -> RunRequest | Approval:
+def stored_request(data: object) -> RunRequest | Approval:
     """What a pending delivery's stored payload asks for (:meth:`RunRequest.to_payload` or
     :meth:`~service.github.approval.Approval.to_payload`); PayloadError for a corrupt row."""
     if isinstance(data, dict) and data.get("kind") == "approval":

@@ -48,7 +48,7 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qs
 
 from service.github.approval import Approval, Approved
@@ -60,11 +60,15 @@ from service.github.events import (
     RunRequest,
     parse_event,
 )
+from service.github.intake_ports import ConnT, DeliveryQueue
 from service.github.signature import verify_signature
+from service.json_types import JsonObject
 from service.settings import Settings
 
 if TYPE_CHECKING:
-    from service.github.intake import WebhookIntake
+    from service.db.deliveries import DeliveryWrite, Received
+    from service.db.records import DeliveryInfo
+    from service.github.recorder import DeliveryRecorder
     from service.github.reporter import StatusReporter
 
 log = logging.getLogger(__name__)
@@ -106,9 +110,29 @@ class RunSubmitter(Protocol):
 class DeliveryLog(Protocol):
     """The ``webhook_deliveries`` part of :class:`service.db.Store` (see :mod:`service.db.deliveries`)."""
 
-    def receive_deliveries(self, writes: Sequence[Any]) -> list[Any]: ...
+    def receive_deliveries(self, writes: Sequence[DeliveryWrite]) -> list[Received]: ...
 
-    def get_delivery(self, delivery_id: str) -> Any: ...
+    def get_delivery(self, delivery_id: str) -> DeliveryInfo | None: ...
+
+
+class DeliveryStore(DeliveryLog, DeliveryQueue[ConnT], Protocol[ConnT]):
+    """What :class:`WebhookProcessor` is given (:class:`service.db.Store`): the log it records deliveries in,
+    and the queue its default intake claims them from (``ConnT``: the store's transaction connection)."""
+
+
+class Intake(Protocol):
+    """What the webhook and the app ask of the intake (:class:`~service.github.intake.WebhookIntake`)."""
+
+    def notify(self) -> None: ...
+
+    def start(self, warm_up: bool = True) -> None: ...
+
+    def stop(self, timeout: float = 10.0) -> None: ...
+
+    def drain(self, max_batches: int = 1000) -> int: ...
+
+    @property
+    def running(self) -> bool: ...
 
 
 @dataclass
@@ -116,10 +140,10 @@ class Outcome:
     """The HTTP answer for one delivery."""
 
     status_code: int
-    body: dict[str, Any] = field(default_factory=dict)
+    body: JsonObject = field(default_factory=dict)
 
 
-def _err(code: int, error: str, message: str, **extra: Any) -> Outcome:
+def _err(code: int, error: str, message: str, **extra: object) -> Outcome:
     return Outcome(code, {"error": error, "message": message[:500], **extra})
 
 
@@ -130,12 +154,12 @@ class Plan:
     stored row wakes the intake."""
 
     outcome: Outcome
-    write: Any = None
+    write: DeliveryWrite | None = None
     duplicate_if_known: bool = False
     wakes_intake: bool = False
 
 
-def _write(delivery: str, event: str, status: str, reason: str, repository: str | None = None) -> Any:
+def _write(delivery: str, event: str, status: str, reason: str, repository: str | None = None) -> DeliveryWrite:
     from service.db.deliveries import DeliveryWrite
 
     return DeliveryWrite(delivery, event, status, reason=reason[:500], repository=repository)
@@ -151,18 +175,18 @@ class WebhookProcessor:
     call ``intake.drain()``).
     """
 
-    def __init__(self, settings: Settings, deliveries: DeliveryLog, submitter: RunSubmitter,
-                 reporter: StatusReporter | None = None, intake: WebhookIntake | None = None) -> None:
+    def __init__(self, settings: Settings, deliveries: DeliveryStore[ConnT], submitter: RunSubmitter,
+                 reporter: StatusReporter | None = None, intake: Intake | None = None) -> None:
         check_webhook_config(settings)
         self.settings = settings
-        self.deliveries = deliveries
+        self.deliveries: DeliveryLog = deliveries
         self.submitter = submitter
         self.reporter = reporter
         if intake is None:
             from service.github.intake import WebhookIntake
 
             intake = WebhookIntake(deliveries, submitter, reporter)
-        self.intake = intake
+        self.intake: Intake = intake
 
     def handle(self, headers: Mapping[str, str], body: bytes | None, too_large: bool = False) -> Outcome:
         """Decide and act on one delivery; see the module docstring for the guarantees."""
@@ -172,7 +196,7 @@ class WebhookProcessor:
         return self._conclude(plan, self.deliveries.receive_deliveries([plan.write])[0])
 
     async def handle_async(self, headers: Mapping[str, str], body: bytes | None, too_large: bool = False,
-                           recorder: Any = None, signed: bool | None = None) -> Outcome:
+                           recorder: DeliveryRecorder | None = None, signed: bool | None = None) -> Outcome:
         """:meth:`handle` for an event loop: the decision runs inline (in a worker thread for bodies
         over 64 KiB), the one write goes through ``recorder`` (a
         :class:`~service.github.recorder.DeliveryRecorder`: group commit with concurrent requests).
@@ -246,15 +270,15 @@ class WebhookProcessor:
             answer["approval"] = request.approval
         return Plan(Outcome(202, answer), write, duplicate_if_known=True, wakes_intake=True)
 
-    def _conclude(self, plan: Plan, got: Any) -> Outcome:
+    def _conclude(self, plan: Plan, got: Received) -> Outcome:
         """The answer once ``plan.write`` was recorded (``got``: a Received).  A rejection is
         answered as decided even when the id was already recorded (the row stays as it was).  A
         write the database refused for its content was recorded ``rejected`` instead: 400."""
-        if getattr(got, "rejected", None):
+        if got.rejected:
             return _err(400, "bad_request", got.rejected)
         if not got.stored and plan.duplicate_if_known:
             existing = got.existing
-            return Outcome(200, {"status": "duplicate", "delivery": plan.write.delivery_id,
+            return Outcome(200, {"status": "duplicate", "delivery": plan.write.delivery_id if plan.write else None,
                                  "run_id": existing.run_id if existing is not None else None})
         if plan.wakes_intake:
             self.intake.notify()

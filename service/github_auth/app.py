@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from service.errors import ConfigError
 from service.github_auth.transport import retry_delay
+from service.json_types import JsonObject, JsonValue
 from service.settings import Settings
 
 JWT_BACKDATE = 60.0      # iat this far in the past (GitHub's advice against clock drift)
@@ -43,8 +44,11 @@ class AuthError(Exception):
         self.retry_after = retry_after
 
 
+#: What :data:`Call` returns: the HTTP status, the answer's JSON (None when it had none or no valid JSON) and
+#: the answer's headers (lower-case names; None when there was no answer).
+CallAnswer = tuple[int, JsonValue, Mapping[str, str] | None]
 #: ``call(method, path, bearer) -> (status, json or None, headers)``: one request to the API base.
-Call = Callable[[str, str, str], tuple[int, Any, Any]]
+Call = Callable[[str, str, str], CallAnswer]
 
 
 class GitHubAuth(Protocol):
@@ -176,18 +180,19 @@ class AppAuth:
         return self._login
 
 
-def _field(answer: tuple[int, Any, Any], what: str) -> dict[str, Any]:
+def _field(answer: CallAnswer, what: str) -> JsonObject:
     status, data, headers = answer
     if not 200 <= status < 300:
-        retry = headers.get("retry-after") if headers is not None else None
-        raise AuthError(f"{what}: HTTP {status}", status,
-                        retry_delay(headers) if retry is not None else None)
+        retry = None
+        if headers is not None and headers.get("retry-after") is not None:
+            retry = retry_delay(headers)
+        raise AuthError(f"{what}: HTTP {status}", status, retry)
     if not isinstance(data, dict):
         raise AuthError(f"{what}: expected a JSON object", 502)
     return data
 
 
-def _login_of(answer: tuple[int, Any, Any], what: str, key: str) -> str:
+def _login_of(answer: CallAnswer, what: str, key: str) -> str:
     value = _field(answer, what).get(key)
     if not isinstance(value, str) or not value:
         raise AuthError(f"{what}: no {key} in the answer", 502)

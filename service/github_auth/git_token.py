@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from service.settings import Settings
 
+if TYPE_CHECKING:
+    from service.github_auth.app import Call, CallAnswer, GitHubAuth
+
 log = logging.getLogger(__name__)
 
-_IDENTITIES: dict[Settings, Any] = {}
+_IDENTITIES: dict[Settings, GitHubAuth | None] = {}
 _LOCK = threading.Lock()
 
 
@@ -33,7 +36,7 @@ def clone_host(api_url: str) -> str:
     return "github.com" if host == "api.github.com" else host
 
 
-def _identity(settings: Settings) -> Any:
+def _identity(settings: Settings) -> GitHubAuth | None:
     from service.github_auth.app import auth_from_settings
 
     with _LOCK:
@@ -42,10 +45,10 @@ def _identity(settings: Settings) -> Any:
         return _IDENTITIES[settings]
 
 
-def _call(api_url: str) -> Any:
+def _call(api_url: str) -> Call:
     import httpx
 
-    def call(method: str, path: str, bearer: str) -> tuple[int, Any, Any]:
+    def call(method: str, path: str, bearer: str) -> CallAnswer:
         with httpx.Client(timeout=10.0, follow_redirects=False) as client:
             resp = client.request(method, api_url.rstrip("/") + path,
                                   headers={"Authorization": f"Bearer {bearer}", "Accept": "application/vnd.github+json",

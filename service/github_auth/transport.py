@@ -28,9 +28,11 @@ import time
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import httpcore
+
+from service.json_types import JsonValue
 
 MAX_ANSWER_BYTES = 16 * 1024 * 1024   # a page of 100 comments of 65,536 characters fits
 MIN_RETRY_DELAY = 1.0                 # a Retry-After of 0 or less still waits this long
@@ -63,7 +65,7 @@ class Answer:
     def text(self) -> str:
         return self.content.decode("utf-8", errors="replace")
 
-    def json(self) -> Any:
+    def json(self) -> JsonValue:
         """The answer as JSON (:func:`strict_json`); MalformedJSONError when it is not."""
         return strict_json(self.content)
 
@@ -79,7 +81,7 @@ def _finite(text: str) -> float:
     return value
 
 
-def strict_json(content: bytes) -> Any:
+def strict_json(content: bytes) -> JsonValue:
     """``content`` parsed as UTF-8 JSON with finite numbers only; MalformedJSONError otherwise
     (one line: what was wrong, never the content)."""
     try:
@@ -127,7 +129,7 @@ _deadline = threading.local()
 def _bounded(timeout: float | None, kind: type[Exception]) -> float | None:
     """The socket timeout of one operation of this thread's exchange: the smaller of ``timeout`` and
     the time left before the deadline; ``kind`` (an httpcore timeout) when none is left."""
-    at = getattr(_deadline, "at", None)
+    at: float | None = getattr(_deadline, "at", None)
     if at is None:
         return timeout
     left = at - time.monotonic()
@@ -156,7 +158,7 @@ class _DeadlineStream(httpcore.NetworkStream):
         return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname,
                                                      _bounded(timeout, httpcore.ConnectTimeout)))
 
-    def get_extra_info(self, info: str) -> Any:
+    def get_extra_info(self, info: str) -> object:
         return self._inner.get_extra_info(info)
 
 
@@ -167,12 +169,12 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         self._inner = httpcore.SyncBackend()
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+                    socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None) -> httpcore.NetworkStream:
         return _DeadlineStream(self._inner.connect_tcp(host, port, _bounded(timeout, httpcore.ConnectTimeout),
                                                        local_address, socket_options))
 
     def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+                            socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None) -> httpcore.NetworkStream:
         raise httpcore.ConnectError("unix sockets are not used")
 
     def sleep(self, seconds: float) -> None:
@@ -199,7 +201,21 @@ def _decode(content: bytes, encoding: str, cap: int) -> bytes:
         raise ExchangeError(f"undecodable {encoding} answer: {exc}") from None
 
 
-def _inflate(content: bytes, d: Any, cap: int) -> bytes:
+class _Inflater(Protocol):
+    """The part of a :func:`zlib.decompressobj` that :func:`_inflate` uses."""
+
+    @property
+    def unconsumed_tail(self) -> bytes: ...
+
+    @property
+    def eof(self) -> bool: ...
+
+    def decompress(self, data: bytes, max_length: int = 0, /) -> bytes: ...
+
+    def flush(self, length: int = 16384, /) -> bytes: ...
+
+
+def _inflate(content: bytes, d: _Inflater, cap: int) -> bytes:
     out = d.decompress(content, cap + 1)
     if len(out) > cap or d.unconsumed_tail:
         raise ExchangeError(f"answer larger than {cap} bytes once decoded")

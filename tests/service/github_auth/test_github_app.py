@@ -20,6 +20,8 @@ from service.github.client import (
     GitHubStatusClient,
     PermanentStatusError,
     PullRequestComment,
+    RateLimitedError,
+    TransientStatusError,
 )
 from service.github_auth.app import AppAuth, StaticToken, auth_from_settings
 from service.settings import Settings
@@ -140,6 +142,25 @@ def test_credentials_go_to_the_api_base_only(httpserver: HTTPServer):
     with pytest.raises(PermanentStatusError, match="HTTP 307"):  # a redirect is never followed
         client.post_status(CommitStatus(REPO, sha("redirect"), "pending", "queued"))
     assert len(httpserver.log) == 1
+
+
+def test_a_failed_identity_lookup_is_an_error_kind_of_the_comments_repository(httpserver: HTTPServer):
+    """GET /user failing while the comment is written: transient for a 5xx, rate limited (the comment's
+    repository) for a 429, permanent for a 401 -- never an unexpected error."""
+    client = GitHubStatusClient(httpserver.url_for("/"), GITHUB_TOKEN, timeout=2.0, attempts=1)
+    comment = PullRequestComment(REPO, PR, "report")
+    httpserver.expect_oneshot_request("/user").respond_with_data("down", status=503)
+    with pytest.raises(TransientStatusError, match="GitHub authentication: GET /user: HTTP 503") as down:
+        client.upsert_comment(comment)
+    assert not isinstance(down.value, RateLimitedError)
+    httpserver.expect_oneshot_request("/user").respond_with_data("slow down", status=429, headers={"Retry-After": "30"})
+    with pytest.raises(RateLimitedError) as limited:
+        client.upsert_comment(comment)
+    assert limited.value.repo == REPO and limited.value.retry_after == 30.0
+    httpserver.expect_oneshot_request("/user").respond_with_data("bad credentials", status=401)
+    with pytest.raises(PermanentStatusError, match="GET /user: HTTP 401"):
+        client.upsert_comment(comment)
+    assert [r.path for r, _ in httpserver.log] == ["/user"] * 3  # no comment read or written without the login
 
 
 def test_settings_choose_the_app_and_fail_fast(keys: Any, tmp_path: Any):
