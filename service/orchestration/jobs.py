@@ -37,7 +37,7 @@ _MIGRATE_LOCK = threading.Lock()
 
 class JobSubmitter(Protocol):
     """Where jobs are handed to be run in this process: the embedded
-    :class:`service.orchestration.localpool.LocalPool` (named by what it does: the pool module imports this one)."""
+    :class:`service.orchestration.localpool.LocalPool` (a protocol, not that class: its module imports this one)."""
 
     def submit(self, jobs: Iterable[JobInfo]) -> None:
         """Queue ``jobs`` to be run."""
