@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection as Connection  # re-exported: the floors above annotate with it
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from service.errors import ConfigError, DatabaseUnavailableError

@@ -23,16 +23,20 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from service.db import baselines
 from service.db.records import Cell
+from service.json_types import JsonValue
 from service.vocabulary import (
     FINAL_RUN_STATES as FINAL_RUN_STATES,  # read here by service.regressions.verdict
 )
 
 if TYPE_CHECKING:
     from service.db.engine import Connection
+    from service.db.store import Store
+    from service.orchestration.sweeps import PlannedCell
+
 #: The run meta key listing the runs a run waits for before it is judged.
 AWAITS = "awaits_runs"
 
@@ -69,13 +73,13 @@ def plan(conn: Connection, wanted: Mapping[str, Iterable[Cell]]) -> dict[str, Ba
     return out
 
 
-def awaited(meta: Mapping[str, Any] | None) -> tuple[int, ...]:
+def awaited(meta: Mapping[str, JsonValue] | None) -> tuple[int, ...]:
     """The run ids a run's ``meta`` says it waits for."""
     got = (meta or {}).get(AWAITS) or ()
     return tuple(int(x) for x in got if isinstance(x, int) and not isinstance(x, bool))
 
 
-def waiting(store: Any, run_id: int) -> bool:
+def waiting(store: Store, run_id: int) -> bool:
     """True while a run the run waits for (its baseline's missing cells) is not final."""
     ids = awaited(store.get_run(run_id).meta)
     if not ids:
@@ -85,7 +89,7 @@ def waiting(store: Any, run_id: int) -> bool:
     return done < len(set(ids))
 
 
-def dependents(store: Any, run_id: int) -> list[int]:
+def dependents(store: Store, run_id: int) -> list[int]:
     """The unfinished runs that wait for run ``run_id`` (judged against its revision), oldest first."""
     run = store.get_run(run_id)
     with store.transaction() as conn:
@@ -93,7 +97,7 @@ def dependents(store: Any, run_id: int) -> list[int]:
     return [other for other, meta in waiting_runs if run_id in awaited(meta)]
 
 
-def cells_of(planned: Sequence[Any], cells: Iterable[Cell]) -> list[Any]:
+def cells_of(planned: Sequence[PlannedCell], cells: Iterable[Cell]) -> list[PlannedCell]:
     """The planned cells (sweep expansion, with options) among ``cells``, in plan order."""
     wanted = set(cells)
     return [c for c in planned if c.cell in wanted]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service.errors import ServiceError
 from service.orchestration.bisection import bisect_step
@@ -24,6 +24,9 @@ from service.orchestration.localpool import LocalPool
 from service.orchestration.scheduler import wait_for_run
 from service.regressions.bisect import BisectState, dedup_key
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.db.store import Store
 
 Progress = Callable[[str], None]
 
@@ -45,7 +48,7 @@ class BisectOutcome:
     skip_reasons: dict[str, str]
 
 
-def bisect_to_end(store: Any, settings: Settings, regression_id: int, parallel: int = 1,
+def bisect_to_end(store: Store, settings: Settings, regression_id: int, parallel: int = 1,
                   workers: int | None = None, progress: Progress | None = None,
                   timeout: float | None = None) -> BisectOutcome:
     """Run the bisection of ``regression_id`` to its first bad commit (see the module docstring)."""
@@ -97,13 +100,13 @@ def _ends(state: BisectState) -> tuple[str, str]:
     return shas[0], shas[-1]
 
 
-def _status(store: Any, state: BisectState, sha: str) -> str:
+def _status(store: Store, state: BisectState, sha: str) -> str:
     run = store.find_run(dedup_key(sha, state.cell))
     results = store.results(run_id=run.id) if run is not None else []
     return results[0].status if results else "no result"
 
 
-def _status_note(store: Any, state: BisectState, sha: str) -> str:
+def _status_note(store: Store, state: BisectState, sha: str) -> str:
     status = _status(store, state, sha)
     if state.verdicts.get(sha) == "skip":
         return f" (could not be judged: {status}; skipped)"

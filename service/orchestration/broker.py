@@ -8,15 +8,20 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service.settings import Settings
 
-_CELERY_APPS: dict[tuple[int, Settings], Any] = {}
+if TYPE_CHECKING:  # annotations only: Celery is imported when a message is sent
+    from celery import Celery
+
+    from service.db.records import JobInfo
+
+_CELERY_APPS: dict[tuple[int, Settings], Celery] = {}
 _CELERY_APPS_LOCK = threading.Lock()
 
 
-def celery_app(settings: Settings) -> Any:
+def celery_app(settings: Settings) -> Celery:
     """The Celery app for ``settings``, built once per process and reused (thread-safe).
 
     Building one costs tens of milliseconds and its producer pool is what makes repeated sends
@@ -36,7 +41,7 @@ def celery_app(settings: Settings) -> Any:
     return app
 
 
-def enqueue(settings: Settings, revision: str, jobs: Iterable[Any], app: Any = None) -> int:
+def enqueue(settings: Settings, revision: str, jobs: Iterable[JobInfo], app: Celery | None = None) -> int:
     """Send one ``ampci.run_job`` message per job to the queue of its target; return how many.
 
     ``app`` is the Celery app to send with (default: :func:`celery_app` of ``settings``, cached

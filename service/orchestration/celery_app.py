@@ -20,11 +20,11 @@ Reliability guarantees (see DESIGN.md):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from celery import Celery
 from celery.schedules import crontab
-from kombu import Exchange, Queue
+from kombu.entity import Exchange, Queue  # (what ``kombu`` re-exports lazily, where mypy cannot see it)
 
 from service.errors import ConfigError
 from service.settings import Settings
@@ -88,11 +88,21 @@ def nightly_schedule(cron: str) -> crontab:
         raise ConfigError(f"AMPCI_NIGHTLY_CRON: {exc}") from None
 
 
-def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+class BeatEntry(TypedDict):
+    """One entry of Celery's ``beat_schedule``: the task, when (a crontab or every that many seconds), its
+    arguments and its message options."""
+
+    task: str
+    schedule: crontab | float
+    args: NotRequired[tuple[str, ...]]
+    options: NotRequired[dict[str, float]]
+
+
+def beat_schedule(settings: Settings) -> dict[str, BeatEntry]:
     """Beat entries: the nightly sweep (UTC crontab) and, unless ``AMPCI_RECONCILE_EVERY`` is 0, the
     periodic re-sending of lost job messages (:mod:`service.orchestration.reconcile`) every that many seconds;
     a reconcile message not started within one period expires, so they never pile up."""
-    schedule: dict[str, dict[str, Any]] = {
+    schedule: dict[str, BeatEntry] = {
         "nightly-full-sweep": {
             "task": NIGHTLY_TASK,
             "schedule": nightly_schedule(settings.nightly_cron),
@@ -117,7 +127,7 @@ def declared_queue(name: str) -> Queue:
     ``Queue(name)`` gets Celery's defaults (``task_default_queue``: exchange ``cpu``, key ``cpu``) for every
     queue, so the worker banner showed ``exchange=cpu key=cpu`` for cuda and control too, and a message
     published to that exchange and key would reach every queue."""
-    return Queue(name, Exchange(name, type="direct"), routing_key=name)
+    return Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]  # kombu's constructors are unannotated
 
 
 def make_app(settings: Settings) -> Celery:
@@ -162,7 +172,7 @@ def make_app(settings: Settings) -> Celery:
 
 def app_settings(celery_app: Celery) -> Settings:
     """The Settings an app was built with."""
-    return celery_app.conf.ampci_settings  # type: ignore[no-any-return]
+    return celery_app.conf.ampci_settings  # type: ignore[no-any-return]  # celery publishes no types
 
 
 app = make_app(Settings.from_env())

@@ -10,10 +10,10 @@ saying why; idempotent (several finishers may call :func:`advance` at once).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service.db import budgets, confirmations, findings
-from service.db.records import RunSpec
+from service.db.records import RegressionInfo, RunInfo, RunSpec
 from service.regressions.confirm import (
     CONFIRM_TRIGGER,
     CONFIRMED_BY,
@@ -32,18 +32,21 @@ from service.regressions.paired import min_pairs
 from service.regressions.thresholds import Thresholds
 from service.vocabulary import FINAL_RUN_STATES
 
+if TYPE_CHECKING:
+    from service.db.store import Store
 
-def _suspected(store: Any, run_id: int) -> list[Any]:
+
+def _suspected(store: Store, run_id: int) -> list[RegressionInfo]:
     with store.transaction() as conn:
         return confirmations.awaiting(conn, run_id=run_id)
 
 
-def _confirm_run(store: Any, run_id: int) -> confirmations.ConfirmRun | None:
+def _confirm_run(store: Store, run_id: int) -> confirmations.ConfirmRun | None:
     with store.transaction() as conn:
         return confirmations.confirm_run(conn, run_id=run_id)
 
 
-def advance(store: Any, run_id: int, send: Callable[[int], object] | None, caps: ConfirmCaps | None = None) -> bool:
+def advance(store: Store, run_id: int, send: Callable[[int], object] | None, caps: ConfirmCaps | None = None) -> bool:
     """Drive the confirmation of run ``run_id`` one step; True while it is pending (do not finish the run).
 
     No suspected finding: False.  Suspected findings and no confirmation run yet: create it (suspected
@@ -87,7 +90,7 @@ def advance(store: Any, run_id: int, send: Callable[[int], object] | None, caps:
     return False
 
 
-def _create(store: Any, run: Any, pairs: int, caps: ConfirmCaps) -> int | None:
+def _create(store: Store, run: RunInfo, pairs: int, caps: ConfirmCaps) -> int | None:
     """The confirmation run of ``run`` for its suspected cells within ``caps`` (created once; its id), the
     cells left out marked as capped; None when a cap left no cell.  One transaction: the pull request's
     budget row locked first (so concurrent runs of one pull request are granted in turn), the findings read
@@ -118,7 +121,7 @@ def _create(store: Any, run: Any, pairs: int, caps: ConfirmCaps) -> int | None:
         return int(new.run_id)
 
 
-def _open_unconfirmed(store: Any, suspected: Sequence[Suspected], why: str) -> None:
+def _open_unconfirmed(store: Store, suspected: Sequence[Suspected], why: str) -> None:
     """Keep ``suspected`` findings as regressions (state ``open``), saying why they were not confirmed; a
     suspected recovery goes back to the state it had (it is not resolved)."""
     with store.transaction() as conn:
@@ -128,7 +131,7 @@ def _open_unconfirmed(store: Any, suspected: Sequence[Suspected], why: str) -> N
                                  when_state=when)
 
 
-def apply_verdicts(store: Any, run_id: int, confirm_run_id: int) -> dict[str, int]:
+def apply_verdicts(store: Store, run_id: int, confirm_run_id: int) -> dict[str, int]:
     """Decide every suspected finding of ``run_id`` (and every recovery its results suspect) from the results
     of ``confirm_run_id`` (:func:`service.regressions.confirm.verdict_values`); returns counts ``{"confirmed",
     "dismissed", "unconfirmed", "recovered", "not_recovered", "improved", "not_improved"}``."""
@@ -145,7 +148,7 @@ def apply_verdicts(store: Any, run_id: int, confirm_run_id: int) -> dict[str, in
     return counts
 
 
-def confirmation_cost(store: Any, run_id: int) -> dict[str, float]:
+def confirmation_cost(store: Store, run_id: int) -> dict[str, float]:
     """``{"runs": 0|1, "cells": n, "job_seconds": s}`` of run ``run_id``'s confirmation (the total time
     its jobs measured)."""
     existing = _confirm_run(store, run_id)
@@ -157,7 +160,7 @@ def confirmation_cost(store: Any, run_id: int) -> dict[str, float]:
     return {"runs": 1, "cells": len(results), "job_seconds": round(seconds, 3)}
 
 
-def confirmed_run(store: Any, run_id: int) -> int | None:
+def confirmed_run(store: Store, run_id: int) -> int | None:
     """The run that confirmation run ``run_id`` confirms (None when ``run_id`` is no confirmation run)."""
     with store.transaction() as conn:
         return confirmations.confirmed_run(conn, run_id=run_id)

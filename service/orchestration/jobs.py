@@ -8,10 +8,11 @@ recorded, a poison job ended and a run finished the same way whoever ran the job
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from service import run_meta
+from service.json_types import JsonObject
 from service.orchestration import baseline_runs
 from service.orchestration.broker import enqueue
 from service.orchestration.confirm_run import advance, confirmed_run
@@ -20,9 +21,26 @@ from service.regressions.confirm_caps import ConfirmCaps
 from service.settings import Settings
 from workers.config import WorkerConfig
 
+if TYPE_CHECKING:
+    from service.db.records import Cell, JobInfo, RunInfo, RunRef
+    from service.db.store import Store
+    from workers.result import JobResult
+
+    #: A job's run as the bookkeeping reads it: the :class:`RunRef` a delivery's start returned, or a
+    #: :class:`RunInfo` read afterwards (both carry ``id``, ``revision_sha`` and ``meta``).
+    JobRun: TypeAlias = RunRef | RunInfo
+
 PENDING_JOB_STATUSES = frozenset({"queued", "running"})
 
 _MIGRATE_LOCK = threading.Lock()
+
+
+class JobSubmitter(Protocol):
+    """Where jobs are handed to be run in this process: the embedded
+    :class:`service.orchestration.localpool.LocalPool` (a protocol, not that class: its module imports this one)."""
+
+    def submit(self, jobs: Iterable[JobInfo]) -> None:
+        """Queue ``jobs`` to be run."""
 
 
 def dispatch_mode(settings: Settings) -> str:
@@ -32,7 +50,7 @@ def dispatch_mode(settings: Settings) -> str:
     return "local" if settings.embedded else "broker"
 
 
-def open_store(settings: Settings) -> Any:
+def open_store(settings: Settings) -> Store:
     """The Store of ``settings`` with its schema at head (migrated on first use; thread-safe).
     Runs created through it without an explicit dispatch (bisection steps) get :func:`dispatch_mode`."""
     from service.db import migrate
@@ -54,7 +72,7 @@ def open_store(settings: Settings) -> Any:
 PASS_REPO = "pass_repo"
 
 
-def cell_options(run: Any, cell: tuple[str, str, str, str]) -> dict[str, Any]:
+def cell_options(run: JobRun, cell: Cell) -> JsonObject:
     """The sweep options stored in ``run.meta`` for ``cell`` ({} when the run has none), with the run's
     pass repository (:data:`PASS_REPO`) when its meta names one."""
     options = run_meta.cell_options(run.meta, cell)
@@ -64,7 +82,7 @@ def cell_options(run: Any, cell: tuple[str, str, str, str]) -> dict[str, Any]:
     return options
 
 
-def job_worker_config(settings: Settings, source: Any) -> WorkerConfig:
+def job_worker_config(settings: Settings, source: object) -> WorkerConfig:
     """The :class:`workers.config.WorkerConfig` a job runs with: ``settings.worker_config()``, and when
     ``AMPCI_PASS_REPO`` is unset and the job names its webhook's repository (``source``: the
     :data:`PASS_REPO` entry of its options), that repository's clone URL with a token for it
@@ -83,7 +101,7 @@ def job_worker_config(settings: Settings, source: Any) -> WorkerConfig:
                                pass_repo_token=git_token(settings, url, repo, installation) if repo else "")
 
 
-def redact_result(result: Any) -> Any:
+def redact_result(result: JobResult) -> JobResult:
     """``result`` with its message redacted (:func:`workers.redact.redact`) before it is stored: credential
     shapes and the exact values of this process's own secrets (webhook secret, tokens, the passwords in its
     database and broker URLs) -- the message may carry what the pass under test wrote."""
@@ -106,7 +124,7 @@ def redact_result(result: Any) -> Any:
     return result
 
 
-def record_result(store: Any, run: Any, job: Any, result: Any) -> str:
+def record_result(store: Store, run: JobRun, job: JobInfo, result: JobResult) -> str:
     """Write ``result`` for ``job`` (idempotent on (run, cell)), its message redacted; return the job's final
     status."""
     if result.cell != job.cell:  # a job runner returning another cell's result is our bug
@@ -116,7 +134,7 @@ def record_result(store: Any, run: Any, job: Any, result: Any) -> str:
     return "crashed" if result.status == "crashed" else "done"
 
 
-def complete_job(store: Any, run: Any, job: Any, result: Any) -> tuple[str, bool]:
+def complete_job(store: Store, run: RunRef, job: JobInfo, result: JobResult) -> tuple[str, bool]:
     """The hot path of :func:`record_result` for a delivery started with ``Store.begin_job``: write
     ``result`` and end the job in one commit (two statements), then read whether the run still has
     pending jobs.  Returns (the job's final status, run still pending); only when the second is
@@ -127,7 +145,7 @@ def complete_job(store: Any, run: Any, job: Any, result: Any) -> tuple[str, bool
     return ("crashed" if result.status == "crashed" else "done"), pending
 
 
-def record_crashed(store: Any, run: Any, job: Any, attempts: int) -> str:
+def record_crashed(store: Store, run: JobRun, job: JobInfo, attempts: int) -> str:
     """Mark a poison job: a ``crashed`` result and job status, saying how often it was delivered."""
     from workers.result import JobResult
 
@@ -139,7 +157,7 @@ def record_crashed(store: Any, run: Any, job: Any, attempts: int) -> str:
     return "crashed"
 
 
-def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None,
+def finish_if_complete(store: Store, run_id: int, settings: Settings | None = None,
                        dispatch: Callable[[int], object] | None = None) -> bool:
     """If no job of the run is pending and no run it waits for is pending (a webhook run waits for the run
     of its baseline's missing cells: :mod:`service.orchestration.baseline_runs`; once a run finishes, the
@@ -180,7 +198,7 @@ def finish_if_complete(store: Any, run_id: int, settings: Settings | None = None
     return True
 
 
-def dispatcher(settings: Settings, store: Any, pool: Any = None) -> Callable[[int], object] | None:
+def dispatcher(settings: Settings, store: Store, pool: JobSubmitter | None = None) -> Callable[[int], object] | None:
     """How a run created after the fact (a bisect step) gets its jobs dispatched, the way sweeps are:
     onto ``pool`` (the embedded :class:`LocalPool` that is running), or to Celery when a broker is
     configured; None in embedded mode without a pool (the run stays ``queued``)."""

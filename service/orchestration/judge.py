@@ -9,12 +9,14 @@ transaction; :func:`run_verdict` reads a run's results, jobs, baselines and find
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
 
 from service.db import findings, pins, series
 from service.db.engine import Connection  # an open transaction of the store, handed to db/ functions
 from service.db.queries import ancestors, first_parent_line
 from service.db.records import RegressionInfo
+from service.json_types import JsonObject
 from service.orchestration import baseline_runs
 from service.regressions import detect
 from service.regressions.confirm import confirmation_pairs
@@ -24,6 +26,30 @@ from service.regressions.verdict import RunVerdict, verdict_of
 
 if TYPE_CHECKING:
     from service.db.store import Store
+
+
+class JudgedRun(Protocol):
+    """What judging reads of the run it judges (the store's row of it: :meth:`Store.run_row`)."""
+
+    @property
+    def id(self) -> int:
+        """The run's id."""
+
+    @property
+    def trigger(self) -> str:
+        """What started it (``push``, ``nightly``, ...)."""
+
+    @property
+    def revision_sha(self) -> str:
+        """The revision it measured."""
+
+    @property
+    def baseline_sha(self) -> str | None:
+        """The baseline revision it asked for (None: the nearest ancestor with results)."""
+
+    @property
+    def meta(self) -> JsonObject | None:
+        """Its meta (the confirmation it asked for, among others)."""
 
 
 def detect_run(store: Store, run_id: int, thresholds: Thresholds | None = None) -> list[RegressionInfo]:
@@ -38,7 +64,7 @@ def detect_run(store: Store, run_id: int, thresholds: Thresholds | None = None) 
         return findings.run_findings(conn, run_id=run_id)
 
 
-def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, StoredResult], th: Thresholds) -> None:
+def _detect(conn: Connection, store: Store, run: JudgedRun, current: dict[Cell, StoredResult], th: Thresholds) -> None:
     if run.trigger in detect.NO_FINDINGS_TRIGGERS:
         findings.store_findings(conn, run_id=run.id, rows=[])  # drops open findings stored by older versions
         return
@@ -72,7 +98,7 @@ def _detect(conn: Connection, store: Store, run: Any, current: dict[Cell, Stored
         _resolve(conn, run, current, th, now, suspect, detect.suspected_baselines(rows), samples)
 
 
-def _drifts(conn: Connection, run: Any, current: dict[Cell, StoredResult],
+def _drifts(conn: Connection, run: JudgedRun, current: dict[Cell, StoredResult],
             pairwise: dict[Cell, list[detect.Found]], th: Thresholds, samples: Samples) -> dict[Cell, detect.Found]:
     """The drift findings of the run (:func:`service.regressions.detect.drift_findings`).  Three small queries
     for the whole run: the first-parent line of its revision, the cells' results on it, the earlier findings on
@@ -87,7 +113,7 @@ def _drifts(conn: Connection, run: Any, current: dict[Cell, StoredResult],
                                  th, samples)
 
 
-def _resolve(conn: Connection, run: Any, current: dict[Cell, StoredResult], th: Thresholds, now: Any,
+def _resolve(conn: Connection, run: JudgedRun, current: dict[Cell, StoredResult], th: Thresholds, now: datetime,
              suspect: bool, suspected_cells: dict[Cell, str], samples: Samples) -> None:
     """Resolve the earlier regressions this run no longer shows (:func:`service.regressions.detect.resolutions`)."""
     open_regs = series.open_regressions(conn, run_id=run.id)
@@ -107,7 +133,7 @@ def _resolve(conn: Connection, run: Any, current: dict[Cell, StoredResult], th: 
         findings.set_finding(conn, finding_id=finding_id, values=values)
 
 
-def _baselines(conn: Connection, run: Any, cells: list[Cell],
+def _baselines(conn: Connection, run: JudgedRun, cells: list[Cell],
                th: Thresholds) -> tuple[dict[Cell, StoredResult], dict[Cell, list[StoredResult]]]:
     """The baseline result of each of ``cells`` (see :mod:`service.regressions.detect`; cells without one are
     absent), and the results fetched at each baseline's revision (:func:`service.db.series.nearest`)."""
@@ -142,7 +168,7 @@ def cells_with_results(store: Store, sha: str) -> set[Cell]:
         return series.cells_with_results(conn, sha=sha)
 
 
-def run_verdict(store: Any, run_id: int) -> RunVerdict:
+def run_verdict(store: Store, run_id: int) -> RunVerdict:
     """The verdict of run ``run_id`` from the store (:func:`service.regressions.verdict.verdict_of`)."""
     run = store.get_run(run_id)
     results = store.results(run_id=run_id)
@@ -156,7 +182,7 @@ def run_verdict(store: Any, run_id: int) -> RunVerdict:
     return verdict_of(run_id, run.status, run.revision_sha, results, jobs, base, found, waiting)
 
 
-def record_verdict(store: Any, run_id: int) -> RunVerdict:
+def record_verdict(store: Store, run_id: int) -> RunVerdict:
     """Decide run ``run_id``'s verdict (:func:`run_verdict`) and store it in brief for the lists of runs (the
     runs page, ``ampci runs``): called by the finisher when it judges the run and after one of its findings is
     triaged.  A run not finished yet records nothing (the lists say it is pending).  Returns the verdict."""

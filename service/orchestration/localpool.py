@@ -17,13 +17,30 @@ import queue
 import signal
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from service.orchestration.pool_handback import HandedBack, JobLedger
 from service.settings import Settings
 
+if TYPE_CHECKING:  # annotations only: a worker subprocess imports none of these for this module
+    from multiprocessing.connection import Connection
+    from multiprocessing.context import ForkServerContext, SpawnContext
+    from multiprocessing.process import BaseProcess
 
-def _slot_main(conn: Any) -> None:
+    from service.db.records import JobInfo
+    from service.db.store import Store
+    from service.json_types import JsonObject
+    from workers.config import WorkerConfig
+
+    #: One job for a worker subprocess: (cell, revision, the worker config, the job's options).
+    Request: TypeAlias = tuple[tuple[str, str, str, str], str, WorkerConfig, JsonObject]
+    #: The pool's end of a worker's pipe: sends requests (None: stop), receives a result's JSON.
+    PoolEnd: TypeAlias = Connection[Request | None, str]
+    #: The worker subprocess's end of its pipe.
+    WorkerEnd: TypeAlias = Connection[str, Request | None]
+
+
+def _slot_main(conn: WorkerEnd) -> None:
     """Body of one local worker subprocess: run requested cells one at a time until told to stop.
 
     First, while it has one thread, it forks its conversion fork server (numpy, onnx and onnx_ir
@@ -44,7 +61,7 @@ def _slot_main(conn: Any) -> None:
         zygotes.stop_forkserver()
 
 
-def _serve_requests(conn: Any) -> None:
+def _serve_requests(conn: WorkerEnd) -> None:
     """The request loop of :func:`_slot_main` (after its fork server started)."""
     import importlib
 
@@ -61,22 +78,22 @@ def _serve_requests(conn: Any) -> None:
     from workers.cell import run_cell  # the only place the service side reaches job code
 
     while request is not None:
-        cell, revision, config, options = request
-        conn.send(run_cell(tuple(cell), revision, config, options).to_json())
+        (model, dtype, policy, target), revision, config, options = request
+        conn.send(run_cell((model, dtype, policy, target), revision, config, options).to_json())
         try:
             request = conn.recv()
         except EOFError:
             return
 
 
-def _prewarm(request: tuple[Any, ...]) -> None:
+def _prewarm(request: Request) -> None:
     """Start the conversion zygote of ``request``'s revision (the first job's conversion then finds it up);
     any failure is left for the job to meet and report."""
     try:
         from workers.convert import prewarm
         from workers.revisions import RevisionCache
 
-        _, revision, config, _ = request
+        revision, config = request[1], request[2]
         prewarm(RevisionCache.from_config(config).checkout(revision), config.sandbox_policy())
     except Exception:  # noqa: BLE001 - the job reports what went wrong
         pass
@@ -86,7 +103,7 @@ class _SlotDied(Exception):
     pass
 
 
-def _context() -> Any:
+def _context() -> ForkServerContext | SpawnContext:
     """The multiprocessing context of worker subprocesses: ``forkserver`` with the pass's heavy
     dependencies preloaded (imported once in the server, not once per worker; forked from it, a worker
     inherits none of this process's threads and sockets), ``spawn`` where there is no fork server."""
@@ -151,8 +168,8 @@ class _Slot:
     several threads at once (a pool's shutdown and the slot's own job thread) and ends the subprocess once."""
 
     def __init__(self) -> None:
-        self.proc: Any = None
-        self.conn: Any = None
+        self.proc: BaseProcess | None = None
+        self.conn: PoolEnd | None = None
         self._start_lock = threading.Lock()
         self._lock = threading.Lock()  # guards proc, conn and _asked (never held while waiting on them)
         self._retired = False
@@ -184,7 +201,7 @@ class _Slot:
             self._retired = True
         self.stop(kill=True)
 
-    def run(self, request: tuple[Any, ...], timeout: float) -> str | None:
+    def run(self, request: Request, timeout: float) -> str | None:
         """Result JSON, or None on timeout (the subprocess is killed); _SlotDied if it died (or was stopped
         meanwhile by another thread)."""
         self.ensure_started()
@@ -205,7 +222,7 @@ class _Slot:
         """Tell an idle subprocess to end after its current request, without waiting: :meth:`stop` then
         joins it (several are asked first and joined after, so their exits overlap)."""
         with self._lock:
-            if self.proc is None or self._asked:
+            if self.proc is None or self.conn is None or self._asked:  # (both are set together)
                 return
             conn, self._asked = self.conn, True
         try:
@@ -226,7 +243,7 @@ class _Slot:
             return
         try:
             if not kill:
-                if not asked:
+                if not asked and conn is not None:
                     try:
                         conn.send(None)
                     except OSError:
@@ -236,7 +253,8 @@ class _Slot:
                 proc.kill()
             proc.join(5)
         finally:
-            conn.close()
+            if conn is not None:  # (set with proc)
+                conn.close()
             with _SERVER_LOCK:
                 _LIVE.discard(proc)
 
@@ -292,13 +310,13 @@ class LocalPool:
     without it the caller drives the bisection (:mod:`service.orchestration.bisect_run`).
     """
 
-    def __init__(self, settings: Settings, store: Any, workers: int | None = None,
+    def __init__(self, settings: Settings, store: Store, workers: int | None = None,
                  continue_bisections: bool = True) -> None:
         self.settings = settings
         self.store = store
         self.workers = max(1, workers or os.cpu_count() or 1)
         self.continue_bisections = continue_bisections
-        self._queue: queue.Queue[Any] = queue.Queue()
+        self._queue: queue.Queue[JobInfo] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._slots: list[_Slot] = []
         self._idle: list[_Slot] = []   # subprocesses of threads that ran out of jobs, kept for the next submit
@@ -351,7 +369,7 @@ class LocalPool:
             self._ended += 1
             self._changed.notify_all()
 
-    def submit(self, jobs: Iterable[Any]) -> None:
+    def submit(self, jobs: Iterable[JobInfo]) -> None:
         """Queue jobs and make sure up to ``workers`` threads (each with its subprocess) take them,
         also after earlier jobs are done (an idle subprocess is reused)."""
         jobs = list(jobs)
@@ -373,7 +391,7 @@ class LocalPool:
                 self._active += 1
                 t.start()
 
-    def _next_job(self, slot: _Slot) -> Any:
+    def _next_job(self, slot: _Slot) -> JobInfo | None:
         """The next queued job, or None after this thread stopped taking jobs (its slot idle)."""
         with self._lock:
             job = None
@@ -407,7 +425,7 @@ class LocalPool:
             finally:
                 self._job_ended()
 
-    def _run_one(self, slot: _Slot, job: Any, worker: str) -> None:
+    def _run_one(self, slot: _Slot, job: JobInfo, worker: str) -> None:
         """Run ``job`` in ``slot`` to its end.  Every write about the job goes through the pool's
         :class:`JobLedger` (:class:`HandedBack` once :meth:`shutdown` handed the job back)."""
         from service.orchestration.jobs import (

@@ -25,10 +25,16 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service.db import recovery
+from service.json_types import JsonObject
+
+if TYPE_CHECKING:
+    from service.db.store import Store
+    from service.orchestration.jobs import JobSubmitter
 
 OWNER_KEY = "local_owner"  # the column of runs (migration 0007; a key of runs.meta before it)
 
@@ -42,20 +48,23 @@ def _start_time(pid: int) -> str | None:
         return None
 
 
-def me() -> dict[str, Any]:
+def me() -> JsonObject:
     """This process as a run's owner."""
     return {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_time(os.getpid())}
 
 
-def owner_state(owner: Any) -> str:
+def owner_state(owner: object) -> str:
     """``released`` (no owner), ``alive``, ``dead`` (a process of this host that is gone, or whose pid
     now belongs to a process started later) or ``other-host`` (cannot be checked from here)."""
     if not isinstance(owner, dict) or not owner:
         return "released"
     if owner.get("host") != socket.gethostname():
         return "other-host"
+    recorded = owner.get("pid")
+    if not isinstance(recorded, str | int | float):  # (what int() turns into a pid; anything else: TypeError)
+        return "dead"
     try:
-        pid = int(owner.get("pid"))
+        pid = int(recorded)
     except (TypeError, ValueError):
         return "dead"
     try:
@@ -70,14 +79,14 @@ def owner_state(owner: Any) -> str:
     return "alive"
 
 
-def owner_of(store: Any, run_id: int) -> dict[str, Any] | None:
+def owner_of(store: Store, run_id: int) -> JsonObject | None:
     """The recorded owner of run ``run_id`` (``{"host", "pid", "start"}``), None when nobody owns it."""
     with store.transaction() as conn:
         owner = recovery.run_owner(conn, run_id=run_id)
     return owner if isinstance(owner, dict) and owner else None
 
 
-def claim_runs(store: Any, run_ids: Any, owner: dict[str, Any] | None = None) -> None:
+def claim_runs(store: Store, run_ids: Iterable[int], owner: JsonObject | None = None) -> None:
     """Record ``owner`` (default: this process) as the owner of the local runs ``run_ids``."""
     ids = sorted({int(r) for r in run_ids})
     if ids:
@@ -85,7 +94,7 @@ def claim_runs(store: Any, run_ids: Any, owner: dict[str, Any] | None = None) ->
             recovery.set_run_owner(conn, run_ids=ids, owner=owner or me())
 
 
-def release_runs(store: Any, run_ids: Any) -> None:
+def release_runs(store: Store, run_ids: Iterable[int]) -> None:
     """Hand the runs ``run_ids`` back (owner null) where this process still owns them."""
     ids = sorted({int(r) for r in run_ids})
     if not ids:
@@ -97,11 +106,11 @@ def release_runs(store: Any, run_ids: Any) -> None:
             recovery.set_run_owner(conn, run_ids=ours, owner=None)
 
 
-def _same(a: Any, b: dict[str, Any]) -> bool:
+def _same(a: object, b: JsonObject) -> bool:
     return isinstance(a, dict) and a.get("host") == b["host"] and a.get("pid") == b["pid"]
 
 
-def requeue_job(store: Any, job_id: int, *, count_attempt: bool = False) -> bool:
+def requeue_job(store: Store, job_id: int, *, count_attempt: bool = False) -> bool:
     """A ``running`` job back to ``queued`` (worker and start cleared); its attempt is uncounted
     unless ``count_attempt`` (its worker died: the attempt stays, a poison job still ends crashed).
     True if it was running."""
@@ -114,7 +123,7 @@ class Orphan:
     """An unfinished local run with pending jobs, and whether its owner can be taken over."""
 
     run_id: int
-    owner: dict[str, Any] | None
+    owner: JsonObject | None
     state: str          # released | dead | other-host | alive
     queued: int
     running: int
@@ -131,7 +140,7 @@ class Orphan:
         return self.state in ("released", "dead")
 
 
-def find_orphans(store: Any, *, include_alive: bool = False) -> list[Orphan]:
+def find_orphans(store: Store, *, include_alive: bool = False) -> list[Orphan]:
     """Unfinished ``local`` runs with queued or running jobs, oldest first, with their owner's state
     (runs of a live owner only with ``include_alive``)."""
     with store.transaction() as conn:
@@ -146,7 +155,7 @@ def find_orphans(store: Any, *, include_alive: bool = False) -> list[Orphan]:
     return out
 
 
-def resume_orphans(store: Any, pool: Any, *, force: bool = False) -> list[Orphan]:
+def resume_orphans(store: Store, pool: JobSubmitter, *, force: bool = False) -> list[Orphan]:
     """Take over the resumable orphans (with ``force`` also those of other hosts) and submit their
     jobs to ``pool``; the orphans taken.  Each run is claimed under a row lock after re-checking its
     owner, so of two processes resuming at once exactly one takes it."""

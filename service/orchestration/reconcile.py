@@ -58,12 +58,20 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from service.db import recovery
 from service.db.records import JobInfo
 from service.errors import ServiceError, UserError
+from service.json_types import JsonObject, JsonValue
 from service.settings import Settings, redact_url
+
+if TYPE_CHECKING:
+    import redis
+    from celery import Celery
+    from redis.lock import Lock
+
+    from service.db.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +101,7 @@ class LostJob:
     revision: str
     stale: bool = False   # a ``running`` job whose lease expired (else queued and never delivered)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-ready form."""
         return {"job": self.job.to_dict(), "revision": self.revision, "stale_running": self.stale}
 
@@ -127,7 +135,7 @@ class ReconcileReport:
         """The jobs found lost."""
         return self.inspection.lost
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-ready form (for ``ampci reconcile --json``)."""
         i = self.inspection
         return {"candidates": list(i.candidates), "lost": [x.to_dict() for x in i.lost],
@@ -138,7 +146,7 @@ class ReconcileReport:
 
 
 # -- messages ---------------------------------------------------------------------------------------
-def run_job_id(message: Mapping[str, Any]) -> int | None:
+def run_job_id(message: Mapping[str, JsonValue]) -> int | None:
     """The job id carried by a kombu message of an ``ampci.run_job`` task; None for any other task.
 
     Understands Celery task protocol 2 (``headers.task``, body ``[args, kwargs, embed]``) and
@@ -154,10 +162,9 @@ def run_job_id(message: Mapping[str, Any]) -> int | None:
     ctype = message.get("content-type") or message.get("content_type")
     if ctype != "application/json":
         raise ValueError(f"content type {ctype!r}, expected application/json")
-    body: Any = message.get("body")
-    if props.get("body_encoding") == "base64":
-        body = base64.b64decode(body)
-    decoded = json.loads(body) if isinstance(body, str | bytes) else body
+    raw_body: JsonValue = message.get("body")
+    body: JsonValue | bytes = base64.b64decode(raw_body) if props.get("body_encoding") == "base64" else raw_body
+    decoded: JsonValue = json.loads(body) if isinstance(body, str | bytes) else body
     task = headers.get("task")
     if isinstance(decoded, list) and len(decoded) == 3:
         args, kwargs = decoded[0], decoded[1]
@@ -197,13 +204,15 @@ class BrokerKeys:
     unacked: str = "unacked"
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> BrokerKeys:
+    def from_options(cls, options: Mapping[str, object]) -> BrokerKeys:
         """Key names for these transport options."""
         from kombu.transport.redis import Channel
 
+        # kombu's option: a sequence of priorities (Celery's configuration is untyped)
+        steps = cast("Iterable[int]", options.get("priority_steps", Channel.priority_steps))
         return cls(prefix=str(options.get("global_keyprefix", Channel.global_keyprefix) or ""),
                    sep=str(options.get("sep", Channel.sep)),
-                   priority_steps=tuple(options.get("priority_steps", Channel.priority_steps)),
+                   priority_steps=tuple(steps),
                    unacked=str(options.get("unacked_key", Channel.unacked_key)))
 
     def lists(self, queue: str) -> list[str]:
@@ -221,7 +230,7 @@ class BrokerKeys:
         return self.prefix + LOCK_KEY
 
 
-def redis_client(settings: Settings) -> Any:
+def redis_client(settings: Settings) -> redis.Redis:
     """A redis-py client for ``AMPCI_BROKER_URL`` (same server and database as kombu), or
     UnsupportedBrokerError when the broker is not Redis.  Connects lazily."""
     import redis
@@ -247,7 +256,7 @@ def _unreachable(settings: Settings, exc: BaseException) -> BrokerInspectionErro
                                  f"{type(exc).__name__}: {str(exc).rstrip('.')}; nothing re-sent")
 
 
-def broker_job_ids(client: Any, keys: BrokerKeys, queues: Iterable[str]) -> tuple[set[int], int]:
+def broker_job_ids(client: redis.Redis, keys: BrokerKeys, queues: Iterable[str]) -> tuple[set[int], int]:
     """(job ids of ``ampci.run_job`` messages, number of messages) in the lists of ``queues`` and in
     the ``unacked`` hash, read in one MULTI/EXEC transaction (a consistent snapshot)."""
     list_keys = [k for q in dict.fromkeys(queues) for k in keys.lists(q)]
@@ -269,7 +278,7 @@ def broker_job_ids(client: Any, keys: BrokerKeys, queues: Iterable[str]) -> tupl
 
 
 # -- database ---------------------------------------------------------------------------------------
-def candidate_jobs(store: Any, grace_s: float, now: datetime | None = None,
+def candidate_jobs(store: Store, grace_s: float, now: datetime | None = None,
                    dispatch: str = "broker") -> list[LostJob]:
     """Jobs that *could* be lost: ``queued``, ``attempts == 0``, queued at least ``grace_s`` seconds
     before ``now`` (default: the store's clock), in a run that is neither finished nor cancelled
@@ -289,7 +298,7 @@ def job_lease_s(settings: Settings) -> float:
     return visibility_timeout(settings)
 
 
-def stale_running_jobs(store: Any, lease_s: float, now: datetime | None = None,
+def stale_running_jobs(store: Store, lease_s: float, now: datetime | None = None,
                        dispatch: str = "broker") -> list[LostJob]:
     """Jobs ``running`` whose last delivery started at least ``lease_s`` seconds before ``now``
     (default: the store's clock), in an unfinished, uncancelled run dispatched by ``dispatch``;
@@ -300,19 +309,19 @@ def stale_running_jobs(store: Any, lease_s: float, now: datetime | None = None,
     return [LostJob(job=job, revision=revision, stale=True) for job, revision in found]
 
 
-def _candidates(store: Any, grace: float, lease: float, dispatch: str = "broker") -> list[LostJob]:
+def _candidates(store: Store, grace: float, lease: float, dispatch: str = "broker") -> list[LostJob]:
     """Queued-never-delivered jobs past the grace, then running jobs past lease + grace."""
     return [*candidate_jobs(store, grace, dispatch=dispatch), *stale_running_jobs(store, lease + grace,
                                                                                    dispatch=dispatch)]
 
 
 # -- reconcile --------------------------------------------------------------------------------------
-def _queues(app: Any) -> list[str]:
+def _queues(app: Celery) -> list[str]:
     return [q.name for q in (app.conf.task_queues or ())]
 
 
-def lost_jobs(settings: Settings, store: Any, app: Any = None, grace_s: float | None = None,
-              client: Any = None) -> Inspection:
+def lost_jobs(settings: Settings, store: Store, app: Celery | None = None, grace_s: float | None = None,
+              client: redis.Redis | None = None) -> Inspection:
     """The lost jobs and what was looked at to find them: see the module docstring.
 
     Reads only (the database and the broker); raises BrokerInspectionError if the broker cannot be
@@ -350,8 +359,9 @@ def lost_jobs(settings: Settings, store: Any, app: Any = None, grace_s: float | 
                       local, tuple(c.job.id for c in candidates if c.stale), lease)
 
 
-def reconcile(settings: Settings, store: Any, app: Any = None, grace_s: float | None = None,
-              dry_run: bool = False, lock_wait_s: float = LOCK_WAIT_S, client: Any = None) -> ReconcileReport:
+def reconcile(settings: Settings, store: Store, app: Celery | None = None, grace_s: float | None = None,
+              dry_run: bool = False, lock_wait_s: float = LOCK_WAIT_S, client: redis.Redis | None = None
+              ) -> ReconcileReport:
     """Find lost jobs and (unless ``dry_run``) re-send each with :func:`service.orchestration.scheduler.enqueue`.
 
     See the module docstring for what counts as lost and the guarantees.  Re-sending holds a Redis
@@ -388,7 +398,7 @@ def reconcile(settings: Settings, store: Any, app: Any = None, grace_s: float | 
     return ReconcileReport(inspection, tuple(resent), grace_s=grace)
 
 
-def _resend(settings: Settings, app: Any, lost: Sequence[LostJob]) -> list[int]:
+def _resend(settings: Settings, app: Celery, lost: Sequence[LostJob]) -> list[int]:
     """Send the original message of each lost job, grouped by revision; return the ids sent."""
     from service.orchestration.broker import enqueue
 
@@ -412,14 +422,14 @@ def _resend(settings: Settings, app: Any, lost: Sequence[LostJob]) -> list[int]:
     return sent
 
 
-def _release(lock: Any) -> None:
+def _release(lock: Lock) -> None:
     try:
         lock.release()
     except Exception as exc:  # noqa: BLE001 - expired (LockNotOwnedError) or Redis gone: the TTL frees it
         log.warning("reconcile lock not released: %s: %s", type(exc).__name__, exc)
 
 
-def resend_lost_jobs(settings: Settings, store: Any, app: Any = None, grace_s: float | None = None,
+def resend_lost_jobs(settings: Settings, store: Store, app: Celery | None = None, grace_s: float | None = None,
                      dry_run: bool = False) -> list[int]:
     """Re-send the jobs whose message is lost; return their ids (those that would be, for a dry
     run).  ``grace_s`` defaults to ``AMPCI_RECONCILE_GRACE``.  See :func:`reconcile`."""

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from service import run_meta
 from service.errors import UserError
@@ -43,11 +43,16 @@ from service.orchestration.sweeps import (
 )
 from service.orchestration.sweeps import SWEEPS_DIR as SWEEPS_DIR
 from service.orchestration.sweeps import Override as Override
-from service.orchestration.sweeps import SweepConfig, load_sweep, nightly_dedup_key
+from service.orchestration.sweeps import PlannedCell, SweepConfig, load_sweep, nightly_dedup_key
 from service.orchestration.sweeps import SweepConfigError as SweepConfigError
 from service.regressions.power import check_repeats
 from service.regressions.thresholds import Thresholds
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.db.records import RunInfo
+    from service.db.store import Store
+    from workers.revisions import RevisionCache
 
 ProgressCallback = Callable[[Mapping[str, int]], None]
 Cell = tuple[str, str, str, str]
@@ -65,7 +70,7 @@ class StartedRun:
     baseline: str | None
     cells: int
     created: bool
-    pool: Any = None  # the embedded LocalPool running its jobs, if any
+    pool: LocalPool | None = None  # the embedded LocalPool running its jobs, if any
 
 
 def zoo_catalog(path: Path | None = None, data_dir: Path | None = None) -> dict[str, frozenset[str]]:
@@ -76,7 +81,7 @@ def zoo_catalog(path: Path | None = None, data_dir: Path | None = None) -> dict[
     return {name: frozenset(entry.tags) for name, entry in load_zoo(path, data_dir).entries.items()}
 
 
-def _cache(settings: Settings) -> Any:
+def _cache(settings: Settings) -> RevisionCache:
     from workers import revisions as rv
 
     return rv.RevisionCache.from_config(settings.worker_config())
@@ -95,13 +100,13 @@ def resolve_revision(settings: Settings, revision: str) -> str:
         raise UserError(str(exc)) from None
 
 
-def _ancestry_depth(store: Any) -> int:
+def _ancestry_depth(store: Store) -> int:
     from service.regressions.thresholds import Thresholds
 
     return int((getattr(store, "thresholds", None) or Thresholds()).ancestor_depth)
 
 
-def record_ancestry(settings: Settings, store: Any, sha: str, depth: int | None = None) -> int:
+def record_ancestry(settings: Settings, store: Store, sha: str, depth: int | None = None) -> int:
     """Record ``sha`` and its first-parent ancestors (at most ``depth``, default the thresholds'
     ``ancestor_depth``) with all their parent links, read from the pass repository with git; return
     how many revisions were written.  Baselines, bisection and resolution walk these links."""
@@ -131,7 +136,31 @@ def sweep_revisions(settings: Settings, revision: str, baseline: str | None) -> 
     return sha, (resolve_revision(settings, baseline) if baseline else parent)
 
 
-def _describe_revision(settings: Settings, revision: str) -> tuple[str, str | None, dict[str, Any]]:
+@dataclass(frozen=True)
+class RevisionFields:
+    """What is stored about a revision a sweep runs (:meth:`Store.upsert_revision`): its parents, branch,
+    author and subject (None: unknown)."""
+
+    parents: tuple[str, ...] = ()
+    branch: str | None = None
+    author: str | None = None
+    message: str | None = None
+
+    @classmethod
+    def from_git(cls, info: Mapping[str, object]) -> RevisionFields:
+        """The fields of :func:`workers.revisions.describe`'s answer (parents a list of shas, the others
+        text or None); a value of another type counts as unknown."""
+        parents = info.get("parents")
+
+        def text(key: str) -> str | None:
+            value = info.get(key)
+            return value if isinstance(value, str) else None
+
+        return cls(parents=tuple(p for p in parents if isinstance(p, str)) if isinstance(parents, list | tuple) else (),
+                   branch=text("branch"), author=text("author"), message=text("message"))
+
+
+def _describe_revision(settings: Settings, revision: str) -> tuple[str, str | None, RevisionFields]:
     """(sha-or-worktree-key, default baseline, revision fields) for ``REV`` or ``WORKTREE``."""
     from workers import revisions as rv
 
@@ -144,21 +173,20 @@ def _describe_revision(settings: Settings, revision: str) -> tuple[str, str | No
         except rv.RevisionError:
             head = ""
         base = resolve_revision(settings, head) if rv.SHA_RE.match(head) else None
-        return key, base, {"parents": [base] if base else [], "branch": rv.WORKTREE,
-                           "message": f"uncommitted working tree of {local}"}
+        return key, base, RevisionFields(parents=(base,) if base else (), branch=rv.WORKTREE,
+                                         message=f"uncommitted working tree of {local}")
     sha = resolve_revision(settings, revision)
     try:
         cache.checkout(sha)  # fails early for a commit that cannot be checked out
-        info = rv.describe(cache, sha)
+        info = RevisionFields.from_git(rv.describe(cache, sha))
     except rv.RevisionError as exc:
         raise UserError(str(exc)) from None
-    parents = list(info["parents"])  # type: ignore[arg-type]
-    return sha, (parents[0] if parents else None), info
+    return sha, (info.parents[0] if info.parents else None), info
 
 
 def start_sweep(settings: Settings, config: SweepConfig, revision: str = "WORKTREE", *,
                 trigger: str = "manual", baseline: str | None = None, dedup_key: str | None = None,
-                store: Any = None, catalog: Mapping[str, Iterable[str]] | None = None,
+                store: Store | None = None, catalog: Mapping[str, Iterable[str]] | None = None,
                 local_workers: int | None = None, only_cells: Iterable[Cell] | None = None) -> StartedRun:
     """Create the run of ``config`` at ``revision`` and dispatch its jobs; return without waiting.
 
@@ -190,19 +218,18 @@ def start_sweep(settings: Settings, config: SweepConfig, revision: str = "WORKTR
         raise
 
 
-def _start_run(settings: Settings, store: Any, config: SweepConfig, cells: list[Any], revision: str,
-               trigger: str, baseline: str | None, dedup_key: str | None, pool: Any) -> StartedRun:
+def _start_run(settings: Settings, store: Store, config: SweepConfig, cells: list[PlannedCell], revision: str,
+               trigger: str, baseline: str | None, dedup_key: str | None, pool: LocalPool | None) -> StartedRun:
     """The rest of :func:`start_sweep`, with its (prestarted) local pool, if any."""
     sha, parent, info = _describe_revision(settings, revision)
     base = resolve_revision(settings, baseline) if baseline else parent
     from workers.revisions import SHA_RE
 
     # a commit's own chain covers its parents; a WORKTREE key's parent is HEAD
-    roots = [sha] if SHA_RE.match(sha) else list(info.get("parents") or [])[:1]
+    roots = [sha] if SHA_RE.match(sha) else list(info.parents[:1])
     for root in dict.fromkeys(r for r in [*roots, base] if r and SHA_RE.match(r)):
         record_ancestry(settings, store, root)
-    store.upsert_revision(sha, parents=info.get("parents", []), branch=info.get("branch"),
-                          author=info.get("author"), message=info.get("message"))
+    store.upsert_revision(sha, parents=info.parents, branch=info.branch, author=info.author, message=info.message)
     meta = run_meta.encode(cells, revision)
     meta["confirm_pairs"] = settings.confirm_pairs  # timing regressions are confirmed before the run ends
     # [[nodes]] regexes matching nothing
@@ -244,9 +271,9 @@ def start_nightly(settings: Settings, sweep: str = "full", day: date | None = No
     return started.run_id if started.created else None
 
 
-def wait_for_run(store: Any, run_id: int, on_progress: ProgressCallback | None = None,
+def wait_for_run(store: Store, run_id: int, on_progress: ProgressCallback | None = None,
                  poll: float = 0.5, timeout: float | None = None,
-                 wake: Callable[[float], object] | None = None) -> Any:
+                 wake: Callable[[float], object] | None = None) -> RunInfo:
     """Block until no job of the run is pending and its confirmation (if any) is over, then finish it;
     return its final RunInfo.
 

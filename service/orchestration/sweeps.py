@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 from amp_pass.errors import PolicyError
 from amp_pass.policy import load_policy, unmatched_node_rules
 from service.errors import UserError
+from service.json_types import JsonObject
 from service.settings import parse_duration
 from service.vocabulary import DTYPES as DTYPES  # re-exported: a sweep's dtypes
 from service.vocabulary import POLICY_NAMES as POLICY_NAMES
@@ -62,7 +62,7 @@ class PlannedCell:
         """(model, dtype, policy, target)."""
         return (self.model, self.dtype, self.policy, self.target)
 
-    def options(self) -> dict[str, Any]:
+    def options(self) -> JsonObject:
         """The per-job options stored in the run's meta (JSON-ready)."""
         return {"repeats": self.repeats, "timeout": self.timeout, "zoo": self.zoo}
 
@@ -92,7 +92,7 @@ class SweepConfig:
         return None if self.zoo is None else Path(self.zoo)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<sweep>", base_dir: Path | None = None
+    def from_dict(cls, data: Mapping[str, object], source: str = "<sweep>", base_dir: Path | None = None
                   ) -> SweepConfig:
         """Validate a parsed TOML table; every problem is a one-line SweepConfigError naming ``source``.
         Policy file and zoo manifest paths are relative to ``base_dir`` (default: the current directory)."""
@@ -126,9 +126,8 @@ class SweepConfig:
         if not isinstance(raw_overrides, list):
             raise SweepConfigError(f"{source}: 'override' must be an array of tables ([[override]])")
         overrides = tuple(_override(o, f"{source}: override #{i + 1}") for i, o in enumerate(raw_overrides))
-        zoo = data.get("zoo")
-        if zoo is not None:
-            zoo = _resolve_zoo(zoo, base_dir or Path.cwd(), source)
+        raw_zoo = data.get("zoo")
+        zoo = _resolve_zoo(raw_zoo, base_dir or Path.cwd(), source) if raw_zoo is not None else None
         return cls(name=name, models=names("models"), dtypes=dtypes, policies=tuple(dict.fromkeys(policies)),
                    targets=targets, repeats=repeats, description=str(data.get("description", "")),
                    overrides=overrides, zoo=zoo, policy_files=policy_files)
@@ -217,7 +216,7 @@ class SweepConfig:
         return warnings
 
     def warnings_meta(self, cells: Iterable[PlannedCell], cache_dir: Path, data_dir: Path | None = None
-                      ) -> dict[str, Any]:
+                      ) -> dict[str, list[str]]:
         """``{"warnings": [...]}`` for the run's meta (:meth:`node_rule_warnings` over this sweep's zoo,
         with the user zoo under ``data_dir``, models fetched into ``cache_dir`` as jobs would), or ``{}``
         when there is nothing to say."""
@@ -282,7 +281,7 @@ def resolve_policy(policy: str, base_dir: Path, source: str, files: dict[str, st
     return str(path)
 
 
-def _resolve_zoo(zoo: Any, base_dir: Path, source: str) -> str:
+def _resolve_zoo(zoo: object, base_dir: Path, source: str) -> str:
     """A sweep's ``zoo`` manifest as an absolute path (relative to ``base_dir``); it must exist."""
     if not isinstance(zoo, str) or not zoo:
         raise SweepConfigError(f"{source}: 'zoo' must be a manifest path")
@@ -293,13 +292,13 @@ def _resolve_zoo(zoo: Any, base_dir: Path, source: str) -> str:
     return str(path)
 
 
-def _positive_int(value: Any, what: str) -> int:
+def _positive_int(value: object, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise SweepConfigError(f"{what} must be a positive integer, got {value!r}")
     return value
 
 
-def _override(raw: Any, what: str) -> Override:
+def _override(raw: object, what: str) -> Override:
     if not isinstance(raw, dict):
         raise SweepConfigError(f"{what}: must be a table")
     unknown = sorted(set(raw) - {"match", "skip", "repeats", "timeout"})

@@ -21,8 +21,9 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING
 
 from celery import Task
 from celery.signals import worker_process_init
@@ -44,11 +45,17 @@ from service.vocabulary import FINAL_JOB_STATES
 from workers.cell import run_cell as _run_cell
 from workers.result import JobResult
 
+if TYPE_CHECKING:
+    from service.db.records import JobInfo
+    from service.db.store import Store
+    from service.json_types import JsonObject, JsonValue
+    from service.orchestration.jobs import JobRun
+
 log = logging.getLogger(__name__)
 
 
-@worker_process_init.connect
-def preload_job_code(**_: Any) -> None:
+@worker_process_init.connect  # type: ignore[untyped-decorator]  # celery publishes no types
+def preload_job_code(**_: object) -> None:
     """In each Celery pool child, once, before its first job: fork the conversion fork server while
     the child has one thread (:func:`workers.zygotes.start_forkserver`: numpy, onnx and onnx_ir
     imported once, each revision's zygote forked from it), then import the job code, so no job of
@@ -60,7 +67,7 @@ def preload_job_code(**_: Any) -> None:
 
 
 def run_cell(cell: tuple[str, str, str, str], revision: str, settings: Settings,
-             options: dict[str, Any] | None = None) -> JobResult:
+             options: JsonObject | None = None) -> JobResult:
     """:func:`workers.cell.run_cell` with the worker config of ``settings`` for the job's pass repository
     (:func:`~service.orchestration.jobs.job_worker_config`: the webhook's repository when ``options`` name one;
     a module-level name, so a test worker can wrap it)."""
@@ -68,7 +75,7 @@ def run_cell(cell: tuple[str, str, str, str], revision: str, settings: Settings,
 
 
 def execute_job(job_id: int, settings: Settings, worker: str | None = None,
-                store: Any = None) -> str:
+                store: Store | None = None) -> str:
     """One delivery of job ``job_id``; returns the job's status afterwards.
 
     Guarantees: a job whose status is already final is left alone (redelivery after the result was
@@ -95,14 +102,15 @@ def execute_job(job_id: int, settings: Settings, worker: str | None = None,
     from celery.exceptions import SoftTimeLimitExceeded
 
     options = scheduler.cell_options(run, job.cell)
+    partial: JobResult | None
     with soft_limit_watch() as fired:
         try:
-            result = run_cell(job.cell, run.revision_sha, settings, options)
+            partial = run_cell(job.cell, run.revision_sha, settings, options)
         except SoftTimeLimitExceeded:
             fired.append(True)
-            result = None
-    if fired:
-        result = timeout_result(job, run, settings, result)
+            partial = None
+    # (partial is None only when the limit fired)
+    result = timeout_result(job, run, settings, partial) if fired or partial is None else partial
     status, pending = complete_job(store, run, job, result)  # two statements, one commit, one read
     if not pending:
         scheduler.finish_if_complete(store, run.id, settings)  # the run's last job only
@@ -126,7 +134,7 @@ def soft_limit_watch() -> Iterator[list[bool]]:
         yield fired
         return
 
-    def noted(signum: int, frame: Any) -> Any:
+    def noted(signum: int, frame: FrameType | None) -> object:
         fired.append(True)
         return previous(signum, frame)
 
@@ -137,7 +145,7 @@ def soft_limit_watch() -> Iterator[list[bool]]:
         signal.signal(sig, previous)
 
 
-def timeout_result(job: Any, run: Any, settings: Settings, partial: JobResult | None = None) -> JobResult:
+def timeout_result(job: JobInfo, run: JobRun, settings: Settings, partial: JobResult | None = None) -> JobResult:
     """The ``timeout`` result of a job stopped by the soft time limit: ``partial`` (what the job code
     returned after the exception, e.g. its timings) with its status replaced, the message naming the
     limit and keeping what the job said."""
@@ -152,10 +160,10 @@ def timeout_result(job: Any, run: Any, settings: Settings, partial: JobResult | 
     return partial
 
 
-_STORES: dict[tuple[int, str], Any] = {}
+_STORES: dict[tuple[int, str], Store] = {}
 
 
-def _process_store(settings: Settings) -> Any:
+def _process_store(settings: Settings) -> Store:
     """One Store per (process, database URL): engines are never shared across a fork."""
     key = (os.getpid(), settings.effective_database_url)
     if key not in _STORES:
@@ -196,31 +204,33 @@ def record_failure(job_id: int, settings: Settings, exc: BaseException) -> None:
             store.dispose()
 
 
-class JobTask(Task):
+class JobTask(Task):  # type: ignore[misc]  # celery publishes no types: Task is Any to mypy
     """Base of ``ampci.run_job``: failures (also hard time limits, handled in the pool parent) are
     recorded on the job instead of leaving it ``running``."""
 
-    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+    def on_failure(self, exc: BaseException, task_id: str, args: Sequence[JsonValue], kwargs: Mapping[str, JsonValue],
+                   einfo: object) -> None:
         if args:
             record_failure(int(args[0]), app_settings(app), exc)
 
 
-@app.task(name=RUN_JOB_TASK, base=JobTask, acks_late=True, bind=True, ignore_result=True,
+@app.task(name=RUN_JOB_TASK, base=JobTask, acks_late=True, bind=True, ignore_result=True,  # type: ignore[untyped-decorator]  # celery publishes no types
           autoretry_for=(DatabaseUnavailableError,), retry_backoff=5, retry_backoff_max=300,
           retry_kwargs={"max_retries": 30})
-def run_job_task(self: Any, job_id: int, revision: str) -> str:
+def run_job_task(self: JobTask, job_id: int, revision: str) -> str:
     """Celery adapter of :func:`execute_job` (``revision`` is carried for logs and routing only).
     An unreachable database is retried with backoff (the attempt was not counted)."""
     return execute_job(int(job_id), app_settings(app), worker=f"{self.request.hostname}:{os.getpid()}")
 
 
-@app.task(name=NIGHTLY_TASK, acks_late=True, soft_time_limit=CONTROL_TIME_LIMITS[0], time_limit=CONTROL_TIME_LIMITS[1])
+@app.task(name=NIGHTLY_TASK, acks_late=True, soft_time_limit=CONTROL_TIME_LIMITS[0],  # type: ignore[untyped-decorator]  # celery publishes no types
+          time_limit=CONTROL_TIME_LIMITS[1])
 def nightly_sweep_task(sweep: str) -> int | None:
     """Celery adapter of :func:`service.orchestration.scheduler.start_nightly` (deduplicated per UTC date)."""
     return scheduler.start_nightly(app_settings(app), sweep)
 
 
-@app.task(name=RECONCILE_TASK, ignore_result=True, soft_time_limit=CONTROL_TIME_LIMITS[0],
+@app.task(name=RECONCILE_TASK, ignore_result=True, soft_time_limit=CONTROL_TIME_LIMITS[0],  # type: ignore[untyped-decorator]  # celery publishes no types
           time_limit=CONTROL_TIME_LIMITS[1])
 def reconcile_task() -> list[int]:
     """Celery adapter of :func:`service.orchestration.reconcile.resend_lost_jobs` (grace ``AMPCI_RECONCILE_GRACE``),
