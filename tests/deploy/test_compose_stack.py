@@ -7,7 +7,8 @@ on ``worker-cpu`` with 6 results (the pull request against the base tip), result
 read back through ``GET /api/runs/{id}`` and the ``ampci`` CLI inside the api container, a worker
 container killed mid-job has its job redelivered and the run still ends with one result per cell,
 a Redis restart loses no queued job, ``/healthz`` names the dependency that is down, bad
-configuration is one line in ``docker compose logs``, and ``down -v`` leaves nothing behind.  The credentials reach the api container alone, a worker
+configuration is one line in ``docker compose logs``, the stack's image started against a checkout whose code
+changed since the build refuses with one line, and ``down -v`` leaves nothing behind.  The credentials reach the api container alone, a worker
 container can make the full pass sandbox (deploy/seccomp-worker.json), and a hostile pass revision
 run through the stack reaches neither PostgreSQL nor Redis nor the API from its conversion.
 
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,6 +34,7 @@ import yaml
 
 import service.settings as settings_module
 from deploy.images import LOCAL_OVERRIDE, build_base_images, compose_command, docker_env, ensure_dockerd
+from deploy.source_digest import CHECKOUT, EXIT_STALE, SOURCE_PATHS
 from tests.deploy.stack import (
     REMOTE_IN_CONTAINER,
     ROOT,
@@ -389,6 +393,33 @@ def test_bad_configuration_is_one_line_in_compose_logs(stack: Stack) -> None:
             (st := stack.container(s)["State"])["Status"] == "exited" and st), timeout=60)
         assert state["ExitCode"] == code, (service, state)
     stack.run("rm", "-f", "-s", *bad_services, files=[bad], timeout=60)
+
+
+def test_a_stale_image_refuses_to_start(stack: Stack, tmp_path: Path) -> None:
+    """The stack's image started because it matches this checkout (deploy/source_digest.py); against a checkout
+    whose code changed after the build, the same image, started as compose starts it, refuses with one line."""
+    api = stack.container("api")
+    assert api["Config"]["Entrypoint"][:4] == ["python3", "/app/deploy/source_digest.py", "run", str(CHECKOUT)]
+    mounts = {m["Destination"]: m for m in api["Mounts"]}
+    for rel in SOURCE_PATHS:
+        assert mounts[f"{CHECKOUT}/{rel}"]["RW"] is False, rel
+    assert "/srv/ampci-checkout/.env" not in mounts and not any(m["Source"] == str(ROOT) for m in mounts.values())
+    moved_on = tmp_path / "checkout"
+    moved_on.mkdir()
+    moved_on.chmod(0o755)
+    shutil.copytree(ROOT / "service", moved_on / "service", ignore=shutil.ignore_patterns("__pycache__"))
+    settings_py = moved_on / "service" / "settings.py"
+    settings_py.write_text(settings_py.read_text() + "# changed after the image was built\n")
+    volumes = [arg for rel in SOURCE_PATHS
+               for arg in ("-v", f"{moved_on / rel if rel == 'service' else ROOT / rel}:{CHECKOUT}/{rel}:ro")]
+    # the image of the running stack by id (the tag ampci:latest is shared with any other build on the machine)
+    stale = subprocess.run(["docker", "run", "--rm", "--network", "none", *volumes, "--entrypoint", "python3",
+                            api["Image"], *api["Config"]["Entrypoint"][1:], "ampci", "--help"],
+                           capture_output=True, text=True, timeout=120)
+    assert stale.returncode == EXIT_STALE and stale.stdout == "", stale.stdout
+    [line] = stale.stderr.splitlines()
+    assert line.startswith("ampci: error: this image was built from other code than the checkout"), line
+    assert "(differs: service)" in line and "docker compose up -d --build" in line
 
 
 def test_missing_webhook_secret_fails_up_with_one_line(stack: Stack) -> None:
