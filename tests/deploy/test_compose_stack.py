@@ -53,6 +53,7 @@ SECRET = "deploy-test-secret"
 REPO = "acme/amp-pass"
 CELLS = 6  # sweeps/smoke.toml: 3 smoke models x fp16/bf16 x default x cpu
 HEALTHY = ("postgres", "redis", "api", "beat", "worker-cpu")
+AMPCI_SERVICES = ("migrate", "api", "beat", "worker-cpu")  # the CPU stack's services built from the Dockerfile
 API_TOKEN = "deploy-test-api-token"
 GITHUB_TOKEN = "ghs_" + "D" * 36
 CREDENTIALS = set(settings_module.CREDENTIALS)
@@ -97,10 +98,15 @@ def stack(remote: tuple[Path, Path]) -> Iterator[Stack]:
                AMPCI_GITHUB_API_URL="http://127.0.0.1:9",  # statuses go nowhere (refused at once)
                AMPCI_PASS_REPO_ALLOW_FILE="true")  # the "remote" is a bare repository mounted as file://
     project = f"ampcitest{uuid.uuid4().hex[:10]}"
-    st = Stack(compose, project, [ROOT / "docker-compose.yml", LOCAL_OVERRIDE, remote[1]], env, port=port)
+    # The image under a tag of this run's own: ampci:latest is shared by every checkout on the machine, and a
+    # concurrent build from another one would swap the code under this stack (its containers would then refuse
+    # to start: deploy/source_digest.py).
+    tagged = remote[1].parent / "image.yml"
+    tagged.write_text(json.dumps({"services": {s: {"image": _image(project)} for s in AMPCI_SERVICES}}))
+    st = Stack(compose, project, [ROOT / "docker-compose.yml", LOCAL_OVERRIDE, remote[1], tagged], env, port=port)
     try:
         t1 = time.monotonic()
-        st.run("build", "migrate", timeout=1500)  # api, beat and worker-cpu share this image (ampci:latest)
+        st.run("build", "migrate", timeout=1500)  # api, beat and worker-cpu share this image
         TIMINGS["build ampci image"] = round(time.monotonic() - t1, 1)
         TIMINGS["images total"] = round(time.monotonic() - t0, 1)
         t2 = time.monotonic()
@@ -113,13 +119,20 @@ def stack(remote: tuple[Path, Path]) -> Iterator[Stack]:
             if any(h != "healthy" and s in HEALTHY for s, h in st.health().items()):
                 print(st.logs()[-6000:])
         finally:
-            st.down(files=[_bad_config_file()])
+            st.down(files=[_bad_config_file(_image(project))])
             left = st.resources()
+            # the run's tag goes; its layers stay (--no-prune) as the next build's cache
+            subprocess.run(["docker", "rmi", "--no-prune", _image(project)], capture_output=True, timeout=120)
             TIMINGS["test total"] = round(time.monotonic() - t0, 1)
             out = ROOT / "artifacts" / "deploy_timings.json"
             out.parent.mkdir(exist_ok=True)
             out.write_text(json.dumps(TIMINGS, indent=2) + "\n")
             assert not any(left.values()), f"`down -v` left resources of {project}: {left}"
+
+
+def _image(project: str) -> str:
+    """The ampci image of the test's compose project (a tag of its own, see the ``stack`` fixture)."""
+    return f"{project}-ampci:latest"
 
 
 def _api(stack: Stack) -> str:
@@ -344,11 +357,11 @@ def test_a_hostile_pass_revision_reaches_no_service(stack: Stack) -> None:
         assert found["pids"] <= 2, f"the pass saw {found['pids']} processes"
 
 
-def _bad_config_file() -> Path:
-    """A compose override with four misconfigured services (written next to the test's other files)."""
+def _bad_config_file(image: str) -> Path:
+    """A compose override with four misconfigured services of ``image`` (written next to the test's other files)."""
     path = ROOT / "artifacts" / "deploy-bad-config.yml"
     path.parent.mkdir(exist_ok=True)
-    common = {"image": "ampci:latest", "restart": "no"}
+    common = {"image": image, "restart": "no"}
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["worker-cpu"]
     worker = {**common, "security_opt": compose["security_opt"], "cap_drop": compose["cap_drop"]}
     good = {"AMPCI_DATABASE_URL": "postgresql+psycopg://ampci:ampci@postgres:5432/ampci",
@@ -368,7 +381,7 @@ def _bad_config_file() -> Path:
 
 
 def test_bad_configuration_is_one_line_in_compose_logs(stack: Stack) -> None:
-    bad = _bad_config_file()
+    bad = _bad_config_file(_image(stack.project))
     bad_services = ("bad-db-password", "bad-broker", "bad-queue", "no-sandbox")
     stack.run("up", "-d", "--no-deps", "--no-build", *bad_services, files=[bad], timeout=120)
     expect = {"bad-db-password": "ampci: error: database unavailable at postgresql+psycopg://ampci:***@postgres",
@@ -412,7 +425,7 @@ def test_a_stale_image_refuses_to_start(stack: Stack, tmp_path: Path) -> None:
     settings_py.write_text(settings_py.read_text() + "# changed after the image was built\n")
     volumes = [arg for rel in SOURCE_PATHS
                for arg in ("-v", f"{moved_on / rel if rel == 'service' else ROOT / rel}:{CHECKOUT}/{rel}:ro")]
-    # the image of the running stack by id (the tag ampci:latest is shared with any other build on the machine)
+    # the image of the running stack, by id
     stale = subprocess.run(["docker", "run", "--rm", "--network", "none", *volumes, "--entrypoint", "python3",
                             api["Image"], *api["Config"]["Entrypoint"][1:], "ampci", "--help"],
                            capture_output=True, text=True, timeout=120)
