@@ -35,8 +35,11 @@ print('\n'.join(sys.argv[1] + d[len('onnxruntime-gpu'):] if d.startswith('onnxru
  && cat /tmp/requirements.txt \
  && pip install -r /tmp/requirements.txt \
  && rm /tmp/pyproject.toml /tmp/requirements.txt
+# The digest of the code as copied (deploy/source_digest.py): docker-compose.yml starts every service through
+# `source_digest.py run`, which compares it with the checkout's code and refuses to start a stale image.
 COPY --chown=10001:10001 . .
-RUN pip install --no-deps -e . \
+RUN python3 deploy/source_digest.py write /app /opt/ampci/source-digest.json \
+ && pip install --no-deps -e . \
  && chown -R ampci:ampci /app
 USER ampci
 # The pass repository must resolve for the service user, and no .env (secrets) may be in the image.

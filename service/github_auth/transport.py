@@ -3,10 +3,13 @@
 A hostile or broken answer must not stall the reporter (issue 33, point 7), so every exchange of
 :class:`BoundedHTTP` guarantees:
 
-* **a total deadline**: connecting, sending and reading the whole answer end ``deadline`` seconds
-  after the call began, however the server paces its bytes (a socket timeout per read would let a
-  server trickling one byte every 5 s hold the call for ever).  Every socket operation of the call
-  waits at most the time left (:class:`_DeadlineBackend`), so a trickle is cut at the deadline;
+* **a total deadline**: resolving the host name, connecting, sending and reading the whole answer end
+  ``deadline`` seconds after the call began, however the server paces its bytes (a socket timeout per
+  read would let a server trickling one byte every 5 s hold the call for ever) and however long the
+  resolver takes.  Every socket operation of the call waits at most the time left
+  (:class:`_DeadlineBackend`), so a trickle is cut at the deadline; the name is resolved in a daemon
+  thread joined with the time left (:func:`_resolve`), so a hanging resolver is abandoned at the
+  deadline (a late answer is dropped) instead of blocking ``getaddrinfo`` for as long as it likes;
 * **a size cap**: at most ``max_bytes`` are read off the wire (a larger ``Content-Length`` is refused
   before reading) and at most ``max_bytes`` are decoded from a ``gzip`` or ``deflate`` answer, so a
   decompression bomb costs ``max_bytes`` of memory, not its expansion;
@@ -20,8 +23,10 @@ A hostile or broken answer must not stall the reporter (issue 33, point 7), so e
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
+import socket
 import ssl
 import threading
 import time
@@ -39,6 +44,7 @@ MIN_RETRY_DELAY = 1.0                 # a Retry-After of 0 or less still waits t
 MAX_RETRY_DELAY = 3600.0              # GitHub's primary rate limit resets within an hour
 DEFAULT_RATE_LIMIT_DELAY = 60.0       # a rate limit that names no delay (GitHub's advice: a minute)
 _CHUNK = 64 * 1024
+MAX_PENDING_RESOLUTIONS = 16          # abandoned lookups still hanging: beyond this, refuse at once
 
 
 class ExchangeError(Exception):
@@ -162,16 +168,84 @@ class _DeadlineStream(httpcore.NetworkStream):
         return self._inner.get_extra_info(info)
 
 
+_pending_lock = threading.Lock()
+_pending = 0  # lookups running in a daemon thread right now (abandoned ones included)
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _resolve(host: str, port: int, timeout: float | None) -> list[str]:
+    """The addresses of ``host`` (in the resolver's order, duplicates dropped) within ``timeout``
+    (None: the deadline's time left).
+
+    ``socket.getaddrinfo`` cannot be interrupted, so it runs in a daemon thread that is joined with
+    the time left: when the deadline passes first, the lookup is abandoned (its late answer dropped)
+    and httpcore's ConnectTimeout is raised.  A failed lookup is a one-line ConnectError.  At most
+    :data:`MAX_PENDING_RESOLUTIONS` lookups may hang at once: beyond that a call is refused at once
+    (a ConnectError), so a dead resolver cannot pile up threads."""
+    global _pending
+    if _is_address(host):
+        return [host]
+    wait = _bounded(timeout, httpcore.ConnectTimeout)
+    outcome: list[list[str] | BaseException] = []
+    done = threading.Event()
+
+    def lookup() -> None:
+        global _pending
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            outcome.append(list(dict.fromkeys(str(info[4][0]) for info in infos)))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller (or dropped when abandoned)
+            outcome.append(exc)
+        finally:
+            with _pending_lock:
+                _pending -= 1
+            done.set()
+
+    with _pending_lock:
+        if _pending >= MAX_PENDING_RESOLUTIONS:
+            raise httpcore.ConnectError(f"name resolution of {host[:100]}: {_pending} earlier lookups still "
+                                        "pending (the resolver does not answer)")
+        _pending += 1
+    threading.Thread(target=lookup, name=f"resolve {host[:60]}", daemon=True).start()
+    if not done.wait(wait):
+        raise httpcore.ConnectTimeout(f"name resolution of {host[:100]} did not end in time")
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        reason = str(result).splitlines()[0][:200] if str(result) else type(result).__name__
+        raise httpcore.ConnectError(f"name resolution of {host[:100]} failed: {reason}")
+    if not result:
+        raise httpcore.ConnectError(f"name resolution of {host[:100]} gave no address")
+    return result
+
+
 class _DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's socket backend with every connect, read and write bounded by the exchange's deadline."""
+    """httpcore's socket backend with every name resolution, connect, read and write bounded by the
+    exchange's deadline."""
 
     def __init__(self) -> None:
         self._inner = httpcore.SyncBackend()
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                     socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None) -> httpcore.NetworkStream:
-        return _DeadlineStream(self._inner.connect_tcp(host, port, _bounded(timeout, httpcore.ConnectTimeout),
-                                                       local_address, socket_options))
+        # Resolved here, within the deadline; each address is then connected to as a literal (no second
+        # lookup), in the resolver's order, as socket.create_connection would.  TLS still verifies the
+        # host name: httpcore passes it to start_tls as server_hostname.
+        failure: httpcore.ConnectError | None = None
+        for address in _resolve(host, port, timeout):
+            try:
+                return _DeadlineStream(self._inner.connect_tcp(
+                    address, port, _bounded(timeout, httpcore.ConnectTimeout), local_address, socket_options))
+            except httpcore.ConnectError as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
 
     def connect_unix_socket(self, path: str, timeout: float | None = None,
                             socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None) -> httpcore.NetworkStream:

@@ -7,7 +7,8 @@ on ``worker-cpu`` with 6 results (the pull request against the base tip), result
 read back through ``GET /api/runs/{id}`` and the ``ampci`` CLI inside the api container, a worker
 container killed mid-job has its job redelivered and the run still ends with one result per cell,
 a Redis restart loses no queued job, ``/healthz`` names the dependency that is down, bad
-configuration is one line in ``docker compose logs``, and ``down -v`` leaves nothing behind.  The credentials reach the api container alone, a worker
+configuration is one line in ``docker compose logs``, the stack's image started against a checkout whose code
+changed since the build refuses with one line, and ``down -v`` leaves nothing behind.  The credentials reach the api container alone, a worker
 container can make the full pass sandbox (deploy/seccomp-worker.json), and a hostile pass revision
 run through the stack reaches neither PostgreSQL nor Redis nor the API from its conversion.
 
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,6 +34,7 @@ import yaml
 
 import service.settings as settings_module
 from deploy.images import LOCAL_OVERRIDE, build_base_images, compose_command, docker_env, ensure_dockerd
+from deploy.source_digest import CHECKOUT, EXIT_STALE, SOURCE_PATHS
 from tests.deploy.stack import (
     REMOTE_IN_CONTAINER,
     ROOT,
@@ -49,6 +53,7 @@ SECRET = "deploy-test-secret"
 REPO = "acme/amp-pass"
 CELLS = 6  # sweeps/smoke.toml: 3 smoke models x fp16/bf16 x default x cpu
 HEALTHY = ("postgres", "redis", "api", "beat", "worker-cpu")
+AMPCI_SERVICES = ("migrate", "api", "beat", "worker-cpu")  # the CPU stack's services built from the Dockerfile
 API_TOKEN = "deploy-test-api-token"
 GITHUB_TOKEN = "ghs_" + "D" * 36
 CREDENTIALS = set(settings_module.CREDENTIALS)
@@ -93,10 +98,15 @@ def stack(remote: tuple[Path, Path]) -> Iterator[Stack]:
                AMPCI_GITHUB_API_URL="http://127.0.0.1:9",  # statuses go nowhere (refused at once)
                AMPCI_PASS_REPO_ALLOW_FILE="true")  # the "remote" is a bare repository mounted as file://
     project = f"ampcitest{uuid.uuid4().hex[:10]}"
-    st = Stack(compose, project, [ROOT / "docker-compose.yml", LOCAL_OVERRIDE, remote[1]], env, port=port)
+    # The image under a tag of this run's own: ampci:latest is shared by every checkout on the machine, and a
+    # concurrent build from another one would swap the code under this stack (its containers would then refuse
+    # to start: deploy/source_digest.py).
+    tagged = remote[1].parent / "image.yml"
+    tagged.write_text(json.dumps({"services": {s: {"image": _image(project)} for s in AMPCI_SERVICES}}))
+    st = Stack(compose, project, [ROOT / "docker-compose.yml", LOCAL_OVERRIDE, remote[1], tagged], env, port=port)
     try:
         t1 = time.monotonic()
-        st.run("build", "migrate", timeout=1500)  # api, beat and worker-cpu share this image (ampci:latest)
+        st.run("build", "migrate", timeout=1500)  # api, beat and worker-cpu share this image
         TIMINGS["build ampci image"] = round(time.monotonic() - t1, 1)
         TIMINGS["images total"] = round(time.monotonic() - t0, 1)
         t2 = time.monotonic()
@@ -109,13 +119,20 @@ def stack(remote: tuple[Path, Path]) -> Iterator[Stack]:
             if any(h != "healthy" and s in HEALTHY for s, h in st.health().items()):
                 print(st.logs()[-6000:])
         finally:
-            st.down(files=[_bad_config_file()])
+            st.down(files=[_bad_config_file(_image(project))])
             left = st.resources()
+            # the run's tag goes; its layers stay (--no-prune) as the next build's cache
+            subprocess.run(["docker", "rmi", "--no-prune", _image(project)], capture_output=True, timeout=120)
             TIMINGS["test total"] = round(time.monotonic() - t0, 1)
             out = ROOT / "artifacts" / "deploy_timings.json"
             out.parent.mkdir(exist_ok=True)
             out.write_text(json.dumps(TIMINGS, indent=2) + "\n")
             assert not any(left.values()), f"`down -v` left resources of {project}: {left}"
+
+
+def _image(project: str) -> str:
+    """The ampci image of the test's compose project (a tag of its own, see the ``stack`` fixture)."""
+    return f"{project}-ampci:latest"
 
 
 def _api(stack: Stack) -> str:
@@ -340,11 +357,11 @@ def test_a_hostile_pass_revision_reaches_no_service(stack: Stack) -> None:
         assert found["pids"] <= 2, f"the pass saw {found['pids']} processes"
 
 
-def _bad_config_file() -> Path:
-    """A compose override with four misconfigured services (written next to the test's other files)."""
+def _bad_config_file(image: str) -> Path:
+    """A compose override with four misconfigured services of ``image`` (written next to the test's other files)."""
     path = ROOT / "artifacts" / "deploy-bad-config.yml"
     path.parent.mkdir(exist_ok=True)
-    common = {"image": "ampci:latest", "restart": "no"}
+    common = {"image": image, "restart": "no"}
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["worker-cpu"]
     worker = {**common, "security_opt": compose["security_opt"], "cap_drop": compose["cap_drop"]}
     good = {"AMPCI_DATABASE_URL": "postgresql+psycopg://ampci:ampci@postgres:5432/ampci",
@@ -364,7 +381,7 @@ def _bad_config_file() -> Path:
 
 
 def test_bad_configuration_is_one_line_in_compose_logs(stack: Stack) -> None:
-    bad = _bad_config_file()
+    bad = _bad_config_file(_image(stack.project))
     bad_services = ("bad-db-password", "bad-broker", "bad-queue", "no-sandbox")
     stack.run("up", "-d", "--no-deps", "--no-build", *bad_services, files=[bad], timeout=120)
     expect = {"bad-db-password": "ampci: error: database unavailable at postgresql+psycopg://ampci:***@postgres",
@@ -389,6 +406,33 @@ def test_bad_configuration_is_one_line_in_compose_logs(stack: Stack) -> None:
             (st := stack.container(s)["State"])["Status"] == "exited" and st), timeout=60)
         assert state["ExitCode"] == code, (service, state)
     stack.run("rm", "-f", "-s", *bad_services, files=[bad], timeout=60)
+
+
+def test_a_stale_image_refuses_to_start(stack: Stack, tmp_path: Path) -> None:
+    """The stack's image started because it matches this checkout (deploy/source_digest.py); against a checkout
+    whose code changed after the build, the same image, started as compose starts it, refuses with one line."""
+    api = stack.container("api")
+    assert api["Config"]["Entrypoint"][:4] == ["python3", "/app/deploy/source_digest.py", "run", str(CHECKOUT)]
+    mounts = {m["Destination"]: m for m in api["Mounts"]}
+    for rel in SOURCE_PATHS:
+        assert mounts[f"{CHECKOUT}/{rel}"]["RW"] is False, rel
+    assert "/srv/ampci-checkout/.env" not in mounts and not any(m["Source"] == str(ROOT) for m in mounts.values())
+    moved_on = tmp_path / "checkout"
+    moved_on.mkdir()
+    moved_on.chmod(0o755)
+    shutil.copytree(ROOT / "service", moved_on / "service", ignore=shutil.ignore_patterns("__pycache__"))
+    settings_py = moved_on / "service" / "settings.py"
+    settings_py.write_text(settings_py.read_text() + "# changed after the image was built\n")
+    volumes = [arg for rel in SOURCE_PATHS
+               for arg in ("-v", f"{moved_on / rel if rel == 'service' else ROOT / rel}:{CHECKOUT}/{rel}:ro")]
+    # the image of the running stack, by id
+    stale = subprocess.run(["docker", "run", "--rm", "--network", "none", *volumes, "--entrypoint", "python3",
+                            api["Image"], *api["Config"]["Entrypoint"][1:], "ampci", "--help"],
+                           capture_output=True, text=True, timeout=120)
+    assert stale.returncode == EXIT_STALE and stale.stdout == "", stale.stdout
+    [line] = stale.stderr.splitlines()
+    assert line.startswith("ampci: error: this image was built from other code than the checkout"), line
+    assert "(differs: service)" in line and "docker compose up -d --build" in line
 
 
 def test_missing_webhook_secret_fails_up_with_one_line(stack: Stack) -> None:
