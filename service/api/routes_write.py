@@ -4,16 +4,18 @@ false positive."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.responses import JSONResponse
 
+from service.api.context import AppContext
 from service.api.routes_read import Id
 from service.errors import UserError
 from service.github.events import check_repository
 from service.github.sanitize import free_text
+from service.json_types import JsonObject
 from service.orchestration.judge import record_verdict
 from service.settings import Settings
 from service.web.auth import require_write
@@ -66,7 +68,7 @@ class Triage(BaseModel):
 def trigger_run(request: Request, body: ManualRun,
                 idempotency_key: Annotated[str | None, Header(pattern=r"^[A-Za-z0-9._:-]{1,100}$")] = None,
                 ) -> JSONResponse:
-    ctx = request.app.state.ctx
+    ctx: AppContext = request.app.state.ctx
     if body.repo is not None:
         check_repository(body.repo, ctx.settings)  # RepositoryNotAllowedError -> 403
     sha = resolve_api_revision(ctx.settings, body.revision)
@@ -81,9 +83,9 @@ def trigger_run(request: Request, body: ManualRun,
                         status_code=202 if submitted.created else 200)
 
 
-def _triage(request: Request, regression_id: int, body: Triage | None, false_positive: bool) -> dict[str, Any]:
+def _triage(request: Request, regression_id: int, body: Triage | None, false_positive: bool) -> JsonObject:
     body = body or Triage()
-    ctx = request.app.state.ctx
+    ctx: AppContext = request.app.state.ctx
     found = ctx.store.ack(regression_id, by=body.by, false_positive=false_positive, note=body.note)
     record_verdict(ctx.store, found.run_id)  # a false positive can turn the run's gate: the lists follow
     ctx.reporter.refresh(ctx.store, found.run_id)  # the PR report shows the new state (queued; never raises)
@@ -91,11 +93,11 @@ def _triage(request: Request, regression_id: int, body: Triage | None, false_pos
 
 
 @router.post("/regressions/{regression_id}/ack", summary="Acknowledge a finding")
-def ack(request: Request, regression_id: Id, body: Annotated[Triage | None, Body()] = None) -> dict[str, Any]:
+def ack(request: Request, regression_id: Id, body: Annotated[Triage | None, Body()] = None) -> JsonObject:
     return _triage(request, regression_id, body, false_positive=False)
 
 
 @router.post("/regressions/{regression_id}/false-positive", summary="Mark a finding a false positive")
 def false_positive(request: Request, regression_id: Id,
-                   body: Annotated[Triage | None, Body()] = None) -> dict[str, Any]:
+                   body: Annotated[Triage | None, Body()] = None) -> JsonObject:
     return _triage(request, regression_id, body, false_positive=True)
