@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from service import run_meta
+from service.db.store import Store
 from service.errors import UserError
 from service.github.approval import Approval, Approved
 from service.github.events import RunRequest
@@ -34,7 +35,6 @@ from service.vocabulary import AWAITING_APPROVAL
 if TYPE_CHECKING:
     from service.db.engine import Connection
     from service.db.records import Cell, JobInfo, NewRun, RunSpec
-    from service.db.store import Store
     from service.orchestration.localpool import LocalPool
     from service.orchestration.sweeps import PlannedCell
 

@@ -4,13 +4,12 @@ false positive."""
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.responses import JSONResponse
 
-from service.api.context import AppContext
 from service.api.routes_read import Id
 from service.errors import UserError
 from service.github.events import check_repository
@@ -19,6 +18,9 @@ from service.json_types import JsonObject
 from service.orchestration.judge import record_verdict
 from service.settings import Settings
 from service.web.auth import require_write
+
+if TYPE_CHECKING:
+    from service.api.context import AppContext
 
 router = APIRouter(prefix="/api", tags=["write"], dependencies=[Depends(require_write)])
 
@@ -68,7 +70,7 @@ class Triage(BaseModel):
 def trigger_run(request: Request, body: ManualRun,
                 idempotency_key: Annotated[str | None, Header(pattern=r"^[A-Za-z0-9._:-]{1,100}$")] = None,
                 ) -> JSONResponse:
-    ctx: AppContext = request.app.state.ctx
+    ctx = request.app.state.ctx
     if body.repo is not None:
         check_repository(body.repo, ctx.settings)  # RepositoryNotAllowedError -> 403
     sha = resolve_api_revision(ctx.settings, body.revision)
