@@ -20,7 +20,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import RedirectResponse
@@ -33,7 +33,11 @@ from service.api.errors import install_error_handlers
 from service.api.headers import SecurityHeaders
 from service.github.reporter import StatusReporter
 from service.github.webhook import WebhookProcessor, check_webhook_config
+from service.json_types import JsonObject
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.db.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +48,7 @@ ERROR_SCHEMA = {"type": "object", "required": ["error", "message"],
                                "detail": {"type": "array", "items": {"type": "object"}}}}
 
 
-def create_app(settings: Settings, *, store: Any = None, dispatcher: RunDispatcher | None = None,
+def create_app(settings: Settings, *, store: Store | None = None, dispatcher: RunDispatcher | None = None,
                reporter: StatusReporter | None = None, database_check: Probe | None = None,
                broker_check: Probe | None = None, dashboard: APIRouter | None = None,
                background: bool = True) -> FastAPI:
@@ -164,14 +168,14 @@ def _add_error_schema(app: FastAPI) -> None:
     """Publish the JSON error shape in the OpenAPI components (referenced by the webhook route)."""
     original = app.openapi
 
-    def openapi() -> dict[str, Any]:
+    def openapi() -> JsonObject:
         if app.openapi_schema is None:
             schema = original()
             schema.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
             app.openapi_schema = schema
         return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the schema
 
 
 def app_from_env() -> FastAPI:

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+from starlette.requests import HTTPConnection
 
 from service.api.dispatch import RunDispatcher
+from service.db.store import Store
+from service.github.recorder import DeliveryRecorder
 from service.github.reporter import StatusReporter
 from service.github.webhook import WebhookProcessor
 from service.settings import Settings, redact_url
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 Probe = Callable[[], tuple[bool, str]]  # () -> (reachable, one-line detail)
 
@@ -19,16 +26,22 @@ class AppContext:
     """One per app; built by :func:`service.api.app.create_app`."""
 
     settings: Settings
-    store: Any
+    store: Store
     dispatcher: RunDispatcher
     reporter: StatusReporter
     webhook: WebhookProcessor
     database_probe: Probe
     broker_probe: Probe
-    recorder: Any = None  # the webhook's DeliveryRecorder (group commit), made on first use
+    recorder: DeliveryRecorder | None = None  # the webhook's DeliveryRecorder (group commit), made on first use
 
 
-def database_probe(store: Any) -> Probe:
+def app_context(request: HTTPConnection) -> AppContext:
+    """The :class:`AppContext` of the app serving ``request`` (``create_app`` keeps it in ``app.state.ctx``)."""
+    ctx: AppContext = request.app.state.ctx  # starlette types the app of a request as Any
+    return ctx
+
+
+def database_probe(store: Store) -> Probe:
     """``SELECT 1`` over the store's engine; never raises."""
 
     def probe() -> tuple[bool, str]:
@@ -44,7 +57,7 @@ def database_probe(store: Any) -> Probe:
 
 def broker_probe(settings: Settings) -> Probe:
     """PING the Redis broker (embedded mode has none and is always reachable); never raises."""
-    client: list[Any] = []
+    client: list[Redis] = []
 
     def probe() -> tuple[bool, str]:
         if settings.embedded:

@@ -19,33 +19,42 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from service import run_meta
+from service.db.store import Store
 from service.errors import UserError
 from service.github.approval import Approval, Approved
 from service.github.events import RunRequest
 from service.github.webhook import Submitted
+from service.json_types import JsonObject
 from service.orchestration.jobs import PASS_REPO
 from service.settings import Settings
 from service.vocabulary import AWAITING_APPROVAL
 
+if TYPE_CHECKING:
+    from service.db.engine import Connection
+    from service.db.records import Cell, JobInfo, NewRun, RunSpec
+    from service.orchestration.localpool import LocalPool
+    from service.orchestration.sweeps import PlannedCell
+
 log = logging.getLogger(__name__)
 
-Planner = Callable[[str], Sequence[Any]]  # sweep name -> PlannedCell list (cell + options())
-Dispatch = Callable[[Settings, str, Sequence[Any]], None]  # (settings, revision, jobs) -> enqueue
+Planner = Callable[[str], Sequence["PlannedCell"]]  # sweep name -> PlannedCell list (cell + options())
+Dispatch = Callable[[Settings, str, Sequence["JobInfo"]], None]  # (settings, revision, jobs) -> enqueue
 
 
 def sweep_planner(data_dir: Path | None = None) -> Planner:
     """Expand built-in sweeps over the zoo manifest (merged with the user zoo under ``data_dir``), once
     per sweep name per process."""
-    cache: dict[str, Sequence[Any]] = {}
+    cache: dict[str, Sequence[PlannedCell]] = {}
     lock = threading.Lock()
 
-    def plan(sweep: str) -> Sequence[Any]:
+    def plan(sweep: str) -> Sequence[PlannedCell]:
         with lock:
             if sweep not in cache:
-                from service.orchestration.scheduler import load_sweep, zoo_catalog
+                from service.orchestration.scheduler import zoo_catalog
+                from service.orchestration.sweeps import load_sweep
 
                 cache[sweep] = load_sweep(sweep=sweep).expand(zoo_catalog(None, data_dir))
             return cache[sweep]
@@ -61,17 +70,17 @@ class CeleryDispatch:
     messages take a few milliseconds.
     """
 
-    def __call__(self, settings: Settings, revision: str, jobs: Sequence[Any]) -> None:
+    def __call__(self, settings: Settings, revision: str, jobs: Sequence[JobInfo]) -> None:
         from service.orchestration.broker import celery_app, enqueue
 
         enqueue(settings, revision, jobs, app=celery_app(settings))
 
 
-_LOCAL_POOLS: dict[tuple[int, Settings], Any] = {}
+_LOCAL_POOLS: dict[tuple[int, Settings], LocalPool] = {}
 _LOCAL_POOLS_LOCK = threading.Lock()
 
 
-def local_pool(settings: Settings) -> Any:
+def local_pool(settings: Settings) -> LocalPool:
     """This process's one embedded LocalPool for ``settings`` (made on first use): at most
     ``AMPCI_LOCAL_WORKERS`` subprocesses (default the CPU count) and one Store, so however many runs
     are dispatched the process holds at most ``AMPCI_DB_POOL_SIZE + AMPCI_DB_MAX_OVERFLOW``
@@ -80,14 +89,15 @@ def local_pool(settings: Settings) -> Any:
     with _LOCAL_POOLS_LOCK:
         pool = _LOCAL_POOLS.get(key)
         if pool is None:
-            from service.orchestration.scheduler import LocalPool, open_store
+            from service.orchestration.localpool import LocalPool
+            from service.orchestration.scheduler import open_store
 
             pool = _LOCAL_POOLS[key] = LocalPool(settings, open_store(settings),
                                                  workers=settings.local_workers or None)
     return pool
 
 
-def embedded_dispatch(settings: Settings, revision: str, jobs: Sequence[Any]) -> None:
+def embedded_dispatch(settings: Settings, revision: str, jobs: Sequence[JobInfo]) -> None:
     """Embedded mode: queue the jobs on the process's :func:`local_pool` (jobs never run in the
     request's thread; idle subprocesses are reused by the next run)."""
     local_pool(settings).submit(jobs)
@@ -106,7 +116,7 @@ class RunDispatcher:
     calling thread.
     """
 
-    def __init__(self, settings: Settings, store: Any, planner: Planner | None = None,
+    def __init__(self, settings: Settings, store: Store, planner: Planner | None = None,
                  dispatch: Dispatch | None = None, mode: str | None = None) -> None:
         from service.orchestration.scheduler import dispatch_mode
 
@@ -178,7 +188,7 @@ class RunDispatcher:
         specs: list[RunSpec] = []
         spec_of: list[int] = []
         revisions: list[RevisionRow] = []
-        plans: dict[int, Sequence[Any]] = {}
+        plans: dict[int, Sequence[PlannedCell]] = {}
         for i, (request, dedup_key) in enumerate(items):
             if request.approval == "refused":  # the intake never submits these: nothing of it may run
                 out[i] = UserError("not run: untrusted pull request (AMPCI_FORK_POLICY=never)")
@@ -191,7 +201,7 @@ class RunDispatcher:
             plans[i] = planned
             revisions.extend(RevisionRow(r.sha, tuple(r.parents), r.branch, r.author, r.message or None,
                                          r.committed_at) for r in request.revisions)
-            github: dict[str, Any] = {"repo": request.repo, "branch": request.branch, "event": request.trigger}
+            github: JsonObject = {"repo": request.repo, "branch": request.branch, "event": request.trigger}
             if request.installation is not None:  # the App installation to report with (service.github_auth.app)
                 github["installation"] = request.installation
             if request.pr_number is not None:
@@ -207,7 +217,7 @@ class RunDispatcher:
                                  self.mode,
                                  AWAITING_APPROVAL if awaiting else "queued"))
             spec_of.append(i)
-        baseline_runs: list[tuple[str, Any]] = []
+        baseline_runs: list[tuple[str, NewRun]] = []
         if specs:
             with self.store.transaction() as conn:
                 self.store.upsert_revisions(revisions, conn=conn)
@@ -225,10 +235,10 @@ class RunDispatcher:
                 except Exception as exc:  # noqa: BLE001 - the run exists; a retry redispatches
                     out[i] = exc
                 time.sleep(0)  # let request threads and the event loop take the GIL between runs
-        return out  # type: ignore[return-value]
+        return cast("list[Submitted | BaseException]", out)  # every item got its answer above
 
-    def _with_baseline_runs(self, conn: Any, specs: list[Any], plans: list[Sequence[Any]]) -> \
-            tuple[list[Any], list[tuple[str, Any]]]:
+    def _with_baseline_runs(self, conn: Connection, specs: list[RunSpec], plans: list[Sequence[PlannedCell]]) -> \
+            tuple[list[RunSpec], list[tuple[str, NewRun]]]:
         """Create (in ``conn``'s transaction) a ``manual`` run of each baseline revision for the cells of
         ``specs`` it has no result for (:mod:`service.orchestration.baseline_runs`, as ``ampci sweep`` does),
         and return ``specs`` with the runs each waits for in its meta, and the baseline runs created."""
@@ -237,7 +247,7 @@ class RunDispatcher:
         from service.db.records import RunSpec
         from service.orchestration import baseline_runs as br
 
-        wanted: dict[str, list[br.Cell]] = {}
+        wanted: dict[str, list[Cell]] = {}
         for spec in specs:
             if spec.status != "queued":  # awaiting approval: none of its work starts before that
                 continue
@@ -271,7 +281,7 @@ class RunDispatcher:
         return out, [(s.revision_sha, new) for s, new in zip(base_specs, made, strict=True) if new.created]
 
     def create(self, sha: str, trigger: str, baseline: str | None, sweep: str, dedup_key: str | None,
-               extra_meta: dict[str, Any] | None = None, redispatch: bool = False) -> Submitted:
+               extra_meta: JsonObject | None = None, redispatch: bool = False) -> Submitted:
         """Create (or find by ``dedup_key``) a run of ``sweep`` at ``sha`` and dispatch its jobs."""
         planned = self.planner(sweep)
         meta = {**run_meta.encode(planned, sha), "confirm_pairs": self.settings.confirm_pairs, **(extra_meta or {})}
@@ -320,6 +330,7 @@ class RunDispatcher:
                               "confirm_pairs": self.settings.confirm_pairs}, self.mode)
         try:
             with self.store.transaction() as conn:
+                baseline_runs: list[tuple[str, NewRun]]
                 specs, baseline_runs = [spec], []
                 if self.settings.baseline_runs:
                     specs, baseline_runs = self._with_baseline_runs(conn, specs, [planned])
@@ -337,7 +348,7 @@ class RunDispatcher:
         return Approved(run.id, True, run.revision_sha,
                         f"{what}: approved head {run.revision_sha[:12]}; run {run.id} started")
 
-    def _dispatch(self, sha: str, new: Any, redispatch: bool) -> Submitted:
+    def _dispatch(self, sha: str, new: NewRun, redispatch: bool) -> Submitted:
 
         if new.status == AWAITING_APPROVAL:  # no jobs until approved (approve)
             return Submitted(run_id=new.run_id, created=new.created, awaiting=True)
@@ -356,7 +367,7 @@ class _ApprovedMeanwhile(Exception):
     """Rolls back an approval's transaction when another approval started the run first."""
 
 
-def _pass_repo_meta(request: RunRequest) -> dict[str, Any]:
+def _pass_repo_meta(request: RunRequest) -> JsonObject:
     """``{"pass_repo": {"url", "repo", "installation"}}`` for a request that carries its repository's clone URL
     (``AMPCI_PASS_REPO`` unset: the worker clones it, :func:`service.orchestration.jobs.job_worker_config`),
     else ``{}``.  No credential is ever stored: the worker mints one for the installation when it needs it."""
@@ -365,6 +376,6 @@ def _pass_repo_meta(request: RunRequest) -> dict[str, Any]:
     return {PASS_REPO: {"url": request.clone_url, "repo": request.repo, "installation": request.installation}}
 
 
-def _same_pass_repo(meta: dict[str, Any]) -> dict[str, Any]:
+def _same_pass_repo(meta: JsonObject) -> JsonObject:
     """The pass repository entry of ``meta`` (a baseline run tests the same repository as the run it serves)."""
     return {PASS_REPO: meta[PASS_REPO]} if meta.get(PASS_REPO) else {}

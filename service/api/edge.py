@@ -26,17 +26,12 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.settings import Settings
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 BODY_LIMIT_EXEMPT = frozenset({"/webhooks/github"})  # reads within the limit itself (401 before 413)
@@ -54,7 +49,7 @@ class EdgeCounters:
     def bump(self, name: str) -> int:
         """Add one to counter ``name``; the new value."""
         with self._lock:
-            value = getattr(self, name) + 1
+            value = int(getattr(self, name)) + 1
             setattr(self, name, value)
             return value
 
@@ -69,7 +64,8 @@ def _json_error(status: int, code: str, message: str,
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", []):
+    headers: Iterable[tuple[bytes, bytes]] = scope.get("headers", [])  # ASGI: (lower-case name, value) pairs
+    for key, value in headers:
         if key.lower() == name:
             return value.decode("latin-1")
     return None

@@ -10,6 +10,7 @@ running count (``app.state.edge_counters``), never a traceback per request.
 from __future__ import annotations
 
 import logging
+from typing import TypedDict
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,8 +26,17 @@ from service.web.errors import ApiError, error_response
 
 log = logging.getLogger(__name__)
 
-def _validation_detail(exc: RequestValidationError) -> list[dict[str, object]]:
-    out = []
+
+class ValidationIssue(TypedDict):
+    """One entry of a 422 answer's ``detail``: where (the path of names), what, and pydantic's error type."""
+
+    loc: list[str]
+    msg: str
+    type: str
+
+
+def _validation_detail(exc: RequestValidationError) -> list[ValidationIssue]:
+    out: list[ValidationIssue] = []
     for err in exc.errors()[:20]:
         out.append({"loc": [str(p) for p in err.get("loc", ())], "msg": str(err.get("msg", ""))[:200],
                     "type": str(err.get("type", ""))})
@@ -53,8 +63,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         detail = _validation_detail(exc)
-        first = detail[0] if detail else {"loc": [], "msg": "invalid request"}
-        where = ".".join(str(p) for p in first["loc"])  # type: ignore[union-attr]
+        first = detail[0] if detail else ValidationIssue(loc=[], msg="invalid request", type="")
+        where = ".".join(str(p) for p in first["loc"])
         return error_response(422, f"{where}: {first['msg']}" if where else str(first["msg"]),
                               detail=detail)
 

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from service.api.context import app_context
 from service.settings import redact_url
 from service.web.auth import check_token
 from service.web.errors import ApiError
@@ -23,7 +24,7 @@ router = APIRouter(tags=["health"])
 
 
 def _may_see_details(request: Request) -> bool:
-    settings = request.app.state.ctx.settings
+    settings = app_context(request).settings
     if not settings.read_token_required:
         return True
     try:
@@ -35,7 +36,7 @@ def _may_see_details(request: Request) -> bool:
 
 @router.get("/healthz", summary="Database and broker reachability")
 async def healthz(request: Request) -> JSONResponse:
-    ctx = request.app.state.ctx
+    ctx = app_context(request)
     db_ok, db_detail = await run_in_threadpool(ctx.database_probe)
     br_ok, br_detail = await run_in_threadpool(ctx.broker_probe)
     ok = db_ok and br_ok

@@ -8,11 +8,14 @@ All answer JSON built from the Store's records (``to_dict()``); inputs are valid
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 
 from service import vocabulary
+from service.api.context import app_context
+from service.db.store import Store
+from service.json_types import JsonObject
 from service.vocabulary import RUN_STATES, TRIGGERS
 from service.web.auth import require_read
 from service.web.errors import ApiError
@@ -25,8 +28,12 @@ OptId = Annotated[int | None, StrictInt, Query(ge=1, le=MAX_ID)]
 Rev = Annotated[str | None, Query(pattern=r"^[0-9a-fA-F]{4,64}$", description="sha or unique prefix")]
 Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[\w.:+/-]+$")]
 Limit = Annotated[int, StrictInt, Query(ge=1, le=5000)]
-Trigger = Literal[TRIGGERS]  # type: ignore[valid-type]  # the names of service.vocabulary, as FastAPI checks them
-RunState = Literal[RUN_STATES]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # a Literal of a tuple's names is beyond mypy: to it each is the str it is
+    Trigger = str
+    RunState = str
+else:  # the names of service.vocabulary, as FastAPI checks them
+    Trigger = Literal[TRIGGERS]
+    RunState = Literal[RUN_STATES]
 RegState = Literal["open", "acknowledged", "resolved", "false_positive", "suspected", "dismissed", "suspected_resolved",
                    "explained"]  # service.db.queries.REG_STATES
 Category = Literal["regression", "improvement", "flaky"]
@@ -34,8 +41,8 @@ Metric = Literal["cosine", "max_abs", "error_ratio", "latency_p50_ms", "speedup"
                  "casts_inserted", "final_error"]
 
 
-def _store(request: Request) -> Any:
-    return request.app.state.ctx.store
+def _store(request: Request) -> Store:
+    return app_context(request).store
 
 
 def check_filters(**values: str | None) -> None:
@@ -60,13 +67,13 @@ def check_filters(**values: str | None) -> None:
 
 @router.get("/runs", summary="Runs, newest first")
 def list_runs(request: Request, limit: Limit = 50, revision: Rev = None, trigger: Trigger | None = None,
-              status: RunState | None = None) -> dict[str, Any]:
+              status: RunState | None = None) -> JsonObject:
     runs = _store(request).list_runs(limit=limit, revision=revision, trigger=trigger, status=status)
     return {"runs": [r.to_dict() for r in runs]}
 
 
 @router.get("/runs/{run_id}", summary="One run with its cells (jobs and results) and summary")
-def get_run(request: Request, run_id: Id) -> dict[str, Any]:
+def get_run(request: Request, run_id: Id) -> JsonObject:
     store = _store(request)
     run = store.get_run(run_id)
     summary = store.run_summary(run_id)
@@ -76,13 +83,13 @@ def get_run(request: Request, run_id: Id) -> dict[str, Any]:
 
     return {"run": run.to_dict(), "summary": {**summary.to_dict(), "line": summary.describe()},
             "verdict": run_verdict(store, run_id).to_dict(),  # the gate: state, headline, unmeasured, not compared
-            "cells": cells, "url": request.app.state.ctx.reporter.run_url(run_id)}
+            "cells": cells, "url": app_context(request).reporter.run_url(run_id)}
 
 
 @router.get("/results", summary="Results filtered by run, revision and cell fields")
 def list_results(request: Request, run_id: OptId = None, revision: Rev = None, model: Name = None,
                  dtype: Name = None, policy: Name = None, target: Name = None, status: Name = None,
-                 latest_only: bool = True, limit: Limit = 1000) -> dict[str, Any]:
+                 latest_only: bool = True, limit: Limit = 1000) -> JsonObject:
     check_filters(dtype=dtype, policy=policy, target=target, status=status)
     rows = _store(request).results(run_id=run_id, revision=revision, model=model, dtype=dtype, policy=policy,
                                    target=target, status=status, latest_only=latest_only, limit=limit)
@@ -90,14 +97,14 @@ def list_results(request: Request, run_id: OptId = None, revision: Rev = None, m
 
 
 @router.get("/results/{result_id}", summary="The complete stored result of one job")
-def get_result(request: Request, result_id: Id) -> dict[str, Any]:
+def get_result(request: Request, result_id: Id) -> JsonObject:
     return _store(request).get_result(result_id).to_dict()
 
 
 @router.get("/regressions", summary="Regressions, improvements and flaky findings, newest first")
 def list_regressions(request: Request, state: RegState | None = None, category: Category | None = None,
                      revision: Rev = None, run_id: OptId = None, since: datetime | None = None,
-                     limit: Limit = 200) -> dict[str, Any]:
+                     limit: Limit = 200) -> JsonObject:
     if since is not None and since.tzinfo is None:
         raise ApiError(422, "since: give a timezone (e.g. 2024-01-01T00:00:00Z)")
     rows = _store(request).regressions(state=state, since=since, revision=revision, run_id=run_id,
@@ -106,7 +113,7 @@ def list_regressions(request: Request, state: RegState | None = None, category: 
 
 
 @router.get("/regressions/{regression_id}", summary="One finding")
-def get_regression(request: Request, regression_id: Id) -> dict[str, Any]:
+def get_regression(request: Request, regression_id: Id) -> JsonObject:
     return _store(request).get_regression(regression_id).to_dict()
 
 
@@ -115,7 +122,7 @@ def history(request: Request,
             model: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^[\w.:+/-]+$")],
             dtype: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^[\w.:+/-]+$")],
             policy: Name = None, target: Name = None, metric: Metric = "cosine",
-            limit: Annotated[int, StrictInt, Query(ge=1, le=2000)] = 200) -> dict[str, Any]:
+            limit: Annotated[int, StrictInt, Query(ge=1, le=2000)] = 200) -> JsonObject:
     check_filters(dtype=dtype, policy=policy, target=target)
     points = _store(request).history(model, dtype, policy=policy, target=target, metric=metric, limit=limit)
     return {"model": model, "dtype": dtype, "metric": metric, "points": [p.to_dict() for p in points]}
@@ -125,13 +132,13 @@ DeliveryState = Literal["pending", "accepted", "rejected", "failed", "duplicate"
 
 
 @router.get("/deliveries", summary="Recorded webhook deliveries, newest first (rejected/failed carry the reason)")
-def list_deliveries(request: Request, status: DeliveryState | None = None, limit: Limit = 100) -> dict[str, Any]:
+def list_deliveries(request: Request, status: DeliveryState | None = None, limit: Limit = 100) -> JsonObject:
     return {"deliveries": [d.to_dict() for d in _store(request).list_deliveries(status=status, limit=limit)]}
 
 
 @router.get("/deliveries/{delivery_id}", summary="A recorded webhook delivery")
 def get_delivery(request: Request,
-                 delivery_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9._:-]{1,100}$")]) -> dict[str, Any]:
+                 delivery_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9._:-]{1,100}$")]) -> JsonObject:
     found = _store(request).get_delivery(delivery_id)
     if found is None:
         raise ApiError(404, f"no webhook delivery {delivery_id!r}")

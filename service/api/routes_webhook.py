@@ -16,6 +16,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from service.api.context import app_context
 from service.github.recorder import DeliveryRecorder
 from service.github.signature import SignatureStream
 
@@ -63,7 +64,7 @@ async def read_limited(request: Request, limit: int,
         ]},
 )
 async def github_webhook(request: Request) -> JSONResponse:
-    ctx = request.app.state.ctx
+    ctx = app_context(request)
     settings = ctx.settings
     body: bytes | None = None
     too_large = False

@@ -4,7 +4,7 @@ false positive."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -14,9 +14,13 @@ from service.api.routes_read import Id
 from service.errors import UserError
 from service.github.events import check_repository
 from service.github.sanitize import free_text
+from service.json_types import JsonObject
 from service.orchestration.judge import record_verdict
 from service.settings import Settings
 from service.web.auth import require_write
+
+if TYPE_CHECKING:
+    from service.api.context import AppContext
 
 router = APIRouter(prefix="/api", tags=["write"], dependencies=[Depends(require_write)])
 
@@ -81,9 +85,9 @@ def trigger_run(request: Request, body: ManualRun,
                         status_code=202 if submitted.created else 200)
 
 
-def _triage(request: Request, regression_id: int, body: Triage | None, false_positive: bool) -> dict[str, Any]:
+def _triage(request: Request, regression_id: int, body: Triage | None, false_positive: bool) -> JsonObject:
     body = body or Triage()
-    ctx = request.app.state.ctx
+    ctx: AppContext = request.app.state.ctx
     found = ctx.store.ack(regression_id, by=body.by, false_positive=false_positive, note=body.note)
     record_verdict(ctx.store, found.run_id)  # a false positive can turn the run's gate: the lists follow
     ctx.reporter.refresh(ctx.store, found.run_id)  # the PR report shows the new state (queued; never raises)
@@ -91,11 +95,11 @@ def _triage(request: Request, regression_id: int, body: Triage | None, false_pos
 
 
 @router.post("/regressions/{regression_id}/ack", summary="Acknowledge a finding")
-def ack(request: Request, regression_id: Id, body: Annotated[Triage | None, Body()] = None) -> dict[str, Any]:
+def ack(request: Request, regression_id: Id, body: Annotated[Triage | None, Body()] = None) -> JsonObject:
     return _triage(request, regression_id, body, false_positive=False)
 
 
 @router.post("/regressions/{regression_id}/false-positive", summary="Mark a finding a false positive")
 def false_positive(request: Request, regression_id: Id,
-                   body: Annotated[Triage | None, Body()] = None) -> dict[str, Any]:
+                   body: Annotated[Triage | None, Body()] = None) -> JsonObject:
     return _triage(request, regression_id, body, false_positive=True)

@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from typing import Any
+from typing import TypedDict
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from service.settings import Settings
 
@@ -41,7 +41,7 @@ _noted: dict[str, tuple[float, int]] = {}  # kind -> (last logged, suppressed si
 NOTE_EVERY_S = 5.0
 
 
-def _note(kind: str, message: str, *args: Any) -> None:
+def _note(kind: str, message: str, *args: object) -> None:
     """Log ``message`` as one WARNING line at most every NOTE_EVERY_S per kind, with how many were
     suppressed since (a flood of slow clients cannot flood the log)."""
     import time
@@ -68,7 +68,16 @@ def _limits() -> Settings:
     return _settings
 
 
-def uvicorn_limits(settings: Settings) -> dict[str, Any]:
+class UvicornLimits(TypedDict):
+    """``uvicorn.run`` keyword arguments: the HTTP protocol (an import string), the keep-alive timeout in
+    seconds and the connection cap."""
+
+    http: str
+    timeout_keep_alive: float
+    limit_concurrency: int
+
+
+def uvicorn_limits(settings: Settings) -> UvicornLimits:
     """The ``uvicorn.run`` keyword arguments for ``settings``' limits (protocol included)."""
     return {"http": HTTP_PROTOCOL, "timeout_keep_alive": settings.http_keepalive_timeout,
             "limit_concurrency": settings.http_max_connections}
@@ -78,10 +87,10 @@ class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a header deadline and a per-client connection cap (module docstring)."""
 
     _header_timer: asyncio.TimerHandle | None = None
-    _timed_cycle: Any = None
+    _timed_cycle: RequestResponseCycle | None = None
     _counted: str | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # narrows asyncio's BaseTransport, as H11Protocol does
         super().connection_made(transport)
         limits = _limits()
         address = self.client[0] if self.client else ""

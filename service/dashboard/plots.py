@@ -23,12 +23,14 @@ import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, TypedDict
 
 import pygal
+from pygal.serie import Serie
 from pygal.style import Style
+from pygal.svg import Svg
 
 from service.dashboard.drift_marks import DriftMark, anchor, drift_marks, on_chart
 from service.db.dashboard import HistoryRow
@@ -56,7 +58,30 @@ LEVEL_MOVED, LEVEL_MOVED_COLOUR = "◆ level moved", "#7a3500"
 _STROKE = {DRIFT_RANGE: f"stroke: {DRIFT_RANGE_COLOUR}; stroke-width: 7; stroke-opacity: 0.35"}
 
 
-class _LineChart(pygal.Line):  # type: ignore[misc]
+class _PointMeta(TypedDict, total=False):
+    """What a plotted point carries besides its value (pygal keeps it as the point's metadata): its link, its
+    tooltip, its own colour, the latency whisker."""
+
+    xlink: dict[str, str]
+    label: str
+    color: str
+    ci: dict[str, float]
+
+
+class _Point(_PointMeta):
+    """One point as a series hands it to pygal: the value (None: a gap) and its metadata."""
+
+    value: float | None
+
+
+class _Node(Protocol):
+    """An SVG element as pygal builds it (xml.etree's, or lxml's where that is installed)."""
+
+    @property
+    def attrib(self) -> MutableMapping[str, str]: ...
+
+
+class _LineChart(pygal.Line):  # type: ignore[misc]  # pygal is untyped: its Line is Any to mypy
     """``pygal.Line`` drawing each point with only what a script-free page uses.
 
     pygal's own ``line()`` gives every point, besides its dot, link and label, a ``<desc>`` with the
@@ -68,11 +93,11 @@ class _LineChart(pygal.Line):  # type: ignore[misc]
     for the options charts here use (vertical, linear, not interpolated, not filled).
     """
 
-    def line(self, serie: Any, rescale: bool = False) -> None:
+    def line(self, serie: Serie, rescale: bool = False) -> None:
         svg, view = self.svg, self.view
         serie_node = svg.serie(serie)
         # a gap is a gap on every axis (a logarithmic view maps a missing value to the top, not to None)
-        view_values = [(None, None) if p[1] is None else view(p) for p in serie.points]
+        view_values: list[tuple[float | None, float | None]] = [(None, None) if p[1] is None else view(p) for p in serie.points]
         if serie.show_dots:
             overlay, radius, metas = serie_node["overlay"], serie.dots_size, serie.metadata
             for i, (x, y) in enumerate(view_values):
@@ -83,7 +108,7 @@ class _LineChart(pygal.Line):  # type: ignore[misc]
                 node = _decorate(svg, svg.node(overlay, class_="dots"), meta)
                 svg.node(node, "circle", cx=x, cy=y, r=radius, class_="dot reactive tooltip-trigger")
         if serie.stroke:
-            runs: list[list[tuple[float, float]]] = [[]]
+            runs: list[list[tuple[float | None, float]]] = [[]]
             for x, y in view_values:
                 if y is None:
                     if runs[-1]:
@@ -96,7 +121,7 @@ class _LineChart(pygal.Line):  # type: ignore[misc]
                     svg.line(serie_node["plot"], seq, close=False, class_="line reactive nofill", **style)
 
 
-def _decorate(svg: Any, node: Any, meta: dict[str, Any] | None) -> Any:
+def _decorate(svg: Svg, node: _Node, meta: _PointMeta | None) -> _Node:
     """pygal's ``decorate`` for the metadata used here (link, colour, label), minus the link ``<desc>``."""
     if not meta:
         return node
@@ -207,15 +232,15 @@ def chart_svg(points: Sequence[HistoryRow], findings: dict[int, list[RegressionI
                        print_values=False, include_x_axis=False, show_y_guides=True, show_x_guides=False,
                        logarithmic=metric.log, range=lo_hi, y_labels=ticks)
     chart.x_labels = [p.revision_sha[:7] for p in points]
-    values: list[Any] = []
-    markers: dict[str, list[Any]] = {name: [] for name, _, _ in MARKERS}
+    values: list[_Point | None] = []
+    markers: dict[str, list[_Point | None]] = {name: [] for name, _, _ in MARKERS}
     for p in points:
         v = metric.value(p)
         link = {"href": run_href(p.run_id), "target": "_self"}
         hits = [f for f in findings.get(p.result_id, [])
                 if (f.kind in metric.kinds or on_chart(f, metric.key)) and f.state != "false_positive"]
         extra = "".join(f" · {f.category}: {f.kind} ({f.state})" for f in hits)
-        point: dict[str, Any] = {"value": v, "xlink": link, "label": _label(p, metric, v, extra)}
+        point: _Point = {"value": v, "xlink": link, "label": _label(p, metric, v, extra)}
         if metric.key == "latency_p50_ms" and v is not None and p.latency_min_ms is not None \
                 and p.latency_max_ms is not None:
             point["ci"] = {"low": p.latency_min_ms, "high": p.latency_max_ms}
@@ -237,9 +262,9 @@ def chart_svg(points: Sequence[HistoryRow], findings: dict[int, list[RegressionI
 def _add_drifts(chart: _LineChart, points: Sequence[HistoryRow], marks: Sequence[DriftMark], metric: Metric,
                 run_href: Callable[[int], str]) -> None:
     """One band series per drift over its range, and the change points' sides as one marker series."""
-    moved: list[Any] = [None] * len(points)
+    moved: list[_Point | None] = [None] * len(points)
     for mark in marks:
-        band: list[Any] = [None] * len(points)
+        band: list[_Point | None] = [None] * len(points)
         note = mark.note(points)
         for i in range(mark.start, mark.end + 1):
             v = metric.value(points[i])
@@ -264,7 +289,9 @@ def chart_drifts(points: Sequence[HistoryRow], findings: dict[int, list[Regressi
             for m in drift_marks(points, findings, metric.key, metric.value)]
 
 
-_CACHE: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+#: A chart's cache key: the metric, the points, their findings by result id, the link of run 0 (the href scheme).
+_ChartKey = tuple[str, tuple[HistoryRow, ...], tuple[tuple[int, tuple[RegressionInfo, ...]], ...], str]
+_CACHE: OrderedDict[_ChartKey, str] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 CACHE_SIZE = 512
 

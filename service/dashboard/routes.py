@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import ParamSpec
 from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter, Depends, Request
@@ -42,10 +42,14 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from service.dashboard import bisection, plots, views
 from service.db import dashboard as queries
 from service.db.deliveries import DELIVERY_STATES
+from service.db.records import RegressionInfo
+from service.db.store import Store
 from service.errors import NotFoundError, UserError
 from service.github.approval import AWAITING_DESCRIPTION
+from service.github.reporter import StatusReporter
 from service.orchestration.judge import record_verdict, run_verdict
 from service.regressions.rules import CATEGORIES
+from service.settings import Settings
 from service.vocabulary import AWAITING_APPROVAL, TRIGGERS
 from service.web.auth import require_read
 from service.web.params import path_id, query_int
@@ -64,9 +68,10 @@ env.globals.update(fmt=views.fmt, fmt_cosine=views.fmt_cosine, pct=views.pct, du
 
 
 ALL_BRANCHES = "all"
+P = ParamSpec("P")
 
 
-def history_href(cell: tuple[str, str, str, str], **extra: Any) -> str:
+def history_href(cell: tuple[str, str, str, str], **extra: str | None) -> str:
     """The history page of a cell (``branch=None`` in ``extra``: every branch)."""
     if "branch" in extra and not extra["branch"]:
         extra["branch"] = ALL_BRANCHES
@@ -86,16 +91,16 @@ def _branch_filter(branch: str) -> str | None:
 env.globals["history_href"] = history_href
 
 
-def render(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+def render(name: str, status_code: int = 200, **context: object) -> HTMLResponse:
     """Render a template into an HTML response."""
     return HTMLResponse(env.get_template(name).render(**context), status_code=status_code)
 
 
-def html_errors(fn: Callable[..., Response]) -> Callable[..., Response]:
+def html_errors(fn: Callable[P, Response]) -> Callable[P, Response]:
     """Turn NotFoundError / UserError raised by a page into an HTML error page (404 / 400)."""
 
     @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Response:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> Response:
         try:
             return fn(*args, **kwargs)
         except NotFoundError as exc:
@@ -106,8 +111,19 @@ def html_errors(fn: Callable[..., Response]) -> Callable[..., Response]:
     return wrapper
 
 
-def _store(request: Request) -> Any:
-    return request.app.state.ctx.store
+def _store(request: Request) -> Store:
+    store: Store = request.app.state.ctx.store  # the AppContext's (service.api.context); starlette: app is Any
+    return store
+
+
+def _settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.ctx.settings
+    return settings
+
+
+def _reporter(request: Request) -> StatusReporter:
+    reporter: StatusReporter = request.app.state.ctx.reporter
+    return reporter
 
 
 router = APIRouter(include_in_schema=False)
@@ -202,7 +218,7 @@ def history_page(request: Request, model: str = "", dtype: str = "", policy: str
         raise NotFoundError(f"no results for cell {'/'.join(cell)}")
     branch = chosen or ""
     found = queries.cell_findings(store, cell, [p.run_id for p in points])
-    by_result: dict[int, list[Any]] = {}
+    by_result: dict[int, list[RegressionInfo]] = {}
     for f in found:
         if f.result_id is not None:
             by_result.setdefault(f.result_id, []).append(f)
@@ -221,7 +237,7 @@ def regression_page(request: Request, regression_id: str, done: str = "") -> Res
     reg = store.get_regression(path_id(regression_id, "regression"))
     offending = store.get_result(reg.result_id) if reg.result_id else None
     baseline = store.get_result(reg.baseline_result_id) if reg.baseline_result_id else None
-    settings = request.app.state.ctx.settings
+    settings = _settings(request)
     return render("regression.html", reg=reg, offending=offending, baseline=baseline,
                   numbers=views.result_numbers(baseline, offending),
                   bisect=bisection.bisect_view(store, reg), done=done,
@@ -241,7 +257,7 @@ async def triage(request: Request, regression_id: str) -> Response:
             if len(body) > MAX_FORM_BYTES:
                 return render("error.html", 413, title="Too large", message="form body too large")
         form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
-        refused = _check_form_token(request.app.state.ctx.settings, form.get("token", ""))
+        refused = _check_form_token(_settings(request), form.get("token", ""))
         if refused is not None:
             return render("error.html", refused[0], title="Refused", message=refused[1],
                           back=f"/regressions/{rid}")
@@ -253,7 +269,7 @@ async def triage(request: Request, regression_id: str) -> Response:
         found = await run_in_threadpool(_store(request).ack, rid, by=by,
                                         false_positive=action == "false_positive", note=note)
         await run_in_threadpool(record_verdict, _store(request), found.run_id)  # the runs page follows
-        await run_in_threadpool(request.app.state.ctx.reporter.refresh, _store(request), found.run_id)
+        await run_in_threadpool(_reporter(request).refresh, _store(request), found.run_id)
     except NotFoundError as exc:
         return render("error.html", 404, title="Not found", message=str(exc))
     except UserError as exc:
@@ -261,7 +277,7 @@ async def triage(request: Request, regression_id: str) -> Response:
     return RedirectResponse(f"/regressions/{rid}?done={action}", status_code=303)
 
 
-def _check_form_token(settings: Any, given: str) -> tuple[int, str] | None:
+def _check_form_token(settings: Settings, given: str) -> tuple[int, str] | None:
     """None when the token is accepted, else (status, reason) — the rules of the API's write endpoints."""
     if not settings.api_token:
         if settings.insecure_dev:

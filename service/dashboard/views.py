@@ -12,16 +12,39 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from service.db.dashboard import ERROR_STATUSES
-from service.db.records import Cell, JobInfo, RegressionInfo, ResultRow
+from service.db.records import Cell, JobInfo, RegressionInfo, ResultRow, RunInfo
 from service.regressions.findings import CONFIRMATION_STATES, EXPLAINED
 from service.regressions.kinds.registry import all_kinds
 from service.regressions.kinds.registry import kind as finding_kind
 from service.regressions.verdict import LIST_WORDS, list_verdict
+
+if TYPE_CHECKING:
+    from workers.result import JobResult
+
+
+class Baseline(Protocol):
+    """What the run page reads of a cell's baseline result: a :class:`~service.regressions.stored.StoredResult`
+    (:func:`service.db.dashboard.baseline_results`), or a :class:`~service.db.records.ResultRow`."""
+
+    @property
+    def revision_sha(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def cosine(self) -> float | None: ...
+    @property
+    def max_abs(self) -> float | None: ...
+    @property
+    def latency_p50_ms(self) -> float | None: ...
+    @property
+    def casts_inserted(self) -> int | None: ...
+    @property
+    def low_precision_fraction(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -137,7 +160,7 @@ class VerdictBadge:
     title: str
 
 
-def run_verdict_badge(run: Any) -> VerdictBadge:
+def run_verdict_badge(run: RunInfo) -> VerdictBadge:
     """The verdict badge of ``run`` (a RunInfo) from its recorded verdict; decides nothing."""
     state, counts = list_verdict(run)
     css, icon = VERDICT_BADGES[state]
@@ -234,7 +257,7 @@ def _line(name: str, new: float | int | None, base: float | int | None, digits: 
     return text
 
 
-def tooltip(cell: Cell, state: State, result: ResultRow | None, base: Any, findings: Sequence[RegressionInfo],
+def tooltip(cell: Cell, state: State, result: ResultRow | None, base: Baseline | None, findings: Sequence[RegressionInfo],
             job: JobInfo | None = None) -> str:
     """The ``title`` text of a matrix cell: state, numbers against the baseline, findings."""
     lines = [f"{cell[0]} · {cell[1]}/{cell[2]}/{cell[3]}", f"{state.icon} {state.label}"]
@@ -245,14 +268,15 @@ def tooltip(cell: Cell, state: State, result: ResultRow | None, base: Any, findi
         return "\n".join(lines)
     lines.append(f"status {result.status}" + (f" (baseline {base.status} at {base.revision_sha[:10]})"
                                               if base is not None else " (no baseline)"))
-    g = (lambda k: getattr(base, k, None)) if base is not None else (lambda k: None)
-    lines.append(_line("cosine", result.cosine, g("cosine"), 6))
-    lines.append(_line("max_abs", result.max_abs, g("max_abs"), 3))
-    lines.append(_line("p50 ms", result.latency_p50_ms, g("latency_p50_ms"), 4, relative=True))
+    lines.append(_line("cosine", result.cosine, None if base is None else base.cosine, 6))
+    lines.append(_line("max_abs", result.max_abs, None if base is None else base.max_abs, 3))
+    lines.append(_line("p50 ms", result.latency_p50_ms, None if base is None else base.latency_p50_ms, 4,
+                       relative=True))
     if result.speedup is not None:
         lines.append(f"speedup ×{fmt(result.speedup, 3)}")
-    lines.append(_line("casts", result.casts_inserted, g("casts_inserted")))
-    lines.append(_line("low-precision", result.low_precision_fraction, g("low_precision_fraction"), 3))
+    lines.append(_line("casts", result.casts_inserted, None if base is None else base.casts_inserted))
+    lines.append(_line("low-precision", result.low_precision_fraction,
+                       None if base is None else base.low_precision_fraction, 3))
     if result.message:
         lines.append(result.message[:200])
     for f in findings:
@@ -283,7 +307,7 @@ class Matrix:
 
 
 def build_matrix(jobs: Sequence[JobInfo], results: Sequence[ResultRow], findings: Sequence[RegressionInfo],
-                 baselines: dict[Cell, Any]) -> Matrix:
+                 baselines: Mapping[Cell, Baseline]) -> Matrix:
     """The run matrix from its jobs, results, findings and per-cell baselines."""
     by_result = {r.cell: r for r in results}
     by_job = {j.cell: j for j in jobs}
@@ -318,14 +342,15 @@ class DiffRow:
     changed: bool
 
 
-def diff_rows(results: Sequence[ResultRow], baselines: dict[Cell, Any], latency_ratio: float = 1.10) -> list[DiffRow]:
+def diff_rows(results: Sequence[ResultRow], baselines: Mapping[Cell, Baseline],
+              latency_ratio: float = 1.10) -> list[DiffRow]:
     """Every result against its baseline; ``changed`` marks a status change, a cast or coverage change,
     a cosine move beyond 1e-4, or a p50 beyond ``latency_ratio`` either way."""
     out = []
     for r in results:
         b = baselines.get(r.cell)
-        bc, bp, bk, bl = (getattr(b, k, None) for k in ("cosine", "latency_p50_ms", "casts_inserted",
-                                                        "low_precision_fraction"))
+        bc, bp, bk, bl = (None, None, None, None) if b is None else (b.cosine, b.latency_p50_ms, b.casts_inserted,
+                                                                      b.low_precision_fraction)
         changed = b is not None and (
             b.status != r.status or (bk is not None and r.casts_inserted is not None and bk != r.casts_inserted)
             or (bl is not None and r.low_precision_fraction is not None and abs(bl - r.low_precision_fraction) > 0.005)
@@ -342,7 +367,7 @@ def diff_rows(results: Sequence[ResultRow], baselines: dict[Cell, Any], latency_
     return out
 
 
-def main_baseline(baselines: dict[Cell, Any]) -> tuple[str | None, int]:
+def main_baseline(baselines: Mapping[Cell, Baseline]) -> tuple[str | None, int]:
     """The most common baseline revision among cells and how many cells use it."""
     counts = Counter(b.revision_sha for b in baselines.values())
     if not counts:
@@ -358,21 +383,22 @@ _UNMEASURED_UNLESS = {"latency.p50_ms": "samples_ms", "latency.p90_ms": "samples
 _MEDIAN_OF = frozenset({"graph.convert_samples_s", "graph.convert_cpu_s"})
 
 
-def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
+def result_numbers(base: JobResult | None, new: JobResult | None) -> list[tuple[str, str, str, str]]:
     """(name, baseline, offending, change) rows comparing two full JobResults (either may be None).
 
     Final step errors in different units (``convergence.error_unit``) get no change, only a note."""
     from service.db.extract import env_fingerprint
 
-    def get(r: Any, path: str) -> Any:
+    def get(r: JobResult | None, path: str) -> object:
         samples = _UNMEASURED_UNLESS.get(path)  # an unmeasured latency is stored as 0.0: show "–", not "0"
         if samples is not None and r is not None and not getattr(getattr(r, "latency", None), samples, None):
             return None
+        v: object = r
         for part in path.split("."):
-            r = getattr(r, part, None) if r is not None else None
+            v = getattr(v, part, None) if v is not None else None
         if path in _MEDIAN_OF:
-            return statistics.median(r) if r else None
-        return r
+            return statistics.median(v) if isinstance(v, list) and v else None
+        return v
 
     units = (get(base, "convergence.error_unit"), get(new, "convergence.error_unit"))
     rows: list[tuple[str, str, str, str]] = []
@@ -397,7 +423,8 @@ def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
             ("diverged", "convergence.diverged", 0, False)):
         b, n = get(base, path), get(new, path)
         if path == "convergence.final_error" and b is not None and n is not None and units[0] != units[1]:
-            rows.append((name, fmt(b, digits), fmt(n, digits), f"not comparable ({units[0]} vs {units[1]})"))
+            rows.append((name, fmt(_number(b), digits), fmt(_number(n), digits),
+                         f"not comparable ({units[0]} vs {units[1]})"))
             continue
         if isinstance(b, list) or isinstance(n, list):
             b, n = (len(b) if isinstance(b, list) else None), (len(n) if isinstance(n, list) else None)
@@ -407,12 +434,20 @@ def result_numbers(base: Any, new: Any) -> list[tuple[str, str, str, str]]:
             rows.append((name, str(fmt(b) if isinstance(b, bool) else (b or "–")),
                          str(fmt(n) if isinstance(n, bool) else (n or "–")), "" if b == n else "changed"))
             continue
-        change = pct(b, n) if rel else (fmt(n - b, 3) if b is not None and n is not None else "–")
-        rows.append((name, fmt(b, digits or 4), fmt(n, digits or 4), change))
+        bn, nn = _number(b), _number(n)
+        change = pct(bn, nn) if rel else (fmt(nn - bn, 3) if bn is not None and nn is not None else "–")
+        rows.append((name, fmt(bn, digits or 4), fmt(nn, digits or 4), change))
     envs = [env_fingerprint(r.environment) if r is not None else None for r in (base, new)]
     rows.append(("environment fingerprint", envs[0] or "–", envs[1] or "–",
                  "same" if envs[0] == envs[1] else "differs (latency not compared pairwise)"))
     return rows
+
+
+def _number(v: object) -> float | int | None:
+    """``v``, a number or None, as one (a TypeError for anything else: its row names a field that is no number)."""
+    if v is None or isinstance(v, int | float):
+        return v
+    raise TypeError(f"not a number: {type(v).__name__}")
 
 
 def sandbox_line(modes: list[str]) -> tuple[str, bool] | None:
