@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(frozen=True)
@@ -36,19 +37,19 @@ class ChangePoint:
     p: float
 
 
-def _block(prefix: np.ndarray, a: int, b: int, c: int, d: int) -> float:
+def _block(prefix: npt.NDArray[np.float64], a: int, b: int, c: int, d: int) -> float:
     """Sum of ``D[a:b, c:d]`` from its 2-D prefix sums."""
     return float(prefix[b, d] - prefix[a, d] - prefix[b, c] + prefix[a, c])
 
 
-def _prefix(z: np.ndarray, alpha: float) -> np.ndarray:
+def _prefix(z: npt.NDArray[np.float64], alpha: float) -> npt.NDArray[np.float64]:
     dist = np.abs(z[:, None] - z[None, :]) ** alpha
     out = np.zeros((len(z) + 1, len(z) + 1))
     out[1:, 1:] = dist.cumsum(0).cumsum(1)
     return out
 
 
-def best_split(z: np.ndarray, s: int, e: int, min_size: int, prefix: np.ndarray) -> tuple[int, float]:
+def best_split(z: npt.NDArray[np.float64], s: int, e: int, min_size: int, prefix: npt.NDArray[np.float64]) -> tuple[int, float]:
     """``(tau, Q)`` of the best split of ``z[s:e]`` (``tau`` -1 and Q -inf when the segment is too short)."""
     best = (-1, -np.inf)
     for tau in range(s + min_size, e - min_size + 1):
@@ -64,7 +65,7 @@ def best_split(z: np.ndarray, s: int, e: int, min_size: int, prefix: np.ndarray)
     return best
 
 
-def _candidate(z: np.ndarray, bounds: Sequence[int], min_size: int, alpha: float) -> tuple[int, float]:
+def _candidate(z: npt.NDArray[np.float64], bounds: Sequence[int], min_size: int, alpha: float) -> tuple[int, float]:
     """The best split over every segment between consecutive ``bounds``."""
     prefix = _prefix(z, alpha)
     best = (-1, -np.inf)
