@@ -268,15 +268,16 @@ def finding_rows(run_id: int, run_sha: str, found: Sequence[tuple[Cell, StoredRe
     return rows
 
 
-def suspected_baselines(rows: Sequence[FindingRow]) -> dict[Cell, str | None]:
-    """Cell -> the baseline revision of its suspected findings among ``rows`` (what its confirmation job times)."""
-    return {(r["model"], r["dtype"], r["policy"], r["target"]): r["baseline_sha"] for r in rows
-            if r["state"] == "suspected"}
+def suspected_baselines(rows: Sequence[FindingRow]) -> dict[Cell, str]:
+    """Cell -> the baseline revision of its suspected findings among ``rows`` (what its confirmation job times;
+    :func:`finding_rows` stores a finding ``suspected`` only against a baseline revision)."""
+    return {(r["model"], r["dtype"], r["policy"], r["target"]): base for r in rows
+            if r["state"] == "suspected" and (base := r["baseline_sha"]) is not None}
 
 
 def resolutions(run_id: int, run_sha: str, open_regs: Sequence[OpenRegression], results: Mapping[int, StoredResult],
                 current: Mapping[Cell, StoredResult], th: Thresholds, now: datetime, suspect: bool = False,
-                suspected_cells: Mapping[Cell, str | None] | None = None,
+                suspected_cells: Mapping[Cell, str] | None = None,
                 samples: Samples = sample) -> list[tuple[int, FindingUpdate]]:
     """(finding id, the values to store) of each earlier regression this run no longer shows (see the module
     docstring); ``open_regs`` are those whose regressed revision the run's revision contains, ``results`` their
@@ -291,7 +292,7 @@ def resolutions(run_id: int, run_sha: str, open_regs: Sequence[OpenRegression], 
     its suspected findings), or a second regressed revision, keeps such a regression as it is (a later run
     tries again).  A suspected improvement against the regressed revision itself (the fix of a slowdown, as
     its parent) shares the job: both are decided from the same interleaved pairs."""
-    recovering: dict[Cell, str | None] = dict(suspected_cells or {})  # cell -> the revision its confirmation job times
+    recovering: dict[Cell, str] = dict(suspected_cells or {})  # cell -> the revision its confirmation job times
     out: list[tuple[int, FindingUpdate]] = []
     for reg in open_regs:
         cell = (reg.model, reg.dtype, reg.policy, reg.target)
