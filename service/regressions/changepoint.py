@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -76,6 +77,16 @@ def _candidate(z: npt.NDArray[np.float64], bounds: Sequence[int], min_size: int,
     return best
 
 
+class Options(TypedDict, total=False):
+    """The keyword options of :func:`e_divisive` (for a caller that passes them on)."""
+
+    p_limit: float
+    permutations: int
+    min_size: int
+    alpha: float
+    seed: int
+
+
 def e_divisive(series: Sequence[float], *, p_limit: float = 0.05, permutations: int = 199, min_size: int = 2,
                alpha: float = 1.0, seed: int = 0) -> list[ChangePoint]:
     """The significant change points of ``series`` (see the module doc), sorted by index.  ``min_size`` >= 2
@@ -109,11 +120,11 @@ def e_divisive(series: Sequence[float], *, p_limit: float = 0.05, permutations: 
     return sorted(found, key=lambda c: c.index)
 
 
-def moved_range(series: Sequence[float], **kwargs: float) -> tuple[int, int] | None:
+def moved_range(series: Sequence[float], **kwargs: Unpack[Options]) -> tuple[int, int] | None:
     """``(first, last)`` indices bracketing where the level of ``series`` moved: ``first`` the last point at
     the old level before the first change point, ``last`` the first point at the new level after the last one
     (so a single step at ``i`` gives ``(i - 1, i)``); None when E-divisive finds no change."""
-    cps = e_divisive(series, **kwargs)  # type: ignore[arg-type]
+    cps = e_divisive(series, **kwargs)
     if not cps:
         return None
     return cps[0].index - 1, cps[-1].index
