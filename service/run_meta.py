@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
+
+from service.json_types import JsonObject, JsonValue
 
 Cell = tuple[str, str, str, str]
 
@@ -24,7 +26,7 @@ class CellWithOptions(Protocol):
     @property
     def cell(self) -> Cell: ...
 
-    def options(self) -> dict[str, Any]: ...
+    def options(self) -> JsonObject: ...
 
 
 def cell_key(cell: Cell) -> str:
@@ -32,7 +34,7 @@ def cell_key(cell: Cell) -> str:
     return "|".join(cell)
 
 
-def encode(cells: Iterable[CellWithOptions], requested_revision: str) -> dict[str, Any]:
+def encode(cells: Iterable[CellWithOptions], requested_revision: str) -> JsonObject:
     """The meta of a run of ``cells``: the most common options once (``cell_defaults``), under
     ``options`` only the cells that differ from them, and ``requested_revision``."""
     cells = list(cells)
@@ -45,7 +47,7 @@ def encode(cells: Iterable[CellWithOptions], requested_revision: str) -> dict[st
             "options": {cell_key(c.cell): c.options() for c in cells if c.options() != defaults}}
 
 
-def cell_options(meta: Mapping[str, Any] | None, cell: Cell) -> dict[str, Any]:
+def cell_options(meta: Mapping[str, JsonValue] | None, cell: Cell) -> JsonObject:
     """The options ``meta`` stores for ``cell`` (its own entry, else the run's ``cell_defaults``; {} when
     the meta has neither)."""
     meta = meta or {}

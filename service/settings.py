@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Protocol
 
 from service.errors import ConfigError
 from workers.config import WorkerConfig
@@ -132,6 +133,12 @@ def parse_logins(name: str, raw: str) -> str:
 _MAY_BE_ZERO = frozenset({"db_max_overflow", "local_workers", "latency_threads", "confirm_pairs", "confirm_max_per_pr"})
 
 
+class _Replace(Protocol):
+    """:func:`dataclasses.replace` of a Settings, with values whose types were checked at run time."""
+
+    def __call__(self, obj: Settings, /, **changes: object) -> Settings: ...
+
+
 @dataclass(frozen=True)
 class Settings:
     """All configuration of one ampci process.  Field ``foo`` comes from ``AMPCI_FOO``."""
@@ -239,11 +246,14 @@ class Settings:
                 kwargs[f.name] = parse_logins(var, raw)
             else:
                 kwargs[f.name] = raw.strip()
-        return cls(**kwargs)  # type: ignore[arg-type]
+        # each value was parsed to its field's type above; mypy checks replace() field by field, which values
+        # keyed by a loop variable cannot satisfy (the defaults are valid, __post_init__ checks the result)
+        with_values: _Replace = replace
+        return with_values(cls(), **kwargs)
 
     def require(self, name: str) -> str:
         """Return a required string setting or raise ConfigError naming ``AMPCI_<NAME>``."""
-        value = getattr(self, name)
+        value: str = getattr(self, name)
         if not value:
             raise ConfigError(f"{PREFIX}{name.upper()} is required here but not set")
         return value

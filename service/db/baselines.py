@@ -7,13 +7,13 @@ plans the baseline runs of webhook runs and decides when a run may be judged.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from service.db import models as m
 from service.db.records import Cell
+from service.json_types import JsonObject
 from service.vocabulary import FINAL_RUN_STATES
 
 t_run, t_res, t_job = m.Run.__table__, m.Result.__table__, m.Job.__table__
@@ -53,7 +53,7 @@ def count_final_runs(conn: Connection, *, run_ids: Iterable[int]) -> int:
                                                              t_run.c.status.in_(FINAL_RUN_STATES))).scalar_one())
 
 
-def unfinished_runs_judged_against(conn: Connection, *, sha: str) -> list[tuple[int, dict[str, Any]]]:
+def unfinished_runs_judged_against(conn: Connection, *, sha: str) -> list[tuple[int, JsonObject]]:
     """(id, meta) of every run not final whose baseline is revision ``sha``, oldest first."""
     rows = conn.execute(sa.select(t_run.c.id, t_run.c.meta).where(
         t_run.c.baseline_sha == sha, t_run.c.status.not_in(FINAL_RUN_STATES)).order_by(t_run.c.id)).all()

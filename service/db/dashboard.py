@@ -18,15 +18,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 
 from service.db import models as m
-from service.db.records import Cell, RevisionInfo, RunInfo, utc
+from service.db.engine import DbRow
+from service.db.records import Cell, RegressionInfo, RevisionInfo, RunInfo, utc
 from service.db.series import nearest
 from service.db.store import Store, run_info
 from service.regressions.detect import LINEAGE_TRIGGERS
+from service.regressions.stored import StoredResult
 from service.vocabulary import EARLIEST, LATEST
 
 t_rev, t_run, t_res, t_reg = (m.Revision.__table__, m.Run.__table__, m.Result.__table__,
@@ -66,12 +67,12 @@ class RunOverview:
         return (self.run.finished_at - self.run.created_at).total_seconds()
 
 
-def _revision(r: Any) -> RevisionInfo:
+def _revision(r: _RevRow) -> RevisionInfo:
     return RevisionInfo(sha=r.sha, parents=tuple(r.parents or ()), branch=r.branch, author=r.author,
                         message=r.message, committed_at=utc(r.committed_at))
 
 
-def _readable_time(col: Any) -> Any:
+def _readable_time(col: sa.ColumnElement[datetime]) -> sa.ColumnElement[datetime | None]:
     """``col`` where it lies in 1970–2100, else NULL: a row stored before the intake refused such
     timestamps (e.g. year 0 in UTC) cannot break the page (the driver cannot read it back)."""
     return sa.case((col.between(EARLIEST, LATEST), col), else_=sa.null())
@@ -134,9 +135,13 @@ def runs_overview(store: Store, limit: int = 50, branch: str | None = None,
 class _RevRow:
     """Adapts the ``r_*`` columns of a joined runs row to what :func:`_revision` reads."""
 
-    def __init__(self, row: Any) -> None:
-        self.sha, self.parents, self.branch = row.r_sha, row.r_parents, row.r_branch
-        self.author, self.message, self.committed_at = row.r_author, row.r_message, row.r_committed_at
+    def __init__(self, row: DbRow) -> None:
+        self.sha: str = row.r_sha
+        self.parents: list[str] | None = row.r_parents
+        self.branch: str | None = row.r_branch
+        self.author: str | None = row.r_author
+        self.message: str | None = row.r_message
+        self.committed_at: datetime | None = row.r_committed_at
 
 
 @dataclass(frozen=True)
@@ -163,7 +168,7 @@ class HistoryRow:
     pass_iterations: int | None = None
 
 
-def _floats(raw: Any) -> list[float]:
+def _floats(raw: object) -> list[float]:
     return [float(x) for x in raw if isinstance(x, int | float)] if isinstance(raw, list) else []
 
 
@@ -203,7 +208,7 @@ def cell_history(store: Store, cell: Cell, branch: str | None = "main", limit: i
         measured = r.latency_p50_ms is not None and isinstance(r.min_ms, int | float) and r.min_ms > 0
         lo = min(samples) if samples else (float(r.min_ms) if measured else None)
         out.append(HistoryRow(result_id=r.id, run_id=r.run_id, revision_sha=r.revision_sha, message=r.message,
-                              trigger=r.trigger, created_at=utc(r.created_at),  # type: ignore[arg-type]
+                              trigger=r.trigger, created_at=utc(r.created_at),
                               status=r.status, cosine=r.cosine, error_ratio=r.error_ratio, max_abs=r.max_abs,
                               latency_p50_ms=r.latency_p50_ms,
                               latency_min_ms=lo, latency_max_ms=max(samples) if samples else None,
@@ -225,7 +230,7 @@ def cells_of(store: Store, model: str, dtype: str, policy: str | None = None,
         return sorted((model, dtype, p, t) for p, t in conn.execute(q).all())
 
 
-def cell_findings(store: Store, cell: Cell, run_ids: Sequence[int]) -> list[Any]:
+def cell_findings(store: Store, cell: Cell, run_ids: Sequence[int]) -> list[RegressionInfo]:
     """Findings (RegressionInfo) of ``cell`` stored by the given runs, oldest first."""
     if not run_ids:
         return []
@@ -239,7 +244,7 @@ def cell_findings(store: Store, cell: Cell, run_ids: Sequence[int]) -> list[Any]
     return [regression_info(r) for r in rows]
 
 
-def baseline_results(store: Store, run: RunInfo, cells: Sequence[Cell], depth: int = 500) -> dict[Cell, Any]:
+def baseline_results(store: Store, run: RunInfo, cells: Sequence[Cell], depth: int = 500) -> dict[Cell, StoredResult]:
     """Each of ``cells``' baseline result in ``run`` (a :class:`~service.regressions.stored.StoredResult`), found
     by the detector's own :func:`~service.db.series.nearest`: from ``baseline_sha`` when the
     run has one (inclusive), else from the revision's ancestors (nightly: the revision itself

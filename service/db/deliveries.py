@@ -27,15 +27,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.engine import Connection, Engine
 
 from service.db import models as m
-from service.db.engine import DialectInsert, connect
+from service.db.engine import DbRow, DialectInsert, connect
 from service.db.records import DeliveryInfo, utc
 from service.errors import NotFoundError, UserError
+from service.json_types import JsonObject
 
 if TYPE_CHECKING:
     from sqlalchemy.sql.dml import ReturningInsert
@@ -85,10 +86,10 @@ class DeliveryWrite:
     status: str
     reason: str | None = None
     repository: str | None = None
-    payload: dict[str, Any] | None = None
+    payload: JsonObject | None = None
     run_id: int | None = None
 
-    def values(self, received_at: datetime) -> dict[str, Any]:
+    def values(self, received_at: datetime) -> dict[str, object]:
         """The row's column values."""
         return {"delivery_id": self.delivery_id, "event": self.event, "status": self.status,
                 "reason": storable(self.reason), "run_id": self.run_id, "repository": self.repository,
@@ -106,7 +107,7 @@ class PendingDelivery:
     delivery_id: str
     event: str
     repository: str | None
-    payload: dict[str, Any] | None
+    payload: JsonObject | None
 
 
 @dataclass(frozen=True)
@@ -124,10 +125,10 @@ def _check_status(status: str) -> None:
         raise UserError(f"unknown delivery status {status!r}; expected one of {', '.join(DELIVERY_STATES)}")
 
 
-def delivery_info(r: Row[*tuple[Any, ...]]) -> DeliveryInfo:
+def delivery_info(r: DbRow) -> DeliveryInfo:
     """DeliveryInfo from a webhook_deliveries row."""
     return DeliveryInfo(delivery_id=r.delivery_id, event=r.event, repository=r.repository, status=r.status,
-                        reason=r.reason, run_id=r.run_id, received_at=utc(r.received_at))  # type: ignore[arg-type]
+                        reason=r.reason, run_id=r.run_id, received_at=utc(r.received_at))
 
 
 _COLS = ("delivery_id", "event", "status", "reason", "run_id", "repository", "payload", "received_at")
@@ -174,7 +175,7 @@ class DeliveriesMixin:
         raise NotImplementedError
 
     def receive_delivery(self, delivery_id: str, event: str, status: str, *, reason: str | None = None,
-                         repository: str | None = None, payload: dict[str, Any] | None = None,
+                         repository: str | None = None, payload: JsonObject | None = None,
                          run_id: int | None = None) -> Received:
         """Record a delivery as it arrives; see :class:`Received`.
 
@@ -221,7 +222,7 @@ class DeliveriesMixin:
                 out.append(self._receive_existing(w.values(now)))
         return out
 
-    def _receive_existing(self, values: dict[str, Any]) -> Received:
+    def _receive_existing(self, values: dict[str, object]) -> Received:
         delivery_id = values["delivery_id"]
         with self.transaction() as conn:
             row = conn.execute(sa.select(*_INFO_COLS).where(t_del.c.delivery_id == delivery_id)).first()

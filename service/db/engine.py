@@ -16,13 +16,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection as Connection  # re-exported: the floors above annotate with it
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, Row
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from service.errors import ConfigError, DatabaseUnavailableError
@@ -41,6 +42,12 @@ if TYPE_CHECKING:
 
 #: An INSERT of one of the two supported dialects, with ``on_conflict_do_*`` and ``excluded``.
 DialectInsert: TypeAlias = "PgInsert | SqliteInsert"
+#: A row of any statement, its columns read by name (``row.id``, typed by the column read) or position.
+DbRow: TypeAlias = "Row[*tuple[object, ...]]"
+#: A SELECT of any columns.
+DbSelect: TypeAlias = "sa.Select[*tuple[object, ...]]"
+#: A psycopg connection whose rows are plain tuples (the default row factory).
+PgConnection: TypeAlias = "psycopg.Connection[tuple[object, ...]]"
 
 SQLITE_BUSY_MS = 30_000
 IDLE_PING_SECONDS = 5.0  # a pooled PostgreSQL connection idle longer than this is checked before use
@@ -89,7 +96,7 @@ def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: int 
         raise ConfigError(f"cannot use database URL {redact_url(url)}: {exc}") from None
 
 
-def _lenient_timestamps(dbapi_conn: psycopg.Connection[Any], _record: ConnectionPoolEntry) -> None:
+def _lenient_timestamps(dbapi_conn: PgConnection, _record: ConnectionPoolEntry) -> None:
     """Timestamps PostgreSQL holds but Python cannot (before year 1 or after 9999 once in UTC, e.g.
     ``0001-01-01 00:00:00+14`` written by another tool) read back as None, so a page or API answer
     showing such a row renders it as missing ("–") instead of failing with psycopg's DataError.
@@ -115,11 +122,12 @@ def _lenient_timestamps(dbapi_conn: psycopg.Connection[Any], _record: Connection
                     super().__init__(oid, context)
                     self._inner = self.inner_class(oid, context)
 
-                def load(self, data: Buffer) -> Any:  # a date or datetime; None where Python has none
+                def load(self, data: Buffer) -> date | None:  # a date or datetime; None where Python has none
                     try:
-                        return self._inner.load(data)
+                        loaded: date = self._inner.load(data)
                     except DataError:
                         return None
+                    return loaded
 
             dbapi_conn.adapters.register_loader(oid, Lenient)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any
 
 from workers.result import JobResult
 
@@ -70,7 +69,7 @@ def convert_cpu_seconds(result: JobResult) -> float | None:
     return samples[mid] if len(samples) % 2 else (samples[mid - 1] + samples[mid]) / 2
 
 
-def result_columns(result: JobResult) -> dict[str, Any]:
+def result_columns(result: JobResult) -> dict[str, object]:
     """The metric columns of ``results`` for ``result`` (keys match models.Result attributes)."""
     worst = result.accuracy.worst if result.accuracy is not None else None
     ratio = None

@@ -7,17 +7,18 @@ it is expected in, so that two finishers deciding at once never undo each other)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from service.db import models as m
+from service.db.engine import DialectInsert
 from service.db.queries import regression_info, regressions_query
 from service.db.records import RegressionInfo
 from service.db.runs import dialect_insert
 from service.regressions.detect import DETECTED_STATES
+from service.regressions.stored import FindingRow, FindingUpdate
 
 t_reg = m.Regression.__table__
 #: What identifies a finding of a run (with ``run_id``: the table's unique key).
@@ -37,11 +38,11 @@ def run_findings(conn: Connection, *, run_id: int) -> list[RegressionInfo]:
     return [regression_info(r) for r in conn.execute(_FINDINGS, {"run_id": run_id})]
 
 
-def store_findings(conn: Connection, *, run_id: int, rows: Sequence[Mapping[str, Any]]) -> None:
+def store_findings(conn: Connection, *, run_id: int, rows: Sequence[FindingRow]) -> None:
     """Store ``rows`` (``regressions`` column values) as the findings of run ``run_id``: its detected findings
     (:data:`~service.regressions.detect.DETECTED_STATES`) not among them (by cell, kind and category) are
     deleted, the others inserted or updated, keeping the state, creation time and resolution already stored."""
-    wanted = sorted({tuple(r[k] for k in KEY_COLS) for r in rows})
+    wanted = sorted({_key(r) for r in rows})
     if len(wanted) <= DELETE_KEYS_MAX:  # one statement, no select first
         conn.execute(_DELETE_STALE, {"run_id": run_id, "keys": wanted})
     else:
@@ -56,10 +57,15 @@ def store_findings(conn: Connection, *, run_id: int, rows: Sequence[Mapping[str,
     conn.execute(_upsert(conn), list(rows))
 
 
-_UPSERTS: dict[str, Any] = {}
+def _key(row: FindingRow) -> tuple[str, ...]:
+    """The values of :data:`KEY_COLS` of ``row``, in that order."""
+    return row["model"], row["dtype"], row["policy"], row["target"], row["kind"], row["category"]
 
 
-def _upsert(conn: Connection) -> Any:
+_UPSERTS: dict[str, DialectInsert] = {}
+
+
+def _upsert(conn: Connection) -> DialectInsert:
     """The findings' upsert for the connection's dialect: on a finding already stored (same run, cell, kind and
     category) its values are updated and its state, creation time and resolution kept.  Built once per dialect
     (``excluded`` copies every column of ``regressions`` when made)."""
@@ -74,7 +80,7 @@ def _upsert(conn: Connection) -> Any:
     return stmt
 
 
-def set_finding(conn: Connection, *, finding_id: int, values: Mapping[str, Any], when_state: str | None = None) -> None:
+def set_finding(conn: Connection, *, finding_id: int, values: FindingUpdate, when_state: str | None = None) -> None:
     """Write ``values`` (``regressions`` columns) to finding ``finding_id``; with ``when_state``, only while the
     finding is in that state (nothing happens otherwise)."""
     q = t_reg.update().where(t_reg.c.id == finding_id)

@@ -26,6 +26,8 @@ without a migration):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from sqlalchemy import (
     JSON,
     Boolean,
@@ -41,6 +43,12 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+
+if TYPE_CHECKING:
+    from sqlalchemy.sql.base import ReadOnlyColumnCollection
+
+#: A table of the schema, its columns of any Python type.
+DbTable: TypeAlias = "Table[ReadOnlyColumnCollection[str, Column[object]]]"
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -66,7 +74,7 @@ class Base:
     objects, the store reads and writes with Core statements."""
 
     metadata = metadata
-    __table__: Table
+    __table__: DbTable
 
     def __init_subclass__(cls) -> None:
         super().__init_subclass__()

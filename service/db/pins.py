@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from service.db import models as m
 from service.db.runs import dialect_insert
+from service.json_types import JsonObject
 
 t_pin = m.BaselinePin.__table__
 
@@ -29,7 +29,7 @@ class Pin:
     pinned_at: datetime
     note: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-ready fields."""
         return {"branch": self.branch, "sha": self.sha, "pinned_at": self.pinned_at.isoformat(), "note": self.note}
 

@@ -11,12 +11,13 @@ import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.engine import Connection, Engine
 
 from service.db import models as m
+from service.db.engine import DbRow, DbSelect
 from service.db.records import (
     CompareRow,
     HistoryPoint,
@@ -28,6 +29,7 @@ from service.db.records import (
     utc,
 )
 from service.errors import NotFoundError, UserError
+from service.json_types import JsonObject
 from service.regressions.measured import stored_error_unit
 from workers.result import JobResult
 
@@ -58,15 +60,15 @@ def metric_column(name: str) -> str:
     return col
 
 
-def run_info(r: Row[Any]) -> RunInfo:
+def run_info(r: DbRow) -> RunInfo:
     """RunInfo from a runs row."""
     return RunInfo(id=r.id, revision_sha=r.revision_sha, baseline_sha=r.baseline_sha, trigger=r.trigger,
-                   status=r.status, sweep=r.sweep, dedup_key=r.dedup_key, created_at=utc(r.created_at),  # type: ignore[arg-type]
+                   status=r.status, sweep=r.sweep, dedup_key=r.dedup_key, created_at=utc(r.created_at),
                    finished_at=utc(r.finished_at), meta=dict(r.meta or {}),
                    verdict=_verdict(r._mapping.get("verdict")))
 
 
-def _verdict(value: Any) -> dict[str, Any] | None:
+def _verdict(value: object) -> JsonObject | None:
     """A stored ``runs.verdict`` as a dict (a driver may hand JSON back as text); None when absent."""
     if isinstance(value, str):
         try:
@@ -76,21 +78,53 @@ def _verdict(value: Any) -> dict[str, Any] | None:
     return dict(value) if isinstance(value, dict) else None
 
 
-def job_info(r: Row[Any]) -> JobInfo:
+class JobColumns(Protocol):
+    """The columns of a ``jobs`` row, read by name: a SQLAlchemy row, or a psycopg named tuple of the same columns
+    (:meth:`service.db.store.Store.begin_job`)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def run_id(self) -> int: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def worker(self) -> str | None: ...
+    @property
+    def queued_at(self) -> datetime: ...
+    @property
+    def started_at(self) -> datetime | None: ...
+    @property
+    def finished_at(self) -> datetime | None: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+def job_info(r: JobColumns) -> JobInfo:
     """JobInfo from a jobs row."""
     return JobInfo(id=r.id, run_id=r.run_id, model=r.model, dtype=r.dtype, policy=r.policy, target=r.target,
-                   status=r.status, attempts=r.attempts, worker=r.worker, queued_at=utc(r.queued_at),  # type: ignore[arg-type]
+                   status=r.status, attempts=r.attempts, worker=r.worker, queued_at=utc(r.queued_at),
                    started_at=utc(r.started_at), finished_at=utc(r.finished_at), error=r.error)
 
 
-def result_row(r: Row[Any]) -> ResultRow:
+def result_row(r: DbRow) -> ResultRow:
     """ResultRow from a row selected with RESULT_COLS."""
     d = dict(r._mapping)
     d["updated_at"] = utc(d["updated_at"])
     return ResultRow(**d)
 
 
-def regression_info(r: Row[Any]) -> RegressionInfo:
+def regression_info(r: DbRow) -> RegressionInfo:
     """RegressionInfo from a regressions row."""
     d = dict(r._mapping)
     d["created_at"], d["state_at"] = utc(d["created_at"]), utc(d["state_at"])
@@ -98,7 +132,7 @@ def regression_info(r: Row[Any]) -> RegressionInfo:
 
 
 def regressions_query(state: str | None = None, since: datetime | None = None, revision_sha: str | None = None,
-                      run_id: int | None = None, category: str | None = None, limit: int = 1000) -> sa.Select[Any]:
+                      run_id: int | None = None, category: str | None = None, limit: int = 1000) -> DbSelect:
     """The statement behind :meth:`QueriesMixin.regressions` (whole ``regressions`` rows newest first, at most
     ``limit``, filtered by each given value), for a caller already inside a transaction."""
     q = sa.select(t_reg).order_by(t_reg.c.created_at.desc(), t_reg.c.id.desc()).limit(limit)
@@ -264,7 +298,12 @@ class QueriesMixin:
                 self._check_model(conn, model)
         if revision and latest_only:
             seen: set[tuple[str, str, str, str]] = set()
-            rows = [r for r in rows if not (r.cell in seen or seen.add(r.cell))]  # type: ignore[func-returns-value]
+            newest = []
+            for r in rows:
+                if r.cell not in seen:
+                    seen.add(r.cell)
+                    newest.append(r)
+            rows = newest
         return rows
 
     def get_result(self, result_id: int) -> JobResult:
@@ -331,7 +370,7 @@ class QueriesMixin:
             if not rows:
                 self._check_model(conn, model)
         return [HistoryPoint(result_id=r.id, run_id=r.run_id, revision_sha=r.revision_sha, trigger=r.trigger,
-                             created_at=utc(r.created_at), status=r.status, policy=r.policy,  # type: ignore[arg-type]
+                             created_at=utc(r.created_at), status=r.status, policy=r.policy,
                              target=r.target, value=r.value,
                              unit=stored_error_unit(r.unit) if metric == "final_error" and r.value is not None
                              else None) for r in reversed(rows)]
@@ -367,7 +406,7 @@ class QueriesMixin:
         return self.get_regression(regression_id)
 
 
-def _ancestors_query() -> sa.Select[Any]:
+def _ancestors_query() -> DbSelect:
     """The recursive ancestry walk with bound ``sha`` and ``max_depth`` (built once: :data:`_ANCESTORS`)."""
     anc = (sa.select(t_par.c.parent_sha.label("sha"), sa.literal(1).label("depth"))
            .where(t_par.c.child_sha == sa.bindparam("sha")).cte("anc", recursive=True))
@@ -381,7 +420,7 @@ def _ancestors_query() -> sa.Select[Any]:
 _ANCESTORS = _ancestors_query()
 
 
-def _first_parents_query() -> sa.Select[Any]:
+def _first_parents_query() -> DbSelect:
     """The recursive first-parent walk with bound ``sha`` and ``max_depth`` (built once)."""
     line = (sa.select(t_par.c.parent_sha.label("sha"), sa.literal(1).label("depth"))
             .where(t_par.c.child_sha == sa.bindparam("sha"), t_par.c.position == 0).cte("line", recursive=True))

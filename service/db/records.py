@@ -7,13 +7,19 @@ the CLI's ``--json`` and the HTTP API emit as is.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import ClassVar, TypeVar, overload
+
+from service.json_types import JsonObject, JsonValue
 
 Cell = tuple[str, str, str, str]  # (model, dtype, policy, target)
 
 
+@overload
+def utc(dt: datetime) -> datetime: ...
+@overload
+def utc(dt: None) -> None: ...
 def utc(dt: datetime | None) -> datetime | None:
     """``dt`` as an aware UTC datetime (SQLite hands back naive ones)."""
     if dt is None:
@@ -24,9 +30,9 @@ def utc(dt: datetime | None) -> datetime | None:
 T = TypeVar("T")
 
 
-def _json_value(v: Any) -> Any:
+def _json_value(v: object) -> JsonValue:
     if isinstance(v, datetime):
-        return utc(v).isoformat()  # type: ignore[union-attr]
+        return utc(v).isoformat()
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
     if isinstance(v, tuple | list):
@@ -39,9 +45,11 @@ def _json_value(v: Any) -> Any:
 
 
 class _Record:
-    def to_dict(self) -> dict[str, Any]:
+    __dataclass_fields__: ClassVar[dict[str, Field[object]]]  # each record is a dataclass
+
+    def to_dict(self) -> JsonObject:
         """JSON-ready dict of all fields."""
-        return {f.name: _json_value(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+        return {f.name: _json_value(getattr(self, f.name)) for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -69,10 +77,10 @@ class RunInfo(_Record):
     dedup_key: str | None
     created_at: datetime
     finished_at: datetime | None
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: JsonObject = field(default_factory=dict)
     #: the gate's verdict in brief, as recorded when the run was last judged
     #: (:meth:`service.regressions.verdict.RunVerdict.brief`); None: not judged (unfinished, or older)
-    verdict: dict[str, Any] | None = None
+    verdict: JsonObject | None = None
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,7 @@ class RunRef:
 
     id: int
     revision_sha: str
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: JsonObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -303,7 +311,7 @@ class RunSpec:
     sweep: str = "smoke"
     cells: tuple[Cell, ...] = ()
     dedup_key: str | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: JsonObject = field(default_factory=dict)
     dispatch: str | None = None  # "broker" | "local"; None: the Store's ``run_dispatch``
     status: str = "queued"  # or "awaiting_approval": stored without jobs until approved (Store.approve_run)
 

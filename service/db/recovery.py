@@ -11,20 +11,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from service.db import models as m
+from service.db.engine import DbSelect
 from service.db.queries import job_info
 from service.db.records import JobInfo
+from service.json_types import JsonObject, JsonValue
 
 t_job, t_run = m.Job.__table__, m.Run.__table__
 _UNFINISHED_RUN = ("queued", "running")
 
 
-def _jobs_in_unfinished_runs(dispatch: str) -> sa.Select[Any]:
+def _jobs_in_unfinished_runs(dispatch: str) -> DbSelect:
     return (sa.select(*t_job.c, t_run.c.revision_sha.label("run_revision"))
             .join(t_run, t_run.c.id == t_job.c.run_id)
             .where(t_run.c.status.in_(_UNFINISHED_RUN), t_run.c.finished_at.is_(None), t_run.c.dispatch == dispatch)
@@ -49,7 +50,7 @@ def running_jobs_started_before(conn: Connection, *, started_before: datetime,
 
 
 # -- owners of local runs ---------------------------------------------------------------------------
-def run_owner(conn: Connection, *, run_id: int, lock: bool = False) -> Any:
+def run_owner(conn: Connection, *, run_id: int, lock: bool = False) -> JsonValue:
     """The stored ``runs.local_owner`` of run ``run_id`` as it is (None when unset or no such run);
     with ``lock`` the row stays locked until ``conn``'s transaction ends (PostgreSQL ``FOR UPDATE``)."""
     q = sa.select(t_run.c.local_owner).where(t_run.c.id == run_id)
@@ -58,13 +59,13 @@ def run_owner(conn: Connection, *, run_id: int, lock: bool = False) -> Any:
     return conn.execute(q).scalar_one_or_none()
 
 
-def run_owners(conn: Connection, *, run_ids: Iterable[int]) -> dict[int, Any]:
+def run_owners(conn: Connection, *, run_ids: Iterable[int]) -> dict[int, JsonValue]:
     """Run id -> its stored ``local_owner`` as it is, for the existing runs of ``run_ids``."""
     rows = conn.execute(sa.select(t_run.c.id, t_run.c.local_owner).where(t_run.c.id.in_(list(run_ids)))).all()
     return {r.id: r.local_owner for r in rows}
 
 
-def set_run_owner(conn: Connection, *, run_ids: Iterable[int], owner: dict[str, Any] | None) -> None:
+def set_run_owner(conn: Connection, *, run_ids: Iterable[int], owner: JsonObject | None) -> None:
     """Record ``owner`` (None or ``{}``: released) as the owner of the runs ``run_ids``."""
     conn.execute(t_run.update().where(t_run.c.id.in_(list(run_ids))).values(local_owner=owner or None))
 
@@ -72,7 +73,7 @@ def set_run_owner(conn: Connection, *, run_ids: Iterable[int], owner: dict[str, 
 def requeue_running_job(conn: Connection, *, job_id: int, count_attempt: bool) -> bool:
     """Job ``job_id`` from ``running`` back to ``queued`` (worker and start cleared), its attempt taken
     back unless ``count_attempt``; True if it was running."""
-    values: dict[str, Any] = {"status": "queued", "worker": None, "started_at": None}
+    values: dict[str, object] = {"status": "queued", "worker": None, "started_at": None}
     if not count_attempt:
         values["attempts"] = sa.case((t_job.c.attempts > 0, t_job.c.attempts - 1), else_=0)
     done = conn.execute(t_job.update().where(t_job.c.id == job_id, t_job.c.status == "running").values(**values))
@@ -84,7 +85,7 @@ class PendingLocalRun:
     """A ``local`` run with queued or running jobs, and its stored owner as it is."""
 
     run_id: int
-    owner: Any
+    owner: JsonValue
     queued: int
     running: int
 

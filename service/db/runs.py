@@ -15,16 +15,18 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from service.db import models as m
 from service.db.engine import DialectInsert
+from service.db.models import DbTable
 from service.db.queries import job_info
 from service.db.records import Cell, JobInfo, NewRun, RevisionInfo, RevisionRow, RunSpec
 from service.errors import UserError
+from service.json_types import JsonObject
 from service.vocabulary import AWAITING_APPROVAL, NEW_RUN_STATES, TRIGGERS
 
 DISPATCH_MODES = ("broker", "local")  # runs.dispatch: Celery messages, or the creating process's local pool
@@ -32,7 +34,7 @@ _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__
 
 
-def dialect_insert(conn: Connection, table: sa.Table) -> DialectInsert:
+def dialect_insert(conn: Connection, table: DbTable) -> DialectInsert:
     """An INSERT supporting ``on_conflict_do_*`` for the connection's dialect."""
     if conn.dialect.name not in ("postgresql", "sqlite"):  # pragma: no cover - only these two are supported
         raise UserError(f"unsupported database dialect {conn.dialect.name!r}; use PostgreSQL or SQLite")
@@ -126,7 +128,7 @@ class RunWritesMixin:
     # -- runs and jobs --------------------------------------------------------------------------
     def create_run(self, revision_sha: str, trigger: str, baseline_sha: str | None = None,
                    sweep: str = "smoke", cells: Iterable[Cell] = (), dedup_key: str | None = None,
-                   meta: dict[str, Any] | None = None, dispatch: str | None = None) -> int:
+                   meta: JsonObject | None = None, dispatch: str | None = None) -> int:
         """Create a run with one ``queued`` job per distinct cell; return its id.
 
         A revision not yet known is inserted bare (sha only).  When ``dedup_key`` is given and a
@@ -140,7 +142,7 @@ class RunWritesMixin:
 
     def create_run_if_new(self, revision_sha: str, trigger: str, baseline_sha: str | None = None,
                           sweep: str = "smoke", cells: Iterable[Cell] = (), dedup_key: str | None = None,
-                          meta: dict[str, Any] | None = None, dispatch: str | None = None) -> tuple[int, bool]:
+                          meta: JsonObject | None = None, dispatch: str | None = None) -> tuple[int, bool]:
         """Like :meth:`create_run`; returns ``(run_id, created)`` (created False: dedup hit)."""
         new = self.create_run_with_jobs(revision_sha, trigger, baseline_sha, sweep, cells, dedup_key, meta,
                                         dispatch)
@@ -148,7 +150,7 @@ class RunWritesMixin:
 
     def create_run_with_jobs(self, revision_sha: str, trigger: str, baseline_sha: str | None = None,
                              sweep: str = "smoke", cells: Iterable[Cell] = (), dedup_key: str | None = None,
-                             meta: dict[str, Any] | None = None, dispatch: str | None = None) -> NewRun:
+                             meta: JsonObject | None = None, dispatch: str | None = None) -> NewRun:
         """Like :meth:`create_run_if_new`, also returning the run's job rows (read in the same transaction)."""
         spec = RunSpec(revision_sha, trigger, baseline_sha, sweep, tuple(cells), dedup_key, meta or {}, dispatch)
         return self.create_runs([spec])[0]
@@ -190,7 +192,7 @@ class RunWritesMixin:
                      [{"sha": sha, "parents": [], "created_at": seen_at}
                       for sha in dict.fromkeys(s.revision_sha for s in specs)])
 
-        def row(s: RunSpec) -> dict[str, Any]:
+        def row(s: RunSpec) -> dict[str, object]:
             return {"revision_sha": s.revision_sha, "baseline_sha": s.baseline_sha, "trigger": s.trigger,
                     "status": s.status, "sweep": s.sweep, "dedup_key": s.dedup_key, "meta": s.meta,
                     "created_at": now, "dispatch": s.dispatch}
@@ -215,17 +217,17 @@ class RunWritesMixin:
                 if specs[i].dedup_key in got:
                     ids[i] = int(got[specs[i].dedup_key])
                     created.add(i)
-        missing = [specs[i].dedup_key for i in keyed if i not in ids]
+        missing = [key for i in keyed if i not in ids and (key := specs[i].dedup_key) is not None]
         status_of: dict[int, str] = {ids[i]: specs[i].status for i in created}
         if missing:
             found = {key: (run_id, status) for key, run_id, status in conn.execute(
                 sa.select(t_run.c.dedup_key, t_run.c.id, t_run.c.status).where(t_run.c.dedup_key.in_(missing)))}
             for key in missing:
-                ids[first_by_key[key]], status = found[key]  # type: ignore[index]
-                status_of[ids[first_by_key[key]]] = status  # type: ignore[index]
+                ids[first_by_key[key]], status = found[key]
+                status_of[ids[first_by_key[key]]] = status
         for i, s in enumerate(specs):
-            if i not in ids:  # a repeated key within specs
-                ids[i] = ids[first_by_key[s.dedup_key]]  # type: ignore[index]
+            if i not in ids and s.dedup_key is not None:  # a repeated key within specs (keyless: all have ids)
+                ids[i] = ids[first_by_key[s.dedup_key]]
         jobs: dict[int, list[JobInfo]] = {}
         job_rows = [{"run_id": ids[i], "model": c[0], "dtype": c[1], "policy": c[2], "target": c[3],
                      "status": "queued", "attempts": 0, "queued_at": now}
@@ -241,7 +243,7 @@ class RunWritesMixin:
         return [NewRun(ids[i], i in created, tuple(sorted(jobs.get(ids[i], []), key=lambda j: j.id)),
                        status_of[ids[i]]) for i in range(len(specs))]
 
-    def approve_run(self, run_id: int, cells: Iterable[Cell], meta: dict[str, Any],
+    def approve_run(self, run_id: int, cells: Iterable[Cell], meta: JsonObject,
                     conn: Connection | None = None) -> NewRun | None:
         """Start a run awaiting approval: atomically, only while it is ``awaiting_approval``, it becomes
         ``queued`` with ``meta`` and one ``queued`` job per distinct cell (in ``conn``'s transaction, or a
@@ -254,7 +256,7 @@ class RunWritesMixin:
                 return self._approve_run(own, run_id, checked, meta)
         return self._approve_run(conn, run_id, checked, meta)
 
-    def _approve_run(self, conn: Connection, run_id: int, cells: tuple[Cell, ...], meta: dict[str, Any]) -> NewRun | None:
+    def _approve_run(self, conn: Connection, run_id: int, cells: tuple[Cell, ...], meta: JsonObject) -> NewRun | None:
         now = self.clock()
         started = conn.execute(t_run.update().where(t_run.c.id == run_id, t_run.c.status == AWAITING_APPROVAL)
                                .values(status="queued", meta=meta).returning(t_run.c.id)).first()
@@ -271,8 +273,8 @@ def _revision_upsert(dialect: str) -> DialectInsert:
     """The revisions upsert of :meth:`Store.upsert_revisions` (built once per dialect; executemany)."""
     ins = insert_for(dialect, t_rev)
     ex = ins.excluded
-    update: dict[str, Any] = {c: sa.func.coalesce(getattr(ex, c), getattr(t_rev.c, c))
-                              for c in ("branch", "author", "message", "committed_at")}
+    update: dict[str, sa.ColumnElement[object]] = {c: sa.func.coalesce(getattr(ex, c), getattr(t_rev.c, c))
+                                                   for c in ("branch", "author", "message", "committed_at")}
     # an empty parent list keeps the stored links (as in upsert_revision)
     update["parents"] = sa.case((sa.func.json_array_length(ex.parents) > 0, ex.parents), else_=t_rev.c.parents)
     return ins.on_conflict_do_update(index_elements=[t_rev.c.sha], set_=update)
@@ -285,7 +287,7 @@ def _parent_upsert(dialect: str) -> DialectInsert:
                                      set_={"parent_sha": ins.excluded.parent_sha})
 
 
-def insert_for(dialect: str, table: sa.Table) -> DialectInsert:
+def insert_for(dialect: str, table: DbTable) -> DialectInsert:
     """``INSERT INTO table`` of ``dialect``: PostgreSQL's, or SQLite's for any other name."""
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert

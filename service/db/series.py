@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TypeAlias
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from service.db import models as m
+from service.db.engine import DbRow
+from service.db.models import DbTable
 from service.db.queries import ancestors, regression_info
 from service.db.records import RegressionInfo
 from service.regressions.confirm import CONFIRM_TRIGGER
@@ -40,13 +42,18 @@ SAMPLE_COLS = (*CELL, t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_res.c.
 NOT_CONFIRMATION = t_res.c.run_id.not_in(sa.select(t_run.c.id).where(t_run.c.trigger == CONFIRM_TRIGGER))
 
 
-def stored(row: Sequence[Any]) -> StoredResult:
+#: A row selected with SAMPLE_COLS: the cell, then the other fields of StoredResult in order (``doc`` as text).
+SampleRow: TypeAlias = tuple[str, str, str, str, int, int, str, str, float | None, float | None, float | None,
+                             bool | None, float | None, int | None, str | None, float | None, str | None]
+
+
+def stored(row: SampleRow) -> StoredResult:
     """The StoredResult of a row selected with SAMPLE_COLS (read by position: a Row's attribute lookup costs
     15x its index)."""
-    return StoredResult(tuple(row[:4]), *row[4:])  # a Row slice is a plain tuple
+    return StoredResult(row[:4], *row[4:])  # a Row slice is a plain tuple
 
 
-def _cell(row: Any) -> Cell:
+def _cell(row: DbRow) -> Cell:
     return (row.model, row.dtype, row.policy, row.target)
 
 
@@ -54,62 +61,62 @@ def _cell(row: Any) -> Cell:
 _CUR = t_res.alias("cur")
 
 
-def _same_cell(other: sa.Table | Any, run_id: int | sa.BindParameter[int]) -> sa.ColumnElement[bool]:
+def _same_cell(other: DbTable, run_id: int | sa.BindParameter[int]) -> sa.ColumnElement[bool]:
     """Join condition: ``other``'s cell is one of the cells of run ``run_id`` (no bound cell lists)."""
     cur = _CUR
     return sa.exists().where(cur.c.run_id == run_id, cur.c.model == other.c.model, cur.c.dtype == other.c.dtype,
                              cur.c.policy == other.c.policy, cur.c.target == other.c.target)
 
 
-def _statements() -> dict[str, Any]:
+class _Statements:
     """Detection's statements, with bound ``run_id`` (and the other values each names), built once."""
-    run_id: sa.BindParameter[int] = sa.bindparam("run_id")
-    chunk = sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(sa.bindparam("shas", expanding=True)),
-                                          t_res.c.run_id != run_id, _same_cell(t_res, run_id), NOT_CONFIRMATION)
-    branch = sa.select(t_rev.c.branch).where(t_rev.c.sha == sa.bindparam("sha")).scalar_subquery()
-    run_ids = (sa.select(t_run.c.id).join(t_rev, t_rev.c.sha == t_run.c.revision_sha)
-               .where(t_run.c.id < run_id, t_run.c.trigger.in_(sa.bindparam("triggers", expanding=True)),
-                      sa.or_(sa.func.coalesce(branch, "") == "", t_rev.c.branch == branch))
-               .order_by(t_run.c.id.desc()).limit(sa.bindparam("limit")))
-    history = (sa.select(*CELL, t_res.c.run_id, t_res.c.id, t_res.c.status, t_res.c.latency_p50_ms,
-                         t_res.c.env_fingerprint)
-               .where(t_res.c.run_id.in_(run_ids.scalar_subquery())).order_by(t_res.c.run_id))
-    return {
-        "current": sa.select(*SAMPLE_COLS).where(t_res.c.run_id == run_id),
-        "chunk": chunk,
-        "chunk_before": chunk.where(t_res.c.run_id < sa.bindparam("before_run")),
-        "history": history.where(_same_cell(t_res, run_id)),
-        "history_of_models": history.where(t_res.c.model.in_(sa.bindparam("models", expanding=True))),
-        "open_regressions": sa.select(t_reg).join(t_run, t_run.c.id == t_reg.c.run_id).where(
+
+    def __init__(self) -> None:
+        run_id: sa.BindParameter[int] = sa.bindparam("run_id")
+        chunk = sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(sa.bindparam("shas", expanding=True)),
+                                              t_res.c.run_id != run_id, _same_cell(t_res, run_id), NOT_CONFIRMATION)
+        branch = sa.select(t_rev.c.branch).where(t_rev.c.sha == sa.bindparam("sha")).scalar_subquery()
+        run_ids = (sa.select(t_run.c.id).join(t_rev, t_rev.c.sha == t_run.c.revision_sha)
+                   .where(t_run.c.id < run_id, t_run.c.trigger.in_(sa.bindparam("triggers", expanding=True)),
+                          sa.or_(sa.func.coalesce(branch, "") == "", t_rev.c.branch == branch))
+                   .order_by(t_run.c.id.desc()).limit(sa.bindparam("limit")))
+        history = (sa.select(*CELL, t_res.c.run_id, t_res.c.id, t_res.c.status, t_res.c.latency_p50_ms,
+                             t_res.c.env_fingerprint)
+                   .where(t_res.c.run_id.in_(run_ids.scalar_subquery())).order_by(t_res.c.run_id))
+        self.current = sa.select(*SAMPLE_COLS).where(t_res.c.run_id == run_id)
+        self.chunk = chunk
+        self.chunk_before = chunk.where(t_res.c.run_id < sa.bindparam("before_run"))
+        self.history = history.where(_same_cell(t_res, run_id))
+        self.history_of_models = history.where(t_res.c.model.in_(sa.bindparam("models", expanding=True)))
+        self.open_regressions = sa.select(t_reg).join(t_run, t_run.c.id == t_reg.c.run_id).where(
             t_run.c.trigger.in_(LINEAGE_TRIGGERS), t_reg.c.category == "regression",
             t_reg.c.state.in_(("open", "acknowledged")), t_reg.c.run_id < run_id,
-            t_reg.c.baseline_result_id.is_not(None), _same_cell(t_reg, run_id)),
-        "open_kinds": sa.select(t_reg.c.model, t_reg.c.dtype, t_reg.c.policy, t_reg.c.target, t_reg.c.kind).where(
+            t_reg.c.baseline_result_id.is_not(None), _same_cell(t_reg, run_id))
+        self.open_kinds = sa.select(t_reg.c.model, t_reg.c.dtype, t_reg.c.policy, t_reg.c.target, t_reg.c.kind).where(
             t_reg.c.run_id < run_id, t_reg.c.category == "regression", t_reg.c.state.in_(("open", "acknowledged")),
-            _same_cell(t_reg, run_id)),
-        "earlier_on_line": sa.select(*(t_reg.c[k] for k in ("model", "dtype", "policy", "target", "kind", "metric",
-                                                           "revision_sha", "state"))).where(
+            _same_cell(t_reg, run_id))
+        self.earlier_on_line = sa.select(*(t_reg.c[k] for k in ("model", "dtype", "policy", "target", "kind",
+                                                               "metric", "revision_sha", "state"))).where(
             t_reg.c.run_id < run_id, t_reg.c.category == "regression", t_reg.c.state != "resolved",
-            t_reg.c.revision_sha.in_(sa.bindparam("shas", expanding=True)), _same_cell(t_reg, run_id)),
-        "pool": sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(sa.bindparam("shas", expanding=True)),
-                                              t_res.c.run_id != run_id, _same_cell(t_res, run_id),
-                                              NOT_CONFIRMATION).order_by(t_res.c.id.desc()),
-        "cells_of_run": sa.select(*CELL).where(t_res.c.run_id == run_id),
-        "branch": sa.select(t_rev.c.branch).where(t_rev.c.sha == sa.bindparam("sha")),
-    }
+            t_reg.c.revision_sha.in_(sa.bindparam("shas", expanding=True)), _same_cell(t_reg, run_id))
+        self.pool = sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(sa.bindparam("shas", expanding=True)),
+                                                  t_res.c.run_id != run_id, _same_cell(t_res, run_id),
+                                                  NOT_CONFIRMATION).order_by(t_res.c.id.desc())
+        self.cells_of_run = sa.select(*CELL).where(t_res.c.run_id == run_id)
+        self.branch = sa.select(t_rev.c.branch).where(t_rev.c.sha == sa.bindparam("sha"))
 
 
-_Q = _statements()
+_Q = _Statements()
 
 
 def current_results(conn: Connection, *, run_id: int) -> dict[Cell, StoredResult]:
     """The results of run ``run_id`` by cell."""
-    return {(r := stored(row)).cell: r for row in conn.execute(_Q["current"], {"run_id": run_id}).all()}
+    return {(r := stored(row)).cell: r for row in conn.execute(_Q.current, {"run_id": run_id}).all()}
 
 
 def cells_of_run(conn: Connection, *, run_id: int) -> list[Cell]:
     """The cells run ``run_id`` has a result of, sorted."""
-    return sorted({_cell(r) for r in conn.execute(_Q["cells_of_run"], {"run_id": run_id})})
+    return sorted({_cell(r) for r in conn.execute(_Q.cells_of_run, {"run_id": run_id})})
 
 
 def cells_with_results(conn: Connection, *, sha: str) -> set[Cell]:
@@ -145,7 +152,7 @@ def nearest(conn: Connection, *, start: str, include_self: bool, run_id: int, ce
         i, size = i + size, size * 4
         params = {"shas": list(depth), "run_id": run_id, "before_run": before_run}
         best: dict[Cell, StoredResult] = {}
-        for row in conn.execute(_Q["chunk" if before_run is None else "chunk_before"], params).all():
+        for row in conn.execute(_Q.chunk if before_run is None else _Q.chunk_before, params).all():
             c = tuple(row[:4])
             if c not in missing:
                 continue
@@ -170,7 +177,7 @@ def history(conn: Connection, *, run_id: int, sha: str, triggers: Sequence[str],
     params = {"run_id": run_id, "sha": sha, "triggers": list(triggers), "limit": limit,
               "models": sorted({c[0] for c in wanted or ()})}
     out: dict[Cell, list[HistoryResult]] = defaultdict(list)
-    for r in conn.execute(_Q["history" if wanted is None else "history_of_models"], params).all():
+    for r in conn.execute(_Q.history if wanted is None else _Q.history_of_models, params).all():
         c: Cell = tuple(r[:4])
         if wanted is None or c in wanted:
             out[c].append(HistoryResult(c, *r[4:]))
@@ -179,7 +186,7 @@ def history(conn: Connection, *, run_id: int, sha: str, triggers: Sequence[str],
 
 def open_kinds(conn: Connection, *, run_id: int) -> set[tuple[Cell, str]]:
     """(cell, kind) of each regression open or acknowledged before run ``run_id`` on one of its cells."""
-    return {(_cell(r), r.kind) for r in conn.execute(_Q["open_kinds"], {"run_id": run_id})}
+    return {(_cell(r), r.kind) for r in conn.execute(_Q.open_kinds, {"run_id": run_id})}
 
 
 def baseline_pools(conn: Connection, *, run_id: int, base: dict[Cell, StoredResult],
@@ -190,7 +197,7 @@ def baseline_pools(conn: Connection, *, run_id: int, base: dict[Cell, StoredResu
         return {}
     used = {b.id for b in base.values()}
     out: dict[Cell, list[StoredResult]] = defaultdict(list)
-    for row in conn.execute(_Q["pool"], {"run_id": run_id, "shas": sorted({b.revision_sha for b in base.values()})}):
+    for row in conn.execute(_Q.pool, {"run_id": run_id, "shas": sorted({b.revision_sha for b in base.values()})}):
         r = stored(row)
         b = base.get(r.cell)
         if b is None or r.id in used or r.revision_sha != b.revision_sha or len(out[r.cell]) >= limit - 1:
@@ -201,24 +208,24 @@ def baseline_pools(conn: Connection, *, run_id: int, base: dict[Cell, StoredResu
 
 def line_results(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[StoredResult]:
     """The results at revisions ``shas`` of run ``run_id``'s cells (its own and confirmation runs' excluded)."""
-    return [stored(r) for r in conn.execute(_Q["chunk"], {"shas": list(shas), "run_id": run_id}).all()]
+    return [stored(r) for r in conn.execute(_Q.chunk, {"shas": list(shas), "run_id": run_id}).all()]
 
 
 def branch_of(conn: Connection, *, sha: str) -> str | None:
     """The branch recorded for revision ``sha`` (None: none, or an unknown revision)."""
-    return conn.execute(_Q["branch"], {"sha": sha}).scalar()
+    return conn.execute(_Q.branch, {"sha": sha}).scalar()
 
 
 def earlier_on_line(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[LineFinding]:
     """The unresolved regressions of run ``run_id``'s cells found before it at revisions ``shas``."""
-    rows = conn.execute(_Q["earlier_on_line"], {"run_id": run_id, "shas": list(shas)}).all()
+    rows = conn.execute(_Q.earlier_on_line, {"run_id": run_id, "shas": list(shas)}).all()
     return [LineFinding(_cell(r), r.kind, r.metric, r.revision_sha, r.state) for r in rows]
 
 
 def open_regressions(conn: Connection, *, run_id: int) -> list[RegressionInfo]:
     """The regressions of ``push``/``nightly``/``manual`` runs before run ``run_id`` on its cells that are open
     or acknowledged and have a baseline result (those a later result may resolve)."""
-    return [regression_info(r) for r in conn.execute(_Q["open_regressions"], {"run_id": run_id}).all()]
+    return [regression_info(r) for r in conn.execute(_Q.open_regressions, {"run_id": run_id}).all()]
 
 
 def results_by_id(conn: Connection, *, ids: Iterable[int]) -> dict[int, StoredResult]:

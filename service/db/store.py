@@ -22,16 +22,25 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.engine import Connection, Engine
 
 from service.db import models as m
 from service.db.deliveries import DELIVERY_STATES, DeliveriesMixin
-from service.db.engine import DialectInsert, connect, make_engine, transaction, unavailable
+from service.db.engine import (
+    DbRow,
+    DbSelect,
+    DialectInsert,
+    PgConnection,
+    connect,
+    make_engine,
+    transaction,
+    unavailable,
+)
 from service.db.extract import result_columns
-from service.db.queries import QueriesMixin, job_info, run_info
+from service.db.queries import JobColumns, QueriesMixin, job_info, run_info
 from service.db.records import (
     Cell,
     JobInfo,
@@ -49,11 +58,12 @@ from service.db.runs import (
     insert_for,
 )
 from service.errors import DatabaseUnavailableError, NotFoundError, UserError
+from service.json_types import JsonObject
 from service.vocabulary import AWAITING_APPROVAL, FINAL_JOB_STATES, JOB_STATES, RUN_STATES, TRIGGERS
 from workers.result import JobResult
 
 if TYPE_CHECKING:
-    import psycopg
+    from psycopg.rows import RowFactory
 
     from service.regressions.thresholds import Thresholds
     from service.settings import Settings
@@ -65,6 +75,28 @@ t_res, t_reg, t_zoo = m.Result.__table__, m.Regression.__table__, m.ZooModel.__t
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+class JobWithRun(JobColumns, Protocol):
+    """A ``jobs`` row with its run's revision, options and status beside it (``run_*``: :func:`_run_columns`)."""
+
+    @property
+    def run_revision_sha(self) -> str: ...
+    @property
+    def run_meta(self) -> JsonObject | None: ...
+    @property
+    def run_status(self) -> str: ...
+
+
+class ZooModel(TypedDict):
+    """A model zoo entry as :meth:`Store.zoo_models` lists it (the ``zoo_models`` row, times in UTC)."""
+
+    name: str
+    sha256: str | None
+    source: str | None
+    meta: JsonObject
+    first_seen_at: datetime
+    last_seen_at: datetime
 
 
 def thresholds_from_settings(settings: Settings) -> Thresholds | None:
@@ -171,6 +203,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         run ``running`` if it was ``queued``.  An unknown job raises NotFoundError.
         """
         params = {"job_id": job_id, "worker": worker, "now": self.clock()}
+        row: JobWithRun | None
         if self.engine.dialect.name == "postgresql":
             with self._bookkeeping() as pg:
                 cur = pg.cursor(row_factory=_namedtuple_row())
@@ -229,7 +262,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
             conn.close()
 
     @contextmanager
-    def _bookkeeping(self) -> Iterator[psycopg.Connection[Any]]:
+    def _bookkeeping(self) -> Iterator[PgConnection]:
         """A psycopg connection for a worker's per-job bookkeeping on PostgreSQL (:meth:`begin_job`,
         :meth:`complete_job`): from a second pool of this process (same size limits as the Store's,
         connections opened on demand: one per thread doing bookkeeping at once), in autocommit mode
@@ -262,7 +295,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
                                            "every bookkeeping connection this process may open is in use "
                                            "(AMPCI_DB_POOL_SIZE + AMPCI_DB_MAX_OVERFLOW); try again") from None
         try:
-            pg = cast("psycopg.Connection[Any]", fairy.driver_connection)  # a PostgreSQL engine's driver
+            pg = cast("PgConnection", fairy.driver_connection)  # a PostgreSQL engine's driver
             if fairy.info.get("ampci_bookkeeping") is not pg:  # set up once per connection
                 pg.autocommit = True
                 pg.execute("SET synchronous_commit TO off")
@@ -324,7 +357,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         """Set a job's status (one of JOB_STATES); terminal states stamp ``finished_at``."""
         if status not in JOB_STATES:
             raise UserError(f"unknown job status {status!r}; expected one of {', '.join(JOB_STATES)}")
-        values: dict[str, Any] = {"status": status, "error": error}
+        values: dict[str, object] = {"status": status, "error": error}
         if status in FINAL_JOB_STATES:
             values["finished_at"] = self.clock()
         with self.transaction() as conn:
@@ -415,7 +448,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
                 [{"name": name, "sha256": sha, "meta": {}, "first_seen_at": now, "last_seen_at": now}
                  for name, sha in seen])
 
-    def record_verdict(self, run_id: int, verdict: dict[str, Any] | None) -> None:
+    def record_verdict(self, run_id: int, verdict: JsonObject | None) -> None:
         """Store run ``run_id``'s verdict in brief (``runs.verdict``: what the lists of runs show; the caller
         decides it, :func:`service.regressions.verdict.record_verdict`).  NotFoundError for an unknown run."""
         with self.transaction() as conn:
@@ -450,7 +483,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
 
     # -- model zoo (webhook deliveries: service.db.deliveries) ------------------------------------
     def record_model(self, name: str, sha256: str | None = None, source: str | None = None,
-                     meta: dict[str, Any] | None = None) -> None:
+                     meta: JsonObject | None = None) -> None:
         """Record (or refresh) a model zoo entry seen by a sweep."""
         now = self.clock()
         with self.transaction() as conn:
@@ -460,15 +493,15 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
                 "last_seen_at": now, "sha256": sa.func.coalesce(ins.excluded.sha256, t_zoo.c.sha256),
                 "source": sa.func.coalesce(ins.excluded.source, t_zoo.c.source)}))
 
-    def zoo_models(self) -> list[dict[str, Any]]:
+    def zoo_models(self) -> list[ZooModel]:
         """All model zoo entries seen, by name."""
         with self.transaction() as conn:
             rows = conn.execute(sa.select(t_zoo).order_by(t_zoo.c.name)).mappings().all()
-        return [{**r, "first_seen_at": utc(r["first_seen_at"]), "last_seen_at": utc(r["last_seen_at"])}
-                for r in rows]
+        return [ZooModel(name=r["name"], sha256=r["sha256"], source=r["source"], meta=r["meta"],
+                         first_seen_at=utc(r["first_seen_at"]), last_seen_at=utc(r["last_seen_at"])) for r in rows]
 
     # -- helpers --------------------------------------------------------------------------------
-    def run_row(self, conn: Connection, run_id: int) -> Row[Any]:
+    def run_row(self, conn: Connection, run_id: int) -> DbRow:
         row = conn.execute(sa.select(t_run).where(t_run.c.id == run_id)).first()
         if row is None:
             raise NotFoundError(f"no run with id {run_id}")
@@ -489,7 +522,7 @@ def _end_job_statement(postgresql: bool) -> sa.Update:
             .values(status=sa.bindparam("job_status"), finished_at=sa.bindparam("now")))
 
 
-def _run_columns() -> list[sa.Label[Any]]:
+def _run_columns() -> list[sa.Label[object]]:
     """The run's revision, options and status beside a job row, as scalar subqueries labelled
     ``run_<name>`` (usable in RETURNING on PostgreSQL and SQLite alike)."""
     runs = t_run.alias("of_run")
@@ -508,7 +541,7 @@ def _begin_job_statement(postgresql: bool) -> sa.Update:
 
 
 @functools.cache
-def _job_with_run_statement() -> sa.Select[Any]:
+def _job_with_run_statement() -> DbSelect:
     return sa.select(*t_job.c, *_run_columns()).where(t_job.c.id == sa.bindparam("job_id"))
 
 
@@ -551,10 +584,12 @@ def _pg_complete_job(cols: tuple[str, ...]) -> str:
 
 
 @functools.cache
-def _namedtuple_row() -> Any:  # rows read by attribute, as SQLAlchemy rows are (job_info)
+def _namedtuple_row() -> RowFactory[JobWithRun]:
+    """Rows read by attribute, as SQLAlchemy rows are (:func:`~service.db.queries.job_info`): named tuples of the
+    columns the bookkeeping statements return, which are a job's and its run's (:class:`JobWithRun`)."""
     from psycopg.rows import namedtuple_row
 
-    return namedtuple_row
+    return cast("RowFactory[JobWithRun]", namedtuple_row)
 
 
 @functools.cache

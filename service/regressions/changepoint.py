@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(frozen=True)
@@ -36,19 +38,19 @@ class ChangePoint:
     p: float
 
 
-def _block(prefix: np.ndarray, a: int, b: int, c: int, d: int) -> float:
+def _block(prefix: npt.NDArray[np.float64], a: int, b: int, c: int, d: int) -> float:
     """Sum of ``D[a:b, c:d]`` from its 2-D prefix sums."""
     return float(prefix[b, d] - prefix[a, d] - prefix[b, c] + prefix[a, c])
 
 
-def _prefix(z: np.ndarray, alpha: float) -> np.ndarray:
+def _prefix(z: npt.NDArray[np.float64], alpha: float) -> npt.NDArray[np.float64]:
     dist = np.abs(z[:, None] - z[None, :]) ** alpha
     out = np.zeros((len(z) + 1, len(z) + 1))
     out[1:, 1:] = dist.cumsum(0).cumsum(1)
     return out
 
 
-def best_split(z: np.ndarray, s: int, e: int, min_size: int, prefix: np.ndarray) -> tuple[int, float]:
+def best_split(z: npt.NDArray[np.float64], s: int, e: int, min_size: int, prefix: npt.NDArray[np.float64]) -> tuple[int, float]:
     """``(tau, Q)`` of the best split of ``z[s:e]`` (``tau`` -1 and Q -inf when the segment is too short)."""
     best = (-1, -np.inf)
     for tau in range(s + min_size, e - min_size + 1):
@@ -64,7 +66,7 @@ def best_split(z: np.ndarray, s: int, e: int, min_size: int, prefix: np.ndarray)
     return best
 
 
-def _candidate(z: np.ndarray, bounds: Sequence[int], min_size: int, alpha: float) -> tuple[int, float]:
+def _candidate(z: npt.NDArray[np.float64], bounds: Sequence[int], min_size: int, alpha: float) -> tuple[int, float]:
     """The best split over every segment between consecutive ``bounds``."""
     prefix = _prefix(z, alpha)
     best = (-1, -np.inf)
@@ -73,6 +75,16 @@ def _candidate(z: np.ndarray, bounds: Sequence[int], min_size: int, alpha: float
         if got[1] > best[1]:
             best = got
     return best
+
+
+class Options(TypedDict, total=False):
+    """The keyword options of :func:`e_divisive` (for a caller that passes them on)."""
+
+    p_limit: float
+    permutations: int
+    min_size: int
+    alpha: float
+    seed: int
 
 
 def e_divisive(series: Sequence[float], *, p_limit: float = 0.05, permutations: int = 199, min_size: int = 2,
@@ -108,11 +120,11 @@ def e_divisive(series: Sequence[float], *, p_limit: float = 0.05, permutations: 
     return sorted(found, key=lambda c: c.index)
 
 
-def moved_range(series: Sequence[float], **kwargs: float) -> tuple[int, int] | None:
+def moved_range(series: Sequence[float], **kwargs: Unpack[Options]) -> tuple[int, int] | None:
     """``(first, last)`` indices bracketing where the level of ``series`` moved: ``first`` the last point at
     the old level before the first change point, ``last`` the first point at the new level after the last one
     (so a single step at ``i`` gives ``(i - 1, i)``); None when E-divisive finds no change."""
-    cps = e_divisive(series, **kwargs)  # type: ignore[arg-type]
+    cps = e_divisive(series, **kwargs)
     if not cps:
         return None
     return cps[0].index - 1, cps[-1].index

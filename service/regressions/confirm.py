@@ -57,12 +57,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
+from service.json_types import JsonObject, JsonValue
 from service.regressions.confirm_caps import ConfirmCaps
 from service.regressions.paired import improvement_verdict, paired_verdict, recovery_verdict
 from service.regressions.rules import CAPPED_BY, timing_kind
-from service.regressions.stored import Cell
+from service.regressions.stored import Cell, FindingUpdate, StoredFinding, StoredRun
 from service.regressions.thresholds import Thresholds
 
 #: Trigger of a confirmation run.
@@ -74,33 +75,25 @@ SUSPECTED_RESOLVED = "suspected_resolved"
 CONFIRMED_BY = "ampci-confirm"
 
 
-class Suspected(Protocol):
-    """What confirmation reads of a finding it decides (a stored finding)."""
+class Suspected(StoredFinding, Protocol):
+    """What confirmation reads of a finding it decides (a stored finding): besides what every finding has,
+    its category, the state it had before a suspected recovery and its baseline revision."""
 
-    @property
-    def id(self) -> int: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def dtype(self) -> str: ...
-    @property
-    def policy(self) -> str: ...
-    @property
-    def target(self) -> str: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def metric(self) -> str: ...
     @property
     def category(self) -> str: ...
     @property
-    def state(self) -> str: ...
-    @property
     def state_before(self) -> str | None: ...
     @property
-    def revision_sha(self) -> str: ...
-    @property
     def baseline_sha(self) -> str | None: ...
+
+
+class ConfirmPlan(TypedDict):
+    """What the confirmation job of one cell times (:func:`plan`): the other revision (``baseline``), the timing
+    kinds and the pairs per kind."""
+
+    baseline: str | None
+    kinds: list[str]
+    pairs: int
 
 
 @dataclass(frozen=True)
@@ -112,10 +105,10 @@ class ConfirmResult:
     cell: Cell
     status: str
     message: str | None
-    data: Mapping[str, Any]
+    data: Mapping[str, JsonValue]
 
 
-def confirmation_pairs(run: Any) -> int:
+def confirmation_pairs(run: StoredRun) -> int:
     """How many interleaved pairs the run asked for (``run.meta["confirm_pairs"]``; 0: no confirmation).
     A confirmation run itself is never confirmed."""
     if getattr(run, "trigger", None) == CONFIRM_TRIGGER:
@@ -143,11 +136,11 @@ def cell_of(reg: Suspected) -> Cell:
     return (reg.model, reg.dtype, reg.policy, reg.target)
 
 
-def plan(suspected: Sequence[Suspected], chosen: Sequence[Cell], pairs: int) -> dict[Cell, dict[str, Any]]:
+def plan(suspected: Sequence[Suspected], chosen: Sequence[Cell], pairs: int) -> dict[Cell, ConfirmPlan]:
     """What the confirmation job of each ``chosen`` cell times: ``{"baseline": the other revision, "kinds": the
     timing kinds, "pairs": pairs}`` (a slowdown is timed against its baseline, a recovery against the revision
     that regressed)."""
-    by_cell: dict[Cell, dict[str, Any]] = {}
+    by_cell: dict[Cell, ConfirmPlan] = {}
     for reg in suspected:
         cell = cell_of(reg)
         if cell not in chosen:
@@ -160,11 +153,11 @@ def plan(suspected: Sequence[Suspected], chosen: Sequence[Cell], pairs: int) -> 
     return by_cell
 
 
-def confirmation_meta(parent_id: int, parent_meta: Mapping[str, Any], by_cell: Mapping[Cell, Mapping[str, Any]],
-                      pairs: int, caps: ConfirmCaps, capped: int, pr: tuple[str, int] | None) -> dict[str, Any]:
+def confirmation_meta(parent_id: int, parent_meta: Mapping[str, JsonValue], by_cell: Mapping[Cell, ConfirmPlan],
+                      pairs: int, caps: ConfirmCaps, capped: int, pr: tuple[str, int] | None) -> JsonObject:
     """The ``meta`` of the confirmation run of run ``parent_id``: each cell's options are the parent's for that
     cell (else its defaults) plus what its job times (:func:`plan`), and the caps that applied."""
-    options = {}
+    options: JsonObject = {}
     for cell, confirm in by_cell.items():
         key = "|".join(cell)
         base = dict(parent_meta.get("options", {}).get(key, parent_meta.get("cell_defaults", {})))
@@ -182,13 +175,13 @@ def unconfirmed_state(reg: Suspected) -> str:
     return DISMISSED if reg.category == "improvement" else "open"
 
 
-def _not_recovered(reg: Suspected, note: str) -> dict[str, Any]:
+def _not_recovered(reg: Suspected, note: str) -> FindingUpdate:
     """The values that put a suspected recovery back as it was (``state_before``, default ``open``)."""
     return {"state": reg.state_before or "open", "state_before": None, "resolved_by_result_id": None,
             "state_note": note[:2000]}
 
 
-def capped_values(reg: Suspected, note: str) -> tuple[dict[str, Any], str]:
+def capped_values(reg: Suspected, note: str) -> tuple[FindingUpdate, str]:
     """``(values, the state they apply in)`` marking ``reg`` as left out of confirmation by a cap (``note``:
     why): a suspected slowdown stays ``suspected`` with ``state_by`` CAPPED_BY; a suspected recovery goes back
     as it was.  The caller adds ``state_at``."""
@@ -197,7 +190,7 @@ def capped_values(reg: Suspected, note: str) -> tuple[dict[str, Any], str]:
     return {"state_by": CAPPED_BY, "state_note": f"not confirmed: {note}"}, SUSPECTED
 
 
-def unconfirmed_values(reg: Suspected, why: str) -> tuple[dict[str, Any], str]:
+def unconfirmed_values(reg: Suspected, why: str) -> tuple[FindingUpdate, str]:
     """``(values, the state they apply in)`` keeping suspected ``reg`` as a regression (state ``open``; an
     improvement ``dismissed``) with ``why`` it was not confirmed; a suspected recovery goes back to the state it
     had (it is not resolved).  The caller adds ``state_at``."""
@@ -208,7 +201,7 @@ def unconfirmed_values(reg: Suspected, why: str) -> tuple[dict[str, Any], str]:
             SUSPECTED)
 
 
-def verdict_values(reg: Suspected, res: ConfirmResult | None, th: Thresholds) -> tuple[dict[str, Any], str]:
+def verdict_values(reg: Suspected, res: ConfirmResult | None, th: Thresholds) -> tuple[FindingUpdate, str]:
     """The values deciding finding ``reg`` from its cell's confirmation result ``res`` (None: no result), and
     which count it adds to: ``confirmed``/``dismissed`` (a slowdown), ``improved``/``not_improved`` (a gain),
     ``recovered``/``not_recovered`` (a recovery) or ``unconfirmed`` (nothing measured).  The caller adds

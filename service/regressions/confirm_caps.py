@@ -27,7 +27,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
+
+from service.regressions.stored import StoredRun
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -38,6 +40,24 @@ Cell = tuple[str, str, str, str]
 #: defaults by tests/service/orchestration/test_confirm_caps.py).
 DEFAULT_MAX_CELLS = 8
 DEFAULT_MAX_PER_PR = 16
+
+
+class SuspectedCell(Protocol):
+    """What :func:`select` reads of a suspected finding (a stored finding): its cell, state and ratio (and its
+    ``category`` where it has one: a finding without it counts as a regression)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def ratio(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -58,7 +78,7 @@ class ConfirmCaps:
         return cls(settings.confirm_max_cells, settings.confirm_max_per_pr)
 
 
-def pull_request(run: Any) -> tuple[str, int] | None:
+def pull_request(run: StoredRun) -> tuple[str, int] | None:
     """``(owner/name in lower case, number)`` of a ``pull_request`` run that names both in
     ``run.meta["github"]`` (webhook runs do); None for every other run (no pull-request budget)."""
     if getattr(run, "trigger", None) != "pull_request":
@@ -79,7 +99,7 @@ class Selection:
     capped: dict[Cell, str] = field(default_factory=dict)
 
 
-def effect(finding: Any) -> float:
+def effect(finding: SuspectedCell) -> float:
     """The size of a suspected finding: how far its ratio lies from 1 (either way), 0 when unknown."""
     ratio = getattr(finding, "ratio", None)
     if ratio is None or not math.isfinite(ratio) or ratio <= 0:
@@ -87,13 +107,13 @@ def effect(finding: Any) -> float:
     return abs(math.log(ratio))
 
 
-def select(findings: Sequence[Any], caps: ConfirmCaps, budget_left: int | None = None,
+def select(findings: Sequence[SuspectedCell], caps: ConfirmCaps, budget_left: int | None = None,
            pr_label: str = "") -> Selection:
     """Which cells of ``findings`` (the suspected findings of one run: ``model``, ``dtype``, ``policy``,
     ``target``, ``state``, ``ratio``) are confirmed: at most ``caps.max_cells``, and at most ``budget_left``
     when the run spends a pull request's budget (``pr_label``: ``owner/name#N``, for the reason), in the
     order of the module docstring."""
-    by_cell: dict[Cell, list[Any]] = {}
+    by_cell: dict[Cell, list[SuspectedCell]] = {}
     for f in findings:
         by_cell.setdefault((f.model, f.dtype, f.policy, f.target), []).append(f)
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from service.regressions.confirm import SUSPECTED_RESOLVED
 from service.regressions.drift import TIPPING_TRIGGERS, Earlier, Point, judge
@@ -59,7 +59,16 @@ from service.regressions.rules import (
     timing_kind,
 )
 from service.regressions.stats import count_flips, shift_violations
-from service.regressions.stored import Cell, HistoryResult, LineFinding, StoredResult, sample
+from service.regressions.stored import (
+    Cell,
+    FindingRow,
+    FindingUpdate,
+    HistoryResult,
+    LineFinding,
+    StoredFinding,
+    StoredResult,
+    sample,
+)
 from service.regressions.thresholds import Thresholds
 
 LINEAGE_TRIGGERS = ("push", "nightly", "manual")
@@ -77,27 +86,10 @@ Found = tuple[Finding, int | None, str | None]
 Samples = Callable[[StoredResult], CellSample]
 
 
-class OpenRegression(Protocol):
-    """What resolving reads of an earlier open or acknowledged regression (a stored finding)."""
+class OpenRegression(StoredFinding, Protocol):
+    """What resolving reads of an earlier open or acknowledged regression (a stored finding): besides what every
+    finding has, the ids of its regressed and baseline results."""
 
-    @property
-    def id(self) -> int: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def dtype(self) -> str: ...
-    @property
-    def policy(self) -> str: ...
-    @property
-    def target(self) -> str: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def metric(self) -> str: ...
-    @property
-    def revision_sha(self) -> str: ...
-    @property
-    def state(self) -> str: ...
     @property
     def result_id(self) -> int | None: ...
     @property
@@ -237,12 +229,12 @@ def merge_drifts(found: list[tuple[Cell, StoredResult, list[Found]]], drifts: Ma
 
 def finding_rows(run_id: int, run_sha: str, found: Sequence[tuple[Cell, StoredResult, Sequence[Found]]],
                  lineage: Mapping[Cell, Sequence[HistoryResult]], th: Thresholds, *, nightly: bool, suspect: bool,
-                 already_open: set[tuple[Cell, str]], now: datetime) -> list[dict[str, Any]]:
+                 already_open: set[tuple[Cell, str]], now: datetime) -> list[FindingRow]:
     """The ``regressions`` rows the run's findings are stored as (see the module docstring): flaky cells'
     regressions as ``flaky``, screened-only timing findings dropped unless a confirmation run will judge them,
     pairwise timing findings ``suspected`` while they await it, gains a coverage loss explains ``explained``."""
     strict = {"latency": th.latency_p, "conversion_time": th.convert_time_p}
-    rows: list[dict[str, Any]] = []
+    rows: list[FindingRow] = []
     for cell, cur, findings in found:
         flaky = flaky_reason(cell, [r.status for r in lineage.get(cell, [])] + [cur.status], th)
         loss = next((f for f, _, _ in findings if f.kind == "coverage" and f.category == "regression"), None)
@@ -276,16 +268,17 @@ def finding_rows(run_id: int, run_sha: str, found: Sequence[tuple[Cell, StoredRe
     return rows
 
 
-def suspected_baselines(rows: Sequence[Mapping[str, Any]]) -> dict[Cell, str]:
-    """Cell -> the baseline revision of its suspected findings among ``rows`` (what its confirmation job times)."""
-    return {(r["model"], r["dtype"], r["policy"], r["target"]): r["baseline_sha"] for r in rows
-            if r["state"] == "suspected"}
+def suspected_baselines(rows: Sequence[FindingRow]) -> dict[Cell, str]:
+    """Cell -> the baseline revision of its suspected findings among ``rows`` (what its confirmation job times;
+    :func:`finding_rows` stores a finding ``suspected`` only against a baseline revision)."""
+    return {(r["model"], r["dtype"], r["policy"], r["target"]): base for r in rows
+            if r["state"] == "suspected" and (base := r["baseline_sha"]) is not None}
 
 
 def resolutions(run_id: int, run_sha: str, open_regs: Sequence[OpenRegression], results: Mapping[int, StoredResult],
                 current: Mapping[Cell, StoredResult], th: Thresholds, now: datetime, suspect: bool = False,
                 suspected_cells: Mapping[Cell, str] | None = None,
-                samples: Samples = sample) -> list[tuple[int, dict[str, Any]]]:
+                samples: Samples = sample) -> list[tuple[int, FindingUpdate]]:
     """(finding id, the values to store) of each earlier regression this run no longer shows (see the module
     docstring); ``open_regs`` are those whose regressed revision the run's revision contains, ``results`` their
     baseline and regressed results by id.
@@ -300,10 +293,11 @@ def resolutions(run_id: int, run_sha: str, open_regs: Sequence[OpenRegression], 
     tries again).  A suspected improvement against the regressed revision itself (the fix of a slowdown, as
     its parent) shares the job: both are decided from the same interleaved pairs."""
     recovering: dict[Cell, str] = dict(suspected_cells or {})  # cell -> the revision its confirmation job times
-    out: list[tuple[int, dict[str, Any]]] = []
+    out: list[tuple[int, FindingUpdate]] = []
     for reg in open_regs:
         cell = (reg.model, reg.dtype, reg.policy, reg.target)
-        b, cur = results.get(reg.baseline_result_id), current[cell]  # type: ignore[arg-type]
+        base_id, cur = reg.baseline_result_id, current[cell]
+        b = results.get(base_id) if base_id is not None else None
         bad = results.get(reg.result_id) if reg.result_id is not None else None
         kind = source_kind(reg.kind, reg.metric)  # a drift resolves by its metric's rule against its reference
         if b is None or not returned_to_baseline(kind, samples(b), samples(cur), th, reg.model, reg.dtype,
@@ -312,12 +306,13 @@ def resolutions(run_id: int, run_sha: str, open_regs: Sequence[OpenRegression], 
         if suspect and kind in TIMING_KINDS:
             if recovering.setdefault(cell, reg.revision_sha) != reg.revision_sha or reg.revision_sha == run_sha:
                 continue  # its confirmation job is taken (or there is nothing to time against): stays as it is
-            out.append((reg.id, dict(
+            out.append((reg.id, FindingUpdate(
                 state=SUSPECTED_RESOLVED, state_before=reg.state, state_by="ampci", state_at=now,
                 resolved_by_result_id=cur.id,
                 state_note=f"recovery suspected at {run_sha[:12]} (run {run_id}): awaiting its "
                            f"confirmation against {reg.revision_sha[:12]} timed interleaved")))
             continue
-        out.append((reg.id, dict(state="resolved", state_by="ampci", state_at=now, resolved_by_result_id=cur.id,
-                                 state_note=f"returned to baseline at {run_sha[:12]} (run {run_id})")))
+        out.append((reg.id, FindingUpdate(state="resolved", state_by="ampci", state_at=now,
+                                          resolved_by_result_id=cur.id,
+                                          state_note=f"returned to baseline at {run_sha[:12]} (run {run_id})")))
     return out

@@ -12,16 +12,30 @@ values ("unknown", never "worse").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TypedDict, TypeGuard
 
+from service.json_types import JsonValue
 from workers.result import GRAPH_FACTS_MEASURED, LEGACY_CONVERGENCE_ERROR_UNIT
 
 
-def graph_fields(graph: Mapping[str, Any] | None) -> dict[str, Any]:
+class GraphFields(TypedDict):
+    """The :class:`~service.regressions.rules.CellSample` keyword arguments :func:`graph_fields` gives."""
+
+    compute_low: int | None
+    compute_nodes: int | None
+    compute_ops_version: str | None
+    convert_samples: tuple[float, ...]
+    convert_reference: tuple[float, ...]
+    convert_cpu: tuple[float, ...]
+    pass_iterations: int | None
+    pass_converged: bool | None
+
+
+def graph_fields(graph: Mapping[str, JsonValue] | None) -> GraphFields:
     """CellSample keyword arguments (compute_low, compute_nodes, compute_ops_version, convert_samples,
     convert_reference, convert_cpu, pass_iterations, pass_converged) from the ``graph`` object of a stored
     ``results.data`` (None or anything but an object: every figure unknown; see the module doc)."""
-    g: Mapping[str, Any] = graph if isinstance(graph, Mapping) else {}
+    g: Mapping[str, JsonValue] = graph if isinstance(graph, Mapping) else {}
     measured = g.get("source") == GRAPH_FACTS_MEASURED
     return {
         "compute_low": _int(g.get("compute_low")) if measured else None,
@@ -41,7 +55,7 @@ def stored_error_unit(raw: object) -> str:
     return raw if isinstance(raw, str) and raw else LEGACY_CONVERGENCE_ERROR_UNIT
 
 
-def floats(values: Any) -> tuple[float, ...]:
+def floats(values: object) -> tuple[float, ...]:
     """The numbers of a stored JSON list (booleans and other values skipped; anything but a list: none)."""
     if not isinstance(values, list) or not values:
         return ()
@@ -50,13 +64,13 @@ def floats(values: Any) -> tuple[float, ...]:
     return tuple(float(x) for x in values if _number(x))
 
 
-def _number(x: Any) -> bool:
+def _number(x: object) -> TypeGuard[int | float]:
     return isinstance(x, int | float) and not isinstance(x, bool)
 
 
-def _int(x: Any) -> int | None:
+def _int(x: object) -> int | None:
     return int(x) if _number(x) else None
 
 
-def _str(x: Any) -> str | None:
+def _str(x: object) -> str | None:
     return str(x) if isinstance(x, str | int) and not isinstance(x, bool) else None

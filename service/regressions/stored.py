@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Protocol, TypedDict
 
+from service.json_types import JsonValue
 from service.regressions.measured import floats, graph_fields, stored_error_unit
 from service.regressions.rules import CellSample
 
@@ -38,7 +40,89 @@ class StoredResult:
     casts_inserted: int | None
     env_fingerprint: str | None
     latency_p50_ms: float | None
-    doc: str | bytes | Mapping[str, Any] | None
+    doc: str | bytes | Mapping[str, JsonValue] | None
+
+
+class StoredFinding(Protocol):
+    """What the rules read of every stored finding (a ``regressions`` row, e.g.
+    :class:`service.db.records.RegressionInfo`): its id, cell, kind and metric, the revision it regressed at and
+    its state.  :class:`service.regressions.confirm.Suspected` and :class:`service.regressions.detect.OpenRegression`
+    add what confirmation and resolving read besides."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def metric(self) -> str: ...
+    @property
+    def revision_sha(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+
+
+class StoredRun(Protocol):
+    """What the rules read of a stored run (e.g. :class:`service.db.records.RunInfo`): its trigger, status,
+    ``meta`` (the sweep options, a JSON object) and recorded verdict in brief (None: not judged)."""
+
+    @property
+    def trigger(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def meta(self) -> Mapping[str, JsonValue]: ...
+    @property
+    def verdict(self) -> Mapping[str, JsonValue] | None: ...
+
+
+class FindingRow(TypedDict):
+    """The ``regressions`` column values of one finding detection stores
+    (:func:`service.regressions.detect.finding_rows`, written by :func:`service.db.findings.store_findings`)."""
+
+    run_id: int
+    revision_sha: str
+    baseline_sha: str | None
+    model: str
+    dtype: str
+    policy: str
+    target: str
+    kind: str
+    category: str
+    severity: str
+    metric: str
+    baseline_value: float | None
+    value: float | None
+    delta: float | None
+    ratio: float | None
+    p_value: float | None
+    detail: str
+    result_id: int
+    baseline_result_id: int | None
+    created_at: datetime
+    state: str
+    state_by: str | None
+    state_note: str | None
+
+
+class FindingUpdate(TypedDict, total=False):
+    """The ``regressions`` columns a decision on a stored finding writes (each key present is written):
+    resolving (:func:`service.regressions.detect.resolutions`), confirming
+    (:mod:`service.regressions.confirm`), written by :func:`service.db.findings.set_finding`."""
+
+    state: str
+    state_before: str | None
+    state_by: str | None
+    state_at: datetime | None
+    state_note: str | None
+    resolved_by_result_id: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +172,10 @@ def sample(result: StoredResult) -> CellSample:
                       **graph_fields(graph))
 
 
-_NO_OBJECT: Mapping[str, Any] = {}
+_NO_OBJECT: Mapping[str, JsonValue] = {}
 
 
-def _obj(data: Any, key: str) -> Mapping[str, Any]:
+def _obj(data: JsonValue, key: str) -> Mapping[str, JsonValue]:
     """``data[key]`` when ``data`` and it are JSON objects, else an empty mapping (every key reads None)."""
     value = data.get(key) if isinstance(data, dict) else None
     return value if isinstance(value, dict) else _NO_OBJECT

@@ -11,9 +11,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from service.errors import ConfigError
+from service.json_types import JsonValue
 
 
 @dataclass(frozen=True)
@@ -85,14 +86,14 @@ class Thresholds:
         return any(fnmatch.fnmatchcase(key, pat) for pat in self.flaky_allowlist)
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> Thresholds:
+    def from_mapping(cls, data: Mapping[str, JsonValue]) -> Thresholds:
         """Defaults overridden by ``data``; unknown keys or malformed values raise ConfigError."""
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
             raise ConfigError(f"unknown threshold keys: {', '.join(sorted(unknown))}")
         out = cls()
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}
         try:
             for key, value in data.items():
                 if key == "accuracy":
@@ -107,7 +108,10 @@ class Thresholds:
                     kwargs[key] = type(getattr(out, key))(value)
         except (TypeError, ValueError, AttributeError, KeyError) as exc:
             raise ConfigError(f"malformed thresholds: {exc}") from None
-        return replace(out, **kwargs)
+        # each key was checked against the fields above and its value converted to the field's type; mypy
+        # checks replace() field by field, which changes keyed by a loop variable cannot satisfy
+        with_changes: _Replace = replace
+        return with_changes(out, **kwargs)
 
     @classmethod
     def load(cls, path: str | Path) -> Thresholds:
@@ -128,7 +132,13 @@ class Thresholds:
         return cls.from_mapping(data)
 
 
-def _thr(value: Any) -> ErrorThreshold:
+class _Replace(Protocol):
+    """:func:`dataclasses.replace` of a Thresholds, with changes whose types were checked at run time."""
+
+    def __call__(self, obj: Thresholds, /, **changes: object) -> Thresholds: ...
+
+
+def _thr(value: JsonValue) -> ErrorThreshold:
     if isinstance(value, ErrorThreshold):
         return value
     return ErrorThreshold(ratio=float(value["ratio"]), floor=float(value["floor"]))

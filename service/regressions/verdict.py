@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Protocol
 
+from service.json_types import JsonObject
 from service.regressions.findings import (
     CAPPED_BY,
     CAPPED_GAIN_LABEL,
@@ -36,6 +37,7 @@ from service.regressions.findings import (
     EXPLAINED,
 )
 from service.regressions.gate import JOB_ERROR, Cell, CellOutcome, GateDecision, decide
+from service.regressions.stored import StoredRun
 
 #: Unmeasured statuses that say the run could not be carried out (a bad spec, a worker that died, a job
 #: without any result) rather than that the pass failed: the commit status is ``error`` for them.
@@ -48,7 +50,7 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _by_status(pairs: tuple[tuple[Any, str], ...]) -> str:
+def _by_status(pairs: tuple[tuple[Cell, str], ...]) -> str:
     counts = Counter(s for _, s in pairs)
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
@@ -106,7 +108,58 @@ def decide_run(facts: RunFacts) -> RunVerdict:
     return RunVerdict(facts, decision, state)
 
 
-def summary_facts(summary: Any) -> RunFacts:
+class RunCounts(Protocol):
+    """What :func:`summary_facts` reads of a run's counts (a :class:`~service.db.records.RunSummary`)."""
+
+    @property
+    def run_id(self) -> int: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def cells(self) -> int: ...
+    @property
+    def job_status(self) -> Mapping[str, int]: ...
+    @property
+    def regressions(self) -> Mapping[str, int]: ...
+
+
+class JudgedResult(Protocol):
+    """What :func:`verdict_of` reads of a stored result of the run (a :class:`~service.db.records.ResultRow`)."""
+
+    @property
+    def cell(self) -> Cell: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def message(self) -> str | None: ...
+
+
+class JudgedJob(Protocol):
+    """What :func:`verdict_of` reads of a job of the run (a :class:`~service.db.records.JobInfo`)."""
+
+    @property
+    def cell(self) -> Cell: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+class JudgedFinding(Protocol):
+    """What :func:`verdict_of` reads of a stored finding of the run (a
+    :class:`~service.db.records.RegressionInfo`)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def category(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def state_by(self) -> str | None: ...
+
+
+def summary_facts(summary: RunCounts) -> RunFacts:
     """The facts a run's counts alone give (a :class:`~service.db.records.RunSummary`; no cell outcomes): for a
     reporter without a store."""
     jobs = summary.job_status
@@ -212,7 +265,7 @@ class RunVerdict:
             text += " · " + summary_line
         return text if len(text) <= DESCRIPTION_MAX else text[:DESCRIPTION_MAX - 1] + "…"
 
-    def brief(self) -> dict[str, Any]:
+    def brief(self) -> JsonObject:
         """What a list of runs shows of the verdict (stored in ``runs.verdict``): the commit status state, the
         exit code, the headline and the counts behind it."""
         d = self.decision
@@ -223,7 +276,7 @@ class RunVerdict:
                 "improvements": sum(self.others.get("improvement", {}).values()),
                 "flaky": sum(self.others.get("flaky", {}).values())}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-ready form."""
         return {"run_id": self.run_id, "state": self.state, "headline": self.headline(),
                 "gate": self.decision.to_dict(), "regressions": dict(self.regressions),
@@ -231,7 +284,7 @@ class RunVerdict:
                 "pending": self.pending}
 
 
-def _label(g: Any) -> str:
+def _label(g: JudgedFinding) -> str:
     """The verdict's phrase for a finding that is under or after confirmation, or explained: never a gain."""
     capped = g.state == "suspected" and g.state_by == CAPPED_BY
     if g.category == "improvement":
@@ -248,7 +301,7 @@ LIST_WORDS = {"success": "passes", "failure": "fails", "error": "error", "pendin
               "unjudged": "not judged"}
 
 
-def list_verdict(run: Any) -> tuple[str, str]:
+def list_verdict(run: StoredRun) -> tuple[str, str]:
     """``(state, counts)`` a list of runs shows for ``run`` (a RunInfo): the state of its recorded verdict
     (:meth:`RunVerdict.brief`; ``pending`` while the run is unfinished, ``unjudged`` for a finished run that has
     none: older than the record, or cancelled by hand) and its counts, most important first, e.g. ``2
@@ -272,8 +325,9 @@ def list_verdict(run: Any) -> tuple[str, str]:
     return str(brief["state"]), ", ".join(parts)
 
 
-def verdict_of(run_id: int, run_status: str, revision_sha: str, results: Sequence[Any], jobs: Sequence[Any],
-               base: Mapping[Cell, tuple[str, str]], found: Sequence[Any], waiting: tuple[int, ...]) -> RunVerdict:
+def verdict_of(run_id: int, run_status: str, revision_sha: str, results: Sequence[JudgedResult],
+               jobs: Sequence[JudgedJob], base: Mapping[Cell, tuple[str, str]], found: Sequence[JudgedFinding],
+               waiting: tuple[int, ...]) -> RunVerdict:
     """The verdict of run ``run_id`` (see the module docstring) from its ``results`` (``cell``, ``status``,
     ``message``), its ``jobs`` (``cell``, ``status``, ``error``), each cell's baseline ``(revision, status)``
     (``base``), its stored findings (``found``: ``kind``, ``category``, ``state``, ``state_by``) and the runs it

@@ -11,8 +11,6 @@ NotFoundError (404) / UserError (400) for hand-parsed ones (the dashboard's HTML
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BeforeValidator
 
 from service.errors import NotFoundError, UserError
@@ -49,7 +47,7 @@ def query_int(raw: str, name: str, lo: int, hi: int, default: int) -> int:
     return value
 
 
-def _ascii_digits(value: Any) -> Any:
+def _ascii_digits(value: object) -> object:
     """Before FastAPI's own int validation: a string must be plain ASCII digits (bounded length);
     an int (a default) passes through."""
     if isinstance(value, str):

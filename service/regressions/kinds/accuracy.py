@@ -16,11 +16,11 @@ def accuracy_rule(base: CellSample, new: CellSample, th: Thresholds, model: str,
     if not (base.converted and new.converted):
         return []
     thr = th.accuracy_for(model, dtype)
-    known = base.max_abs is not None and new.max_abs is not None
+    b, n = base.max_abs, new.max_abs
     flip_bad = base.status == "pass" and new.status == "fail_accuracy"
     flip_good = base.status == "fail_accuracy" and new.status == "pass"
-    worse = known and thr.worse(base.max_abs, new.max_abs)  # type: ignore[arg-type]
-    better = known and thr.better(base.max_abs, new.max_abs)  # type: ignore[arg-type]
+    worse = b is not None and n is not None and thr.worse(b, n)
+    better = b is not None and n is not None and thr.better(b, n)
     limits = f"(limits x{thr.ratio:g} and +{thr.floor:g})"
     if flip_bad or worse:
         why = "pass -> fail_accuracy" if flip_bad else ""

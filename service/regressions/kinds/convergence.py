@@ -19,19 +19,20 @@ def convergence_rule(base: CellSample, new: CellSample, th: Thresholds, model: s
         return []
     thr = th.convergence
     same = same_error_unit(base, new)
-    known = same and base.final_error is not None and new.final_error is not None
+    b, n = base.final_error, new.final_error
+    known = same and b is not None and n is not None
     bv = base.final_error if same else None
     units = "" if same else f" (final-step errors not comparable: {base.error_unit} at baseline, {new.error_unit} now)"
     if not base.diverged and new.diverged:
         return [Finding("convergence", "regression", "major", "final_error", bv, new.final_error,
                         "stable at baseline, now diverges" + units)]
-    if known and not new.diverged and thr.worse(base.final_error, new.final_error):  # type: ignore[arg-type]
+    if known and b is not None and n is not None and not new.diverged and thr.worse(b, n):
         return [Finding("convergence", "regression", "minor", "final_error", base.final_error, new.final_error,
                         f"final-step error {fmt_g(base.final_error)} -> {fmt_g(new.final_error)}")]
     if base.diverged and not new.diverged:
         return [Finding("convergence", "improvement", "info", "final_error", bv, new.final_error,
                         "diverged at baseline, now stable" + units)]
-    if known and not base.diverged and thr.better(base.final_error, new.final_error):  # type: ignore[arg-type]
+    if known and b is not None and n is not None and not base.diverged and thr.better(b, n):
         return [Finding("convergence", "improvement", "info", "final_error", base.final_error, new.final_error,
                         f"final-step error {fmt_g(base.final_error)} -> {fmt_g(new.final_error)}")]
     return []

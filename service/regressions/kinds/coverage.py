@@ -18,15 +18,22 @@ def compute_counts_comparable(base: CellSample, new: CellSample) -> bool:
 def _compute_change(base: CellSample, new: CellSample, th: Thresholds) -> int:
     """-1: fewer low-precision compute nodes (by at least ``coverage_compute_drop``) and more kept fp32, not
     explained by compute nodes the conversion removed; +1: the reverse; 0: no change or not comparable."""
-    if not compute_counts_comparable(base, new):
-        return 0
-    lb, ln = base.compute_low, new.compute_low
-    kb, kn = base.compute_nodes - lb, new.compute_nodes - ln  # type: ignore[operator]
-    if lb - ln >= th.coverage_compute_drop and kn > kb:  # type: ignore[operator]
+    lb, ln, nb, nn = base.compute_low, new.compute_low, base.compute_nodes, new.compute_nodes
+    if not compute_counts_comparable(base, new) or lb is None or ln is None or nb is None or nn is None:
+        return 0  # (comparable counts are never None)
+    kb, kn = nb - lb, nn - ln
+    if lb - ln >= th.coverage_compute_drop and kn > kb:
         return -1
-    if ln - lb >= th.coverage_compute_drop and kn < kb:  # type: ignore[operator]
+    if ln - lb >= th.coverage_compute_drop and kn < kb:
         return 1
     return 0
+
+
+def _low(sample: CellSample) -> float:
+    """The low-precision compute nodes of a sample whose compute counts compared (:func:`_compute_change`)."""
+    if sample.compute_low is None:  # pragma: no cover - a compute change needs both counts
+        raise ValueError("a compute change without compute counts")
+    return float(sample.compute_low)
 
 
 def coverage_rule(base: CellSample, new: CellSample, th: Thresholds, model: str, dtype: str) -> list[Finding]:
@@ -58,15 +65,14 @@ def coverage_rule(base: CellSample, new: CellSample, th: Thresholds, model: str,
         if more_casts:
             parts.append(casts_txt)
         if compute < 0:
-            metric, bv, nv = "compute_low", float(base.compute_low), float(new.compute_low)  # type: ignore[arg-type]
+            metric, bv, nv = "compute_low", _low(base), _low(new)
         else:
             metric, bv, nv = ("low_precision_fraction", fb, fn) if drop else ("casts_inserted", cb, cn)
         severity = "major" if compute < 0 and new.compute_low == 0 else "minor"
         return [Finding("coverage", "regression", severity, metric, bv, nv, "; ".join(parts))]
     if compute > 0 or rise or fewer_casts:
         if compute > 0:
-            metric, bv, nv, txt = ("compute_low", float(base.compute_low), float(new.compute_low),  # type: ignore[arg-type]
-                                   compute_txt)
+            metric, bv, nv, txt = "compute_low", _low(base), _low(new), compute_txt
         elif rise:
             metric, bv, nv, txt = "low_precision_fraction", fb, fn, f"low-precision fraction {fmt_g(fb)} -> {fmt_g(fn)}"
         else:
