@@ -66,9 +66,9 @@ def status_text(store: Store | None, run_id: int, summary: RunSummary,
     from service.orchestration.judge import run_verdict
     from service.regressions.verdict import decide_run, summary_facts
 
-    if verdict is None and store is None:
-        return decide_run(summary_facts(summary)).state, summary.describe()
     if verdict is None:
+        if store is None:
+            return decide_run(summary_facts(summary)).state, summary.describe()
         verdict = run_verdict(store, run_id)
     return verdict.state, verdict.description(summary.describe())
 

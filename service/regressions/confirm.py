@@ -63,7 +63,7 @@ from service.json_types import JsonObject, JsonValue
 from service.regressions.confirm_caps import ConfirmCaps
 from service.regressions.paired import improvement_verdict, paired_verdict, recovery_verdict
 from service.regressions.rules import CAPPED_BY, timing_kind
-from service.regressions.stored import Cell, FindingUpdate, StoredFinding, StoredRun
+from service.regressions.stored import Cell, FindingUpdate, StoredFinding
 from service.regressions.thresholds import Thresholds
 
 #: Trigger of a confirmation run.
@@ -108,7 +108,16 @@ class ConfirmResult:
     data: Mapping[str, JsonValue]
 
 
-def confirmation_pairs(run: StoredRun) -> int:
+class AsksConfirmation(Protocol):
+    """What :func:`confirmation_pairs` reads of a run: its trigger and its meta (None: none stored)."""
+
+    @property
+    def trigger(self) -> str: ...
+    @property
+    def meta(self) -> Mapping[str, JsonValue] | None: ...
+
+
+def confirmation_pairs(run: AsksConfirmation) -> int:
     """How many interleaved pairs the run asked for (``run.meta["confirm_pairs"]``; 0: no confirmation).
     A confirmation run itself is never confirmed."""
     if getattr(run, "trigger", None) == CONFIRM_TRIGGER:
