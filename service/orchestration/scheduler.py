@@ -38,6 +38,7 @@ from service.orchestration.jobs import open_store as open_store
 from service.orchestration.jobs import record_crashed as record_crashed
 from service.orchestration.jobs import record_result as record_result
 from service.orchestration.localpool import LocalPool
+from service.orchestration.pass_repo import record_ancestry as record_ancestry  # re-exported
 from service.orchestration.sweeps import (
     DTYPES as DTYPES,  # re-exported: callers find sweeps through the scheduler
 )
@@ -93,26 +94,6 @@ def resolve_revision(settings: Settings, revision: str) -> str:
         return str(_cache(settings).resolve(revision))
     except rv.RevisionError as exc:
         raise UserError(str(exc)) from None
-
-
-def _ancestry_depth(store: Any) -> int:
-    from service.regressions.thresholds import Thresholds
-
-    return int((getattr(store, "thresholds", None) or Thresholds()).ancestor_depth)
-
-
-def record_ancestry(settings: Settings, store: Any, sha: str, depth: int | None = None) -> int:
-    """Record ``sha`` and its first-parent ancestors (at most ``depth``, default the thresholds'
-    ``ancestor_depth``) with all their parent links, read from the pass repository with git; return
-    how many revisions were written.  Baselines, bisection and resolution walk these links."""
-    from service.db.records import RevisionRow
-    from workers import revisions as rv
-
-    try:
-        chain = _cache(settings).first_parents(sha, depth or _ancestry_depth(store))
-    except rv.RevisionError as exc:
-        raise UserError(str(exc)) from None
-    return int(store.upsert_revisions([RevisionRow(c, parents) for c, parents in chain]))
 
 
 def _worktree_dir(settings: Settings) -> Path:
