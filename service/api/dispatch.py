@@ -25,7 +25,7 @@ from service import run_meta
 from service.db.store import Store
 from service.errors import UserError
 from service.github.approval import Approval, Approved
-from service.github.events import RunRequest
+from service.github.events import RunRequest, check_repository
 from service.github.webhook import Submitted
 from service.json_types import JsonObject
 from service.orchestration.jobs import PASS_REPO
@@ -374,6 +374,32 @@ def _pass_repo_meta(request: RunRequest) -> JsonObject:
     if not request.clone_url:
         return {}
     return {PASS_REPO: {"url": request.clone_url, "repo": request.repo, "installation": request.installation}}
+
+
+def manual_pass_repo(settings: Settings, store: Store, repository: str) -> JsonObject:
+    """The pass repository entry (:data:`~service.orchestration.pass_repo.PASS_REPO`: ``{"url", "repo",
+    "installation"}``) of a manual run that names ``repository`` (``owner/name``): the clone URL an allow-listed
+    webhook delivery of it named before (kept with its runs), as a webhook run of it gets.
+
+    Refused, with a one-line error: under ``AMPCI_PASS_REPO`` (every run tests that repository: UserError, 400);
+    a repository outside ``AMPCI_ALLOWED_REPOS`` (RepositoryNotAllowedError, 403); one no delivery has named
+    (UserError, 400); a recorded URL these settings no longer let workers clone (UserError, 400)."""
+    from workers.pass_source import CloneUrlError, check_clone_url
+
+    if settings.pass_repo:
+        raise UserError("repository: this deployment tests AMPCI_PASS_REPO in every run; leave repository out")
+    check_repository(repository, settings)
+    source = store.recorded_pass_repo(repository)
+    if source is None:
+        raise UserError(f"repository {repository}: no webhook delivery has named its clone URL yet; push to it "
+                        "(or redeliver one of its webhooks) first")
+    try:
+        url = check_clone_url(source.get("url"), allow_file=settings.pass_repo_allow_file, repo=repository)
+    except CloneUrlError as exc:
+        raise UserError(f"repository {repository}: its recorded clone URL may not be cloned: {exc}") from None
+    installation = source.get("installation")
+    return {"url": url, "repo": str(source.get("repo") or repository),
+            "installation": installation if type(installation) is int else None}
 
 
 def _same_pass_repo(meta: JsonObject) -> JsonObject:

@@ -10,12 +10,14 @@ from fastapi import APIRouter, Body, Depends, Header, Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.responses import JSONResponse
 
+from service.api.dispatch import manual_pass_repo
 from service.api.routes_read import Id
 from service.errors import UserError
 from service.github.events import check_repository
 from service.github.sanitize import free_text
 from service.json_types import JsonObject
 from service.orchestration.judge import record_verdict
+from service.orchestration.pass_repo import PASS_REPO
 from service.settings import Settings
 from service.web.auth import require_write
 
@@ -37,24 +39,30 @@ class ManualRun(BaseModel):
     """A run to start by hand."""
 
     model_config = ConfigDict(extra="forbid")
-    revision: Rev = Field(description="pass revision: branch, tag, full or short sha of AMPCI_PASS_REPO")
+    revision: Rev = Field(description="pass revision: branch, tag, full or short sha of the pass repository "
+                                      "(repository, else AMPCI_PASS_REPO)")
     sweep: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,100}$")] = "smoke"
     baseline: Rev | None = Field(default=None, description="revision to compare with (default: first parent)")
     repo: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$",
                                       description="owner/name to report a commit status to")] = None
+    repository: Annotated[str | None, Field(
+        pattern=r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$",
+        description="owner/name of the repository to test (AMPCI_PASS_REPO unset): an allowed one whose webhook "
+                    "deliveries named its clone URL; revision and baseline are resolved in it")] = None
 
 
-def resolve_api_revision(settings: Settings, revision: str) -> str:
+def resolve_api_revision(settings: Settings, revision: str, source: JsonObject | None = None) -> str:
     """The full sha a request names: a full 40-hex sha as it is (a deployment whose API cannot reach the
     pass repository still takes webhook-style shas), anything else resolved through the pass repository
-    (:func:`service.orchestration.scheduler.resolve_revision`); an unknown name is a UserError (400), nothing stored."""
+    (``source``: the run's webhook repository, else ``AMPCI_PASS_REPO`` or this checkout;
+    :func:`service.orchestration.scheduler.resolve_revision`); an unknown name is a UserError (400), nothing stored."""
     if SHA40.fullmatch(revision):
         return revision.lower()
     if revision == "WORKTREE":
         raise UserError("revision WORKTREE names a local working tree; the API takes committed revisions only")
     from service.orchestration.scheduler import resolve_revision
 
-    return resolve_revision(settings, revision)
+    return resolve_revision(settings, revision, source)
 
 
 class Triage(BaseModel):
@@ -73,9 +81,13 @@ def trigger_run(request: Request, body: ManualRun,
     ctx = request.app.state.ctx
     if body.repo is not None:
         check_repository(body.repo, ctx.settings)  # RepositoryNotAllowedError -> 403
-    sha = resolve_api_revision(ctx.settings, body.revision)
-    baseline = resolve_api_revision(ctx.settings, body.baseline) if body.baseline else None
-    meta = {"github": {"repo": body.repo, "event": "manual"}} if body.repo else {}
+    # the repository to test: one a webhook delivery named (its clone URL), as a webhook run of it tests
+    source = manual_pass_repo(ctx.settings, ctx.store, body.repository) if body.repository is not None else None
+    sha = resolve_api_revision(ctx.settings, body.revision, source)
+    baseline = resolve_api_revision(ctx.settings, body.baseline, source) if body.baseline else None
+    meta: JsonObject = {"github": {"repo": body.repo, "event": "manual"}} if body.repo else {}
+    if source is not None:
+        meta[PASS_REPO] = source
     dedup = f"api:{idempotency_key}" if idempotency_key else None
     submitted = ctx.dispatcher.create(sha, "manual", baseline, body.sweep, dedup, meta)
     if submitted.created and body.repo:

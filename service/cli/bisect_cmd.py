@@ -7,6 +7,8 @@ classifies the commits between baseline and regressed revision from stored resul
 style), runs the midpoint as a ``bisect`` run on the local pool, shows progress on stderr, and
 repeats until the first bad commit is found; then prints it with its findings.  A midpoint that
 cannot be judged (it does not build or convert) is skipped, as ``git bisect skip`` does, and named.
+A run that tests its webhook's own repository (``AMPCI_PASS_REPO`` unset) is bisected in that repository:
+its revision's history is read from it with git first, and the midpoints are cloned from it.
 ``--step`` only advances each bisection by one step (creating the midpoint runs without running them).
 
 With a broker: each call advances every bisection by one step and creates ``bisect`` runs for the
@@ -64,7 +66,7 @@ def register(subparsers: Subcommands) -> None:
 def run(args: argparse.Namespace) -> int:
     """See the module docstring for the exit codes."""
     from service.cli.query_cmd import emit
-    from service.orchestration.bisection import bisect_step
+    from service.orchestration.bisection import bisect_step, record_run_ancestry
     from service.orchestration.jobs import open_store
     from service.settings import Settings
 
@@ -86,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
             raise NotFoundError(f"run {args.run_id} has no open regression {args.regression_id}")
     if not regs:
         raise NothingBisected(f"run {args.run_id} has no open regressions to bisect")
+    record_run_ancestry(settings, store, args.run_id)  # a webhook's own repository: its history from git
     drive = settings.embedded and not args.step
     enqueue = None
     if args.dispatch:

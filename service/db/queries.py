@@ -245,6 +245,18 @@ class QueriesMixin:
             r = conn.execute(q).first()
         return run_info(r) if r is not None else None
 
+    def recorded_pass_repo(self, repo: str) -> dict[str, object] | None:
+        """The ``meta.pass_repo`` entry (``{"url", "repo", "installation"}``: the clone URL an allow-listed webhook
+        delivery of ``repo`` named, no credential) of the newest run that tests repository ``repo``
+        (``owner/name``, compared case-insensitively); None when no run names it."""
+        q = (sa.select(t_run.c.meta).where(sa.func.lower(t_run.c.meta[("pass_repo", "repo")].as_string()) == repo.lower(),
+                                           t_run.c.meta[("pass_repo", "url")].as_string().is_not(None))
+             .order_by(t_run.c.id.desc()).limit(1))
+        with self.transaction() as conn:
+            meta = conn.execute(q).scalar()
+        source = meta.get("pass_repo") if isinstance(meta, dict) else None
+        return dict(source) if isinstance(source, dict) else None
+
     def list_runs(self, limit: int = 50, revision: str | None = None, trigger: str | None = None,
                   status: str | None = None) -> list[RunInfo]:
         """Runs newest first, optionally for one revision / trigger / status."""

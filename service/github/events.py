@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, ValidationError, field_validator
+from pydantic import StrictBool, StrictInt, ValidationError, field_validator
 
-from service.errors import UserError
 from service.github.approval import (
     APPROVE_COMMAND,
     APPROVE_LABEL,
@@ -40,12 +38,18 @@ from service.github.approval import (
     may_approve,
     untrusted_reason,
 )
+from service.github.payloads import Installation as _Installation
+from service.github.payloads import PayloadModel as _Model
+from service.github.payloads import Ref as _Ref
+from service.github.payloads import Repository as _Repository
+from service.github.payloads import RepositoryNotAllowedError, check_repository
+from service.github.payloads import clone_url as _clone_url
+from service.github.payloads import validation_reason as _validation_reason
 from service.github.sanitize import (
     AUTHOR_MAX,
     BRANCH_MAX,
     MESSAGE_MAX,
     REF_MAX,
-    REPOSITORY_MAX,
     TooDeepError,
     check_json_depth,
     free_text,
@@ -77,31 +81,11 @@ PR_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
 PR_ACTION_CLASS = {action: "head" for action in PR_ACTIONS}
 
 
-class RepositoryNotAllowedError(UserError):
-    """A correctly signed delivery from a repository outside ``AMPCI_ALLOWED_REPOS`` (HTTP 403)."""
-
-
 def _before_text(value: object, limit: int) -> object:
     """A free-text field made storable *before* pydantic's own ``str`` check, which refuses a lone
     surrogate (``"\\ud800"`` from JSON) instead of letting :func:`free_text` replace it; a value that
     is not a string is left for pydantic to refuse.  JSON ``null`` stays None."""
     return free_text(value, limit) if isinstance(value, str) else value
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", str_max_length=1_000_000)
-
-
-class _Repository(_Model):
-    full_name: str
-    clone_url: JsonValue = None  # checked against full_name with the settings (:func:`_clone_url`), never trusted as is
-
-    @field_validator("full_name")
-    @classmethod
-    def _owner_name(cls, v: str) -> str:
-        if len(v) > REPOSITORY_MAX or not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", v):
-            raise ValueError(f"not an owner/name repository: {v[:100]!r}")
-        return v
 
 
 class _Person(_Model):
@@ -137,17 +121,6 @@ class _Commit(_Model):
         return sane_time(v)
 
 
-class _Installation(_Model):
-    id: StrictInt
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, v: int) -> int:
-        if not 0 < v < 2**63:
-            raise ValueError("must be a positive 64-bit integer")
-        return v
-
-
 class _Push(_Model):
     ref: str
     before: str
@@ -169,22 +142,6 @@ class _Push(_Model):
     @classmethod
     def _ref(cls, v: str) -> str:
         return name_text(v, REF_MAX)
-
-
-class _Ref(_Model):
-    sha: str
-    ref: str
-    repo: JsonValue = None  # head: {"full_name": ...}, null for a deleted fork (only compared, never stored)
-
-    @field_validator("sha")
-    @classmethod
-    def _sha(cls, v: str) -> str:
-        return check_commit_sha(v)
-
-    @field_validator("ref")
-    @classmethod
-    def _ref(cls, v: str) -> str:
-        return name_text(v, BRANCH_MAX)
 
 
 class _User(_Model):
@@ -293,12 +250,6 @@ class Ignored:
 Decision = RunRequest | Approval | Ping | Ignored
 
 
-def _validation_reason(exc: ValidationError) -> str:
-    err = exc.errors(include_url=False)[0]
-    where = ".".join(str(p) for p in err.get("loc", ())) or "payload"
-    return f"invalid payload: {where}: {err.get('msg', 'invalid')}"
-
-
 def _load(body: bytes) -> JsonObject:
     """The JSON object of a UTF-8 body nested at most MAX_JSON_DEPTH deep; PayloadError otherwise
     (the depth is checked by a linear scan before parsing, so no input can recurse the parser)."""
@@ -315,33 +266,6 @@ def _load(body: bytes) -> JsonObject:
     if not isinstance(data, dict):
         raise PayloadError("malformed payload: expected a JSON object")
     return data
-
-
-def check_repository(full_name: str, settings: Settings) -> None:
-    """Raise RepositoryNotAllowedError unless ``full_name`` is on the allowlist (case-insensitive);
-    an empty allowlist admits nothing, except with ``AMPCI_INSECURE_DEV``."""
-    allowed = settings.allowed_repo_set()
-    if full_name.lower() in allowed:
-        return
-    if not allowed and settings.insecure_dev:
-        return  # development: an empty allowlist admits every repository
-    raise RepositoryNotAllowedError(f"repository {full_name} is not in AMPCI_ALLOWED_REPOS")
-
-
-def _clone_url(repository: _Repository, settings: Settings) -> str | None:
-    """The delivery's clone URL when the run's pass repository is the delivery's own (``AMPCI_PASS_REPO`` unset):
-    checked by :func:`workers.pass_source.check_clone_url` (https at that ``owner/name``, or ``file://`` with
-    ``AMPCI_PASS_REPO_ALLOW_FILE``); None when the settings name a pass repository or the delivery has none.
-    A URL that may not be cloned rejects the delivery (PayloadError, its reason recorded)."""
-    from workers.pass_source import CloneUrlError, check_clone_url
-
-    if settings.pass_repo or repository.clone_url is None:
-        return None
-    try:
-        return check_clone_url(repository.clone_url, allow_file=settings.pass_repo_allow_file,
-                               repo=repository.full_name)
-    except CloneUrlError as exc:
-        raise PayloadError(f"invalid payload: repository.clone_url: {exc}") from None
 
 
 def _author(person: _Person | None) -> str | None:
@@ -468,10 +392,10 @@ def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
     :class:`RepositoryNotAllowedError` (403); every sha in the result is 40 lower-case hex; only
     pushes to tracked branches and opened/synchronize/reopened pull requests of allowed
     repositories produce a :class:`RunRequest` (``approval`` says whether a pull request's run may
-    start: :mod:`service.github.approval`), and a ``check_run`` ``rerequested`` of an ampci check run
-    (:mod:`service.github.rerequest`); only the label ampci:run being added to a pull request, or
-    a ``/ampci run`` comment on one by an OWNER/MEMBER/COLLABORATOR, produces an :class:`Approval`
-    (none under ``AMPCI_FORK_POLICY=never``).
+    start: :mod:`service.github.approval`), and a ``check_run`` ``rerequested`` of an ampci check run or a
+    ``check_suite`` ``rerequested`` of ampci's suite (:mod:`service.github.rerequest`); only the label
+    ampci:run being added to a pull request, or a ``/ampci run`` comment on one by an
+    OWNER/MEMBER/COLLABORATOR, produces an :class:`Approval` (none under ``AMPCI_FORK_POLICY=never``).
     """
     data = _load(body)
     if event == "ping":
@@ -487,9 +411,9 @@ def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
         return _parse_pull_request(data, settings)
     if event == "issue_comment":
         return _parse_issue_comment(data, settings)
-    if event == "check_run":  # GitHub's "Re-run" of an ampci check run
+    if event in ("check_run", "check_suite"):  # GitHub's "Re-run" / "Re-run all checks" of ampci's checks
         from service.github.rerequest import rerun_request
 
-        rerun = rerun_request(data, settings.tracked_branch_set(), lambda repo: check_repository(repo, settings))
+        rerun = rerun_request(event, data, settings)
         return rerun if isinstance(rerun, RunRequest) else Ignored(rerun)
     return Ignored(f"event {event[:50]!r} is not handled")

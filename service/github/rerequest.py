@@ -1,69 +1,54 @@
-"""GitHub's "Re-run" of an ampci check run: a ``check_run`` event with action ``rerequested``.
+"""GitHub's "Re-run" of ampci's checks: a ``check_run`` event (one check run re-run) or a ``check_suite``
+event ("Re-run all checks") with action ``rerequested``.
 
-GitHub sends it to the App that made the check run when someone with write access asks for a re-run.
-It becomes a **new** run of that head (its own change key: the check run's id, so a redelivery of the
-same event is the same run, while a re-run of the new check run is another):
+GitHub sends them to the App that made the check run (and so owns its check suite) when someone with write
+access asks for a re-run.  Either becomes a **new** run of that head, with its own change key, so that a
+redelivery of the same event is the same run while a new re-run is another: a check run's key is its id (the
+re-run makes a new check run, whose own re-run has another id); a check suite's is its id and its
+``updated_at`` (the suite stays the same, and GitHub queues it again, with a new time, at each re-run).  The run:
 
-* the check run names a pull request of the repository itself (``check_run.pull_requests``): a
+* the check run or suite names a pull request of the repository itself (``pull_requests``): a
   pull-request run of that head against the pull request's base, as its ``synchronize`` would make;
 * else, when the check suite's branch is tracked: a push run of that head on that branch, against
   the suite's ``before`` when it names one;
 * else (a fork's pull request, which GitHub does not list, or an untracked branch) nothing is run:
   ampci cannot tell what the head belongs to, and a fork's code is never started without its approval.
+
+Only ampci's own checks are re-run: a check run named with :data:`CHECK_NAME_PREFIX`, a check suite of the
+App ``AMPCI_GITHUB_APP_ID`` (when set).  As for a push or a pull request, the repository must be allowed and,
+with ``AMPCI_PASS_REPO`` unset, its checked clone URL becomes the run's pass repository.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
+from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError, field_validator
+from pydantic import StrictInt, field_validator
 
-from service.github.sanitize import BRANCH_MAX, REPOSITORY_MAX, name_text
-from service.github.stored import (
-    PayloadError,
-    RevisionInfo,
-    RunRequest,
-    change_key,
-    check_commit_sha,
-    check_number,
+from service.github.payloads import (
+    Installation,
+    PayloadModel,
+    Ref,
+    Repository,
+    check_repository,
+    clone_url,
+    positive_id,
+    validate,
 )
+from service.github.sanitize import BRANCH_MAX, name_text, sane_time
+from service.github.stored import RevisionInfo, RunRequest, change_key, check_commit_sha, check_number
 from service.json_types import JsonObject
+from service.settings import Settings
 
 #: The check runs ampci makes are named with this prefix and the sweep (never the commit status context).
 CHECK_NAME_PREFIX = "ampci "
 _ZERO_SHA = "0" * 40
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", str_max_length=1_000_000)
-
-
-def _positive_id(v: int) -> int:
-    if not 0 < v < 2**63:
-        raise ValueError("must be a positive 64-bit integer")
-    return v
-
-
-class _Ref(_Model):
-    sha: str
-    ref: str
-
-    @field_validator("sha")
-    @classmethod
-    def _sha(cls, v: str) -> str:
-        return check_commit_sha(v)
-
-    @field_validator("ref")
-    @classmethod
-    def _ref(cls, v: str) -> str:
-        return name_text(v, BRANCH_MAX)
-
-
-class _PullRequest(_Model):
+class _PullRequest(PayloadModel):
     number: StrictInt
-    head: _Ref
-    base: _Ref
+    head: Ref
+    base: Ref
 
     @field_validator("number")
     @classmethod
@@ -71,7 +56,7 @@ class _PullRequest(_Model):
         return check_number(v)
 
 
-class _CheckSuite(_Model):
+class _CheckSuite(PayloadModel):
     head_branch: str | None = None
     before: str | None = None
 
@@ -81,7 +66,41 @@ class _CheckSuite(_Model):
         return None if v is None else check_commit_sha(v)
 
 
-class _CheckRun(_Model):
+class _App(PayloadModel):
+    id: StrictInt
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: int) -> int:
+        return positive_id(v)
+
+
+class _RerequestedSuite(_CheckSuite):
+    """``check_suite`` of a ``check_suite`` event: the suite itself, with its head and pull requests."""
+
+    id: StrictInt
+    head_sha: str
+    pull_requests: list[_PullRequest] = []
+    app: _App | None = None
+    updated_at: datetime | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: int) -> int:
+        return positive_id(v)
+
+    @field_validator("head_sha")
+    @classmethod
+    def _head(cls, v: str) -> str:
+        return check_commit_sha(v)
+
+    @field_validator("updated_at")
+    @classmethod
+    def _time(cls, v: datetime | None) -> datetime | None:
+        return sane_time(v)
+
+
+class _CheckRun(PayloadModel):
     id: StrictInt
     name: str = ""
     head_sha: str
@@ -91,7 +110,7 @@ class _CheckRun(_Model):
     @field_validator("id")
     @classmethod
     def _id(cls, v: int) -> int:
-        return _positive_id(v)
+        return positive_id(v)
 
     @field_validator("head_sha")
     @classmethod
@@ -99,68 +118,66 @@ class _CheckRun(_Model):
         return check_commit_sha(v)
 
 
-class _Repository(_Model):
-    full_name: str
-
-    @field_validator("full_name")
-    @classmethod
-    def _owner_name(cls, v: str) -> str:
-        if len(v) > REPOSITORY_MAX or not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", v):
-            raise ValueError(f"not an owner/name repository: {v[:100]!r}")
-        return v
-
-
-class _Installation(_Model):
-    id: StrictInt
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, v: int) -> int:
-        return _positive_id(v)
-
-
-class _CheckRunEvent(_Model):
+class _CheckRunEvent(PayloadModel):
     action: str
     check_run: _CheckRun
-    repository: _Repository
-    installation: _Installation | None = None
+    repository: Repository
+    installation: Installation | None = None
 
 
-def rerun_request(data: JsonObject, tracked: frozenset[str] | set[str],
-                  check_repository: Callable[[str], None]) -> RunRequest | str:
-    """What a ``check_run`` delivery asks for: a :class:`RunRequest` for a re-run ampci can place
-    (module docstring), else the reason it needs no run.  ``tracked``: the tracked branches;
-    ``check_repository`` raises for a repository outside the allowlist.  PayloadError for a payload
-    that is not GitHub's."""
-    if data.get("action") != "rerequested":  # created/completed of our own check runs, and the rest
-        return f"check_run action {str(data.get('action'))[:50]!r} needs no run"
-    try:
-        event = _CheckRunEvent.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in err.get("loc", ())) or "payload"
-        raise PayloadError(f"invalid payload: {where}: {err.get('msg', 'invalid')}") from None
-    repo = event.repository.full_name
-    check_repository(repo)
-    run = event.check_run
-    if not run.name.startswith(CHECK_NAME_PREFIX):
-        return "check_run re-requested is not ampci's"
-    key = change_key("check_run", repo.lower(), run.id, run.head_sha)
-    installation = event.installation.id if event.installation else None
-    prs = [p for p in run.pull_requests if p.head.sha == run.head_sha] or run.pull_requests
+class _CheckSuiteEvent(PayloadModel):
+    action: str
+    check_suite: _RerequestedSuite
+    repository: Repository
+    installation: Installation | None = None
+
+
+def rerun_request(event: str, data: JsonObject, settings: Settings) -> RunRequest | str:
+    """What a ``check_run`` or ``check_suite`` delivery (``event``) asks for: a :class:`RunRequest` for a re-run
+    of ampci's checks it can place (module docstring), else the reason it needs no run.  PayloadError for a
+    payload that is not GitHub's (or whose clone URL may not be cloned); RepositoryNotAllowedError for a
+    repository outside the allowlist."""
+    if data.get("action") != "rerequested":  # created/completed of our own check runs and suites, and the rest
+        return f"{event} action {str(data.get('action'))[:50]!r} needs no run"
+    if event == "check_run":
+        run_event = validate(_CheckRunEvent, data)
+        check_repository(run_event.repository.full_name, settings)
+        run = run_event.check_run
+        if not run.name.startswith(CHECK_NAME_PREFIX):
+            return "check_run re-requested is not ampci's"
+        key = change_key("check_run", run_event.repository.full_name.lower(), run.id, run.head_sha)
+        return _rerun(event, run_event.repository, run_event.installation, run.head_sha, run.pull_requests,
+                      run.check_suite or _CheckSuite(), key, settings)
+    suite_event = validate(_CheckSuiteEvent, data)
+    check_repository(suite_event.repository.full_name, settings)
+    suite = suite_event.check_suite
+    if settings.github_app_id and suite.app is not None and str(suite.app.id) != settings.github_app_id.strip():
+        return "check_suite re-requested is another App's"
+    key = change_key("check_suite", suite_event.repository.full_name.lower(), suite.id, suite.head_sha,
+                     suite.updated_at.isoformat() if suite.updated_at else None)
+    return _rerun(event, suite_event.repository, suite_event.installation, suite.head_sha, suite.pull_requests,
+                  suite, key, settings)
+
+
+def _rerun(event: str, repository: Repository, installation: Installation | None, head_sha: str,
+           pull_requests: list[_PullRequest], suite: _CheckSuite, key: str, settings: Settings) -> RunRequest | str:
+    """The run of a re-run of ``head_sha`` (module docstring), or why there is none."""
+    repo = repository.full_name
+    install = installation.id if installation else None
+    prs = [p for p in pull_requests if p.head.sha == head_sha] or pull_requests
     if prs:
         pr = prs[0]
-        head = RevisionInfo(sha=run.head_sha, parents=[], branch=pr.head.ref, author=None,
+        head = RevisionInfo(sha=head_sha, parents=[], branch=pr.head.ref, author=None,
                             message=f"PR #{pr.number}: re-run", committed_at=None)
         base = RevisionInfo(sha=pr.base.sha, parents=[], branch=pr.base.ref, author=None, message="", committed_at=None)
-        return RunRequest(repo=repo, trigger="pull_request", head_sha=run.head_sha, baseline_sha=pr.base.sha,
+        return RunRequest(repo=repo, trigger="pull_request", head_sha=head_sha, baseline_sha=pr.base.sha,
                           branch=pr.head.ref, pr_number=pr.number, revisions=[base, head], change_sha256=key,
-                          installation=installation)
-    suite = run.check_suite
-    branch = name_text(suite.head_branch, BRANCH_MAX) if suite is not None and suite.head_branch else None
-    if branch is None or branch not in tracked:
-        return "check_run re-run of a head that is neither a pull request of the repository nor a tracked branch"
-    before = suite.before if suite is not None and suite.before not in (None, _ZERO_SHA) else None
-    head = RevisionInfo(sha=run.head_sha, parents=[], branch=branch, author=None, message="", committed_at=None)
-    return RunRequest(repo=repo, trigger="push", head_sha=run.head_sha, baseline_sha=before, branch=branch,
-                      revisions=[head], change_sha256=key, installation=installation)
+                          installation=install, clone_url=clone_url(repository, settings))
+    branch = name_text(suite.head_branch, BRANCH_MAX) if suite.head_branch else None
+    if branch is None or branch not in settings.tracked_branch_set():
+        return f"{event} re-run of a head that is neither a pull request of the repository nor a tracked branch"
+    before = suite.before if suite.before not in (None, _ZERO_SHA) else None
+    head = RevisionInfo(sha=head_sha, parents=[], branch=branch, author=None, message="", committed_at=None)
+    return RunRequest(repo=repo, trigger="push", head_sha=head_sha, baseline_sha=before, branch=branch,
+                      revisions=[head], change_sha256=key, installation=install,
+                      clone_url=clone_url(repository, settings))

@@ -3,6 +3,13 @@
 :func:`bisect_step` judges every commit of the regression's first-parent path from the stored results of its
 cell and creates the next midpoint ``bisect`` runs (deduplicated by key, handed to ``enqueue``);
 :func:`continue_bisection` calls it whenever a run finishes, so a bisection advances by itself.
+
+A regression found in a run that tests its webhook's own repository (``meta.pass_repo``: ``AMPCI_PASS_REPO``
+unset, the repository reachable only by its clone URL) is bisected in that repository: its midpoint runs name
+the same repository, and before its bisection starts the regressed revision's first-parent history is read
+from that repository with git (:func:`record_run_ancestry`), so the path walked is git's and not only what the
+push payload implied (a payload lists at most a part of a large push, and a merge's commits in the order they
+were made, not as first parents).
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from service.db import series
 from service.db.records import RegressionInfo
 from service.db.store import Store
 from service.errors import UserError
+from service.json_types import JsonObject
+from service.orchestration.pass_repo import PASS_REPO, pass_repo_of, record_ancestry
 from service.regressions.bisect import (
     AUTO_START_TRIGGERS,
     BisectState,
@@ -25,6 +34,7 @@ from service.regressions.bisect import (
 )
 from service.regressions.stored import StoredResult, sample
 from service.regressions.thresholds import Thresholds
+from service.settings import Settings
 
 Enqueue = Callable[[int], object]
 log = logging.getLogger(__name__)
@@ -32,7 +42,8 @@ log = logging.getLogger(__name__)
 
 def bisect_step(store: Store, regression_id: int, enqueue: Enqueue | None = None, parallel: int = 1,
                 thresholds: Thresholds | None = None) -> BisectState:
-    """Advance the bisection of one regression by one step (idempotent; see :mod:`service.regressions.bisect`)."""
+    """Advance the bisection of one regression by one step (idempotent; see :mod:`service.regressions.bisect`).
+    Its midpoint runs test the regressed run's pass repository (its :data:`PASS_REPO` entry, when it names one)."""
     th = thresholds or Thresholds()
     reg = store.get_regression(regression_id)
     if reg.baseline_sha is None or reg.baseline_result_id is None or reg.result_id is None:
@@ -66,8 +77,11 @@ def bisect_step(store: Store, regression_id: int, enqueue: Enqueue | None = None
     if waiting:
         return BisectState(status="waiting", pending=tuple(path[i] for i in waiting), **common)  # type: ignore[arg-type]
     queued = []
+    regressed_meta = store.get_run(reg.run_id).meta or {}
+    source = pass_repo_of(regressed_meta)
     meta = {"regression_id": regression_id, "parallel": parallel,
-            "options": {"|".join(reg.cell): regressed_options(store, reg)}}
+            "options": {"|".join(reg.cell): regressed_options(store, reg, regressed_meta)},
+            **({PASS_REPO: source} if source is not None else {})}  # the midpoints: the same repository
     for i in pick(inside, parallel):
         run_id, created = store.create_run_if_new(
             path[i], "bisect", baseline_sha=reg.baseline_sha, sweep="bisect", cells=[reg.cell],
@@ -78,22 +92,41 @@ def bisect_step(store: Store, regression_id: int, enqueue: Enqueue | None = None
     return BisectState(status="queued", queued_runs=tuple(queued), **common)  # type: ignore[arg-type]
 
 
-def regressed_options(store: Store, reg: RegressionInfo) -> dict[str, object]:
-    """The sweep options (repeats, timeout, …) the regressed run used for the regression's cell, so each
-    midpoint is measured the way the regression was."""
-    meta = store.get_run(reg.run_id).meta or {}
+def regressed_options(store: Store, reg: RegressionInfo, meta: JsonObject | None = None) -> dict[str, object]:
+    """The sweep options (repeats, timeout, …) the regressed run used for the regression's cell (its ``meta``,
+    read from the store when not given), so each midpoint is measured the way the regression was."""
+    meta = meta if meta is not None else (store.get_run(reg.run_id).meta or {})
     return dict(meta.get("options", {}).get("|".join(reg.cell), meta.get("cell_defaults", {})))
 
 
+def record_run_ancestry(settings: Settings, store: Store, run_id: int) -> bool:
+    """Before a bisection of run ``run_id``'s regressions starts: when the run tests its webhook's own repository
+    (its meta's :data:`PASS_REPO`), record its revision's first-parent history read from that repository with git
+    (:func:`service.orchestration.pass_repo.record_ancestry`: cloned or fetched with the run's installation
+    token), replacing the links its push payload implied.  True when recorded; False for a run without such a
+    repository, or when git cannot read it (one log line; the links recorded so far are walked).  Never raises."""
+    try:
+        run = store.get_run(run_id)
+        source = pass_repo_of(run.meta)
+        if source is None:
+            return False
+        record_ancestry(settings, store, run.revision_sha, source=source)
+        return True
+    except Exception as exc:  # noqa: BLE001 - a repository that cannot be read must not stop the run's finish
+        log.warning("ancestry of run %s from its repository not recorded: %s", run_id, str(exc)[:300])
+        return False
+
+
 def continue_bisection(store: Store, run_id: int, enqueue: Enqueue | None, auto_start: bool = False,
-                       thresholds: Thresholds | None = None) -> list[BisectState]:
+                       thresholds: Thresholds | None = None, settings: Settings | None = None) -> list[BisectState]:
     """After run ``run_id`` finished: advance the bisections it belongs to by one step each.
 
     - a ``bisect`` run advances the bisection of the regression named in its meta (while that
       regression is open or acknowledged), with the ``parallel`` it was created with;
     - with ``auto_start``, a ``push``/``nightly`` run starts the bisection of each of its open
       regressions (one that has no untested commits between baseline and revision is found at once
-      and queues nothing).
+      and queues nothing); with ``settings``, the run's revision's history is first read from the
+      repository it tests when that is its webhook's own (:func:`record_run_ancestry`).
 
     New runs are handed to ``enqueue`` (None: they stay queued).  Idempotent and safe when several
     processes call it at once: bisect runs are deduplicated by key and only the caller that created
@@ -110,6 +143,8 @@ def continue_bisection(store: Store, run_id: int, enqueue: Enqueue | None, auto_
         elif auto_start and run.trigger in AUTO_START_TRIGGERS:
             steps = [(r.id, 1) for r in store.regressions(run_id=run_id, category="regression", state="open")
                      if r.baseline_sha is not None and r.baseline_result_id is not None]
+            if steps and settings is not None:
+                record_run_ancestry(settings, store, run_id)
         else:
             return []
     except Exception:  # noqa: BLE001 - finishing the run must not fail because of bisection

@@ -17,9 +17,10 @@ from service.orchestration import baseline_runs
 from service.orchestration.broker import enqueue
 from service.orchestration.confirm_run import advance, confirmed_run
 from service.orchestration.judge import detect_run, record_verdict
+from service.orchestration.pass_repo import PASS_REPO as PASS_REPO  # re-exported: the run meta key
+from service.orchestration.pass_repo import job_worker_config as job_worker_config  # re-exported
 from service.regressions.confirm_caps import ConfirmCaps
 from service.settings import Settings
-from workers.config import WorkerConfig
 
 if TYPE_CHECKING:
     from service.db.records import Cell, JobInfo, RunInfo, RunRef
@@ -67,11 +68,6 @@ def open_store(settings: Settings) -> Store:
     return store
 
 
-#: The run meta key (and job option) naming the run's pass repository when it is its webhook's own
-#: (``{"url", "repo", "installation"}``: :class:`service.api.dispatch.RunDispatcher`).  No credential.
-PASS_REPO = "pass_repo"
-
-
 def cell_options(run: JobRun, cell: Cell) -> JsonObject:
     """The sweep options stored in ``run.meta`` for ``cell`` ({} when the run has none), with the run's
     pass repository (:data:`PASS_REPO`) when its meta names one."""
@@ -80,25 +76,6 @@ def cell_options(run: JobRun, cell: Cell) -> JsonObject:
     if isinstance(meta.get(PASS_REPO), dict):
         options[PASS_REPO] = dict(meta[PASS_REPO])
     return options
-
-
-def job_worker_config(settings: Settings, source: object) -> WorkerConfig:
-    """The :class:`workers.config.WorkerConfig` a job runs with: ``settings.worker_config()``, and when
-    ``AMPCI_PASS_REPO`` is unset and the job names its webhook's repository (``source``: the
-    :data:`PASS_REPO` entry of its options), that repository's clone URL with a token for it
-    (:func:`service.github_auth.git_token.git_token`; '' when none).  The token lives in this config only, never
-    in the run, a message or a log line."""
-    config = settings.worker_config()
-    if settings.pass_repo or not isinstance(source, dict) or not isinstance(source.get("url"), str):
-        return config
-    import dataclasses
-
-    from service.github_auth.git_token import git_token
-
-    url, repo = source["url"], str(source.get("repo") or "")
-    installation = source.get("installation") if type(source.get("installation")) is int else None
-    return dataclasses.replace(config, pass_repo_url=url,
-                               pass_repo_token=git_token(settings, url, repo, installation) if repo else "")
 
 
 def redact_result(result: JobResult) -> JobResult:
@@ -189,7 +166,7 @@ def finish_if_complete(store: Store, run_id: int, settings: Settings | None = No
     if settings is not None:
         from service.orchestration.bisection import continue_bisection
 
-        continue_bisection(store, run_id, send, auto_start=settings.auto_bisect)
+        continue_bisection(store, run_id, send, auto_start=settings.auto_bisect, settings=settings)
     parent = confirmed_run(store, run_id)
     if parent is not None:  # a confirmation run is over: its run decides and finishes now
         finish_if_complete(store, parent, settings, dispatch)

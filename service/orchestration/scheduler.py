@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from service import run_meta
 from service.errors import UserError
+from service.json_types import JsonValue
 from service.orchestration.broker import celery_app as celery_app  # re-exported
 from service.orchestration.broker import enqueue as enqueue
 from service.orchestration.jobs import PENDING_JOB_STATUSES as PENDING_JOB_STATUSES
@@ -38,6 +39,8 @@ from service.orchestration.jobs import open_store as open_store
 from service.orchestration.jobs import record_crashed as record_crashed
 from service.orchestration.jobs import record_result as record_result
 from service.orchestration.localpool import LocalPool
+from service.orchestration.pass_repo import job_worker_config
+from service.orchestration.pass_repo import record_ancestry as record_ancestry  # re-exported
 from service.orchestration.sweeps import (
     DTYPES as DTYPES,  # re-exported: callers find sweeps through the scheduler
 )
@@ -81,43 +84,24 @@ def zoo_catalog(path: Path | None = None, data_dir: Path | None = None) -> dict[
     return {name: frozenset(entry.tags) for name, entry in load_zoo(path, data_dir).entries.items()}
 
 
-def _cache(settings: Settings) -> RevisionCache:
+def _cache(settings: Settings, source: JsonValue = None) -> RevisionCache:
     from workers import revisions as rv
 
-    return rv.RevisionCache.from_config(settings.worker_config())
+    return rv.RevisionCache.from_config(job_worker_config(settings, source))
 
 
-def resolve_revision(settings: Settings, revision: str) -> str:
-    """The full sha of ``revision`` (branch, tag, full or short sha, ``HEAD``) of the pass repository;
+def resolve_revision(settings: Settings, revision: str, source: JsonValue = None) -> str:
+    """The full sha of ``revision`` (branch, tag, full or short sha, ``HEAD``) of the pass repository (the one
+    ``source`` names, a run's :data:`~service.orchestration.pass_repo.PASS_REPO` entry, when given);
     ``WORKTREE`` is returned unchanged.  Stores nothing; an unknown revision is a one-line UserError."""
     from workers import revisions as rv
 
     if revision == rv.WORKTREE:
         return revision
     try:
-        return str(_cache(settings).resolve(revision))
+        return str(_cache(settings, source).resolve(revision))
     except rv.RevisionError as exc:
         raise UserError(str(exc)) from None
-
-
-def _ancestry_depth(store: Store) -> int:
-    from service.regressions.thresholds import Thresholds
-
-    return int((getattr(store, "thresholds", None) or Thresholds()).ancestor_depth)
-
-
-def record_ancestry(settings: Settings, store: Store, sha: str, depth: int | None = None) -> int:
-    """Record ``sha`` and its first-parent ancestors (at most ``depth``, default the thresholds'
-    ``ancestor_depth``) with all their parent links, read from the pass repository with git; return
-    how many revisions were written.  Baselines, bisection and resolution walk these links."""
-    from service.db.records import RevisionRow
-    from workers import revisions as rv
-
-    try:
-        chain = _cache(settings).first_parents(sha, depth or _ancestry_depth(store))
-    except rv.RevisionError as exc:
-        raise UserError(str(exc)) from None
-    return int(store.upsert_revisions([RevisionRow(c, parents) for c, parents in chain]))
 
 
 def _worktree_dir(settings: Settings) -> Path:

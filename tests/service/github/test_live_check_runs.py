@@ -13,8 +13,10 @@ import pytest
 from pytest_httpserver import HTTPServer
 
 from service.github.client import CheckRun, GitHubStatusClient, PermanentStatusError
+from service.github.events import Ignored, PayloadError, RepositoryNotAllowedError, RunRequest, parse_event
 from service.github.live_checks import check_name, conclusion
 from service.orchestration.judge import detect_run
+from service.settings import Settings
 from tests.service.api.conftest import make_reporter
 from tests.service.api.helpers import (
     GITHUB_TOKEN,
@@ -26,7 +28,7 @@ from tests.service.api.helpers import (
     sha,
     webhook_headers,
 )
-from tests.service.github.github_standin import PR, GitHubStandIn, app_client, app_standin
+from tests.service.github.github_standin import APP_ID, PR, GitHubStandIn, app_client, app_standin
 from workers.result import JobResult
 
 ALL = frozenset({"status", "comment", "check"})
@@ -223,3 +225,87 @@ def test_with_a_token_no_check_run_is_attempted(httpserver: HTTPServer):
         pass
     assert len(gh.statuses) == 2 and not any("check-runs" in path for _, path in gh.requests)
     assert reporter.outbox.dead() == [] and reporter.outbox.pending_count() == 0
+
+
+def _suite_rerequest(head: str, base: str, updated_at: str, pull_requests: bool = True, branch: str = "feature/resize",
+                     suite_id: int = 9001, before: str | None = None, app_id: int = int(APP_ID)) -> dict[str, Any]:
+    """A ``check_suite`` ``rerequested`` payload (GitHub's "Re-run all checks") as GitHub sends it to the App."""
+    prs = [{"number": PR, "head": {"sha": head, "ref": branch, "repo": {"full_name": REPO}},
+            "base": {"sha": base, "ref": "main", "repo": {"full_name": REPO}}}] if pull_requests else []
+    return {"action": "rerequested", "repository": {"full_name": REPO}, "installation": {"id": 4242},
+            "sender": {"login": "maintainer"},
+            "check_suite": {"id": suite_id, "head_branch": branch, "head_sha": head, "before": before, "after": head,
+                            "status": "queued", "conclusion": None, "pull_requests": prs,
+                            "app": {"id": app_id, "slug": "ampci-test"}, "created_at": "2026-12-03T10:00:00Z",
+                            "updated_at": updated_at, "latest_check_runs_count": 1}}
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_rerun_all_checks_on_github_starts_a_new_run_of_that_head(world: World):
+    head = sha("live-suite-rerun")
+    first = run_of(world.client, world.post("pull_request", pr_payload(head, world.base, number=PR)))
+    [queued] = world.settle()
+    world.finish(first, head, {("mlp_small", "fp16")})
+    world.reporter.check_watched(world.store)
+    again = _suite_rerequest(head, world.base, "2026-12-03T10:05:00Z")
+    second = run_of(world.client, world.post("check_suite", again))
+    assert second != first
+    run = world.store.get_run(second)
+    assert run.revision_sha == head and run.trigger == "pull_request" and run.meta["github"]["pr"] == PR
+    assert run.baseline_sha == world.base and run.meta["github"]["installation"] == 4242
+    done, rerun = world.settle()  # a new check run for the new run; the first one keeps its verdict
+    assert _stages(done) == ("completed", "failure") and done["id"] == queued["id"]
+    assert _stages(rerun) == ("queued", None) and rerun["external_id"] == str(second) and rerun["head_sha"] == head
+    # the same delivery again is the same run; the next "Re-run all checks" of that suite (GitHub queues the
+    # suite again: a new updated_at) is a new run
+    assert run_of(world.client, world.post("check_suite", again)) == second
+    third = run_of(world.client, world.post("check_suite", _suite_rerequest(head, world.base, "2026-12-03T10:09:00Z")))
+    assert third not in (first, second) and world.store.get_run(third).revision_sha == head
+    # GitHub's requested/completed suite events run nothing
+    for action in ("requested", "completed"):
+        ignored = world.post("check_suite", {**again, "action": action})
+        assert ignored.status_code == 202 and ignored.json()["status"] != "queued"
+    # a tracked branch's head (no pull request): a push run against the suite's `before`
+    pushed = sha("live-suite-push")
+    push_run = run_of(world.client, world.post("check_suite", _suite_rerequest(
+        pushed, world.base, "2026-12-03T10:10:00Z", pull_requests=False, branch="main", before=world.base)))
+    run = world.store.get_run(push_run)
+    assert run.trigger == "push" and run.revision_sha == pushed and run.baseline_sha == world.base
+    # a head that is neither a pull request of the repository nor on a tracked branch: nothing is run
+    fork = world.post("check_suite", _suite_rerequest(sha("live-suite-fork"), world.base, "2026-12-03T10:11:00Z",
+                                                      pull_requests=False))
+    assert fork.status_code == 202 and fork.json()["status"] != "queued"
+
+
+def test_a_rerun_tests_the_repository_that_asked_for_it_and_only_ampcis_checks():
+    """Both re-runs carry the repository's clone URL (the run's pass repository with AMPCI_PASS_REPO unset), are
+    refused for a repository outside the allowlist, and a suite of another App runs nothing."""
+    url = f"https://github.com/{REPO}.git"
+    settings = Settings(allowed_repos=REPO, tracked_branches="main", github_app_id=APP_ID)
+    head, base = sha("suite-unit-head"), sha("suite-unit-base")
+    suite = _suite_rerequest(head, base, "2026-12-03T10:00:00Z")
+    suite["repository"]["clone_url"] = url
+    check = _rerequest({"id": 5, "name": "ampci smoke", "head_sha": head, "external_id": "1"}, base)
+    check["repository"]["clone_url"] = url
+    for event, payload in (("check_suite", suite), ("check_run", check)):
+        request = parse_event(event, encode(payload), settings)
+        assert isinstance(request, RunRequest) and request.clone_url == url and request.installation == 4242
+        assert request.head_sha == head and request.pr_number == PR
+        pinned = parse_event(event, encode(payload), Settings(allowed_repos=REPO, pass_repo="/srv/mirror.git"))
+        assert isinstance(pinned, RunRequest) and pinned.clone_url is None  # AMPCI_PASS_REPO set: it wins
+        bad = {**payload, "repository": {"full_name": REPO, "clone_url": "ext::sh -c id"}}
+        with pytest.raises(PayloadError, match="repository.clone_url: .*transport helper"):
+            parse_event(event, encode(bad), settings)
+        with pytest.raises(RepositoryNotAllowedError):
+            parse_event(event, encode(payload), Settings(allowed_repos="acme/other", tracked_branches="main"))
+    other_app = _suite_rerequest(head, base, "2026-12-03T10:00:00Z", app_id=int(APP_ID) + 1)
+    decision = parse_event("check_suite", encode(other_app), settings)
+    assert isinstance(decision, Ignored) and "another App" in decision.reason
+    with pytest.raises(PayloadError, match="check_suite.head_sha"):
+        parse_event("check_suite", encode({**suite, "check_suite": {**suite["check_suite"], "head_sha": "main"}}),
+                    settings)
+    # the same suite re-run at two times: two changes; the same re-run re-serialised: one
+    keys = {parse_event("check_suite", encode(_suite_rerequest(head, base, when)), settings).dedup_key  # type: ignore[union-attr]
+            for when in ("2026-12-03T10:00:00Z", "2026-12-03T10:00:00+00:00", "2026-12-03T11:00:00Z")}
+    assert len(keys) == 2

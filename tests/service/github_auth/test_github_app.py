@@ -191,7 +191,8 @@ def test_the_app_manifest_asks_for_what_ampci_uses():
     manifest = json.loads((Path(__file__).parents[3] / "deploy" / "github-app.json").read_text())
     assert manifest["default_permissions"] == {"checks": "write", "pull_requests": "write", "statuses": "write",
                                                "contents": "read", "metadata": "read"}
-    assert set(manifest["default_events"]) == {"push", "pull_request", "check_run", "issue_comment", "installation"}
+    assert set(manifest["default_events"]) == {"push", "pull_request", "check_run", "check_suite", "issue_comment",
+                                                "installation"}
     assert manifest["hook_attributes"]["url"].endswith("/webhooks/github") and manifest["public"] is False
 
 
