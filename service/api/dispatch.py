@@ -193,6 +193,11 @@ class RunDispatcher:
             if request.approval == "refused":  # the intake never submits these: nothing of it may run
                 out[i] = UserError("not run: untrusted pull request (AMPCI_FORK_POLICY=never)")
                 continue
+            if request.rerun_of_push and not self.store.pushed_head(request.repo, request.branch, request.head_sha):
+                out[i] = UserError(f"not run: re-run of {request.head_sha[:12]}, which ampci never ran as a push to "
+                                   f"{request.branch} (a fork's pull request names its own branch; it waits for "
+                                   "approval)")
+                continue
             try:
                 planned = self.planner(request.sweep)
             except Exception as exc:  # noqa: BLE001 - reported per item

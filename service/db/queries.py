@@ -257,6 +257,16 @@ class QueriesMixin:
         source = meta.get("pass_repo") if isinstance(meta, dict) else None
         return dict(source) if isinstance(source, dict) else None
 
+    def pushed_head(self, repo: str, branch: str, sha: str) -> bool:
+        """Whether a ``push`` run of commit ``sha`` on ``branch`` of repository ``repo`` (``owner/name``, compared
+        case-insensitively) exists: a head ampci was sent as pushed to that branch by a signed delivery."""
+        q = (sa.select(t_run.c.id).where(
+            t_run.c.trigger == "push", t_run.c.revision_sha == sha,
+            sa.func.lower(t_run.c.meta[("github", "repo")].as_string()) == repo.lower(),
+            t_run.c.meta[("github", "branch")].as_string() == branch).limit(1))
+        with self.transaction() as conn:
+            return conn.execute(q).first() is not None
+
     def list_runs(self, limit: int = 50, revision: str | None = None, trigger: str | None = None,
                   status: str | None = None) -> list[RunInfo]:
         """Runs newest first, optionally for one revision / trigger / status."""

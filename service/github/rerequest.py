@@ -9,8 +9,10 @@ re-run makes a new check run, whose own re-run has another id); a check suite's 
 
 * the check run or suite names a pull request of the repository itself (``pull_requests``): a
   pull-request run of that head against the pull request's base, as its ``synchronize`` would make;
-* else, when the check suite's branch is tracked: a push run of that head on that branch, against
-  the suite's ``before`` when it names one;
+* else, when the check suite's branch is tracked and ampci has run that head as a push to that branch
+  before (checked when the run is created: a fork's pull request is not listed in ``pull_requests`` and its
+  suite names the fork's own branch, which may well be called ``main``): a push run of that head on that
+  branch, against the suite's ``before`` when it names one; a head never pushed there runs nothing;
 * else (a fork's pull request, which GitHub does not list, or an untracked branch) nothing is run:
   ampci cannot tell what the head belongs to, and a fork's code is never started without its approval.
 
@@ -180,4 +182,4 @@ def _rerun(event: str, repository: Repository, installation: Installation | None
     head = RevisionInfo(sha=head_sha, parents=[], branch=branch, author=None, message="", committed_at=None)
     return RunRequest(repo=repo, trigger="push", head_sha=head_sha, baseline_sha=before, branch=branch,
                       revisions=[head], change_sha256=key, installation=install,
-                      clone_url=clone_url(repository, settings))
+                      clone_url=clone_url(repository, settings), rerun_of_push=True)

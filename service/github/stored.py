@@ -78,6 +78,9 @@ class RunRequest:
     change_sha256: str | None = None  # of the change it names (:func:`change_key`): one run per change
     installation: int | None = None  # the GitHub App installation that sent it (``installation.id``)
     clone_url: str | None = None  # the repository's clone URL: the run's pass repository (AMPCI_PASS_REPO unset)
+    #: a re-run ("Re-run" on GitHub) of a tracked branch's head: run only if ampci saw that head pushed there
+    #: (:meth:`service.db.store.Store.pushed_head`); a fork's pull request names its own branch, maybe ``main``
+    rerun_of_push: bool = False
 
     @property
     def dedup_key(self) -> str | None:
@@ -94,7 +97,7 @@ class RunRequest:
                 "baseline_sha": self.baseline_sha, "branch": self.branch, "sweep": self.sweep,
                 "pr_number": self.pr_number, "body": self.body_sha256, "approval": self.approval,
                 "untrusted": self.untrusted, "change": self.change_sha256, "installation": self.installation,
-                "clone_url": self.clone_url,
+                "clone_url": self.clone_url, "rerun_of_push": self.rerun_of_push,
                 "revisions": [[r.sha, r.parents, r.branch, r.author, r.message,
                                r.committed_at.isoformat() if r.committed_at else None] for r in self.revisions]}
 
@@ -128,13 +131,17 @@ class RunRequest:
             clone_url = data.get("clone_url")  # absent in rows stored before; checked again by the worker
             if clone_url is not None and not (isinstance(clone_url, str) and 0 < len(clone_url) <= 500):
                 raise ValueError("clone URL is not a string of at most 500 characters")
+            rerun_of_push = data.get("rerun_of_push", False)  # absent in rows stored before: not a re-run
+            if type(rerun_of_push) is not bool:
+                raise ValueError("rerun_of_push is not a boolean")
             return cls(repo=name_text(str(data["repo"]), REPOSITORY_MAX), trigger=str(data["trigger"]),
                        head_sha=check_commit_sha(data["head_sha"]), baseline_sha=check_commit_sha(base) if base else None,
                        branch=name_text(str(data["branch"]), BRANCH_MAX), sweep=name_text(str(data["sweep"]), 100),
                        pr_number=None if pr is None else check_number(int(pr)), revisions=revisions,
                        body_sha256=body, approval=approval,
                        untrusted=free_text(untrusted, 200) if isinstance(untrusted, str) else None,
-                       change_sha256=change, installation=installation, clone_url=clone_url)
+                       change_sha256=change, installation=installation, clone_url=clone_url,
+                       rerun_of_push=rerun_of_push)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise PayloadError(f"stored payload unreadable: {exc}"[:200]) from None
 

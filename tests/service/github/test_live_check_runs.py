@@ -21,6 +21,7 @@ from tests.service.api.conftest import make_reporter
 from tests.service.api.helpers import (
     GITHUB_TOKEN,
     REPO,
+    drain,
     encode,
     pr_payload,
     push_payload,
@@ -266,11 +267,24 @@ def test_rerun_all_checks_on_github_starts_a_new_run_of_that_head(world: World):
     for action in ("requested", "completed"):
         ignored = world.post("check_suite", {**again, "action": action})
         assert ignored.status_code == 202 and ignored.json()["status"] != "queued"
-    # a tracked branch's head (no pull request): a push run against the suite's `before`
+    # a tracked branch's head (no pull request) ampci never saw pushed there -- as a fork's pull request, which
+    # GitHub does not list and whose suite names the fork's own branch, here "main" -- is not run
     pushed = sha("live-suite-push")
-    push_run = run_of(world.client, world.post("check_suite", _suite_rerequest(
-        pushed, world.base, "2026-12-03T10:10:00Z", pull_requests=False, branch="main", before=world.base)))
+    suite_of_pushed = _suite_rerequest(pushed, world.base, "2026-12-03T10:10:00Z", pull_requests=False,
+                                       branch="main", before=world.base)
+    unseen = world.post("check_suite", suite_of_pushed)
+    assert unseen.status_code == 202
+    drain(world.client)
+    delivery = world.store.get_delivery(unseen.json()["delivery"])
+    assert delivery is not None and delivery.status == "rejected" and delivery.run_id is None, delivery
+    assert "never ran as a push to main" in (delivery.reason or "")
+    assert not [r for r in world.store.list_runs(limit=500) if r.revision_sha == pushed]
+    # once pushed to main (a signed push delivery), the same re-run is a push run against the suite's `before`
+    original = run_of(world.client, world.post("push", push_payload(pushed, world.base)))
+    push_run = run_of(world.client, world.post("check_suite", {
+        **suite_of_pushed, "check_suite": {**suite_of_pushed["check_suite"], "updated_at": "2026-12-03T10:12:00Z"}}))
     run = world.store.get_run(push_run)
+    assert push_run != original
     assert run.trigger == "push" and run.revision_sha == pushed and run.baseline_sha == world.base
     # a head that is neither a pull request of the repository nor on a tracked branch: nothing is run
     fork = world.post("check_suite", _suite_rerequest(sha("live-suite-fork"), world.base, "2026-12-03T10:11:00Z",
