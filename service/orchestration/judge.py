@@ -104,13 +104,41 @@ def _drifts(conn: Connection, run: JudgedRun, current: dict[Cell, StoredResult],
     for the whole run: the first-parent line of its revision, the cells' results on it, the earlier findings on
     it (and the branch's pin)."""
     line = first_parent_line(conn, run.revision_sha, th.drift_line_depth)
-    on_line = series.line_results(conn, run_id=run.id, shas=[s for s, d in line if d > 0])
+    pinned = pins.pin_for(conn, branch=series.branch_of(conn, sha=run.revision_sha))
+    on_line = nearest_line_results(conn, run.id, [s for s, d in line if d > 0], set(current), pinned,
+                                   need=max(th.drift_window, th.flaky_window))
     if not on_line:
         return {}
-    pinned = pins.pin_for(conn, branch=series.branch_of(conn, sha=run.revision_sha))
     earlier = series.earlier_on_line(conn, run_id=run.id, shas=[s for s, _ in line])
     return detect.drift_findings(run.revision_sha, run.trigger, current, line, on_line, pinned, earlier, pairwise,
                                  th, samples)
+
+
+def nearest_line_results(conn: Connection, run_id: int, shas: list[str], cells: set[Cell], pinned: str | None,
+                         need: int) -> list[StoredResult]:
+    """The results on the first-parent line ``shas`` (nearest first) of run ``run_id``'s cells that drift
+    judging reads (:func:`service.regressions.detect.drift_findings`): every result at each cell's nearest
+    ``need`` measured revisions (its drift window and its flaky lineage are drawn from those) and every result
+    at the ``pinned`` revision when it is on the line.  Read nearest first in chunks that double, so a line
+    measured at every commit costs one chunk of ``need`` revisions, not the whole line (200 revisions x 200
+    cells at 100,000 results); a cell measured rarely, or never, makes it read on, at worst to the line's end."""
+    out: list[StoredResult] = []
+    measured: dict[Cell, set[str]] = {}
+    pinned_rows: list[StoredResult] = []
+    if pinned is not None and pinned in shas:  # the pin is read at once, wherever it lies on the line
+        pinned_rows = series.line_results(conn, run_id=run_id, shas=[pinned])
+        out.extend(pinned_rows)
+    start, size = 0, max(1, need)
+    while start < len(shas) and any(len(measured.get(c, ())) < need for c in cells):
+        chunk = shas[start:start + size]
+        rows = series.line_results(conn, run_id=run_id, shas=[s for s in chunk if s != pinned])
+        out.extend(rows)
+        if pinned in chunk:
+            rows = [*rows, *pinned_rows]
+        for r in rows:
+            measured.setdefault(r.cell, set()).add(r.revision_sha)
+        start, size = start + size, size * 2
+    return out
 
 
 def _resolve(conn: Connection, run: JudgedRun, current: dict[Cell, StoredResult], th: Thresholds, now: datetime,
