@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Protocol
 
 from amp_pass.policy import NAMED_POLICIES
 from amp_pass.policy import TARGETS as PASS_TARGETS
@@ -49,6 +50,20 @@ _POLICY_FILE_SUFFIXES = (".toml", ".yaml", ".yml", ".json")
 #: Timestamps the service reads or stores lie in ``[EARLIEST, LATEST)``; others are refused.
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(2100, 1, 1, tzinfo=UTC)
+
+
+class CellColumns(Protocol):
+    """The four columns that name a cell (model, dtype, policy, target), as every stored row of one carries them:
+    a finding, a job, a result."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def target(self) -> str: ...
 
 
 class UnknownNameError(UserError):

@@ -31,6 +31,7 @@ from service.db.records import (
 from service.errors import NotFoundError, UserError
 from service.json_types import JsonObject
 from service.regressions.measured import stored_error_unit
+from service.vocabulary import CellColumns
 from workers.result import JobResult
 
 t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__
@@ -78,7 +79,7 @@ def _verdict(value: object) -> JsonObject | None:
     return dict(value) if isinstance(value, dict) else None
 
 
-class JobColumns(Protocol):
+class JobColumns(CellColumns, Protocol):
     """The columns of a ``jobs`` row, read by name: a SQLAlchemy row, or a psycopg named tuple of the same columns
     (:meth:`service.db.store.Store.begin_job`)."""
 
@@ -86,14 +87,6 @@ class JobColumns(Protocol):
     def id(self) -> int: ...
     @property
     def run_id(self) -> int: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def dtype(self) -> str: ...
-    @property
-    def policy(self) -> str: ...
-    @property
-    def target(self) -> str: ...
     @property
     def status(self) -> str: ...
     @property

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from service.regressions.stored import StoredRun
+from service.vocabulary import CellColumns
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -42,18 +43,10 @@ DEFAULT_MAX_CELLS = 8
 DEFAULT_MAX_PER_PR = 16
 
 
-class SuspectedCell(Protocol):
+class SuspectedCell(CellColumns, Protocol):
     """What :func:`select` reads of a suspected finding (a stored finding): its cell, state and ratio (and its
     ``category`` where it has one: a finding without it counts as a regression)."""
 
-    @property
-    def model(self) -> str: ...
-    @property
-    def dtype(self) -> str: ...
-    @property
-    def policy(self) -> str: ...
-    @property
-    def target(self) -> str: ...
     @property
     def state(self) -> str: ...
     @property

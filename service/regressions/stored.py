@@ -18,6 +18,7 @@ from typing import Protocol, TypedDict
 from service.json_types import JsonValue
 from service.regressions.measured import floats, graph_fields, stored_error_unit
 from service.regressions.rules import CellSample
+from service.vocabulary import CellColumns
 
 Cell = tuple[str, str, str, str]  # (model, dtype, policy, target)
 
@@ -43,7 +44,7 @@ class StoredResult:
     doc: str | bytes | Mapping[str, JsonValue] | None
 
 
-class StoredFinding(Protocol):
+class StoredFinding(CellColumns, Protocol):
     """What the rules read of every stored finding (a ``regressions`` row, e.g.
     :class:`service.db.records.RegressionInfo`): its id, cell, kind and metric, the revision it regressed at and
     its state.  :class:`service.regressions.confirm.Suspected` and :class:`service.regressions.detect.OpenRegression`
@@ -51,14 +52,6 @@ class StoredFinding(Protocol):
 
     @property
     def id(self) -> int: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def dtype(self) -> str: ...
-    @property
-    def policy(self) -> str: ...
-    @property
-    def target(self) -> str: ...
     @property
     def kind(self) -> str: ...
     @property
