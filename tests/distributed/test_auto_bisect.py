@@ -22,6 +22,7 @@ from service.cli.main import main
 from service.orchestration import jobs, scheduler, tasks
 from service.orchestration.bisection import bisect_step
 from service.settings import Settings
+from tests.distributed import broker_queue
 from tests.service.factories import make_result
 from workers.revisions import RevisionCache
 
@@ -95,12 +96,7 @@ class Harness:
 
     def drain(self, limit: int = 20) -> int:
         """Play the workers: run queued jobs (and what finishing them queues) until none are left."""
-        n = 0
-        while self.queue:
-            tasks.execute_job(self.queue.popleft(), self.settings, "w1", store=self.store)
-            n += 1
-            assert n <= limit, "bisection does not converge"
-        return n
+        return broker_queue.drain(self.queue, self.settings, self.store, limit)
 
 
 @pytest.mark.parametrize(("first_bad", "unbuildable"), [(7, frozenset()), (1, frozenset()), (4, frozenset({3, 5}))])

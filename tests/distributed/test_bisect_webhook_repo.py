@@ -26,6 +26,7 @@ from service.orchestration import jobs, scheduler, tasks
 from service.orchestration.bisection import bisect_step
 from service.orchestration.pass_repo import PASS_REPO
 from service.settings import Settings
+from tests.distributed import broker_queue
 from tests.service.api.helpers import REPO, encode, push_payload
 from tests.service.factories import make_result
 from workers.config import WorkerConfig
@@ -110,12 +111,7 @@ class World:
 
     def drain(self, limit: int = 20) -> int:
         """Play the worker: run queued jobs (and what finishing them queues) until none are left."""
-        n = 0
-        while self.queue:
-            tasks.execute_job(self.queue.popleft(), self.settings, "w1", store=self.store)
-            n += 1
-            assert n <= limit, "bisection does not converge"
-        return n
+        return broker_queue.drain(self.queue, self.settings, self.store, limit)
 
 
 @pytest.mark.postgres

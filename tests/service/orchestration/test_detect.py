@@ -7,14 +7,7 @@ import pytest
 from service.db import Store
 from service.orchestration.judge import detect_run
 from service.regressions.thresholds import Thresholds
-from tests.service.factories import CELL, chain, make_result, migrated_store, run_with, sha
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = migrated_store(db_url)
-    yield s
-    s.dispose()
+from tests.service.factories import CELL, chain, make_result, run_with, sha
 
 
 def kinds(regs) -> list[tuple[str, str, str]]:  # type: ignore[no-untyped-def]

@@ -5,8 +5,6 @@ deleted by one statement or, for a very large run, by ids selected first."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import sqlalchemy as sa
 
@@ -17,16 +15,9 @@ from service.orchestration.judge import detect_run
 from service.regressions import detect
 from service.regressions.stored import StoredResult, sample
 from service.regressions.thresholds import Thresholds
-from tests.service.factories import CELL, chain, make_result, migrated_store, run_with
+from tests.service.factories import CELL, chain, make_result, run_with
 
 OTHER = ("other", "bf16", "default", "cpu")
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = migrated_store(db_url)
-    yield s
-    s.dispose()
 
 
 def stored_row(store: Store, result_id: int, data: object | None = None) -> StoredResult:

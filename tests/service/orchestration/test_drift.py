@@ -7,7 +7,7 @@ fire again; a timing drift is confirmed against its reference.  Real stores (SQL
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -15,15 +15,8 @@ from service.db import Store, pins
 from service.orchestration.jobs import finish_if_complete
 from service.regressions.rules import DRIFT_METRICS, KINDS, PAIRWISE_KINDS, TIMING_KINDS, timing_kind
 from service.regressions.thresholds import Thresholds
-from tests.service.factories import CELL, chain, make_result, migrated_store, run_with
+from tests.service.factories import CELL, chain, make_result, run_with
 from tests.service.orchestration.test_confirm import StandInWorker, make_run
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = migrated_store(db_url)
-    yield s
-    s.dispose()
 
 
 def conversion(k: int, seconds: float, seed: int | None = None) -> object:

@@ -8,7 +8,6 @@ absent, for two cells measured at different commits.  Real stores (SQLite and Po
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 
 import pytest
 
@@ -16,16 +15,9 @@ from service.db import Store, pins, series
 from service.db.queries import first_parent_line
 from service.orchestration.judge import nearest_line_results
 from service.regressions.stored import StoredResult
-from tests.service.factories import CELL, chain, make_result, migrated_store, run_with
+from tests.service.factories import CELL, chain, make_result, run_with
 
 OTHER = ("tiny_mlp", "bf16", "default", "cpu")
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = migrated_store(db_url)
-    yield s
-    s.dispose()
 
 
 def _view(rows: list[StoredResult], depth: dict[str, int], need: int, pinned: str | None) -> dict[tuple, set[int]]:

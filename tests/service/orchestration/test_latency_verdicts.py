@@ -17,7 +17,7 @@ from service.regressions.power import UnderpoweredSweep, check_repeats, required
 from service.regressions.rules import CellSample, latency_rule, pooled, relative_latency
 from service.regressions.stats import mann_whitney_p, min_samples_for
 from service.regressions.thresholds import Thresholds
-from tests.service.factories import chain, make_result, migrated_store, run_with
+from tests.service.factories import chain, make_result, run_with
 
 TH = Thresholds()
 
@@ -128,13 +128,6 @@ def test_shipped_sweeps_can_show_latency_regressions(name: str) -> None:
     config = load_sweep(sweep=name)
     cells = config.expand(zoo_catalog(config.zoo_path()))
     check_repeats(name, [(c.cell, c.repeats) for c in cells], TH)
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = migrated_store(db_url)
-    yield s
-    s.dispose()
 
 
 def test_latency_compares_across_revisions_in_one_environment(store: Store) -> None:

@@ -16,17 +16,10 @@ from service.db import Store
 from service.orchestration.jobs import finish_if_complete
 from service.orchestration.judge import run_verdict
 from tests.service.dashboard.conftest import BROWSER, make_app
-from tests.service.factories import chain, make_result, migrated_store
+from tests.service.factories import chain, make_result
 from tests.service.orchestration.test_confirm import StandInWorker, make_run, slow_conversion
 
 A, B = ("tiny_mlp", "fp16", "default", "cpu"), ("tiny_mlp", "bf16", "default", "cpu")
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = migrated_store(db_url)
-    yield s
-    s.dispose()
 
 
 def finished(store: Store, revision: str, results: list) -> int:

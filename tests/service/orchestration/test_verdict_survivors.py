@@ -19,18 +19,11 @@ from service.orchestration.judge import run_verdict
 from service.regressions.confirm import recovery_verdict
 from service.regressions.thresholds import Thresholds
 from service.regressions.verdict import decide_run, summary_facts
-from tests.service.factories import chain, make_result, migrated_store, run_with
+from tests.service.factories import chain, make_result, run_with
 from tests.service.orchestration.test_confirm import StandInWorker, make_run, slow_conversion
 
 TH = Thresholds()
 A, B = ("tiny_mlp", "fp16", "default", "cpu"), ("tiny_mlp", "bf16", "default", "cpu")
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = migrated_store(db_url)
-    yield s
-    s.dispose()
 
 
 def test_a_new_cell_that_cannot_convert_is_no_success_on_the_verdict_or_the_commit_status(store: Store) -> None:
