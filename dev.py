@@ -155,6 +155,15 @@ def _docker_compose_plugin() -> bool:
     return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
 
 
+def exec_ampci(args: list[str], env: dict[str, str]) -> None:
+    """Replace this process with ``ampci ARGS`` (run from the repository root): the command keeps this
+    process's PID, so a signal sent to ``dev.py`` (Ctrl-C, ``kill PID`` of ``python3 dev.py ampci serve``)
+    reaches ``ampci`` itself and nothing is left running.  Never returns."""
+    os.chdir(ROOT)
+    ampci = str(VENV / "bin" / "ampci")
+    os.execve(ampci, [ampci, *args], env)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in {"-h", "--help"}:
         print(__doc__)
@@ -180,10 +189,8 @@ def main(argv: list[str]) -> int:
         return proc.returncode
     if cmd == "typecheck":
         return subprocess.run([str(PY), "-m", "mypy", *rest], cwd=ROOT, env=env).returncode
-    if cmd == "sweep":
-        return subprocess.run([str(VENV / "bin" / "ampci"), "sweep", *rest], cwd=ROOT, env=env).returncode
-    if cmd == "ampci":
-        return subprocess.run([str(VENV / "bin" / "ampci"), *rest], cwd=ROOT, env=env).returncode
+    if cmd in {"sweep", "ampci"}:
+        exec_ampci(["sweep", *rest] if cmd == "sweep" else rest, env)
     print(f"dev.py: unknown command {cmd!r} (expected test, typecheck, sweep, images or ampci)", file=sys.stderr)
     return 2
 

@@ -61,3 +61,28 @@ def test_ci_type_checks_before_the_tests() -> None:
     assert "set -euo pipefail" in lines
     commands = [ln for ln in lines if ln.startswith("python3 dev.py")]
     assert [c.split()[2] for c in commands] == ["typecheck", "test"], commands
+
+
+
+def test_dev_ampci_replaces_itself_so_its_pid_is_the_commands(tmp_path: Path) -> None:
+    """``python3 dev.py ampci ...`` execs ampci: the PID a user starts (and later kills) is ampci's own, so
+    stopping it leaves no orphaned ``ampci serve``.  A stand-in ``ampci`` in a stand-in venv prints its PID,
+    its arguments and its working directory; with exec the PID is the one this test started."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "ampci"
+    fake.write_text('#!/bin/sh\necho "$$ $* $(pwd)"\n')
+    fake.chmod(0o755)
+    code = (f"import importlib.util, sys, pathlib\n"
+            f"spec = importlib.util.spec_from_file_location('d', {str(ROOT / 'dev.py')!r})\n"
+            f"d = importlib.util.module_from_spec(spec); spec.loader.exec_module(d)\n"
+            f"d.VENV = pathlib.Path({str(venv)!r})\n"
+            f"d.exec_ampci(['serve', '--port', '1'], {{'PATH': '/usr/bin:/bin'}})\n"
+            f"print('exec_ampci returned')\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert out.split() == [str(proc.pid), "serve", "--port", "1", str(ROOT)]
