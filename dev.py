@@ -9,6 +9,8 @@
                              # debootstrap for the deploy test; -m "not deploy" or AMPCI_NO_DOCKER=1: not)
     python3 dev.py typecheck # install into .venv if needed, then mypy as configured in pyproject.toml
                              # ([tool.mypy]: strict on the typed packages); non-zero on a type error
+    python3 dev.py docs      # install into .venv if needed, then build the guide (docs/, mkdocs.yml) into site/
+                             # with mkdocs --strict: a broken link, a missing anchor or page is non-zero
     python3 dev.py images    # local base images for docker compose without a registry (deploy/images.py)
     python3 dev.py ampci ARGS...   # any ampci command inside the project's virtual environment
 
@@ -189,9 +191,13 @@ def main(argv: list[str]) -> int:
         return proc.returncode
     if cmd == "typecheck":
         return subprocess.run([str(PY), "-m", "mypy", *rest], cwd=ROOT, env=env).returncode
+    if cmd == "docs":
+        env.setdefault("NO_MKDOCS_2_WARNING", "1")  # Material's notice about MkDocs 2, printed on every build
+        return subprocess.run([str(PY), "-m", "mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"), *rest],
+                              cwd=ROOT, env=env).returncode
     if cmd in {"sweep", "ampci"}:
         exec_ampci(["sweep", *rest] if cmd == "sweep" else rest, env)
-    print(f"dev.py: unknown command {cmd!r} (expected test, typecheck, sweep, images or ampci)", file=sys.stderr)
+    print(f"dev.py: unknown command {cmd!r} (expected test, typecheck, docs, sweep, images or ampci)", file=sys.stderr)
     return 2
 
 
