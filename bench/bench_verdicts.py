@@ -44,7 +44,7 @@ What it does, all in embedded mode (local pool, SQLite, a fresh data and cache d
 Improvements on noise commits are read from the database: a *confirmed* one (state ``open``, shown as a gain)
 is a false improvement; suspected and dismissed ones are counted apart (never shown as gains).
 ``--creep-only`` skips the bug history and the bisection (the base, the creep series, the A/A runs), and bugs
-whose models are not in ``--models`` are left out: how the README's per-load runs are sized.
+whose models are not in ``--models`` are left out: how the per-load runs of docs/benchmarks.md are sized.
 
 **Load** (``--load N``, default N = 2 x cores): ``jobs`` processes each loop starting a Python that imports
 onnx, onnxruntime and numpy, then writing and fsyncing a 32 MB file (what CI jobs do); ``cpu`` busy loops.

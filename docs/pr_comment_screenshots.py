@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate the README's pictures of the pull-request report from its golden files.
+"""Regenerate the pictures of the pull-request report (README, docs/github.md) from its golden files.
 
     .venv/bin/python docs/pr_comment_screenshots.py     # writes docs/screenshots/pr-comment.png, check-run.png
 

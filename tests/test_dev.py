@@ -36,8 +36,8 @@ def test_chromium_is_installed_only_when_browser_tests_may_run(args: list[str], 
     assert _dev().wants_browser(args, env) is expected
 
 
-def test_readme_says_dev_test_installs_chromium_and_how_to_skip_it() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_getting_started_says_dev_test_installs_chromium_and_how_to_skip_it() -> None:
+    text = (ROOT / "docs" / "getting-started.md").read_text()
     assert "chromium" in text.lower() and 'python3 dev.py test -m "not browser"' in text
     assert "AMPCI_NO_BROWSER=1" in text
 
@@ -56,11 +56,12 @@ def test_docker_is_installed_only_when_the_deploy_test_may_run(args: list[str], 
 
 
 def test_ci_type_checks_before_the_tests() -> None:
-    """`.ci/run` stops (``set -e``) on a type error: the type check runs first, the tests after it."""
+    """`.ci/run` stops (``set -e``) on a type error or a broken guide: the type check runs first, then the guide's
+    strict build (tests/test_docs_site.py: a broken link fails it), the tests after them."""
     lines = [ln.split("#")[0].strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert "set -euo pipefail" in lines
     commands = [ln for ln in lines if ln.startswith("python3 dev.py")]
-    assert [c.split()[2] for c in commands] == ["typecheck", "test"], commands
+    assert [c.split()[2] for c in commands] == ["typecheck", "docs", "test"], commands
 
 
 

@@ -13,7 +13,7 @@ What the payloads carry (and what they do not):
   Second parents of merge commits are not in the payload; the worker fills them from git.
 * ``pull_request`` carries the base branch tip (``base.sha``), not the merge base.  We record the
   base tip as the run's baseline; the worker resolves ``git merge-base head base`` when it checks out
-  the revision (see README "Webhook and HTTP API").
+  the revision (see docs/api.md, "Webhook and HTTP API").
 * whether a pull request's code may run at once (head repository, author association, author login)
   and its approval (a ``labeled`` ``pull_request``, an ``issue_comment``): :mod:`service.github.approval`.
   An ``issue_comment`` is read only for that; its body is never stored or logged.

@@ -3,7 +3,7 @@
 A private repository needs a token with *Contents: read* (the App's ``contents: read`` permission): the
 installation token of the run's installation (:class:`service.github_auth.app.AppAuth`, cached and refreshed as
 for reports), or ``AMPCI_GITHUB_TOKEN``.  A worker has one only when its own settings configure an identity
-(in compose the credentials reach the api alone: see README, "Pass repository").
+(in compose the credentials reach the api alone: see docs/deployment.md, "Pass repository").
 
 Guarantees: a token is produced only for an https clone URL whose host is GitHub's for the configured API
 (``api.github.com`` -> ``github.com``; any other API base: its own host), so it never goes to another host;

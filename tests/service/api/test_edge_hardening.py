@@ -288,12 +288,12 @@ def test_a_database_outage_is_one_warning_line_per_request(make_settings, caplog
 
 
 def test_settings_are_the_ones_documented():
-    """The edge settings exist with their README defaults (a test keeps the table honest)."""
-    from pathlib import Path
-
+    """The edge settings exist and are on the guide's configuration page (tests/test_readme.py checks each
+    documented default against the real one)."""
     from service.settings import Settings
+    from tests.docs_text import page
 
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    readme = page("configuration.md")
     for name in ("http_header_timeout", "http_body_timeout", "http_keepalive_timeout", "http_max_connections",
                  "http_client_connections", "max_body_bytes"):
         assert f"`AMPCI_{name.upper()}`" in readme, name

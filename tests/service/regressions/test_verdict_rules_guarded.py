@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 
@@ -17,12 +16,13 @@ from service.orchestration.judge import baseline_statuses
 from service.regressions.rules import _can_reach
 from service.regressions.stats import mann_whitney_p
 from service.regressions.thresholds import Thresholds
+from tests.docs_text import page
 from tests.service.factories import chain, make_result, migrated_store, run_with
 from workers.metrics import compare_outputs
 from workers.result import AccuracyReport
 
 CELL = ("tiny_mlp", "fp16", "default", "cpu")
-README = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+VERDICTS = page("verdicts.md")  # the guide's page on how each finding is decided
 
 
 def test_baseline_is_the_newest_result_at_the_nearest_ancestor(sqlite_url: str) -> None:
@@ -55,7 +55,7 @@ def test_default_latency_p_threshold_is_the_documented_one_and_reachable() -> No
     th = Thresholds()
     assert th.latency_p == 0.002
     n = th.latency_min_samples
-    prose = " ".join(README.split())  # the README's words, whatever its line breaks
+    prose = " ".join(VERDICTS.split())  # the page's words, whatever its line breaks
     assert f"Mann-Whitney U p < {th.latency_p:g}" in prose and f"cannot reach p < {th.latency_p:g}" in prose
     assert f"(fewer than {n} per side" in prose
     assert _can_reach(n, n, th.latency_p)  # the fewest samples the rule accepts can reach the threshold
