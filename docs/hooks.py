@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def render_settings(markdown: str) -> str:
     """``markdown`` with :data:`MARKER` replaced by the configuration table (a ValueError when it is missing)."""
-    if sys.path[0] != str(ROOT) and str(ROOT) not in sys.path:
+    if str(ROOT) not in sys.path:  # mkdocs run outside the project's virtual environment
         sys.path.insert(0, str(ROOT))
     from service.settings_doc import render_table
 
