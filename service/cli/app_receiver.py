@@ -33,9 +33,8 @@ LOOPBACK = "127.0.0.1"
 
 @dataclass(frozen=True)
 class Outcome:
-    """How the flow ended: ``value`` is what ``on_code`` returned, or ``error`` what it raised."""
+    """How the flow ended: ``error`` is what ``on_code`` raised (None: it returned)."""
 
-    value: object = None
     error: Exception | None = None
 
 
@@ -51,7 +50,7 @@ class Receiver:
         self._done = threading.Event()
         self._outcome = Outcome()
         self._page = ""
-        self._on_code: Callable[[str], tuple[object, str]] = _unset
+        self._on_code: Callable[[str], str] = _unset
         self._server = ThreadingHTTPServer((LOOPBACK, port), _handler(self))
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
@@ -67,9 +66,9 @@ class Receiver:
         """The manifest's ``redirect_url``: where GitHub sends the browser back with the code."""
         return f"http://{LOOPBACK}:{self.port}/callback"
 
-    def start(self, action: str, manifest: JsonObject, on_code: Callable[[str], tuple[object, str]]) -> None:
+    def start(self, action: str, manifest: JsonObject, on_code: Callable[[str], str]) -> None:
         """Serve the form posting ``manifest`` to ``action`` and hand the code to ``on_code`` (it returns the
-        command's value and the line the browser shows, or raises: the error's message is shown)."""
+        line the browser shows, or raises: the error's message is shown)."""
         value = html.escape(json.dumps(manifest, separators=(",", ":")), quote=True)
         self._page = _html("Create the GitHub App", (
             f'<form method="post" action="{html.escape(action, quote=True)}">'
@@ -114,8 +113,8 @@ class Receiver:
                 return 410, _html("Already done", "<p>This command already received GitHub's answer.</p>")
             self._answered = True
             try:
-                value, line = self._on_code(code)
-                self._outcome = Outcome(value=value)
+                line = self._on_code(code)
+                self._outcome = Outcome()
                 return 200, _html("Done", f"<p>{html.escape(line)}</p>")
             except Exception as exc:  # noqa: BLE001 - the command reports it (one line); the browser sees it
                 self._outcome = Outcome(error=exc)
@@ -127,7 +126,7 @@ class Receiver:
             self._done.set()
 
 
-def _unset(code: str) -> tuple[object, str]:
+def _unset(code: str) -> str:
     raise RuntimeError("the receiver was not started")
 
 

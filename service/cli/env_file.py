@@ -92,11 +92,11 @@ def updated_env(old: str, values: Mapping[str, str]) -> str:
     lines, seen = [], set()
     for line in old.splitlines():
         match = _ASSIGNMENT.fullmatch(line)
-        name = match.group(1) if match and not line.lstrip().startswith("#") else None
-        if name in values:
-            if name not in seen:
-                lines.append(f"{name}={values[name]}")
-                seen.add(name)
+        assigned = match.group(1) if match and not line.lstrip().startswith("#") else None
+        if assigned is not None and assigned in values:
+            if assigned not in seen:
+                lines.append(f"{assigned}={values[assigned]}")
+                seen.add(assigned)
             continue
         lines.append(line)
     lines += [f"{name}={value}" for name, value in values.items() if name not in seen]

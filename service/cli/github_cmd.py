@@ -111,12 +111,15 @@ def cmd_create_app(args: argparse.Namespace) -> int:
         values["AMPCI_GITHUB_REPORT"] = "status,comment,check"
     updated_env("", values)  # refuses, before GitHub is asked, a path no .env line can hold
 
-    def on_code(code: str) -> tuple[object, str]:
+    created: list[tuple[AppCredentials, bool]] = []  # the App and whether its key has its owner
+
+    def on_code(code: str) -> str:
         creds = convert_code(settings.github_api_url, code)
         owned = write_secrets(targets, pem=creds.pem, key_uid=args.key_owner, env_values={
             **values, "AMPCI_GITHUB_APP_ID": str(creds.app_id), "AMPCI_WEBHOOK_SECRET": creds.webhook_secret})
-        return (creds, owned), (f"ampci holds the credentials of the App {creds.name} (id {creds.app_id}). "
-                                f"Install it on your repositories: {creds.install_url}")
+        created.append((creds, owned))
+        return (f"ampci holds the credentials of the App {creds.name} (id {creds.app_id}). "
+                f"Install it on your repositories: {creds.install_url}")
 
     try:
         receiver = Receiver(args.port)
@@ -133,15 +136,13 @@ def cmd_create_app(args: argparse.Namespace) -> int:
               f"computer.)  Waiting for GitHub's answer...", flush=True)
         outcome = receiver.wait(args.wait)
     finally:
-        if "receiver" in locals():
-            receiver.close()
+        receiver.close()
     if outcome is None:
         raise NoAnswerError(f"no answer from GitHub within {args.wait:g} s: nothing was written; run the command "
                             "again")
     if outcome.error is not None:
         raise outcome.error
-    creds, owned = outcome.value  # type: ignore[misc]  # on_code's value
-    _report(creds, owned, targets, args.key_owner)
+    _report(*created[0], targets, args.key_owner)
     return 0
 
 

@@ -55,8 +55,10 @@ class Command:
                                      cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.out: list[str] = []
         self.err: list[str] = []
-        for stream, lines in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
-            threading.Thread(target=lambda s=stream, ls=lines: ls.extend(iter(s.readline, "")), daemon=True).start()
+        self.readers = [threading.Thread(target=lambda s=stream, ls=lines: ls.extend(iter(s.readline, "")), daemon=True)
+                        for stream, lines in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for reader in self.readers:
+            reader.start()
 
     def start_url(self) -> str:
         found = wait_until(lambda: re.search(r"http://127\.0\.0\.1:\d+/start/\S+", "".join(self.out))
@@ -65,8 +67,9 @@ class Command:
         return str(found.group(0))
 
     def finish(self) -> tuple[int, str, str]:
-        code = self.proc.wait(timeout=120)
-        wait_until(lambda: self.proc.stdout.closed or True, "output")  # readers end at EOF
+        code = self.proc.wait(timeout=600)
+        for reader in self.readers:  # each ends at its stream's end
+            reader.join(timeout=600)
         self.proc.stdout.close()
         self.proc.stderr.close()
         return code, "".join(self.out), "".join(self.err)
@@ -122,6 +125,10 @@ def test_the_app_is_created_and_its_credentials_land_where_compose_reads_them(de
     assert manifest["name"] == "ampci-test" and manifest["default_permissions"]["checks"] == "write"
     assert _get(cmd.start_url().rsplit("/", 1)[0] + "/guess")[0] == 404  # the page needs the printed nonce
     assert _get(cmd.start_url(), host="evil.example:80")[0] == 400      # a rebinding page is refused
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", urlsplit(cmd.start_url()).path, body=b"x")
+    assert conn.getresponse().status == 405
+    conn.close()
     code = github.register(manifest)
     wrong = _redirect(manifest, code, "not-the-state")
     assert wrong[0] == 400 and cmd.proc.poll() is None  # refused; the command keeps waiting
