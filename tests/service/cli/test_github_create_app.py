@@ -45,14 +45,28 @@ def github() -> Iterator[ManifestStandIn]:
     standin.close()
 
 
+@pytest.fixture(autouse=True)
+def no_command_left() -> Iterator[None]:
+    """A command a failed test left waiting for GitHub is stopped."""
+    yield
+    while Command.started:
+        proc = Command.started.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 class Command:
     """``ampci github create-app ARGS`` as a process, its output collected line by line."""
+
+    started: list[subprocess.Popen[str]] = []
 
     def __init__(self, cwd: Path, api_url: str, *args: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AMPCI_")}
         env.update(AMPCI_GITHUB_API_URL=api_url, AMPCI_DATA_DIR=str(cwd / "data"), PYTHONPATH=str(ROOT))
         self.proc = subprocess.Popen([sys.executable, "-m", "service.cli.main", "github", "create-app", *args],
                                      cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        Command.started.append(self.proc)
         self.out: list[str] = []
         self.err: list[str] = []
         self.readers = [threading.Thread(target=lambda s=stream, ls=lines: ls.extend(iter(s.readline, "")), daemon=True)
@@ -225,7 +239,7 @@ def test_a_target_that_cannot_be_written_after_the_exchange_leaves_nothing_behin
 
 @pytest.mark.parametrize("case", ["missing folder", "key exists", "no public url", "port taken"])
 def test_bad_targets_are_refused_before_github_is_asked(deploy: Path, github: ManifestStandIn, case: str) -> None:
-    args = ["--url", "https://ci.example.com"]
+    args = ["--url", "https://ci.example.com", "--wait", "60"]  # (a safety net: refused at once, or fails)
     (deploy / ".env").write_text("POSTGRES_PASSWORD=pw\n")
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -235,7 +249,7 @@ def test_bad_targets_are_refused_before_github_is_asked(deploy: Path, github: Ma
     elif case == "key exists":
         (deploy / "github-app.pem").write_text("an older App's key\n")
     elif case == "no public url":
-        args = []
+        args = ["--wait", "60"]
     else:
         args += ["--port", str(taken.getsockname()[1])]
     rc, out, err = Command(deploy, github.url, *args).finish()
