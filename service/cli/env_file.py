@@ -44,14 +44,17 @@ class Targets:
 
 def read_env(path: Path) -> dict[str, str]:
     """The ``NAME=value`` assignments of an .env file (the last one of a name wins, as in compose); empty
-    when it does not exist.  Values are taken verbatim after the ``=``, without surrounding blanks."""
+    when it does not exist.  Values are taken after the ``=`` without surrounding blanks and, as compose
+    reads them, without one pair of surrounding quotes."""
     if not path.exists():
         return {}
     out: dict[str, str] = {}
     for line in _text(path).splitlines():
         match = _ASSIGNMENT.fullmatch(line)
         if match and not line.lstrip().startswith("#"):
-            out[match.group(1)] = match.group(2).strip()
+            value = match.group(2).strip()
+            quoted = len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""
+            out[match.group(1)] = value[1:-1] if quoted else value
     return out
 
 

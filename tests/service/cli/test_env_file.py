@@ -18,6 +18,8 @@ def test_assignments_are_rewritten_in_place_and_missing_ones_appended(tmp_path: 
     (tmp_path / ".env").write_text(new)
     assert read_env(tmp_path / ".env") == {"A": "x", "B": "y", "C": "z", "D": "4"}
     assert updated_env("", {"A": ""}) == "A=\n"
+    (tmp_path / ".env").write_text("Q='https://x'\nR=\"y\"\nS='z\n")
+    assert read_env(tmp_path / ".env") == {"Q": "https://x", "R": "y", "S": "'z"}
     for bad in ("a b", "$HOME", "x#y", "q'", 'q"', "line\nbreak"):
         with pytest.raises(TargetError):
             updated_env(old, {"A": bad})

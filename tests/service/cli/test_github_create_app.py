@@ -7,6 +7,7 @@ is ever printed."""
 
 from __future__ import annotations
 
+import fnmatch
 import html
 import http.client
 import json
@@ -27,7 +28,7 @@ import pytest
 import yaml
 
 from service.cli.env_file import read_env
-from service.cli.github_cmd import KEY_PATH_VARIABLE, SECRET_TARGET, SERVICE_UID
+from service.cli.github_cmd import DEFAULT_KEY_NAME, KEY_PATH_VARIABLE, SECRET_TARGET, SERVICE_UID
 from service.github_auth.app import AppAuth, auth_from_settings
 from service.github_auth.manifest import convert_code
 from service.settings import Settings
@@ -192,6 +193,9 @@ def test_the_compose_file_mounts_the_key_the_command_writes_where_the_readme_say
     readme = (ROOT / "README.md").read_text()
     assert f"AMPCI_GITHUB_PRIVATE_KEY_FILE={SECRET_TARGET}" in readme and "ampci github create-app" in readme
     assert f"secrets: [{name}]" in readme  # the workers' override names the same secret
+    for ignore in (".gitignore", ".dockerignore"):  # the key written beside .env enters neither git nor the image
+        patterns = (ROOT / ignore).read_text().split()
+        assert any(fnmatch.fnmatch(DEFAULT_KEY_NAME, p) for p in patterns), ignore
 
 
 @pytest.mark.parametrize("refuse", ["used", "422"])
