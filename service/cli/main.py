@@ -38,6 +38,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "service.cli.reconcile_cmd",
     "service.cli.deliveries_cmd",
     "service.cli.baseline_cmd",
+    "service.cli.github_cmd",
 )
 
 
@@ -71,6 +72,7 @@ COMMANDS: dict[str, Command] = {
     "reconcile": Command("service.cli.reconcile_cmd", "re-send queued jobs whose broker message was lost"),
     "deliveries": Command("service.cli.deliveries_cmd", "recorded webhook deliveries (why one made no run)"),
     "baseline": Command("service.cli.baseline_cmd", "pin the older reference drift is judged against"),
+    "github": Command("service.cli.github_cmd", "the GitHub App: create it from its manifest"),
 }
 
 
