@@ -32,6 +32,7 @@ from service.cli.github_cmd import DEFAULT_KEY_NAME, KEY_PATH_VARIABLE, SECRET_T
 from service.github_auth.app import AppAuth, auth_from_settings
 from service.github_auth.manifest import convert_code
 from service.settings import Settings
+from tests.docs_text import guide_text
 from tests.service.github_auth.manifest_standin import ManifestStandIn
 from tests.waiting import wait_until
 
@@ -190,7 +191,7 @@ def test_the_compose_file_mounts_the_key_the_command_writes_where_the_readme_say
     assert compose["secrets"][name]["file"] == f"${{{KEY_PATH_VARIABLE}:-/dev/null}}"
     for service, svc in compose["services"].items():  # the workers run untrusted code: only by an override
         assert service == "api" or "secrets" not in svc, service
-    readme = (ROOT / "README.md").read_text()
+    readme = guide_text()  # the README and the guide pages (docs/github.md, docs/deployment.md)
     assert f"AMPCI_GITHUB_PRIVATE_KEY_FILE={SECRET_TARGET}" in readme and "ampci github create-app" in readme
     assert f"secrets: [{name}]" in readme  # the workers' override names the same secret
     for ignore in (".gitignore", ".dockerignore"):  # the key written beside .env enters neither git nor the image
