@@ -42,7 +42,11 @@ def conversion_time_rule(base: CellSample, new: CellSample, th: Thresholds, mode
     * *wall-only* (the CPU time did not move): the guard.  The change stands only when it is still beyond the
       rule's margin after dividing out how much the reference workload's median slowed between the two jobs
       (``ratio / drift > convert_time_ratio`` and the change at the baseline's speed beyond the floor), and it
-      needs a reference on both sides; the drift check above applies as well.
+      needs a reference on both sides.  The change in seconds is the new median less the baseline's median
+      stretched by the reference's slowdown (``mb - ma * drift``): a sleep of 0.2 s is not 0.2 s / drift of the
+      pass's.  The per-sample relative test below is not applied on top: the medians already divided the
+      machine out, and the per-sample ratios to a ~5 ms reference swing x8 within one job, which hid a x5.8
+      sleep (issue 39).  Without CPU figures (older results) the drift check above applies instead.
 
     Why a wall-only change is not simply dropped: a pass that starts sleeping, waiting on a lock, or doing
     blocking I/O (an fsync, a network fetch) is slower for every user, and it shows in wall time only, so a
@@ -76,15 +80,18 @@ def conversion_time_rule(base: CellSample, new: CellSample, th: Thresholds, mode
             if not (ra and rb):
                 return []  # CPU flat and nothing to tell the pass's waiting from the machine's
             drift = statistics.median(new.convert_reference) / statistics.median(base.convert_reference)
-            adjusted = ratio / drift if drift > 0 else ratio
-            change = ma * (adjusted - 1)
+            drift = drift if drift > 0 else 1.0
+            adjusted = ratio / drift
+            # the wall time beyond what the baseline would take on a machine slowed by ``drift``: the pass's own
+            # waiting (a sleep, a lock, I/O) is not stretched by the machine's load, so it is not divided by it
+            change = mb - ma * drift
             if not (adjusted > th.convert_time_ratio and change > th.convert_time_floor_s
                     if shift[0] == "regression" else adjusted < 1 / th.convert_time_ratio
                     and -change > th.convert_time_floor_s):
                 return []  # within what the machine itself did between the two jobs
             relative = f", x{adjusted:.2f} beyond the reference workload's x{drift:.2f}"
-    if not cpu_backed and ra and rb and drifted(base.convert_reference, new.convert_reference, shift[0],
-                                                 th.convert_time_ratio):
+    if not (ca and cb) and ra and rb and drifted(base.convert_reference, new.convert_reference, shift[0],
+                                                  th.convert_time_ratio):
         # the machine itself was slower (faster): divided out, the change must show relative to it too
         rel = statistics.median(rb) / statistics.median(ra)
         rel_shift = timing_shift(ra, rb, rel, mb - ma, th.convert_time_ratio, th.convert_time_floor_s,
