@@ -17,6 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from service.db import models as m
+from service.db.queries import regression_info, regressions_query
+from service.db.records import RegressionInfo
 from service.json_types import JsonObject
 
 t_run, t_reg, t_res = m.Run.__table__, m.Regression.__table__, m.Result.__table__
@@ -52,3 +54,12 @@ def resolved_since(conn: Connection, *, run_ids: Iterable[int]) -> dict[int, tup
         found.setdefault(int(run_id), []).append(None if by is None else int(by))
     return {run_id: (len(bys), tuple(sorted({b for b in bys if b is not None})))
             for run_id, bys in found.items()}
+
+
+def resolved_by(conn: Connection, *, run_id: int) -> list[RegressionInfo]:
+    """The earlier regressions run ``run_id`` resolved (or suspects resolved, awaiting confirmation): the
+    findings whose ``resolved_by_result_id`` is one of its results, newest first."""
+    mine = sa.select(t_res.c.id).where(t_res.c.run_id == run_id).scalar_subquery()
+    q = regressions_query().where(t_reg.c.resolved_by_result_id.in_(mine),
+                                  t_reg.c.state.in_(("resolved", "suspected_resolved")))
+    return [regression_info(r) for r in conn.execute(q)]
