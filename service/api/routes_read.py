@@ -81,8 +81,11 @@ def get_run(request: Request, run_id: Id) -> JsonObject:
     cells = [{"job": j.to_dict(), "result": results.get(j.cell)} for j in store.jobs(run_id)]
     from service.orchestration.judge import run_verdict
 
-    return {"run": run.to_dict(), "summary": {**summary.to_dict(), "line": summary.describe()},
-            "verdict": run_verdict(store, run_id).to_dict(),  # the gate: state, headline, unmeasured, not compared
+    about = run.to_dict()
+    about.pop("verdict", None)  # the brief the lists show: the one verdict of the run is "verdict" below
+    return {"run": about, "summary": {**summary.to_dict(), "line": summary.describe()},
+            # the stored verdict (state, headline, exit code, gate), a later resolution beside it
+            "verdict": run_verdict(store, run_id).to_dict(),
             "cells": cells, "url": app_context(request).reporter.run_url(run_id)}
 
 

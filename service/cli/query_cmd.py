@@ -200,26 +200,34 @@ def cmd_runs(args: argparse.Namespace) -> int:
     """List runs."""
     if not args.json:  # no table, no rich; a table's modules are imported during start-up (before open_store)
         from service.cli.tables import runs_table
-    runs = open_store().list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger, status=args.status)
+    from service.orchestration.judge import listed_verdicts
+
+    store = open_store()
+    runs = store.list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger, status=args.status)
+    runs, resolved = listed_verdicts(store, runs)  # the stored verdicts, and later resolutions beside them
+    rows = [{**r.to_dict(), "resolved_since": ({"regressions": resolved[r.id][0], "runs": list(resolved[r.id][1])}
+                                               if r.id in resolved else None)} for r in runs]
     if args.json:
-        emit(args, [r.to_dict() for r in runs])
+        emit(args, rows)
         return 0
     out = console(args)
-    emit(args, [r.to_dict() for r in runs], runs_table(runs, out.width), out=out)
+    emit(args, rows, runs_table(runs, out.width, resolved), out=out)
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Show one run."""
     from service.cli.tables import jobs_table, runs_table
+    from service.orchestration.judge import listed_verdicts
 
     store = open_store()
     run, jobs, summary = store.get_run(args.run_id), store.jobs(args.run_id), store.run_summary(args.run_id)
+    (run,), resolved = listed_verdicts(store, [run])  # its stored verdict, a later resolution beside it
     messages = [f"{'/'.join(r.cell)} {r.status}: {r.message}" for r in store.results(run_id=args.run_id)
                 if r.message and r.status != "pass"]
     out = console(args)
     emit(args, {"run": run.to_dict(), "summary": summary.to_dict(), "description": summary.describe(),
-                "jobs": [j.to_dict() for j in jobs]}, runs_table([run], out.width), summary.describe(),
+                "jobs": [j.to_dict() for j in jobs]}, runs_table([run], out.width, resolved), summary.describe(),
          jobs_table(jobs, out.width), *(["messages (full):", *messages] if messages else []), out=out)
     return 0
 
@@ -248,8 +256,8 @@ def cmd_regressions(args: argparse.Namespace) -> int:
                              run_id=args.run_id, category=args.category, limit=args.limit)
     out = console(args)
     emit(args, [r.to_dict() for r in regs], regressions_table(regs, out.width), out=out)
-    gate = args.revision is not None or args.run_id is not None
-    blocking = [r for r in regs if r.category == "regression" and r.state == "open"]
+    # --revision gates on the open findings at that revision; --run on the run's stored verdict alone
+    blocking = [r for r in regs if r.category == "regression" and r.state == "open"] if args.run_id is None else []
     failed = False
     # --run: the run's whole verdict: cells that could not measure fail it too, and cells without a baseline
     # are said to be not compared (--revision gates on the open findings at that revision, which triage clears)
@@ -265,7 +273,7 @@ def cmd_regressions(args: argparse.Namespace) -> int:
         if not args.json:
             for reason in verdict.decision.reasons:
                 print(f"  {reason}")
-    return 1 if gate and (blocking or failed) else 0
+    return 1 if (args.revision is not None and blocking) or failed else 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

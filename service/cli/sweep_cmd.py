@@ -162,13 +162,29 @@ def _report(args: argparse.Namespace, store: Store, started: StartedRun, run_inf
     payload["gate"] = decision.to_dict()
     if decision.unmeasured:  # cells that could not measure are said first: never "no regressions"
         comparison["message"] = verdict.headline()
+    lines = _finding_lines(store, started.run_id)
+    payload["finding_lines"] = lines
     _emit(args, payload, (run_info, results, regressions, started, comparison))
     if not args.json:
         for reason in decision.reasons[1 if regressions else 0:]:
             print(reason)
         for note in latency_notes(store, results):
             print(note)
+        for line in lines:  # the printout ends with one line per kind of finding
+            print(line)
     return verdict.exit_code
+
+
+def _finding_lines(store: Store, run_id: int) -> list[str]:
+    """One line per kind of finding of run ``run_id`` (:func:`service.regressions.finding_lines.finding_lines`):
+    its own findings and the earlier regressions it resolved."""
+    from service.db import verdicts
+    from service.regressions.finding_lines import finding_lines
+
+    own = store.regressions(run_id=run_id, limit=100_000)
+    with store.transaction() as conn:
+        resolved = verdicts.resolved_by(conn, run_id=run_id)
+    return finding_lines(own, resolved)
 
 
 def latency_notes(store: Store, results: Sequence[ResultRow], most: int = 200) -> list[str]:

@@ -55,21 +55,23 @@ def _cell_text(model: str, dtype: str, policy: str, target: str) -> str:
 _CELL = (("model", "text"), ("dtype", "text"), ("policy", "text"), ("target", "text"))
 
 
-def verdict_cell(run: RunInfo) -> str:
+def verdict_cell(run: RunInfo, resolved: tuple[int, tuple[int, ...]] | None = None) -> str:
     """A run's verdict as a list shows it (:func:`service.regressions.verdict.list_verdict`), e.g. ``fails: 2
-    regressions, 1 not compared``."""
-    state, counts = list_verdict(run)
+    regressions, 1 not compared`` or ``fails: 6 regressions — resolved since by run 7``."""
+    state, counts = list_verdict(run, resolved)
     return f"{LIST_WORDS[state]}: {counts}" if counts and state != "pending" else LIST_WORDS[state]
 
 
-def runs_table(runs: Sequence[RunInfo], width: int | None = None) -> Table:
-    """One row per run, newest first as given, its verdict first (narrow: no sweep, baseline or finish time)."""
+def runs_table(runs: Sequence[RunInfo], width: int | None = None,
+               resolved: Mapping[int, tuple[int, tuple[int, ...]]] | None = None) -> Table:
+    """One row per run, newest first as given, its verdict first, with what later runs ``resolved`` of it
+    (:func:`service.orchestration.judge.listed_verdicts`) beside it (narrow: no sweep, baseline or finish time)."""
     wide = (("id", "id"), ("verdict", "text"), ("revision", "text"), ("trigger", "text"), ("sweep", "text"),
             ("status", "text"), ("baseline", "text"), ("created", "text"), ("finished", "text"))
     narrow = (("id", "id"), ("verdict", "text"), ("revision", "num"), ("trigger", "text"), ("status", "text"),
               ("created", "text"))
     return _table("runs", _pick(width, wide, narrow), (
-        {"id": str(r.id), "verdict": verdict_cell(r), "revision": r.revision_sha[:12], "trigger": r.trigger,
+        {"id": str(r.id), "verdict": verdict_cell(r, (resolved or {}).get(r.id)), "revision": r.revision_sha[:12], "trigger": r.trigger,
          "sweep": r.sweep,
          "status": r.status, "baseline": (r.baseline_sha or "-")[:12], "created": _ts(r.created_at),
          "finished": _ts(r.finished_at)} for r in runs))

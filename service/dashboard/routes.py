@@ -30,6 +30,7 @@ from __future__ import annotations
 import hmac
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from functools import wraps
 from pathlib import Path
 from typing import ParamSpec
@@ -47,7 +48,7 @@ from service.db.store import Store
 from service.errors import NotFoundError, UserError
 from service.github.approval import AWAITING_DESCRIPTION
 from service.github.reporter import StatusReporter
-from service.orchestration.judge import record_verdict, run_verdict
+from service.orchestration.judge import listed_verdicts, record_verdict, run_verdict
 from service.regressions.rules import CATEGORIES
 from service.settings import Settings
 from service.vocabulary import AWAITING_APPROVAL, TRIGGERS
@@ -147,7 +148,9 @@ def runs_page(request: Request, branch: str = "", trigger: str = "", limit: str 
     n = query_int(limit, "limit", 1, 1000, 50)
     store = _store(request)
     rows = queries.runs_overview(store, limit=n, branch=chosen, trigger=trigger or None)
-    return render("runs.html", rows=rows, branches=queries.branches(store), branch=chosen or "", trigger=trigger,
+    runs, resolved = listed_verdicts(store, [r.run for r in rows])  # stored verdicts; resolutions beside them
+    rows = [replace(r, run=run) for r, run in zip(rows, runs, strict=True)]
+    return render("runs.html", rows=rows, resolved=resolved, branches=queries.branches(store), branch=chosen or "", trigger=trigger,
                   triggers=TRIGGERS, limit=n)
 
 

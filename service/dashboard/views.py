@@ -160,9 +160,10 @@ class VerdictBadge:
     title: str
 
 
-def run_verdict_badge(run: RunInfo) -> VerdictBadge:
-    """The verdict badge of ``run`` (a RunInfo) from its recorded verdict; decides nothing."""
-    state, counts = list_verdict(run)
+def run_verdict_badge(run: RunInfo, resolved: tuple[int, tuple[int, ...]] | None = None) -> VerdictBadge:
+    """The verdict badge of ``run`` (a RunInfo) from its recorded verdict, with what later runs ``resolved``
+    beside it (:func:`service.regressions.verdict.list_verdict`); decides nothing."""
+    state, counts = list_verdict(run, resolved)
     css, icon = VERDICT_BADGES[state]
     title = str((run.verdict or {}).get("headline") or "") if state not in ("pending", "unjudged") else ""
     return VerdictBadge(css, icon, LIST_WORDS[state], counts, title)

@@ -23,11 +23,13 @@ import sqlalchemy as sa
 
 from service.db import models as m
 from service.db.engine import DbRow
+from service.db.queries import RUN_COLUMNS
 from service.db.records import Cell, RegressionInfo, RevisionInfo, RunInfo, utc
 from service.db.series import nearest
 from service.db.store import Store, run_info
 from service.regressions.detect import LINEAGE_TRIGGERS
 from service.regressions.stored import StoredResult
+from service.regressions.verdict import LATER_STATES
 from service.vocabulary import EARLIEST, LATEST
 
 t_rev, t_run, t_res, t_reg = (m.Revision.__table__, m.Run.__table__, m.Result.__table__,
@@ -54,7 +56,7 @@ class RunOverview:
     failed: int            # converted but not accurate / diverged
     errors: int            # conversion or job errors
     pending: int           # jobs queued or running
-    regressions: int       # regression findings not marked false positive
+    regressions: int       # regression findings its verdict counted (those later runs resolved too)
     regression_kinds: dict[str, int]
     flaky: int
     improvements: int
@@ -88,7 +90,7 @@ def branches(store: Store) -> list[str]:
 def runs_overview(store: Store, limit: int = 50, branch: str | None = None,
                   trigger: str | None = None) -> list[RunOverview]:
     """The newest ``limit`` runs (optionally of one branch / trigger) with revision and counts."""
-    q = (sa.select(t_run, t_rev.c.sha.label("r_sha"), t_rev.c.parents.label("r_parents"),
+    q = (sa.select(*RUN_COLUMNS, t_rev.c.sha.label("r_sha"), t_rev.c.parents.label("r_parents"),
                    t_rev.c.branch.label("r_branch"), t_rev.c.author.label("r_author"),
                    t_rev.c.message.label("r_message"), _readable_time(t_rev.c.committed_at).label("r_committed_at"))
          .join(t_rev, t_rev.c.sha == t_run.c.revision_sha)
@@ -114,7 +116,9 @@ def runs_overview(store: Store, limit: int = 50, branch: str | None = None,
                 jobs[run_id][status] = n
             for run_id, category, kind, n in conn.execute(
                     sa.select(t_reg.c.run_id, t_reg.c.category, t_reg.c.kind, sa.func.count())
-                    .where(t_reg.c.run_id.in_(ids), t_reg.c.state.in_(COUNTED_STATES))
+                    .where(t_reg.c.run_id.in_(ids),
+                           sa.or_(t_reg.c.state.in_(COUNTED_STATES),  # and what the run's verdict counted
+                                  sa.and_(t_reg.c.category == "regression", t_reg.c.state.in_(LATER_STATES))))
                     .group_by(t_reg.c.run_id, t_reg.c.category, t_reg.c.kind)):
                 found[run_id].append((category, kind, n))
     out = []
@@ -263,5 +267,5 @@ def bisect_runs(store: Store, keys: Sequence[str]) -> dict[str, RunInfo]:
     if not keys:
         return {}
     with store.transaction() as conn:
-        rows = conn.execute(sa.select(t_run).where(t_run.c.dedup_key.in_(list(keys)))).all()
+        rows = conn.execute(sa.select(*RUN_COLUMNS).where(t_run.c.dedup_key.in_(list(keys)))).all()
     return {r.dedup_key: run_info(r) for r in rows}

@@ -131,6 +131,9 @@ class Run(Base):
         Column("local_owner", JSON(none_as_null=True)),
         # the gate's verdict in brief as recorded when the run was judged (service.regressions.verdict); NULL: never
         Column("verdict", JSON(none_as_null=True)),
+        # the whole verdict as decided when the run was judged (facts, decision, state), which every view of the
+        # run rebuilds (service.regressions.verdict.RunVerdict.stored); NULL: judged before the column, or never
+        Column("judgement", JSON(none_as_null=True)),
         Index("ix_runs_revision_created", "revision_sha", "created_at"),
     )
 

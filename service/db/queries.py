@@ -36,6 +36,9 @@ from workers.result import JobResult
 
 t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__
 t_res, t_reg = m.Result.__table__, m.Regression.__table__
+#: The columns of ``runs`` a :class:`RunInfo` is built from: all but ``judgement`` (a run's whole verdict, read on
+#: its own by :func:`service.db.verdicts.judgement`), so the lists of runs do not load every cell's outcome.
+RUN_COLUMNS = tuple(c for c in t_run.c if c.name != "judgement")
 
 #: Metrics a history or comparison can show (column names; aliases accepted by :func:`metric_column`).
 METRICS = ("cosine", "max_abs", "error_ratio", "latency_p50_ms", "speedup", "low_precision_fraction",
@@ -206,7 +209,7 @@ class QueriesMixin:
     def get_run(self, run_id: int) -> RunInfo:
         """A run by id (NotFoundError if unknown)."""
         with self.transaction() as conn:
-            r = conn.execute(sa.select(t_run).where(t_run.c.id == run_id)).first()
+            r = conn.execute(sa.select(*RUN_COLUMNS).where(t_run.c.id == run_id)).first()
         if r is None:
             raise NotFoundError(f"no run with id {run_id}")
         return run_info(r)
@@ -214,7 +217,7 @@ class QueriesMixin:
     def find_run(self, dedup_key: str) -> RunInfo | None:
         """The run created with ``dedup_key``, or None."""
         with self.transaction() as conn:
-            r = conn.execute(sa.select(t_run).where(t_run.c.dedup_key == dedup_key)).first()
+            r = conn.execute(sa.select(*RUN_COLUMNS).where(t_run.c.dedup_key == dedup_key)).first()
         return run_info(r) if r is not None else None
 
     def sandbox_modes(self, run_id: int) -> list[str]:
@@ -228,7 +231,7 @@ class QueriesMixin:
         """The newest (highest id) ``pull_request`` run of pull request ``pr`` of ``repo`` (its
         ``meta.github``; the repository compared case-insensitively), only of ``head_sha`` when given;
         None when there is none."""
-        q = (sa.select(t_run).where(t_run.c.trigger == "pull_request",
+        q = (sa.select(*RUN_COLUMNS).where(t_run.c.trigger == "pull_request",
                                     t_run.c.meta[("github", "pr")].as_integer() == int(pr),
                                     sa.func.lower(t_run.c.meta[("github", "repo")].as_string()) == repo.lower())
              .order_by(t_run.c.id.desc()).limit(1))
@@ -263,7 +266,7 @@ class QueriesMixin:
     def list_runs(self, limit: int = 50, revision: str | None = None, trigger: str | None = None,
                   status: str | None = None) -> list[RunInfo]:
         """Runs newest first, optionally for one revision / trigger / status."""
-        q = sa.select(t_run).order_by(t_run.c.created_at.desc(), t_run.c.id.desc()).limit(limit)
+        q = sa.select(*RUN_COLUMNS).order_by(t_run.c.created_at.desc(), t_run.c.id.desc()).limit(limit)
         if revision:
             q = q.where(t_run.c.revision_sha == self.resolve_revision(revision))
         if trigger:

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from service.db import models as m
+from service.db import verdicts
 from service.db.deliveries import DELIVERY_STATES, DeliveriesMixin
 from service.db.engine import (
     DbRow,
@@ -448,12 +449,13 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
                 [{"name": name, "sha256": sha, "meta": {}, "first_seen_at": now, "last_seen_at": now}
                  for name, sha in seen])
 
-    def record_verdict(self, run_id: int, verdict: JsonObject | None) -> None:
-        """Store run ``run_id``'s verdict in brief (``runs.verdict``: what the lists of runs show; the caller
-        decides it, :func:`service.regressions.verdict.record_verdict`).  NotFoundError for an unknown run."""
+    def record_verdict(self, run_id: int, verdict: JsonObject | None, judgement: JsonObject | None = None) -> None:
+        """Store run ``run_id``'s verdict in brief (``runs.verdict``: what the lists of runs show) and whole
+        (``runs.judgement``: what every view of the run rebuilds; :mod:`service.db.verdicts`); the caller decides
+        it (:func:`service.orchestration.judge.record_verdict`).  NotFoundError for an unknown run."""
         with self.transaction() as conn:
             self.run_row(conn, run_id)
-            conn.execute(t_run.update().where(t_run.c.id == run_id).values(verdict=verdict))
+            verdicts.record(conn, run_id=run_id, brief=verdict, judgement=judgement)
 
     def set_run_status(self, run_id: int, status: str) -> RunInfo:
         """Force a run status (e.g. ``cancelled``); prefer :meth:`finish_run` otherwise."""

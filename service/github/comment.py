@@ -92,7 +92,7 @@ def headline(report: PullRequestReport) -> str:
         else:
             verdict = f"✅ {who}: no change in {compared}"
         verdict += quiet
-    return verdict
+    return verdict + (f" — {report.since}" if report.since else "")  # beside the verdict, never instead
 
 
 def summary_line(report: PullRequestReport) -> str:

@@ -90,6 +90,7 @@ class PullRequestReport:
     best_effort: int = 0              # cells whose pass ran without the full sandbox (issue 31)
     state: str = "success"            # the commit status state (service.regressions.verdict.decide_run)
     verdict_parts: tuple[str, ...] = ()  # the verdict's phrases (RunVerdict.parts): why it failed or errored
+    since: str = ""  # what later runs resolved of it (RunVerdict.since), said beside the verdict
 
     @property
     def fallback(self) -> bool:
@@ -196,7 +197,7 @@ def build_report(store: Store, run_id: int, public_url: str, verdict: RunVerdict
         head_subject=subject, baseline_sha=run.baseline_sha,
         baseline_revisions=tuple(sorted(set(based.values()))), cells=len(cells), counts=counts, rows=rows,
         not_measured=missing, best_effort=_best_effort(store, run_id),
-        state=verdict.state, verdict_parts=tuple(verdict.parts()))
+        state=verdict.state, verdict_parts=tuple(verdict.parts()), since=verdict.since())
 
 
 def _best_effort(store: Store, run_id: int) -> int:

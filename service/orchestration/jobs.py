@@ -16,7 +16,7 @@ from service.json_types import JsonObject
 from service.orchestration import baseline_runs
 from service.orchestration.broker import enqueue
 from service.orchestration.confirm_run import advance, confirmed_run
-from service.orchestration.judge import detect_run, record_verdict
+from service.orchestration.judge import detect_run, record_verdict, run_verdict
 from service.orchestration.pass_repo import PASS_REPO as PASS_REPO  # re-exported: the run meta key
 from service.orchestration.pass_repo import job_worker_config as job_worker_config  # re-exported
 from service.regressions.confirm_caps import ConfirmCaps
@@ -161,8 +161,12 @@ def finish_if_complete(store: Store, run_id: int, settings: Settings | None = No
     caps = ConfirmCaps.from_settings(settings) if settings is not None else None  # default caps otherwise
     if advance(store, run_id, send, caps):
         return False  # suspected timing regressions: the run finishes once its confirmation run is final
+    judged = store.get_run(run_id).finished_at is not None  # finished before: judged then, its verdict stays
     store.finish_run(run_id)
-    record_verdict(store, run_id)  # what the lists of runs show (the run page decides it afresh)
+    if judged:
+        run_verdict(store, run_id)  # stores one only where none is stored yet (or the run's status changed)
+    else:
+        record_verdict(store, run_id)  # decided once, stored: every view of the run and the lists read it
     if settings is not None:
         from service.orchestration.bisection import continue_bisection
 

@@ -9,13 +9,15 @@ transaction; :func:`run_verdict` reads a run's results, jobs, baselines and find
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from service.db import findings, pins, series
+from service.db import findings, pins, series, verdicts
 from service.db.engine import Connection  # an open transaction of the store, handed to db/ functions
 from service.db.queries import ancestors, first_parent_line
-from service.db.records import RegressionInfo
+from service.db.records import RegressionInfo, RunInfo
 from service.json_types import JsonObject
 from service.orchestration import baseline_runs
 from service.regressions import detect
@@ -23,6 +25,7 @@ from service.regressions.confirm import confirmation_pairs
 from service.regressions.stored import Cell, Samples, StoredResult, sample
 from service.regressions.thresholds import Thresholds
 from service.regressions.verdict import RunVerdict, verdict_of
+from service.regressions.verdict_stored import from_stored, to_stored
 
 if TYPE_CHECKING:
     from service.db.store import Store
@@ -196,8 +199,10 @@ def cells_with_results(store: Store, sha: str) -> set[Cell]:
         return series.cells_with_results(conn, sha=sha)
 
 
-def run_verdict(store: Store, run_id: int) -> RunVerdict:
-    """The verdict of run ``run_id`` from the store (:func:`service.regressions.verdict.verdict_of`)."""
+def decide_verdict(store: Store, run_id: int) -> RunVerdict:
+    """Decide the verdict of run ``run_id`` afresh from the store (:func:`service.regressions.verdict.verdict_of`):
+    its results, jobs, each cell's baseline, its findings and the runs it waits for.  Only judging calls this;
+    every view reads :func:`run_verdict`."""
     run = store.get_run(run_id)
     results = store.results(run_id=run_id)
     jobs = store.jobs(run_id)
@@ -210,11 +215,49 @@ def run_verdict(store: Store, run_id: int) -> RunVerdict:
     return verdict_of(run_id, run.status, run.revision_sha, results, jobs, base, found, waiting)
 
 
+def run_verdict(store: Store, run_id: int) -> RunVerdict:
+    """The verdict of run ``run_id`` as every view shows it (the run page, the API, ``ampci regressions --run``,
+    ``ampci sweep``, the commit status, the check run and the pull-request comment): the one stored when the run
+    was judged (:func:`record_verdict`), with the regressions later runs resolved beside it
+    (:meth:`RunVerdict.since`), never instead of it.  A run not finished yet is decided afresh (pending); a
+    finished run without a stored verdict (judged before ``runs.judgement`` existed) is decided on this read
+    and stored, once; a stored verdict of another run status (the run was cancelled after it was judged) is
+    decided and stored again.  NotFoundError for an unknown run."""
+    run = store.get_run(run_id)
+    with store.transaction() as conn:
+        stored = from_stored(verdicts.judgement(conn, run_id=run_id))
+        since = verdicts.resolved_since(conn, run_ids=[run_id]).get(run_id)
+    if run.finished_at is None:
+        verdict = decide_verdict(store, run_id)
+    elif stored is None or stored.run_status != run.status:
+        verdict = record_verdict(store, run_id)
+    else:
+        verdict = stored
+    return replace(verdict, resolved=since[0], resolved_by=since[1]) if since else verdict
+
+
 def record_verdict(store: Store, run_id: int) -> RunVerdict:
-    """Decide run ``run_id``'s verdict (:func:`run_verdict`) and store it in brief for the lists of runs (the
-    runs page, ``ampci runs``): called by the finisher when it judges the run and after one of its findings is
-    triaged.  A run not finished yet records nothing (the lists say it is pending).  Returns the verdict."""
-    verdict = run_verdict(store, run_id)
+    """Decide run ``run_id``'s verdict (:func:`decide_verdict`) and store it, in brief for the lists of runs
+    and whole for every view of the run (:mod:`service.db.verdicts`): called by the finisher when it judges
+    the run (once it is finished: a run waiting for its confirmation or baseline run is not finished, so what
+    is stored is its final verdict), after one of its findings is triaged (a person re-judged it), and by
+    :func:`run_verdict` for a finished run without one.  A run not finished yet records nothing (the lists say
+    it is pending).  Returns the verdict decided."""
+    verdict = decide_verdict(store, run_id)
     if store.get_run(run_id).finished_at is not None:
-        store.record_verdict(run_id, verdict.brief())
+        store.record_verdict(run_id, verdict.brief(), to_stored(verdict))
     return verdict
+
+
+def listed_verdicts(store: Store, runs: Sequence[RunInfo]) -> tuple[list[RunInfo], dict[int, tuple[int, tuple[int, ...]]]]:
+    """What a list of ``runs`` shows of their verdicts: the runs with their stored verdict (a finished run that
+    has none, judged before it was stored, is decided and stored now, once: :func:`record_verdict`), and for
+    each run whose regressions later runs resolved, ``(how many, by which runs)``
+    (:func:`service.db.verdicts.resolved_since`), shown beside it."""
+    out = list(runs)
+    for i, r in enumerate(out):
+        if r.verdict is None and r.finished_at is not None:
+            record_verdict(store, r.id)
+            out[i] = store.get_run(r.id)
+    with store.transaction() as conn:
+        return out, verdicts.resolved_since(conn, run_ids=[r.id for r in out])

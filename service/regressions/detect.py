@@ -45,6 +45,7 @@ from typing import Protocol
 
 from service.regressions.confirm import SUSPECTED_RESOLVED
 from service.regressions.drift import TIPPING_TRIGGERS, Earlier, Point, judge
+from service.regressions.kinds.registry import kind
 from service.regressions.rules import (
     EXPLAINED,
     EXPLAINED_KINDS,
@@ -167,6 +168,11 @@ def cell_findings(current: Mapping[Cell, StoredResult], base: Mapping[Cell, Stor
             base_sample = pooled(samples(b), list(pools.get(cell, [])))
             findings += [(f, b.id, b.revision_sha) for f in compare_cells(base_sample, samples(cur), screen, cell[0],
                                                                           cell[1], kinds)]
+            seen = {f.kind for f, _, _ in findings}
+            # a change a rule saw beyond its own limits and dropped as the machine's: stored dismissed, with why
+            findings += [(f, b.id, b.revision_sha) for name in kinds if name not in seen
+                         and (dismiss := kind(name).dismissed) is not None
+                         for f in dismiss(base_sample, samples(cur), th, cell[0], cell[1])]
         if nightly:
             got = nightly_latency(nightly_hist.get(cell, []), cur, th)
             if got is not None:
@@ -204,7 +210,8 @@ def drift_findings(run_sha: str, trigger: str, current: Mapping[Cell, StoredResu
         done = [Earlier(source_kind(e.kind, e.metric), depth[e.revision_sha], e.state) for e in earlier
                 if e.cell == cell]
 
-        kinds_found = {source_kind(f.kind, f.metric) for f, _, _ in pairwise.get(cell, ()) if f.category == "regression"}
+        kinds_found = {source_kind(f.kind, f.metric) for f, _, _ in pairwise.get(cell, ())
+                       if f.category == "regression" and f.dismissed is None}
         cur = current[cell]
         got = judge(cell, history, Point(run_sha, 0, cur.id, samples(cur)), th, pin=pin, tipping=tipping,
                     pairwise_kinds=kinds_found, earlier=done)
@@ -241,6 +248,10 @@ def finding_rows(run_id: int, run_sha: str, found: Sequence[tuple[Cell, StoredRe
         for f, base_id, base_sha in findings:
             if nightly and f.category == "regression" and (cell, f.kind) in already_open:
                 continue
+            if f.dismissed is not None:  # seen beyond the rule's limits, judged not the pass's: shown, with why
+                rows.append(_row(run_id, run_sha, cell, cur, f, base_id, base_sha, now, f.category, f.detail,
+                                 "dismissed", f"dismissed: {f.dismissed}"))
+                continue
             timing = timing_kind(f.kind, f.metric)
             if timing in strict and f.p_value is not None and f.p_value >= strict[timing] and (
                     flaky or f.category != "regression" or base_sha is None):
@@ -258,14 +269,19 @@ def finding_rows(run_id: int, run_sha: str, found: Sequence[tuple[Cell, StoredRe
                 # less in low precision is less rounding: the coverage loss explains the "gain"
                 state = EXPLAINED
                 note = f"explained by the coverage loss on this cell ({loss.detail}): not an improvement of the pass"
-            rows.append({"run_id": run_id, "revision_sha": run_sha, "baseline_sha": base_sha,
-                         "model": cell[0], "dtype": cell[1], "policy": cell[2], "target": cell[3],
-                         "kind": f.kind, "category": category, "severity": f.severity, "metric": f.metric,
-                         "baseline_value": f.baseline_value, "value": f.value, "delta": f.delta,
-                         "ratio": f.ratio, "p_value": f.p_value, "detail": detail, "result_id": cur.id,
-                         "baseline_result_id": base_id, "created_at": now, "state": state,
-                         "state_by": "ampci" if note else None, "state_note": note[:2000] if note else None})
+            rows.append(_row(run_id, run_sha, cell, cur, f, base_id, base_sha, now, category, detail, state, note))
     return rows
+
+
+def _row(run_id: int, run_sha: str, cell: Cell, cur: StoredResult, f: Finding, base_id: int | None,
+         base_sha: str | None, now: datetime, category: str, detail: str, state: str, note: str | None) -> FindingRow:
+    return {"run_id": run_id, "revision_sha": run_sha, "baseline_sha": base_sha,
+            "model": cell[0], "dtype": cell[1], "policy": cell[2], "target": cell[3],
+            "kind": f.kind, "category": category, "severity": f.severity, "metric": f.metric,
+            "baseline_value": f.baseline_value, "value": f.value, "delta": f.delta,
+            "ratio": f.ratio, "p_value": f.p_value, "detail": detail, "result_id": cur.id,
+            "baseline_result_id": base_id, "created_at": now, "state": state,
+            "state_by": "ampci" if note else None, "state_note": note[:2000] if note else None}
 
 
 def suspected_baselines(rows: Sequence[FindingRow]) -> dict[Cell, str]:

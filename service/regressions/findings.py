@@ -93,6 +93,10 @@ class Finding:
     value: float | None
     detail: str
     p_value: float | None = None
+    #: set by a kind's ``dismissed`` rule (:attr:`FindingKind.dismissed
+    #: <service.regressions.kinds.base.FindingKind.dismissed>`): why a change seen beyond the rule's limits is
+    #: not the pass's; stored ``dismissed`` with this note, shown, never failing the gate
+    dismissed: str | None = None
 
     @property
     def delta(self) -> float | None:

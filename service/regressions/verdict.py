@@ -178,6 +178,14 @@ class RunVerdict:
     facts: RunFacts
     decision: GateDecision
     state: str
+    #: regressions of this run that later runs resolved, and those runs: shown beside the verdict, which
+    #: stays what it was decided (:meth:`since`); never an input of it
+    resolved: int = 0
+    resolved_by: tuple[int, ...] = ()
+
+    def since(self) -> str:
+        """What happened to the run's regressions after it was judged (:func:`since_text`)."""
+        return since_text(self.resolved, sum(self.regressions.values()), self.resolved_by)
 
     @property
     def run_id(self) -> int:
@@ -255,12 +263,15 @@ class RunVerdict:
         """One line for the run page and the CLI, e.g. ``gate fails: 6 of 6 cells could not measure
         (6 bad_spec); 6 of 6 cells not compared (no baseline result)``."""
         lead = "pending" if self.state == "pending" else ("gate fails" if self.exit_code else "gate passes")
-        return f"{lead}: " + "; ".join(self.parts())
+        since = self.since()
+        return f"{lead}: " + "; ".join(self.parts()) + (f" — {since}" if since else "")
 
     def description(self, summary_line: str = "") -> str:
         """The commit status description (at most :data:`DESCRIPTION_MAX` characters): the verdict's
         phrases first, then ``summary_line`` (the run's counts) as room allows."""
         text = "; ".join(self.parts())
+        if self.since():
+            text += f" — {self.since()}"
         if summary_line and len(text) + 3 + len(summary_line) <= DESCRIPTION_MAX:
             text += " · " + summary_line
         return text if len(text) <= DESCRIPTION_MAX else text[:DESCRIPTION_MAX - 1] + "…"
@@ -281,7 +292,9 @@ class RunVerdict:
         return {"run_id": self.run_id, "state": self.state, "headline": self.headline(),
                 "gate": self.decision.to_dict(), "regressions": dict(self.regressions),
                 "others": {c: dict(k) for c, k in self.others.items()}, "cells": self.cells,
-                "pending": self.pending}
+                "pending": self.pending, "exit_code": self.exit_code,
+                "resolved_since": ({"regressions": self.resolved, "runs": list(self.resolved_by)}
+                                   if self.resolved else None)}
 
 
 def _label(g: JudgedFinding) -> str:
@@ -294,6 +307,21 @@ def _label(g: JudgedFinding) -> str:
     return CAPPED_LABEL if capped else g.state
 
 
+#: States a regression of a run reaches only through a later run (resolved, or being confirmed resolved): it
+#: counts as the regression it was when the run was judged.
+LATER_STATES = frozenset({"resolved", "suspected_resolved"})
+
+
+def since_text(resolved: int, total: int, by: Sequence[int]) -> str:
+    """``resolved`` of a run's ``total`` regressions that later runs ``by`` resolved, said beside its verdict:
+    ``resolved since by run 7``, ``2 of 6 regressions resolved since by runs 7, 9``; empty when none was."""
+    if not resolved:
+        return ""
+    what = "" if resolved >= total else f"{resolved} of {_plural(total, 'regression')} "
+    runs = ", ".join(str(i) for i in by)
+    return f"{what}resolved since" + (f" by run{'s' if len(by) > 1 else ''} {runs}" if runs else "")
+
+
 #: Run statuses of a run that has not been judged yet.
 UNJUDGED_RUN_STATES = frozenset({"awaiting_approval", "queued", "running"})
 #: The word a list of runs shows for each verdict state (and ``unjudged`` for a finished run without one).
@@ -301,11 +329,13 @@ LIST_WORDS = {"success": "passes", "failure": "fails", "error": "error", "pendin
               "unjudged": "not judged"}
 
 
-def list_verdict(run: StoredRun) -> tuple[str, str]:
+def list_verdict(run: StoredRun, resolved: tuple[int, tuple[int, ...]] | None = None) -> tuple[str, str]:
     """``(state, counts)`` a list of runs shows for ``run`` (a RunInfo): the state of its recorded verdict
     (:meth:`RunVerdict.brief`; ``pending`` while the run is unfinished, ``unjudged`` for a finished run that has
     none: older than the record, or cancelled by hand) and its counts, most important first, e.g. ``2
-    regressions, 1 could not measure, 3 not compared``.  Reads the record; decides nothing."""
+    regressions, 1 could not measure, 3 not compared``, and what later runs ``resolved`` (how many of its
+    regressions, by which runs: :func:`service.db.verdicts.resolved_since`) beside it: ``6 regressions —
+    resolved since by run 7``.  Reads the record; decides nothing."""
     brief = getattr(run, "verdict", None)
     if run.status in UNJUDGED_RUN_STATES:
         return "pending", run.status.replace("_", " ")
@@ -322,7 +352,8 @@ def list_verdict(run: StoredRun) -> tuple[str, str]:
             parts.append(f"{n} {one if n == 1 else many}")
     if not parts or (brief.get("compared") and not brief.get("regressions") and not brief.get("unmeasured")):
         parts.append(f"{brief.get('compared', 0)} compared")
-    return str(brief["state"]), ", ".join(parts)
+    since = since_text(resolved[0], int(brief.get("regressions") or 0), resolved[1]) if resolved else ""
+    return str(brief["state"]), ", ".join(parts) + (f" — {since}" if since else "")
 
 
 def verdict_of(run_id: int, run_status: str, revision_sha: str, results: Sequence[JudgedResult],
@@ -337,7 +368,11 @@ def verdict_of(run_id: int, run_status: str, revision_sha: str, results: Sequenc
     with_result = {r.cell for r in results}
     outcomes += [CellOutcome(j.cell, JOB_ERROR if j.status == "error" else "crashed", j.error or "")
                  for j in jobs if j.status in ("error", "crashed") and j.cell not in with_result]
-    live = [g for g in found if g.state in ("open", "acknowledged")]
+    # a regression a later run resolved counts as what it was when this run was judged (the resolution is
+    # shown beside the verdict: RunVerdict.since), so a verdict decided on a later read says the same
+    live = [g for g in found if g.state in ("open", "acknowledged") or (g.state in LATER_STATES
+                                                                       and g.category == "regression")]
+    counted = {id(g) for g in live}
     regs = [g for g in live if g.category == "regression"]
     by_kind = Counter(g.kind for g in regs)
     others: dict[str, Counter[str]] = {}
@@ -345,7 +380,7 @@ def verdict_of(run_id: int, run_status: str, revision_sha: str, results: Sequenc
         if g.category != "regression":
             others.setdefault(g.category, Counter())[g.kind] += 1
     for g in found:  # timing findings being confirmed, dismissed by it or left out by a cap: shown, never failing
-        if g.state in CONFIRMATION_STATES or g.state == EXPLAINED:
+        if (g.state in CONFIRMATION_STATES or g.state == EXPLAINED) and id(g) not in counted:
             others.setdefault(_label(g), Counter())[g.kind] += 1
     pending = sum(j.status in ("queued", "running") for j in jobs)
     errored = sum(j.status in ERRORED_JOB_STATES and j.cell in with_result for j in jobs)

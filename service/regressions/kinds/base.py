@@ -67,6 +67,10 @@ class FindingKind:
     #: an improvement of this kind is "explained" (no gain) when the cell's coverage regressed in the same
     #: comparison: less computed in low precision is less rounding, not a better pass
     explained_by_coverage: bool = False
+    #: the changes its rule saw beyond its limits and dropped as not the pass's (a machine slowdown), as
+    #: findings whose ``dismissed`` says why: detection stores them ``dismissed`` so that no suspicion of a
+    #: pairwise comparison ends unseen (issue 39); None: the rule drops nothing it saw
+    dismissed: Rule | None = None
 
     def __post_init__(self) -> None:
         if self.bisection not in BISECTIONS:

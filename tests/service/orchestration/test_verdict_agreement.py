@@ -4,6 +4,8 @@ conclusion, the pull-request comment's headline, the API's verdict, the run page
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -11,12 +13,13 @@ from typing import Any
 import pytest
 
 from service.cli.main import main
-from service.db import Store
+from service.db import Store, verdicts
 from service.github import comment
 from service.github.pr_report import build_report
 from service.github.reporter import status_text
 from service.orchestration.judge import run_verdict
 from service.regressions.verdict import RunFacts, decide_run
+from service.regressions.verdict_stored import from_stored
 from tests.service.dashboard.conftest import TOKEN, make_app
 from tests.service.factories import chain, make_result, migrated_store, run_with
 
@@ -194,4 +197,98 @@ def test_the_reporter_decides_once_and_its_reports_agree(sqlite_url: str, monkey
     status, check = queued["CommitStatus"], queued["CheckRun"]
     assert (status.state, check.conclusion) == ("failure", "failure"), queued
     assert "could not be measured" in queued["PullRequestComment"].body
+    store.dispose()
+
+
+#: Every view of a run's verdict (issue 39), each read by :func:`_views` below.
+VIEWS = ("commit status", "pull-request report", "comment headline", "check run", "api", "run page",
+         "runs page", "ampci runs", "ampci runs --json", "ampci regressions --run", "ampci run")
+
+
+def _views(store: Store, url: str, run_id: int, monkeypatch: pytest.MonkeyPatch,
+           capsys: pytest.CaptureFixture[str]) -> dict[str, tuple[str, ...]]:
+    """``(state word, text)`` of run ``run_id``'s verdict in every one of :data:`VIEWS`."""
+    from fastapi.testclient import TestClient
+
+    from tests.service.dashboard.conftest import BROWSER
+    from tests.service.orchestration.test_verdict_lists import runs_page
+
+    report = build_report(store, run_id, "https://ci.example.com")
+    check = comment.check_run(replace(report, repo="o/r"))
+    assert check is not None
+    status = status_text(store, run_id, store.run_summary(run_id))
+    with TestClient(make_app(store, url), raise_server_exceptions=True) as c:
+        api = c.get(f"/api/runs/{run_id}", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    with TestClient(make_app(store, url), raise_server_exceptions=True, headers=BROWSER) as c:
+        page = c.get(f"/runs/{run_id}").text
+    row = runs_page(store, url)[run_id]
+    out: dict[str, tuple[str, ...]] = {
+        "commit status": status, "pull-request report": (report.state, " ".join(report.verdict_parts)),
+        "comment headline": (report.state, comment.headline(report)), "check run": (check.conclusion, check.title),
+        "api": (api["verdict"]["state"], api["verdict"]["headline"]),
+        "run page": (re.search(r'id="verdict"[^>]*>([^<]*)<', page).group(1).split(":")[0],  # type: ignore[union-attr]
+                     re.search(r'id="verdict"[^>]*>([^<]*)<', page).group(1)),  # type: ignore[union-attr]
+        "runs page": (re.search(r'class="badge st-(\w+)"', row).group(1), re.sub(r"<[^>]+>", " ", row), row),  # type: ignore[union-attr]
+    }
+    assert "verdict" not in api["run"], api["run"]  # one verdict field
+    out["api exit"] = (str(api["verdict"]["exit_code"]), "")
+    monkeypatch.setenv("AMPCI_DATABASE_URL", url)
+    monkeypatch.setenv("COLUMNS", "250")
+    for name, argv in (("ampci runs", ["runs"]), ("ampci runs --json", ["runs", "--json"]),
+                       ("ampci regressions --run", ["regressions", "--run", str(run_id)]),
+                       ("ampci run", ["run", str(run_id)])):
+        code = main(argv)
+        text = capsys.readouterr().out
+        if name == "ampci runs --json":
+            (mine,) = [r for r in json.loads(text) if r["id"] == run_id]
+            out[name] = (mine["verdict"]["state"], json.dumps(mine.get("resolved_since")))
+        else:
+            line = next((ln for ln in text.splitlines() if re.match(rf"[│|]\s+{run_id} [│|]", ln)), text)
+            out[name] = (str(code), line if name != "ampci regressions --run" else text)
+    return out
+
+
+def _resolved_later(store: Store) -> tuple[int, int]:
+    """Run B regresses two cells against A; run C reverts them and resolves B's regressions (the real finisher)."""
+    from tests.service.orchestration.test_verdict_lists import finished
+
+    a, b, c = chain(store, 3)
+    finished(store, a, [make_result(A), make_result(B)])
+    bad = finished(store, b, [make_result(A, max_abs=1.0, seed=1), make_result(B, max_abs=1.0, seed=1)])
+    fixed = finished(store, c, [make_result(A, seed=2), make_result(B, seed=2)])
+    assert {r.state for r in store.regressions(run_id=bad)} == {"resolved"}, store.regressions(run_id=bad)
+    return bad, fixed
+
+
+@pytest.mark.parametrize("stored", [True, False], ids=["stored", "judged-before-the-column"])
+def test_a_run_whose_regressions_were_resolved_later_fails_in_every_view(
+        db_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stored: bool) -> None:
+    """Issue 39: after run C resolved run B's regressions, every view of B still says what B's gate decided
+    (fails, exit 1), with the resolution beside it ("resolved since by run C"), never instead of it.  A run
+    judged before verdicts were stored whole (``stored`` False: its ``runs.judgement`` and ``runs.verdict``
+    empty) is decided on its first read, the same way, and stored then."""
+    store = migrated_store(db_url)
+    bad, fixed = _resolved_later(store)
+    if not stored:
+        with store.transaction() as conn:
+            verdicts.record(conn, run_id=bad, brief=None, judgement=None)
+    got = _views(store, db_url, bad, monkeypatch, capsys)
+    since = f"resolved since by run {fixed}"
+    assert set(got) == {*VIEWS, "api exit"}, sorted(got)
+    assert got["commit status"][0] == got["pull-request report"][0] == got["api"][0] == "failure", got
+    assert got["check run"][0] == "failure" and got["api exit"][0] == "1", got
+    assert got["run page"][0] == "gate fails" and got["runs page"][0] == "error", got
+    assert got["ampci regressions --run"][0] == "1" and got["ampci runs --json"][0] == "failure", got
+    for view in ("commit status", "comment headline", "api", "run page", "runs page", "ampci runs",
+                 "ampci regressions --run", "ampci run"):
+        assert since in got[view][1], (view, got[view][1])
+        assert "passes" not in got[view][1] and "no regression" not in got[view][1], (view, got[view][1])
+    assert "2 accuracy regressions" in got["api"][1] and "2 regressions" in got["ampci runs"][1], got
+    assert json.loads(got["ampci runs --json"][1]) == {"regressions": 2, "runs": [fixed]}
+    assert re.search(r'class="num bad"[^>]*>2<', got["runs page"][2]), "the regressions column counts B's 2"
+    # the stored verdict is B's own, decided once: a later run's resolution never rewrote it
+    with store.transaction() as conn:
+        kept = from_stored(verdicts.judgement(conn, run_id=bad))
+    assert kept is not None and kept.state == "failure" and kept.exit_code == 1
+    assert replace(run_verdict(store, bad), resolved=0, resolved_by=()) == kept
     store.dispose()

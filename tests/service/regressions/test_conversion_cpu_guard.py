@@ -70,3 +70,26 @@ def test_cpu_figures_are_pooled_only_when_every_pooled_result_carries_them() -> 
     other = cell(0.26, 0.21)
     assert len(pooled(BASE, [other]).convert_cpu) == 10
     assert pooled(BASE, [cell(0.26, None)]).convert_cpu == ()
+
+
+#: Issue 39's silent cell: conv_net/fp16 converting in ~0.043 s went to ~0.249 s (the pass sleeping 0.2 s per
+#: conversion, CPU flat) while its ~5 ms reference workload, timed after each conversion, read x1.8 slower.
+SHORT_BASE = cell(0.043, 0.037, ref=0.0040)
+
+
+def test_a_sleep_in_a_short_conversion_is_not_divided_by_a_noisy_reference() -> None:
+    """x5.8 in wall time, x1.8 in the reference: the machine explains at most 0.043 s x 1.8 = 0.077 s of the
+    0.249 s, so 0.17 s is the pass's own (beyond the 0.1 s floor).  Dividing the sleep by the drift as well
+    (0.043 s x (5.8 / 1.8 - 1) = 0.095 s) dropped it, silently."""
+    (f,) = conversion_time_rule(SHORT_BASE, cell(0.249, 0.037, ref=0.0072), TH, "conv_net", "fp16")
+    assert f.category == "regression" and "(wall only)" in f.detail and "x3.2" in f.detail, f.detail
+    # the machine alone (wall time stretched as much as the reference): still nothing
+    assert flagged(SHORT_BASE, cell(0.043 * 1.8, 0.037, ref=0.0072)) == []
+
+
+def test_a_sleep_is_not_hidden_by_the_per_sample_swing_of_the_reference() -> None:
+    """The reference's median x1.3 slower, its samples swinging x8 within the job (0.0317 s beside 0.0074 s were
+    seen in one job): the per-sample ratios overlap, the medians do not; a wall-only x5.8 stands."""
+    base = cell(0.043, 0.037, ref=[0.0040, 0.0041, 0.0039, 0.0040, 0.0042])
+    new = cell(0.249, 0.037, ref=[0.0052, 0.0317, 0.0051, 0.0317, 0.0053])
+    assert flagged(base, new) == ["regression"]

@@ -19,6 +19,7 @@ from service.cli.tables import regressions_table
 from service.dashboard import plots, routes, views
 from service.github.reporter import status_text
 from service.regressions.rules import CATEGORIES, CONFIRMATION_STATES, KINDS, RULES, TIMING_KINDS
+from service.regressions.verdict import LATER_STATES
 from tests.conftest import fresh_pg_database
 from tests.service.dashboard.conftest import BROWSER, make_app
 from tests.service.dashboard.seed_kinds import CASES, CELL, Finding, seed_every_finding
@@ -90,8 +91,10 @@ def _css_of(kind: str, category: str, state: str) -> str:
 
 
 def _fails(category: str, state: str) -> bool:
-    """Whether such a finding fails the gate: an open regression (a suspected or dismissed one never does)."""
-    return category == "regression" and state == "open"
+    """Whether such a finding fails the gate: an open regression, or one a later run resolved or suspects
+    resolved (the run's verdict counts it as what it was: :data:`LATER_STATES`); a suspected or dismissed one
+    never does."""
+    return category == "regression" and (state == "open" or state in LATER_STATES)
 
 
 def _phrase(kind: str, category: str, state: str) -> str:
