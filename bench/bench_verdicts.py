@@ -5,7 +5,7 @@ bugs and noise commits.
     python bench/bench_verdicts.py [--aa 10] [--bisect-commits 8 | --no-bisect] [--keep DIR] [--json]
                                    [--load [N] --load-kind jobs|cpu --load-mode alternate|steady]
                                    [--confirm-pairs P] [--creep N --creep-ms MS --creep-latency X]
-                                   [--creep-only] [--quick]
+                                   [--creep-only] [--quick] [--infra-faults]
 
 What it does, all in embedded mode (local pool, SQLite, a fresh data and cache directory):
 
@@ -40,6 +40,10 @@ What it does, all in embedded mode (local pool, SQLite, a fresh data and cache d
    (which reports any drift over the limit across the day's commits not reported yet, as a push does).
 5. **A/A.**  The first commit is swept ``--aa`` more times against itself; every timing comparison (latency and
    conversion time, per cell) counted; every open finding, and every confirmed improvement, is a false alarm.
+6. **Infrastructure faults** (``--infra-faults``, alone): the deterministic bugs' history swept with ampci's own
+   failures (sandbox import failure, missing device, lost worker) stored around every sweep
+   (:mod:`_infra_faults`): real regressions still detected, flaky misclassifications (0), green runs with nothing
+   measured (0).
 
 Improvements on noise commits are read from the database: a *confirmed* one (state ``open``, shown as a gain)
 is a false improvement; suspected and dismissed ones are counted apart (never shown as gains).
@@ -423,9 +427,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="seconds, tiny: one model, the conversion slowdown, one noise commit, one A/A run, no "
                          "bisection; exits 1 when an invariant fails")
+    ap.add_argument("--infra-faults", action="store_true",
+                    help="only the infrastructure-fault series (bench/_infra_faults.py): the deterministic bugs' "
+                         "history with ampci's own failures stored around every sweep")
     ap.add_argument("--keep", type=Path, default=None, help="work in DIR and keep it")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.infra_faults and args.models == MODELS:  # the deterministic bugs' models only
+        args.models, args.repeats = ["deny_exp", "loop_if", "range_big_const"], 6
     if args.quick:
         args.models, args.aa, args.noise, args.no_bisect, args.repeats = ["conv_net"], 1, 1, True, 8
         args.creep, args.creep_ms = 2, 70.0
@@ -446,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.confirm_pairs is not None:
         env["AMPCI_CONFIRM_PAIRS"] = str(args.confirm_pairs)
     ctx = Ctx(repo, env, sweep)
+    if args.infra_faults:
+        return _infra_series(ctx, args, repo, base, work)
     load = Load(n_load, args.load_kind, work / "load")
     condition = "no load" if not n_load else f"{args.load_mode} {args.load_kind} load x{n_load}"
     t_start = time.perf_counter()
@@ -656,6 +667,22 @@ def _run(ctx: Ctx, args: argparse.Namespace, repo: Path, base: str, bugs: list[B
         aa_comparisons += timing_comparisons(payload)
         aa_flags += len(findings(payload))  # any open finding of a revision against itself is false
     return rows, (aa_flags, aa_comparisons, aa_runs), bisect_txt, bisect_ok, midpoints, bound, creep_rows, plan
+
+
+def _infra_series(ctx: Ctx, args: argparse.Namespace, repo: Path, base: str, work: Path) -> int:
+    """The infrastructure-fault series (:mod:`_infra_faults`); prints its table, exits 1 when a target is missed."""
+    import _infra_faults
+
+    bugs = [b for b in BUGS[:3] if any(m in args.models for m, _, _ in b.expect)]
+    t0 = time.perf_counter()
+    table = _infra_faults.run_series(lambda sha, parent: ctx.sweep_at(sha, parent), lambda i: noise(repo, i),
+                                     lambda bug: inject(repo, bug), bugs, base, work / "data", matches)
+    if args.json:
+        print(json.dumps({k: v for k, v in table.items() if k != "rows"}, indent=2))
+    else:
+        _infra_faults.print_table(table)
+        print(f"| sweeps / wall time | {ctx.sweeps} / {time.perf_counter() - t0:.0f} s | |")
+    return 0 if _infra_faults.passed(table) else 1
 
 
 def creep_plan(args: argparse.Namespace, first: dict[str, Any], trips20: int | None) -> CreepPlan:

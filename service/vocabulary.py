@@ -32,7 +32,9 @@ NEW_RUN_STATES = ("queued", AWAITING_APPROVAL)
 FINAL_RUN_STATES = frozenset({"complete", "partial", "failed", "cancelled"})
 
 # -- jobs ----------------------------------------------------------------------------------------
-#: Every job status (``jobs.status``).
+#: Every job status (``jobs.status``).  ``error``: the job ended outside its code without a result (the worker
+#: lost, the broker or database failing) -- ampci's failure, as a *result* status ``error`` is
+#: (:data:`workers.result.NOT_OF_THE_PASS`): neither is ever the pass's.
 JOB_STATES = ("queued", "running", "done", "error", "crashed", "cancelled")
 #: The statuses a job never leaves (they stamp ``finished_at``).
 FINAL_JOB_STATES = frozenset({"done", "error", "crashed", "cancelled"})

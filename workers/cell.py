@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from workers.config import WorkerConfig
-from workers.result import JobResult
+from workers.infra import infra_message
+from workers.result import INFRA_ERROR, JobResult
 from workers.revisions import RevisionCache, RevisionError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -70,5 +71,6 @@ def confirm_job(cell: tuple[str, str, str, str], revision: str, pass_root: Path,
     except ConfirmError as exc:
         result.status, result.message = exc.status, f"confirmation: {exc}"
     except Exception as exc:  # noqa: BLE001 - a worker bug must still end as a result
-        result.status, result.message = "crash", f"confirmation: internal worker error: {type(exc).__name__}: {exc}"
+        result.status = INFRA_ERROR  # the worker's failure, not the pass's (workers.infra)
+        result.message = infra_message(f"confirmation: internal worker error: {type(exc).__name__}: {exc}")
     return result

@@ -6,7 +6,9 @@ network, a read-only view of everything but its own scratch, its own PID namespa
 supervisor process pre-forked from a zygote (warm: :mod:`workers.zygotes`) or from a one-shot fresh
 interpreter (cold).  A crash, hang, memory blow-up or hostile act of the pass never reaches the worker:
 :func:`convert_in_subprocess` always returns a :class:`ConvertOutcome` whose ``status`` is ``ok`` /
-``convert_error`` / ``timeout`` / ``crash``, with what the pass returned checked as data first (the report
+``convert_error`` / ``timeout`` / ``crash`` (the pass's failures), or ``error`` when the sandbox could not be made
+or could not import a dependency the worker's interpreter has (ampci's: :mod:`workers.infra`), with what the
+pass returned checked as data first (the report
 against its schema and size, the output's size) and its error text cut to a bounded tail with credentials
 redacted (:func:`workers.redact.redact`).
 """
@@ -21,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workers.infra import import_failure_cause, infra_message
 from workers.redact import redact
+from workers.result import INFRA_ERROR
 from workers.sandbox import SandboxPolicy, SandboxUnavailable, resolve_mode, spec_for
 
 #: The repository that holds this checkout's ``amp_pass`` (the default pass root).
@@ -48,7 +52,7 @@ REFERENCE_NODE_BYTES = 1536
 class ConvertOutcome:
     """What the conversion subprocess did.  ``report`` is the pass report dict when ``status == ok``."""
 
-    status: str                      # ok | convert_error | timeout | crash
+    status: str                      # ok | convert_error | timeout | crash | error (ampci's: workers.infra)
     message: str = ""
     report: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -93,7 +97,7 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
     try:
         mode = resolve_mode(policy_)
     except SandboxUnavailable as exc:
-        return ConvertOutcome("crash", str(exc))
+        return ConvertOutcome(INFRA_ERROR, infra_message(str(exc)))
     session = _Session(warm and policy != "auto")
     try:
         return _convert_repeats(src, dst, report, dtype, policy, target, pass_root, timeout_s, memory_bytes,
@@ -330,16 +334,17 @@ def _convert_once(src: Path, dst: Path, report: Path, dtype: str, policy: str, t
         try:
             zygote = session.zygote_for(root, spec)
         except ZygoteUnavailable as exc:
-            return ConvertOutcome("crash", f"cannot start the pass sandbox: {exc}", sandbox=mode)
+            return ConvertOutcome(INFRA_ERROR, infra_message(f"cannot start the pass sandbox: {exc}"), sandbox=mode)
         start = time.perf_counter()
         try:
             ended = zygote.run(request, timeout_s)
         except ZygoteUnavailable as exc:
-            return ConvertOutcome("crash", f"the pass sandbox failed: {exc}", sandbox=mode)
+            return ConvertOutcome(INFRA_ERROR, infra_message(f"the pass sandbox failed: {exc}"), sandbox=mode)
         wall = ended.wall_s if ended.wall_s is not None else time.perf_counter() - start
         err = _tail(err_p)
         if ended.sandbox_error:
-            return ConvertOutcome("crash", f"the pass sandbox could not be made: {ended.sandbox_error}", sandbox=mode)
+            return ConvertOutcome(INFRA_ERROR, infra_message(f"the pass sandbox could not be made: {ended.sandbox_error}"),
+                                  sandbox=mode)
         rc = -ended.signal if ended.signal is not None else int(ended.code or 0)
         got = _outcome(rc, err, ended.timed_out, wall, dst, report, timeout_s, memory_bytes, ended.oversized or [])
         got.cpu_s = ended.cpu_s
@@ -392,6 +397,9 @@ def _outcome(rc: int, err: str, timed_out: bool, wall: float, dst: Path, report:
     if "MemoryError" in tail or "std::bad_alloc" in tail:
         return ConvertOutcome("crash", f"pass ran out of memory (limit {memory_bytes / 2**30:.1f} GiB): "
                               f"{_last_line(tail)}", wall_s=wall, returncode=rc)
+    hidden = import_failure_cause(_last_line(tail))  # a dependency the sandbox hid: ampci's failure
+    if hidden is not None:
+        return ConvertOutcome(INFRA_ERROR, hidden, wall_s=wall, returncode=rc)
     what = "rejected the input" if rc == 2 else f"failed (exit {rc})"
     return ConvertOutcome("convert_error", f"pass {what}: {_last_line(tail) or 'no output'}",
                           wall_s=wall, returncode=rc)

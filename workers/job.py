@@ -3,8 +3,10 @@
 ``run_job(spec, config: WorkerConfig) -> JobResult`` never raises for job failures: a bad spec, a bad model,
 a failing reference, a crashing/hanging/failing pass, an inaccurate or diverging conversion each
 end as a result with its status and a precise message.  An unexpected error in the worker itself
-also ends as a result (status ``crash``, message ``internal worker error: ...``), so a job never
-takes a worker down.
+also ends as a result, so a job never takes a worker down: it is ampci's failure, not the pass's (status
+``error``, message ``infrastructure: internal worker error: ...``; :mod:`workers.infra`), as is a sandbox that
+could not be made or could not import a dependency of the pass.  A ``cuda`` job on a worker without a usable CUDA
+device runs nothing: status ``unmeasured`` ("no CUDA device"), never ``pass``.
 """
 
 from __future__ import annotations
@@ -28,9 +30,17 @@ from workers.convert import DEFAULT_PASS_ROOT, convert_in_subprocess
 from workers.emulation import EmulationError
 from workers.environment import fingerprint
 from workers.graph_facts import attach_report, measure_graph
+from workers.infra import infra_message
 from workers.latency import measure_latency
 from workers.metrics import compare_outputs, judge
-from workers.result import LATENCY_UNSUPPORTED, AccuracyReport, JobResult, LatencyStats
+from workers.result import (
+    INFRA_ERROR,
+    LATENCY_UNSUPPORTED,
+    UNMEASURED,
+    AccuracyReport,
+    JobResult,
+    LatencyStats,
+)
 from workers.runners import EmulatedRunner, Runner, SessionRunner
 from workers.sessions import CPU, SessionError, cuda_usable
 from workers.timing import JobClock
@@ -43,6 +53,8 @@ DTYPES = ("fp16", "bf16")
 #: File under the cache dir whose lock makes the jobs of one machine time their models one at a time.
 TIMING_LOCK = "timing.lock"
 TARGETS = ("cpu", "cuda")
+#: The message of a ``cuda`` job on a worker without a usable CUDA device (status ``unmeasured``).
+NO_CUDA = "no CUDA device: this worker has no usable CUDA device, so nothing of the cell was measured"
 
 
 @dataclass(frozen=True)
@@ -86,9 +98,9 @@ def run_job(spec: JobSpec, settings: WorkerConfig) -> JobResult:
         result.status, result.message = failed.status, failed.message
     except Exception as exc:  # noqa: BLE001 - a worker bug must still end as a result
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        result.status = "crash"
-        result.message = (f"internal worker error: {type(exc).__name__}: {exc} "
-                          f"(at {Path(where.filename).name}:{where.lineno})")
+        result.status = INFRA_ERROR
+        result.message = infra_message(f"internal worker error: {type(exc).__name__}: {exc} "
+                                       f"(at {Path(where.filename).name}:{where.lineno})")
     job.close()
     with clock.phase("fingerprint"):
         provider = result.latency.provider if result.latency and result.latency.provider else CPU
@@ -117,6 +129,8 @@ class _Job:
 
     def run(self) -> None:
         self._validate_spec()
+        if target_kind(self.spec.target) == "cuda" and not cuda_usable():
+            raise JobFailed(UNMEASURED, NO_CUDA)  # nothing of the cell can be measured here: not run at all
         with self.clock.phase("fetch"):
             entry, path, sha = self._fetch()
         with self.clock.phase("load"):
@@ -357,9 +371,6 @@ class _Job:
     def _latency(self, converted: onnx.ModelProto) -> None:
         target = target_kind(self.spec.target)
         provider = "CUDAExecutionProvider" if target == "cuda" else CPU
-        if target == "cuda" and not cuda_usable():
-            self.result.latency = LatencyStats(provider=provider, error="no usable CUDA device on this worker")
-            return
         threads = self.settings.latency_threads
         try:
             conv = SessionRunner(self.converted_bytes, target, self.clock, intra_op_threads=threads)

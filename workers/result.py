@@ -25,9 +25,22 @@ STATUSES: tuple[str, ...] = (
     "bad_spec",         # zoo entry wrong (input names/shapes/dtypes) or unknown dtype/policy
     "reference_error",  # the fp32 model itself failed to run
     "crashed",          # poison job: the worker died on it max_attempts times (set by the service)
+    "error",            # ampci's or the machine's failure, not the pass's (message: "infrastructure: ...")
+    "unmeasured",       # the cell could not be run here (no device for its target): nothing was measured
 )
 GOOD_STATUSES = frozenset({"pass"})
 CONVERSION_OK_STATUSES = frozenset({"pass", "fail_accuracy", "diverged"})
+#: The result status of a job that ampci or the machine failed (the sandbox could not be made or could not import
+#: the pass's dependencies, a cache unreadable, a worker error): not a result of the pass.
+INFRA_ERROR = "error"
+#: The result status of a cell that could not run where it was sent (a ``cuda`` cell on a worker without a usable
+#: CUDA device): nothing was measured.
+UNMEASURED = "unmeasured"
+#: Statuses that are not results of the pass (ampci's or the machine's failures, cells not run, poison jobs whose
+#: worker died): never a baseline, never a known failure, never a flip of a flaky lineage, never green.
+NOT_OF_THE_PASS = frozenset({INFRA_ERROR, UNMEASURED, "crashed"})
+#: Prefix of the message of an :data:`INFRA_ERROR` result.
+INFRA_PREFIX = "infrastructure: "
 
 #: Unit of the step errors in a :class:`ConvergenceStats` this code produces: ``max|diff| / max(1, max|fp32|)``.
 CONVERGENCE_ERROR_UNIT = "relative"

@@ -91,6 +91,31 @@ def queues_without_producer(names: list[str], settings: Settings) -> list[str]:
     return [q for q in names if q not in known]
 
 
+#: Asks a fresh interpreter whether this machine has a usable CUDA device (exit 0: yes), so that the worker's
+#: prefork parent initialises no CUDA (:func:`workers.sessions.cuda_usable`).
+CUDA_PROBE = "from workers.sessions import cuda_usable; raise SystemExit(0 if cuda_usable() else 1)"
+
+
+def cuda_device_here() -> bool:
+    """True when this machine has a usable CUDA device (probed in a child interpreter)."""
+    import subprocess
+
+    try:
+        return subprocess.run([sys.executable, "-c", CUDA_PROBE], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def refuse_device_queues_without_device(names: list[str], has_cuda: bool | None = None) -> None:
+    """UserError (one line) when ``names`` hold a ``cuda`` queue (``cuda``, ``cuda-a100``, …) and this machine has
+    no usable CUDA device: a worker without CUDA never consumes a cuda queue, so a cuda cell is never measured
+    as a ``pass`` it did not run (``has_cuda``: the probe's answer, asked when None)."""
+    cuda = [q for q in names if q.partition("-")[0] == "cuda"]
+    if cuda and not (cuda_device_here() if has_cuda is None else has_cuda):
+        raise UserError(f"queue {', '.join(repr(q) for q in cuda)} needs a usable CUDA device and this machine has "
+                        "none: a worker without CUDA never takes cuda cells (drop it from --queues)")
+
+
 class CeleryProgram(Protocol):
     """What ``worker`` and ``beat`` use of the Celery app (:data:`service.orchestration.celery_app.app`):
     its command-line programs, run in this process until stopped."""
@@ -116,10 +141,12 @@ def _app() -> tuple[Settings, CeleryProgram]:
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run the worker in this process until it is stopped (refused where the pass sandbox its
-    ``AMPCI_SANDBOX`` asks for cannot be made: :mod:`service.cli.sandbox_check`)."""
+    ``AMPCI_SANDBOX`` asks for cannot be made: :mod:`service.cli.sandbox_check`, and where a cuda queue is asked
+    for on a machine without a usable CUDA device: :func:`refuse_device_queues_without_device`)."""
     from service.cli.sandbox_check import check_sandbox, require_sandbox_by_default
 
     require_sandbox_by_default()
+    refuse_device_queues_without_device([q.strip() for q in args.queues.split(",") if q.strip()])
     settings, app = _app()
     check_sandbox(settings)
     argv = worker_argv(args.queues, args.concurrency, args.name, args.loglevel or settings.log_level,

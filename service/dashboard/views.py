@@ -228,6 +228,8 @@ def cell_state(result: ResultRow | None, job: JobInfo | None, findings: Iterable
         if job is not None and job.status in ("crashed", "error"):
             return STATES["error"]
         return STATES["missing"]
+    if result.status == "unmeasured":
+        return STATES["missing"]  # nothing was measured (no device for its target): never a pass
     if result.status in ERROR_STATUSES:
         return STATES["error"]
     if result.status != "pass":

@@ -15,6 +15,7 @@ from service.db import models as m
 from service.db.records import Cell
 from service.json_types import JsonObject
 from service.vocabulary import FINAL_RUN_STATES
+from workers.result import NOT_OF_THE_PASS
 
 t_run, t_res, t_job = m.Run.__table__, m.Result.__table__, m.Job.__table__
 #: Runs whose results are never a baseline (they time two revisions at once) nor measure the baseline's cells.
@@ -22,10 +23,12 @@ NOT_BASELINE_TRIGGERS = ("confirm",)
 
 
 def measured_cells(conn: Connection, *, shas: Iterable[str]) -> dict[str, set[Cell]]:
-    """Revision -> the cells with a result there (results of confirmation runs do not count), for ``shas``."""
+    """Revision -> the cells with a result there (results of confirmation runs, and results that are not of the pass,
+    :data:`workers.result.NOT_OF_THE_PASS`, do not count: such a cell is measured again), for ``shas``."""
     shas = list(shas)
     have: dict[str, set[Cell]] = {s: set() for s in shas}
-    not_special = t_res.c.run_id.not_in(sa.select(t_run.c.id).where(t_run.c.trigger.in_(NOT_BASELINE_TRIGGERS)))
+    not_special = sa.and_(t_res.c.run_id.not_in(sa.select(t_run.c.id).where(t_run.c.trigger.in_(NOT_BASELINE_TRIGGERS))),
+                          t_res.c.status.not_in(sorted(NOT_OF_THE_PASS)))
     for r in conn.execute(sa.select(t_res.c.revision_sha, t_res.c.model, t_res.c.dtype, t_res.c.policy,
                                     t_res.c.target).distinct().where(t_res.c.revision_sha.in_(shas), not_special)):
         have[r.revision_sha].add((r.model, r.dtype, r.policy, r.target))

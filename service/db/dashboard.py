@@ -35,9 +35,10 @@ from service.vocabulary import EARLIEST, LATEST
 t_rev, t_run, t_res, t_reg = (m.Revision.__table__, m.Run.__table__, m.Result.__table__,
                               m.Regression.__table__)
 t_job = m.Job.__table__
-#: Result statuses that mean the pass (or the job) failed before accuracy could be judged.
+#: Result statuses that mean the pass (or the job, or ampci: ``error``, ``unmeasured``) failed before accuracy could
+#: be judged: never shown as a pass.
 ERROR_STATUSES = frozenset({"convert_error", "timeout", "crash", "bad_model", "bad_spec", "reference_error",
-                            "crashed"})
+                            "crashed", "error", "unmeasured"})
 
 
 #: Finding states the runs page counts (as :meth:`Store.run_summary` and the verdict do): not a suspected, dismissed,

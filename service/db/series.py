@@ -23,6 +23,7 @@ from service.db.records import RegressionInfo
 from service.regressions.confirm import CONFIRM_TRIGGER
 from service.regressions.detect import LINEAGE_TRIGGERS
 from service.regressions.stored import Cell, HistoryResult, LineFinding, StoredResult
+from workers.result import NOT_OF_THE_PASS
 
 t_rev, t_run, t_res, t_reg = (m.Revision.__table__, m.Run.__table__, m.Result.__table__,
                               m.Regression.__table__)
@@ -40,6 +41,9 @@ SAMPLE_COLS = (*CELL, t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_res.c.
                sa.cast(t_res.c.data, sa.Text).label("doc"))
 #: Results of confirmation runs time two revisions at once: never a baseline (:mod:`service.regressions.confirm`).
 NOT_CONFIRMATION = t_res.c.run_id.not_in(sa.select(t_run.c.id).where(t_run.c.trigger == CONFIRM_TRIGGER))
+#: Results that are not of the pass (ampci's failures, cells not run: :data:`workers.result.NOT_OF_THE_PASS`) are
+#: never a baseline, never pooled with one, never in a drift line nor a flaky lineage.
+OF_THE_PASS = t_res.c.status.not_in(sorted(NOT_OF_THE_PASS))
 
 
 #: A row selected with SAMPLE_COLS: the cell, then the other fields of StoredResult in order (``doc`` as text).
@@ -74,7 +78,8 @@ class _Statements:
     def __init__(self) -> None:
         run_id: sa.BindParameter[int] = sa.bindparam("run_id")
         chunk = sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(sa.bindparam("shas", expanding=True)),
-                                              t_res.c.run_id != run_id, _same_cell(t_res, run_id), NOT_CONFIRMATION)
+                                              t_res.c.run_id != run_id, _same_cell(t_res, run_id), NOT_CONFIRMATION,
+                                              OF_THE_PASS)
         branch = sa.select(t_rev.c.branch).where(t_rev.c.sha == sa.bindparam("sha")).scalar_subquery()
         run_ids = (sa.select(t_run.c.id).join(t_rev, t_rev.c.sha == t_run.c.revision_sha)
                    .where(t_run.c.id < run_id, t_run.c.trigger.in_(sa.bindparam("triggers", expanding=True)),
@@ -82,7 +87,7 @@ class _Statements:
                    .order_by(t_run.c.id.desc()).limit(sa.bindparam("limit")))
         history = (sa.select(*CELL, t_res.c.run_id, t_res.c.id, t_res.c.status, t_res.c.latency_p50_ms,
                              t_res.c.env_fingerprint)
-                   .where(t_res.c.run_id.in_(run_ids.scalar_subquery())).order_by(t_res.c.run_id))
+                   .where(t_res.c.run_id.in_(run_ids.scalar_subquery()), OF_THE_PASS).order_by(t_res.c.run_id))
         self.current = sa.select(*SAMPLE_COLS).where(t_res.c.run_id == run_id)
         self.chunk = chunk
         self.chunk_before = chunk.where(t_res.c.run_id < sa.bindparam("before_run"))
@@ -101,7 +106,7 @@ class _Statements:
             t_reg.c.revision_sha.in_(sa.bindparam("shas", expanding=True)), _same_cell(t_reg, run_id))
         self.pool = sa.select(*SAMPLE_COLS).where(t_res.c.revision_sha.in_(sa.bindparam("shas", expanding=True)),
                                                   t_res.c.run_id != run_id, _same_cell(t_res, run_id),
-                                                  NOT_CONFIRMATION).order_by(t_res.c.id.desc())
+                                                  NOT_CONFIRMATION, OF_THE_PASS).order_by(t_res.c.id.desc())
         self.cells_of_run = sa.select(*CELL).where(t_res.c.run_id == run_id)
         self.branch = sa.select(t_rev.c.branch).where(t_rev.c.sha == sa.bindparam("sha"))
 

@@ -61,7 +61,7 @@ def detect_run(store: Store, run_id: int, thresholds: Thresholds | None = None) 
     th = thresholds or store.thresholds or Thresholds()
     with store.transaction() as conn:
         run = store.run_row(conn, run_id)
-        current = series.current_results(conn, run_id=run_id)
+        current = detect.of_the_pass(series.current_results(conn, run_id=run_id))
         if current:
             _detect(conn, store, run, current, th)
         return findings.run_findings(conn, run_id=run_id)

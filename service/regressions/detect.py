@@ -13,6 +13,10 @@ Baselines (per cell):
   and needs ``nightly_consecutive`` violating nights before it opens a regression.  A nightly run
   does not reopen a regression of a kind that is already open/acknowledged for the cell.
 
+Results that are not of the pass (:data:`workers.result.NOT_OF_THE_PASS`: ampci's own failures ``error``,
+cells ``unmeasured`` where they ran, poison jobs ``crashed``) are never a baseline, a pooled sample, a drift
+point nor a flip of a flaky lineage, and a run's own such results have no finding (:func:`of_the_pass`).
+
 Guarantees: idempotent (each (run, cell, kind, category) is stored once; re-detection updates the
 values and keeps any state a human set; findings no longer produced and still ``open`` are
 removed); cells that flipped pass/not-pass ``flaky_flips`` times within ``flaky_window`` results,
@@ -71,6 +75,7 @@ from service.regressions.stored import (
     sample,
 )
 from service.regressions.thresholds import Thresholds
+from workers.result import NOT_OF_THE_PASS
 
 LINEAGE_TRIGGERS = ("push", "nightly", "manual")
 #: Categories of a pairwise timing finding that wait for a confirmation run (:mod:`service.regressions.confirm`):
@@ -95,6 +100,14 @@ class OpenRegression(StoredFinding, Protocol):
     def result_id(self) -> int | None: ...
     @property
     def baseline_result_id(self) -> int | None: ...
+
+
+def of_the_pass(current: Mapping[Cell, StoredResult]) -> dict[Cell, StoredResult]:
+    """The results of ``current`` that are results of the pass: one ampci failed or could not run
+    (:data:`workers.result.NOT_OF_THE_PASS`) has no finding, resolves nothing and is no flip of a flaky lineage
+    (the store never gives one as a baseline, a pool, a drift point or a lineage either:
+    :data:`service.db.series.OF_THE_PASS`)."""
+    return {c: r for c, r in current.items() if r.status not in NOT_OF_THE_PASS}
 
 
 def flaky_reason(cell: Cell, statuses: Sequence[str], th: Thresholds) -> str | None:
@@ -196,6 +209,8 @@ def drift_findings(run_sha: str, trigger: str, current: Mapping[Cell, StoredResu
     tipping = trigger in TIPPING_TRIGGERS
     out: dict[Cell, Found] = {}
     for cell, rows_by_sha in by_cell.items():
+        if cell not in current:  # the run's result of it is not of the pass (:func:`of_the_pass`): nothing to judge
+            continue
         lineage = [r.status for sha in sorted(rows_by_sha, key=lambda x: -depth[x]) for r in rows_by_sha[sha]]
         if flaky_reason(cell, [*lineage, current[cell].status], th) is not None:
             continue

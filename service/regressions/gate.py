@@ -12,7 +12,15 @@ Guarantees of :func:`decide` (no silent pass):
   same way (same status; a failure whose message names the run's own revision, such as "commit … is not
   in the pass repository", is about that revision and never the same): then it is a **known
   failure**, listed as such and not failing the gate;
-* exit 0 otherwise.  Every reason that failed the gate is a line in ``reasons``, in cell order;
+* an ampci failure (a result :data:`~workers.result.NOT_OF_THE_PASS`: ``error``, ``unmeasured``, ``crashed``)
+  is never a known failure, whatever its baseline was (it is not a result of the pass);
+* **nothing unmeasured is green**: exit 1 when the run has cells and none of them was measured (no cell
+  converted: every status is outside :data:`~workers.result.CONVERSION_OK_STATUSES`), whatever its baseline
+  did: "nothing measured: none of the 6 cells converted";
+* exit 0 otherwise: a run whose measured cells are fine while other cells fail as they did at the baseline
+  passes (a pull request is not blocked by cells its base already breaks), but those cells stay listed as
+  failing cells (``known_failures``; "2 cells fail to convert, as at the baseline" in every view), never as
+  passes.  Every reason that failed the gate is a line in ``reasons``, in cell order;
 * a cell with no baseline result is **not compared** (``not_compared``): never counted as "no
   regressions" by the texts built on the decision (:mod:`service.regressions.verdict`).
 """
@@ -22,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from workers.result import CONVERSION_OK_STATUSES, NOT_OF_THE_PASS, UNMEASURED
+
 Cell = tuple[str, str, str, str]
 
 #: The status given to a cell whose job ended ``error`` without a result (no worker answer at all).
@@ -30,9 +40,20 @@ JOB_ERROR = "job_error"
 #: way.  ``bad_model`` and ``reference_error`` are not listed: the model file or its fp32 reference is
 #: broken, not the pass, and the cell says so on the run page.
 UNMEASURED_STATUSES = frozenset({"convert_error", "timeout", "crash", "crashed", "fail_accuracy", "diverged",
-                                 "bad_spec", JOB_ERROR})
+                                 "bad_spec", JOB_ERROR, *NOT_OF_THE_PASS})
+#: Statuses of a cell that is not a result of the pass (ampci's failures, cells not run): never a known failure.
+NEVER_KNOWN = frozenset({JOB_ERROR, *NOT_OF_THE_PASS})
+#: The reason of a run in which no cell was measured (see the module docstring).
+NOTHING_MEASURED = "nothing measured: none of the {n} cells converted"
 #: Former name of :data:`UNMEASURED_STATUSES` (they once failed only a cell without a baseline).
 NEW_CELL_FAILURES = UNMEASURED_STATUSES
+
+
+def not_measured_line(target: str, n: int) -> str:
+    """The one line said of a run's ``n`` cells of ``target`` that could not run where they were sent, e.g. ``84
+    cuda cells not measured: no CUDA device where they ran``."""
+    return (f"{n} {target} cell{'' if n == 1 else 's'} not measured: no {target.partition('-')[0].upper()} device "
+            "where they ran")
 
 
 @dataclass(frozen=True)
@@ -51,7 +72,7 @@ class CellOutcome:
 class GateDecision:
     """Exit code of the gate (0 pass, 1 fail), why it failed (empty when it passed), and the cells behind it:
     ``unmeasured`` (could not measure, failing the gate), ``known_failures`` (failed as their baseline did),
-    ``not_compared`` (no baseline result)."""
+    ``not_compared`` (no baseline result), and how many cells were ``measured`` (converted)."""
 
     exit_code: int
     reasons: tuple[str, ...] = ()
@@ -61,6 +82,7 @@ class GateDecision:
     not_compared: tuple[Cell, ...] = ()
     compared: int = 0
     regressions: int = 0
+    measured: int = 0  # cells whose conversion succeeded (so something of them was measured)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form."""
@@ -69,7 +91,7 @@ class GateDecision:
                 "unmeasured": [{"cell": list(c), "status": s} for c, s in self.unmeasured],
                 "known_failures": [{"cell": list(c), "status": s} for c, s in self.known_failures],
                 "not_compared": [list(c) for c in self.not_compared], "compared": self.compared,
-                "regressions": self.regressions}
+                "regressions": self.regressions, "measured": self.measured}
 
 
 def decide(outcomes: Sequence[CellOutcome], with_baseline: Iterable[Cell], regressions: int) -> GateDecision:
@@ -83,6 +105,7 @@ def decide(outcomes: Sequence[CellOutcome], with_baseline: Iterable[Cell], regre
     unmeasured: list[tuple[Cell, str]] = []
     known: list[tuple[Cell, str]] = []
     not_compared: list[Cell] = []
+    skipped: dict[str, int] = {}
     for o in sorted(outcomes, key=lambda o: o.cell):
         has_base = o.cell in based
         if not has_base:
@@ -90,16 +113,25 @@ def decide(outcomes: Sequence[CellOutcome], with_baseline: Iterable[Cell], regre
         if o.status not in UNMEASURED_STATUSES:
             continue
         own = bool(o.revision) and o.revision.lower() in o.message.lower()
-        if has_base and o.baseline_status == o.status and not own:
+        if has_base and o.baseline_status == o.status and not own and o.status not in NEVER_KNOWN:
             known.append((o.cell, o.status))
             continue
         unmeasured.append((o.cell, o.status))
+        if not has_base:
+            new_failed.append(o.cell)
+        if o.status == UNMEASURED:  # said once per target below, not once per cell (84 cuda cells: one line)
+            skipped[o.cell[3]] = skipped.get(o.cell[3], 0) + 1
+            continue
         why = f": {o.message.splitlines()[0][:120]}" if o.message.strip() else ""
         if has_base:
             was = o.baseline_status or "unknown"
             reasons.append(f"cell could not measure: {'/'.join(o.cell)} {o.status} (baseline: {was}){why}")
         else:
-            new_failed.append(o.cell)
             reasons.append(f"new cell fails: {'/'.join(o.cell)} {o.status} (no baseline result){why}")
+    for target, n in sorted(skipped.items()):
+        reasons.append(not_measured_line(target, n))
+    measured = sum(o.status in CONVERSION_OK_STATUSES for o in outcomes)
+    if outcomes and not measured and not reasons:  # (said alone: the other reasons already fail the gate)
+        reasons.append(NOTHING_MEASURED.format(n=len(outcomes)))
     return GateDecision(1 if reasons else 0, tuple(reasons), tuple(new_failed), tuple(unmeasured), tuple(known),
-                        tuple(not_compared), len(based & {o.cell for o in outcomes}), regressions)
+                        tuple(not_compared), len(based & {o.cell for o in outcomes}), regressions, measured)

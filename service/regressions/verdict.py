@@ -11,8 +11,12 @@ reads them from the store); :func:`summary_facts` from a run's counts alone (a r
 
 Guarantees: the state and the exit code agree (``success`` exactly when the exit code is 0 and the run is not
 pending; ``error`` and ``failure`` always exit 1, and the headline then says "gate fails", never "passes"); a
-run that failed or was cancelled, or a job that ended ``error`` or ``crashed``, is ``error``; a cell that could
-not measure is said **first**, with the count by status; a cell without a baseline result is "not compared", and
+run that failed or was cancelled, a job that ended ``error`` or ``crashed``, or a cell whose result is not the
+pass's (:data:`workers.result.NOT_OF_THE_PASS`: ampci's own failure ``error``, a cell ``unmeasured`` where it ran,
+a poison job) is ``error`` (neither green nor red; its reason says a re-run is the remedy); a run in which no cell
+was measured is never ``success`` (:mod:`service.regressions.gate`); a cell that could not measure is said
+**first**, with the count by status; cells failing as at the baseline are said as failing cells ("2 cells fail to
+convert, as at the baseline"), never as passes; a cell without a baseline result is "not compared", and
 "no regressions" is only ever said of cells that were compared; a suspected timing finding that a confirmation
 cap left out is said as "N not confirmed (cap) (kind)": it does not fail the gate, and "no regressions" is then
 not said.  Only a confirmed (open or acknowledged) improvement is said as one ("1 improvement (latency)"); a
@@ -36,12 +40,16 @@ from service.regressions.findings import (
     CONFIRMATION_STATES,
     EXPLAINED,
 )
-from service.regressions.gate import JOB_ERROR, Cell, CellOutcome, GateDecision, decide
+from service.regressions.gate import JOB_ERROR, Cell, CellOutcome, GateDecision, decide, not_measured_line
 from service.regressions.stored import StoredRun
+from workers.result import INFRA_ERROR, NOT_OF_THE_PASS, UNMEASURED
 
 #: Unmeasured statuses that say the run could not be carried out (a bad spec, a worker that died, a job
-#: without any result) rather than that the pass failed: the commit status is ``error`` for them.
-INFRA_STATUSES = frozenset({"bad_spec", "crashed", JOB_ERROR})
+#: without any result, ampci's own failure, a cell that could not run where it was sent) rather than that the
+#: pass failed: the commit status is ``error`` for them (neither green nor red: a re-run is the remedy).
+INFRA_STATUSES = frozenset({"bad_spec", JOB_ERROR, *NOT_OF_THE_PASS})
+#: What the verdict says of a run with ampci's failures: what to do about them.
+RERUN = "not the pass's failure: re-run once it is fixed"
 #: GitHub's limit on a commit status description.
 DESCRIPTION_MAX = 140
 
@@ -96,6 +104,9 @@ def decide_run(facts: RunFacts) -> RunVerdict:
         reasons.append(f"the run {facts.run_status}")
     if facts.errored_jobs:
         reasons.append(f"{_plural(facts.errored_jobs, 'job')} ended in error")
+    infra = [o for o in facts.outcomes if o.status == INFRA_ERROR]
+    if infra:
+        reasons.append(f"{_plural(len(infra), 'cell')} failed by ampci ({infra[0].message[:160]}): {RERUN}")
     if facts.pending or facts.waiting_for:
         state = "pending"
     elif failed_run or facts.errored_jobs or any(s in INFRA_STATUSES for _, s in gate.unmeasured):
@@ -239,11 +250,17 @@ class RunVerdict:
             out.append(f"{_plural(self.facts.errored_jobs, 'job')} ended in error")
         if d.unmeasured:
             out.append(f"{len(d.unmeasured)} of {self.cells} cells could not measure ({_by_status(d.unmeasured)})")
+        infra = [o for o in self.facts.outcomes if o.status == INFRA_ERROR]
+        if infra:
+            out.append(f"{_plural(len(infra), 'cell')} failed by ampci, {RERUN} ({infra[0].message[:100]})")
+        skipped = Counter(o.cell[3] for o in self.facts.outcomes if o.status == UNMEASURED)
+        out += [not_measured_line(target, n) for target, n in sorted(skipped.items())]
+        if d.exit_code and not d.measured and self.facts.outcomes:
+            out.append(f"nothing measured: none of the {len(self.facts.outcomes)} cells converted")
         for kind, n in sorted(self.regressions.items()):
             out.append(f"{n} {kind} regression{'s' if n != 1 else ''}")
         if d.known_failures:
-            out.append(f"{_plural(len(d.known_failures), 'known failure')} (failed the same way at the baseline: "
-                       f"{_by_status(d.known_failures)})")
+            out.append(as_at_baseline(d.known_failures))
         for category, kinds in sorted(self.others.items()):
             out.append(f"{sum(kinds.values())} {category} ({', '.join(sorted(kinds))})")
         if self.pending:
@@ -297,6 +314,16 @@ class RunVerdict:
                                    if self.resolved else None)}
 
 
+def as_at_baseline(known: Sequence[tuple[Cell, str]]) -> str:
+    """How every view says cells that fail as they did at the baseline: failing cells, never passes, e.g.
+    ``2 cells fail to convert, as at the baseline`` or ``1 cell fails as at the baseline (1 fail_accuracy)``."""
+    n = len(known)
+    cells = f"{_plural(n, 'cell')} fail{'s' if n == 1 else ''}"
+    if all(s == "convert_error" for _, s in known):
+        return f"{cells} to convert, as at the baseline"
+    return f"{cells} as at the baseline ({_by_status(tuple(known))})"
+
+
 def _label(g: JudgedFinding) -> str:
     """The verdict's phrase for a finding that is under or after confirmation, or explained: never a gain."""
     capped = g.state == "suspected" and g.state_by == CAPPED_BY
@@ -344,7 +371,7 @@ def list_verdict(run: StoredRun, resolved: tuple[int, tuple[int, ...]] | None = 
     parts = []
     for key, one, many in (("unmeasured", "could not measure", "could not measure"),
                            ("regressions", "regression", "regressions"),
-                           ("known_failures", "known failure", "known failures"),
+                           ("known_failures", "failing as at the baseline", "failing as at the baseline"),
                            ("not_compared", "not compared", "not compared"),
                            ("improvements", "improvement", "improvements"), ("flaky", "flaky", "flaky")):
         n = brief.get(key) or 0

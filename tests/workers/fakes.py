@@ -72,6 +72,17 @@ sys.exit(2)
     "internal": '''
 raise RuntimeError("walk: node has no producer")
 ''',
+    # What a sandbox that hides the interpreter's site-packages gives (the worker has onnx.inliner): ampci's failure.
+    "hidden_dependency": '''
+raise ModuleNotFoundError("No module named 'onnx.inliner'")
+''',
+    # The pass's own import failing (a module of amp_pass, or one no interpreter has): the pass's failure.
+    "own_import": '''
+import amp_pass.no_such_module
+''',
+    "missing_dependency": '''
+import no_such_dependency_anywhere
+''',
     "hang": '''
 time.sleep(600)
 ''',

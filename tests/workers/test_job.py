@@ -60,8 +60,9 @@ def zoo(tmp_path: Path) -> Path:
     return write_manifest(tmp_path / "zoo.toml", MANIFEST)
 
 
-def _job(model: str, zoo: Path, settings: WorkerConfig, pass_root: Path | None, dtype: str = "fp16") -> JobResult:
-    result = run_job(JobSpec(model=model, dtype=dtype, pass_root=pass_root, zoo_path=zoo), settings)
+def _job(model: str, zoo: Path, settings: WorkerConfig, pass_root: Path | None, dtype: str = "fp16",
+         target: str = "cpu") -> JobResult:
+    result = run_job(JobSpec(model=model, dtype=dtype, target=target, pass_root=pass_root, zoo_path=zoo), settings)
     assert JobResult.from_json(result.to_json()) == result
     assert result.timings["total_s"] >= result.timings["exec_s"] > 0 or result.status not in ("pass",)
     assert result.environment["onnxruntime"] and result.environment["python"]
@@ -119,6 +120,11 @@ def test_inaccurate_conversion_is_fail_accuracy(tmp_path: Path, zoo: Path, setti
     ("invalid", "convert_error", "wrote an invalid model: .*Gemm"),
     ("segfault", "crash", "killed by SIGSEGV"),
     ("memory", "crash", "out of memory"),
+    # whose failure: a dependency the worker's interpreter has but the sandbox could not import is ampci's ...
+    ("hidden_dependency", "error", "^infrastructure: the sandbox cannot import onnx.inliner.*re-run"),
+    # ... the pass's own module, or one no interpreter has, is the pass's
+    ("own_import", "convert_error", "No module named 'amp_pass.no_such_module'"),
+    ("missing_dependency", "convert_error", "No module named 'no_such_dependency_anywhere'"),
 ])
 def test_pass_failures_become_statuses(tmp_path: Path, zoo: Path, settings: WorkerConfig, behaviour: str, status: str,
                                        match: str) -> None:
@@ -251,3 +257,23 @@ def test_state_outputs_left_to_convergence_only_when_other_outputs_exist(tmp_pat
     assert state_outputs_not_judged(zoo.get("a"), {"h_new": 0}) == {}  # only state: judged on it
     assert state_outputs_not_judged(zoo.get("b"), both) == {}
     assert state_outputs_not_judged(zoo.get("c"), both) == {}
+
+
+def test_a_cuda_cell_without_a_cuda_device_is_unmeasured_never_pass(tmp_path: Path, zoo: Path,
+                                                                    settings: WorkerConfig) -> None:
+    from workers.sessions import cuda_usable
+
+    if cuda_usable():
+        pytest.skip("this machine has a usable CUDA device")
+    r = _job("conv", zoo, settings, fake_pass(tmp_path / "naive", "naive_fp16"), target="cuda")
+    assert (r.status, r.target) == ("unmeasured", "cuda") and r.message.startswith("no CUDA device"), r.message
+    assert r.accuracy is None and r.latency is None and r.graph is None  # nothing ran
+
+
+def test_an_unwritable_cache_is_ampcis_failure(tmp_path: Path, zoo: Path, settings: WorkerConfig) -> None:
+    import dataclasses
+
+    blocked = tmp_path / "cache-is-a-file"
+    blocked.write_text("not a directory")
+    r = _job("conv", zoo, dataclasses.replace(settings, cache_dir=blocked), fake_pass(tmp_path / "n", "naive_fp16"))
+    assert r.status == "error" and r.message.startswith("infrastructure: internal worker error"), r.message

@@ -192,4 +192,4 @@ def test_a_pass_root_the_sandbox_uid_cannot_read_is_a_one_line_error(tmp_path: P
     out = convert_in_subprocess(src, tmp_path / "out.onnx", tmp_path / "report.json", "fp16", "default", "cpu",
                                 root, timeout_s=60, memory_bytes=2 * 2**30, warm=False,
                                 sandbox=sb.SandboxPolicy(mode="require"))
-    assert out.status == "crash" and "is not readable by the sandbox's uid 65534 (mode 700)" in out.message, out
+    assert out.status == "error" and "is not readable by the sandbox's uid 65534 (mode 700)" in out.message, out

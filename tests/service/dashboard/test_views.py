@@ -54,6 +54,8 @@ def job(status: str) -> JobInfo:
     (result("fail_accuracy"), None, [finding("latency", "improvement")], "fail"),
     (result("convert_error"), None, [], "error"),
     (result("crashed"), None, [], "error"),
+    (result("error"), None, [], "error"),  # ampci's failure
+    (result("unmeasured"), None, [], "missing"),  # not run where it was sent: nothing measured, never a pass
     (result("diverged"), None, [], "fail"),
     (None, job("queued"), [], "pending"),
     (None, job("running"), [], "pending"),
@@ -64,6 +66,14 @@ def test_cell_state(res: ResultRow | None, jb: JobInfo | None, found: list[Regre
     state = views.cell_state(res, jb, found)
     assert state.css == expected
     assert state.icon and state.short and state.label  # never colour alone
+
+
+def test_no_status_but_pass_shows_as_a_pass() -> None:
+    from workers.result import GOOD_STATUSES, STATUSES
+
+    for status in STATUSES:
+        shown = views.cell_state(result(status), None, []).css
+        assert (shown in ("pass", "improved")) == (status in GOOD_STATUSES), (status, shown)
 
 
 def test_every_state_has_distinct_icon_or_word() -> None:

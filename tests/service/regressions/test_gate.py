@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from service.regressions.gate import NEW_CELL_FAILURES, UNMEASURED_STATUSES, CellOutcome, decide
+from service.regressions.gate import NEVER_KNOWN, NEW_CELL_FAILURES, UNMEASURED_STATUSES, CellOutcome, decide
+from workers.result import CONVERSION_OK_STATUSES, NOT_OF_THE_PASS, STATUSES
 
 A = ("conv_net", "fp16", "default", "cpu")
 B = ("conv_net", "bf16", "default", "cpu")
+#: A measured cell beside the one a case is about.
+P = CellOutcome(("tiny_mlp", "fp16", "default", "cpu"), "pass")
 
 CASES = [
     # (outcomes, cells with a baseline result, regressions, exit code, reasons contain)
@@ -29,16 +32,29 @@ CASES = [
     ([CellOutcome(A, "fail_accuracy", "", "pass")], [A], 1, 1, ["1 regression(s)", "fail_accuracy"]),
     ([CellOutcome(A, "crash", "", "convert_error")], [A], 0, 1, ["crash (baseline: convert_error)"]),
     ([CellOutcome(A, "job_error", "")], [], 0, 1, ["job_error"]),
-    # ... unless its baseline failed the same way: a known failure
-    ([CellOutcome(A, "convert_error", "", "convert_error")], [A], 0, 0, []),
-    ([CellOutcome(A, "bad_spec", "", "bad_spec")], [A], 0, 0, []),
-    ([CellOutcome(A, "bad_spec", "zoo entry: no input 'x'", "bad_spec", "ab" * 20)], [A], 0, 0, []),
+    # ... unless its baseline failed the same way (a known failure), while another cell was measured
+    ([P, CellOutcome(A, "convert_error", "", "convert_error")], [A], 0, 0, []),
+    ([P, CellOutcome(A, "bad_spec", "", "bad_spec")], [A], 0, 0, []),
+    ([P, CellOutcome(A, "bad_spec", "zoo entry: no input 'x'", "bad_spec", "ab" * 20)], [A], 0, 0, []),
+    # nothing unmeasured is green: no cell measured fails the gate whatever the baseline did
+    ([CellOutcome(A, "convert_error", "", "convert_error")], [A], 0, 1, ["nothing measured: none of the 1 cells"]),
+    ([CellOutcome(A, "convert_error", "", "convert_error"), CellOutcome(B, "convert_error", "", "convert_error")],
+     [A, B], 0, 1, ["nothing measured: none of the 2 cells converted"]),
+    ([CellOutcome(A, "bad_model")], [], 0, 1, ["nothing measured"]),
+    # ampci's failures are never a known failure, whatever the baseline says
+    ([P, CellOutcome(A, "error", "infrastructure: x", "error")], [A], 0, 1, ["error (baseline: error)"]),
+    ([P, CellOutcome(A, "unmeasured", "no CUDA device", "unmeasured")], [A], 0, 1,
+     ["1 cpu cell not measured: no CPU device"]),
+    # cells that could not run where they were sent: one line per target, however many
+    ([P, *(CellOutcome((f"m{i}", "fp16", "default", "cuda"), "unmeasured") for i in range(84))], [], 0, 1,
+     ["84 cuda cells not measured: no CUDA device where they ran"]),
+    ([P, CellOutcome(A, "crashed", "", "crashed")], [A], 0, 1, ["crashed (baseline: crashed)"]),
     # ... but a failure that names the run's own revision is about that revision, never "the same way"
     ([CellOutcome(A, "bad_spec", f"commit {'ab' * 20} is not in the pass repository", "bad_spec", "ab" * 20)],
      [A], 0, 1, ["bad_spec (baseline: bad_spec): commit abab"]),
-    # the model or its reference is broken, not the pass
-    ([CellOutcome(A, "bad_model")], [], 0, 0, []),
-    ([CellOutcome(A, "reference_error")], [], 0, 0, []),
+    # the model or its reference is broken, not the pass (while another cell was measured)
+    ([P, CellOutcome(A, "bad_model")], [], 0, 0, []),
+    ([P, CellOutcome(A, "reference_error")], [], 0, 0, []),
     ([CellOutcome(A, "pass"), CellOutcome(B, "convert_error")], [A], 1, 1, ["1 regression(s)", "new cell fails: "
                                                                             "conv_net/bf16"]),
 ]
@@ -64,8 +80,22 @@ def test_every_listed_status_fails_a_compared_cell_unless_the_baseline_failed_al
     for status in UNMEASURED_STATUSES:
         got = decide([CellOutcome(A, status, "", "pass")], [A], 0)
         assert got.exit_code == 1 and got.unmeasured == ((A, status),) and got.not_compared == ()
-        same = decide([CellOutcome(A, status, "", status)], [A], 0)
-        assert same.exit_code == 0 and same.known_failures == ((A, status),) and same.unmeasured == ()
+        same = decide([P, CellOutcome(A, status, "", status)], [A], 0)
+        if status in NEVER_KNOWN:  # not a result of the pass: never a known failure
+            assert same.exit_code == 1 and same.known_failures == () and same.unmeasured == ((A, status),)
+        else:
+            assert same.exit_code == 0 and same.known_failures == ((A, status),) and same.unmeasured == ()
+        alone = decide([CellOutcome(A, status, "", status)], [A], 0)
+        if status not in CONVERSION_OK_STATUSES:
+            assert alone.exit_code == 1 and alone.measured == 0  # nothing measured is never green
+
+
+def test_every_status_that_is_not_the_pass_is_never_known_nor_green() -> None:
+    assert NOT_OF_THE_PASS <= NEVER_KNOWN <= UNMEASURED_STATUSES
+    for status in STATUSES:
+        measured = decide([CellOutcome(A, status, "", status)], [A], 0).measured
+        assert measured == (status in CONVERSION_OK_STATUSES)
+        assert (status in NOT_OF_THE_PASS) == (status in ("error", "unmeasured", "crashed"))
 
 
 def test_the_issue_statuses_are_unmeasured() -> None:
