@@ -12,6 +12,14 @@ business: only an installation token may list, create or edit them (a personal t
 only with GitHub's values (``status`` queued/in_progress/completed, a ``conclusion`` of GitHub's list
 exactly when completed: 422 otherwise); an App edits only its own check runs.
 
+Refusals follow "Rate limits for the REST API": ``script[kind]`` lists answers to give the next requests of a
+kind (:data:`SCRIPTED`), among them the secondary rate limit (403 "You have exceeded a secondary rate limit",
+no ``Retry-After``); once an identity met it, its every repository request is refused the same way until
+``secondary_window`` seconds have passed (GitHub: continuing to send while limited prolongs the block), and
+each such early request is counted in ``early``.  Sizes follow the REST reference: a check run's
+``output.summary`` or ``output.text`` over ``output_limit`` bytes (65,535; GitHub counts bytes) and a comment
+over 65,536 characters are refused with 422.
+
 ``hostile`` makes one repository's GitHub misbehave (:data:`HOSTILE`), to prove the reporter cannot
 be stalled: a trickled answer, an endless body, a gzip bomb, a rate limit with any ``Retry-After``,
 invalid JSON, an id no integer holds.  Serve it from a threaded server to see two repositories at once.
@@ -42,6 +50,14 @@ APP_ID = "123456"
 #: that inflates to 256 MiB), ``retry_after:VALUE`` (429 with that Retry-After), ``invalid_json`` (a 200
 #: that is not JSON), ``big_id`` (a 200 whose ids are ``1e400``)
 HOSTILE = ("trickle", "huge", "gzip_bomb", "retry_after:", "invalid_json", "big_id")
+#: scripted answers (``GitHubStandIn.script[kind]``, consumed one per request of the kind): ``secondary`` (403, a
+#: secondary rate limit, no Retry-After: limited for ``secondary_window``), ``secondary_reset`` (the same with
+#: ``x-ratelimit-reset`` two windows ahead, limited until then), ``primary`` (403, ``x-ratelimit-remaining: 0``,
+#: reset two windows ahead), or an HTTP status (409, 422)
+SCRIPTED = ("secondary", "secondary_reset", "primary")
+SECONDARY_MESSAGE = ("You have exceeded a secondary rate limit. Please wait a few minutes before you try again. If "
+                     "you reach out to GitHub Support for help, please include the request ID.")
+MAX_COMMENT_CHARS = 65536
 CHECK_STATUSES = ("queued", "in_progress", "completed")
 CHECK_CONCLUSIONS = ("action_required", "cancelled", "failure", "neutral", "success", "skipped", "timed_out")
 
@@ -101,6 +117,12 @@ class GitHubStandIn:
         self.tokens: dict[str, tuple[int, float]] = {}   # installation token -> (installation, expires)
         self.jwt_claims: list[dict[str, Any]] = []       # of every accepted JWT
         self.refused: list[tuple[str, str]] = []         # (path, why) of every 401
+        self.script: dict[str, list[int | str]] = {}     # request kind -> answers to give next (SCRIPTED)
+        self.secondary_window = 60.0
+        self.limited_until: dict[str, float] = {}        # identity -> end of its rate limit
+        self.limited_at: list[float] = []                # when each scripted rate limit was answered
+        self.early = 0                                   # requests sent while their identity was limited
+        self.output_limit = 65535
         self._next = 1000
         self._lock = threading.Lock()
         server.expect_request(re.compile(r"^/.*")).respond_with_handler(self.handle)
@@ -182,6 +204,40 @@ class GitHubStandIn:
 
     # -- repository data --------------------------------------------------------------------------
 
+    def _scripted(self, kind: str, who: str) -> Response | None:
+        """The next scripted answer of ``kind`` (:data:`SCRIPTED`), consumed; None when none is left."""
+        with self._lock:
+            queue = self.script.get(kind)
+            how = queue.pop(0) if queue else None
+        if how is None:
+            return None
+        if isinstance(how, int):
+            return _json({"message": f"scripted {how}", "documentation_url": "https://docs.github.com/rest"}, how)
+        now = self.clock()
+        # a limit that names its reset lasts until then: two windows, so waiting one is not enough
+        until = now + self.secondary_window * (1 if how == "secondary" else 2)
+        with self._lock:
+            self.limited_until[who] = until
+            self.limited_at.append(now)
+        reset = {"x-ratelimit-reset": str(int(until) + 1)}
+        if how == "primary":
+            return Response(
+                json.dumps({"message": "API rate limit exceeded for installation."}), status=403,
+                content_type="application/json", headers={"x-ratelimit-remaining": "0", **reset})
+        headers = {"x-ratelimit-remaining": "4000", **(reset if how == "secondary_reset" else {})}
+        return Response(json.dumps({"message": SECONDARY_MESSAGE}), status=403, content_type="application/json",
+                        headers=headers)
+
+    def _still_limited(self, who: str) -> Response | None:
+        """GitHub's answer to a request of an identity whose rate limit has not ended (counted in ``early``)."""
+        with self._lock:
+            until = self.limited_until.get(who)
+            if until is None or until <= self.clock():
+                return None
+            self.early += 1
+        return Response(json.dumps({"message": SECONDARY_MESSAGE}), status=403, content_type="application/json",
+                        headers={"x-ratelimit-remaining": "4000"})
+
     def _failing(self, kind: str) -> Response | None:
         how = self.fail.get(kind)
         if how is None:
@@ -239,8 +295,19 @@ class GitHubStandIn:
             self.served[repo] = self.served.get(repo, 0) + 1
         if repo in self.hostile:
             return self._misbehave(self.hostile[repo])
+        if (limited := self._still_limited(who)) is not None:
+            return limited
+        kind = ("list" if method == "GET" else "create") if re.fullmatch(r"/issues/(\d+)/comments", rest) else \
+            "edit" if rest.startswith("/issues/comments/") else "status" if rest.startswith("/statuses/") else \
+            ("check" if method == "GET" else "check_write") if "check-runs" in rest else "other"
+        if (scripted := self._scripted(kind, who)) is not None:
+            return scripted
+        if method in ("POST", "PATCH") and kind in ("create", "edit") and \
+                len(request.json.get("body", "")) > MAX_COMMENT_CHARS:
+            return _json({"message": "Validation Failed", "errors": [
+                {"resource": "IssueComment", "code": "custom", "field": "body",
+                 "message": f"body is too long (maximum is {MAX_COMMENT_CHARS} characters)"}]}, 422)
         if m := re.fullmatch(r"/issues/(\d+)/comments", rest):
-            kind = "list" if method == "GET" else "create"
             if (bad := self._failing(kind)) is not None:
                 return bad
             issue = int(m.group(1))
@@ -276,7 +343,7 @@ class GitHubStandIn:
         return _json({"message": "Not Found"}, 404)
 
     @staticmethod
-    def _invalid_check(body: dict[str, Any], creating: bool) -> str | None:
+    def _invalid_check(body: dict[str, Any], creating: bool, limit: int = 65535) -> str | None:
         """Why GitHub would refuse this check-run body with 422, or None."""
         if creating and not (isinstance(body.get("name"), str) and body["name"]
                              and re.fullmatch(r"[0-9a-f]{40}", str(body.get("head_sha")))):
@@ -290,6 +357,10 @@ class GitHubStandIn:
             return "conclusion must be provided when status is completed"
         if conclusion is not None and status not in (None, "completed"):
             return "a conclusion requires status completed"
+        output = body.get("output") or {}
+        for field in ("summary", "text"):
+            if len(str(output.get(field, "")).encode()) > limit:
+                return f"output.{field} is too long (maximum is {limit} characters)"
         return None
 
     def _check_runs(self, request: Request, repo: str, rest: str, who: str) -> Response:
@@ -302,7 +373,7 @@ class GitHubStandIn:
                 found = list({c["name"]: c for c in sorted(found, key=lambda c: c["id"])}.values())
             return _json({"total_count": len(found), "check_runs": found})
         if rest == "/check-runs" and method == "POST":
-            if (why := self._invalid_check(request.json, creating=True)) is not None:
+            if (why := self._invalid_check(request.json, creating=True, limit=self.output_limit)) is not None:
                 return _json({"message": "Validation Failed", "why": why}, 422)
             with self._lock:
                 self._next += 1
@@ -315,7 +386,7 @@ class GitHubStandIn:
             if check.get("app") != who:  # GitHub: an app edits only its own check runs
                 return _json({"message": "Resource not accessible by integration"}, 403)
             assert "head_sha" not in request.json  # not a field of the update
-            if (why := self._invalid_check(request.json, creating=False)) is not None:
+            if (why := self._invalid_check(request.json, creating=False, limit=self.output_limit)) is not None:
                 return _json({"message": "Validation Failed", "why": why}, 422)
             check.update(request.json)
             if check.get("status") != "completed":
