@@ -60,7 +60,7 @@ from service.github.report_items import (
     Report,
     report_from_dict,
 )
-from service.github_auth.app import AppAuth, AuthError, CallAnswer, GitHubAuth, StaticToken
+from service.github_auth.app import AppAuth, AuthError, CallAnswer, GitHubAuth, Permissions, StaticToken
 from service.github_auth.transport import (
     MAX_ANSWER_BYTES,
     Answer,
@@ -76,6 +76,17 @@ __all__ = ["CHECK_CONCLUSIONS", "CHECK_STATUSES", "COMMENT_MARKER", "MAX_CHECK_T
            "UnexpectedStatusError", "backoff_delay", "report_from_dict"]
 
 log = logging.getLogger(__name__)
+
+
+#: The installation-token permission each report kind writes with (listing what it edits included).
+REPORT_PERMISSIONS = {"status": ("statuses", "write"), "comment": ("pull_requests", "write"),
+                      "check": ("checks", "write")}
+REPORT_KINDS = frozenset(REPORT_PERMISSIONS)
+
+
+def report_permissions(reports: frozenset[str]) -> dict[str, str]:
+    """The permissions a reporter sending ``reports`` (``status``, ``comment``, ``check``) needs, no more."""
+    return dict(REPORT_PERMISSIONS[r] for r in sorted(reports) if r in REPORT_PERMISSIONS)
 
 
 def backoff_delay(attempt: int, base: float = 1.0, cap: float = 300.0,
@@ -97,7 +108,8 @@ class GitHubStatusClient:
 
     def __init__(self, api_url: str, token: str = "", *, auth: GitHubAuth | None = None, timeout: float = 10.0,
                  attempts: int = 3, backoff_base: float = 0.5, sleep: Callable[[float], None] = time.sleep,
-                 max_answer_bytes: int = MAX_ANSWER_BYTES, rate_limit_wait: float = SECONDARY_WAIT) -> None:
+                 max_answer_bytes: int = MAX_ANSWER_BYTES, rate_limit_wait: float = SECONDARY_WAIT,
+                 permissions: Permissions | None = None) -> None:
         if auth is None:
             if not token:
                 raise ValueError("a GitHub identity is required to report (AMPCI_GITHUB_APP_ID or AMPCI_GITHUB_TOKEN)")
@@ -107,6 +119,7 @@ class GitHubStatusClient:
         self.attempts = max(1, attempts)
         self.backoff_base = backoff_base
         self.rate_limit_wait = rate_limit_wait
+        self.permissions = dict(permissions if permissions is not None else report_permissions(REPORT_KINDS))
         self._sleep = sleep
         # no default Authorization: each request gets its repository's credential; redirects are never followed
         self._http = BoundedHTTP(deadline=timeout, max_bytes=max_answer_bytes, headers={
@@ -228,10 +241,11 @@ class GitHubStatusClient:
         else:
             self.post_status(report)
 
-    def _auth_call(self, method: str, path: str, bearer: str) -> CallAnswer:
+    def _auth_call(self, method: str, path: str, bearer: str, body: JsonObject | None = None) -> CallAnswer:
         """One request of the identity (JWT or token) to the API base: (status, JSON or None, headers)."""
         try:
-            resp = self._http.request(method, f"{self.api_url}{path}", headers={"Authorization": f"Bearer {bearer}"})
+            resp = self._http.request(method, f"{self.api_url}{path}", headers={"Authorization": f"Bearer {bearer}"},
+                                      json_body=body)
         except ExchangeError as exc:
             raise AuthError(f"{method} {path}: {exc}", 0) from None
         try:
@@ -242,7 +256,7 @@ class GitHubStatusClient:
 
     def _authorization(self, repo: str) -> dict[str, str]:
         try:
-            return {"Authorization": f"Bearer {self.auth.token(repo, self._auth_call)}"}
+            return {"Authorization": f"Bearer {self.auth.token(repo, self._auth_call, self.permissions)}"}
         except AuthError as exc:
             raise _auth_failure(exc, repo) from None
 

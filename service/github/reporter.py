@@ -39,7 +39,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from service.github import live_checks as live
-from service.github.client import CheckRun, CommitStatus, GitHubStatusClient, PullRequestComment
+from service.github.client import (
+    CheckRun,
+    CommitStatus,
+    GitHubStatusClient,
+    PullRequestComment,
+    report_permissions,
+)
 from service.github.outbox import MemoryOutbox, RedisOutbox, StatusOutbox
 from service.github.poster import OutboxPoster, log_failure
 from service.settings import Settings
@@ -117,8 +123,13 @@ class StatusReporter(OutboxPoster):
         from service.github_auth.app import auth_from_settings
 
         auth = auth_from_settings(settings)  # ConfigError at start for half an App or a bad key
-        client = GitHubStatusClient(settings.github_api_url, auth=auth) if auth is not None else None
         kwargs.setdefault("reports", settings.github_report_set())
+        reports = kwargs["reports"]
+        if not isinstance(reports, set | frozenset):
+            raise TypeError("reports: a set of report kinds")
+        reports = frozenset(str(r) for r in reports)
+        client = GitHubStatusClient(settings.github_api_url, auth=auth, permissions=report_permissions(reports)) \
+            if auth is not None else None
         return cls(outbox, client, public_url=settings.public_url, **kwargs)  # type: ignore[arg-type]
 
     @property

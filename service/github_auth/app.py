@@ -4,9 +4,12 @@
 clock drift, ``exp`` 9 minutes ahead -- GitHub refuses more than 10 -- ``iss`` the App id) and
 exchanges it at ``POST /app/installations/{id}/access_tokens`` for an installation token.  The
 installation of a repository is the one its webhook named (``installation.id``, kept with the run:
-:meth:`remember`), else ``GET /repos/{owner}/{repo}/installation`` with the JWT.  Tokens are cached
-per installation and minted anew :data:`REFRESH_MARGIN` seconds before their ``expires_at``, and once
-more when GitHub answers 401 (:meth:`invalidate`).  The identity whose comments are ampci's is the
+:meth:`remember`), else ``GET /repos/{owner}/{repo}/installation`` with the JWT.  A token is as narrow as its
+job: minted for the one repository it is used on (``repositories``) with the ``permissions`` its caller
+names (a clone: ``contents: read``; the reporter: the write permissions of the reports it sends), so a
+token handed to a worker cannot write a status, nor read another repository of the installation.  Tokens
+are cached per (installation, repository, permissions) and minted anew :data:`REFRESH_MARGIN` seconds
+before their ``expires_at``, and once more when GitHub answers 401 (:meth:`invalidate`).  The identity whose comments are ampci's is the
 App's bot, ``<slug>[bot]`` (``GET /app``).
 
 :class:`StaticToken` is the personal or bot token of ``AMPCI_GITHUB_TOKEN`` (commit statuses and
@@ -44,17 +47,30 @@ class AuthError(Exception):
         self.retry_after = retry_after
 
 
+#: Permissions of an installation token (GitHub's names: ``{"contents": "read", "statuses": "write"}``).
+Permissions = Mapping[str, str]
+#: The clone's: read the repository's contents, nothing else.
+CLONE_PERMISSIONS: Permissions = {"contents": "read"}
+
 #: What :data:`Call` returns: the HTTP status, the answer's JSON (None when it had none or no valid JSON) and
 #: the answer's headers (lower-case names; None when there was no answer).
 CallAnswer = tuple[int, JsonValue, Mapping[str, str] | None]
-#: ``call(method, path, bearer) -> (status, json or None, headers)``: one request to the API base.
-Call = Callable[[str, str, str], CallAnswer]
+
+
+class Call(Protocol):
+    """``call(method, path, bearer, body=None) -> (status, json or None, headers)``: one request to the API
+    base (``body``: a JSON object to send)."""
+
+    def __call__(self, method: str, path: str, bearer: str, body: JsonObject | None = None) -> CallAnswer: ...
+
 
 
 class GitHubAuth(Protocol):
     """What the client asks of an identity (thread-safe)."""
 
-    def token(self, repo: str, call: Call) -> str: ...
+    def token(self, repo: str, call: Call, permissions: Permissions | None = None) -> str:
+        """A credential for ``repo`` holding at most ``permissions`` (None: all the identity has)."""
+        ...
 
     def invalidate(self, repo: str) -> bool:
         """Forget the cached credential of ``repo``; True when a fresh one may differ (retry once)."""
@@ -74,8 +90,8 @@ class StaticToken:
         self._token = token
         self._login: str | None = None
 
-    def token(self, repo: str, call: Call) -> str:
-        return self._token
+    def token(self, repo: str, call: Call, permissions: Permissions | None = None) -> str:
+        return self._token  # a static token's scope is set where it was made
 
     def invalidate(self, repo: str) -> bool:
         return False  # the same token again would fail the same way
@@ -111,7 +127,7 @@ class AppAuth:
         self._clock = clock
         self._lock = threading.Lock()
         self._installations: dict[str, int] = {}
-        self._tokens: dict[int, tuple[str, float]] = {}
+        self._tokens: dict[tuple[int, str, tuple[tuple[str, str], ...]], tuple[str, float]] = {}
         self._login: str | None = None
 
     def app_jwt(self) -> str:
@@ -141,17 +157,23 @@ class AppAuth:
         self.remember(repo, found["id"])
         return int(found["id"])
 
-    def token(self, repo: str, call: Call) -> str:
-        """A live installation token for ``repo`` (cached; minted when none or near its expiry)."""
+    def token(self, repo: str, call: Call, permissions: Permissions | None = None) -> str:
+        """A live installation token for ``repo`` alone with ``permissions`` (None: the installation's),
+        cached per (installation, repository, permissions); minted when none or near its expiry."""
         installation = self.installation(repo, call)
+        scope = tuple(sorted((permissions or {}).items()))
+        key = (installation, repo.lower(), scope)
         now = self._clock()
         with self._lock:
-            cached = self._tokens.get(installation)
+            cached = self._tokens.get(key)
         if cached is not None and cached[1] - now > REFRESH_MARGIN:
             return cached[0]
         path = f"/app/installations/{installation}/access_tokens"
+        body: JsonObject = {"repositories": [repo.split("/", 1)[-1]]}
+        if permissions is not None:
+            body["permissions"] = dict(scope)
         try:
-            got = _field(call("POST", path, self.app_jwt()), f"POST {path}")
+            got = _field(call("POST", path, self.app_jwt(), body), f"POST {path}")
         except AuthError as exc:
             if exc.status == 404:  # uninstalled and maybe installed again: look it up anew next time
                 with self._lock:
@@ -165,13 +187,16 @@ class AppAuth:
         if not isinstance(token, str) or not token:
             raise AuthError(f"POST {path}: no token in the answer", 502)
         with self._lock:
-            self._tokens[installation] = (token, expires_at)
+            self._tokens[key] = (token, expires_at)
         return token
 
     def invalidate(self, repo: str) -> bool:
         with self._lock:
             installation = self._installations.get(repo.lower())
-            return installation is not None and self._tokens.pop(installation, None) is not None
+            stale = [k for k in self._tokens if k[0] == installation and k[1] == repo.lower()]
+            for k in stale:
+                del self._tokens[k]
+            return bool(stale)
 
     def login(self, call: Call) -> str:
         """``<slug>[bot]``: the login GitHub shows as the author of what the App writes."""

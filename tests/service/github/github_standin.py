@@ -10,7 +10,9 @@ than now, expiring within 10 minutes.  Installation tokens expire (``token_lifet
 comments (403 otherwise), a user token with write access may edit any.  Check runs are GitHub App
 business: only an installation token may list, create or edit them (a personal token gets 403), and
 only with GitHub's values (``status`` queued/in_progress/completed, a ``conclusion`` of GitHub's list
-exactly when completed: 422 otherwise); an App edits only its own check runs.
+exactly when completed: 422 otherwise); an App edits only its own check runs.  An installation token is
+minted for the ``repositories`` and with the ``permissions`` asked (422 beyond the installation's) and
+refused (403) outside them.
 
 Refusals follow "Rate limits for the REST API": ``script[kind]`` lists answers to give the next requests of a
 kind (:data:`SCRIPTED`), among them the secondary rate limit (403 "You have exceeded a secondary rate limit",
@@ -58,6 +60,11 @@ SCRIPTED = ("secondary", "secondary_reset", "primary")
 SECONDARY_MESSAGE = ("You have exceeded a secondary rate limit. Please wait a few minutes before you try again. If "
                      "you reach out to GitHub Support for help, please include the request ID.")
 MAX_COMMENT_CHARS = 65536
+_LEVEL = {"none": 0, "read": 1, "write": 2}
+#: the permission each request kind needs (GitHub's "Permissions required for GitHub Apps"): level, any of names
+NEEDS = {"list": ("read", ("pull_requests", "issues")), "create": ("write", ("pull_requests", "issues")),
+         "edit": ("write", ("pull_requests", "issues")), "status": ("write", ("statuses",)),
+         "check": ("read", ("checks",)), "check_write": ("write", ("checks",)), "other": ("read", ("contents",))}
 CHECK_STATUSES = ("queued", "in_progress", "completed")
 CHECK_CONCLUSIONS = ("action_required", "cancelled", "failure", "neutral", "success", "skipped", "timed_out")
 
@@ -123,6 +130,12 @@ class GitHubStandIn:
         self.limited_at: list[float] = []                # when each scripted rate limit was answered
         self.early = 0                                   # requests sent while their identity was limited
         self.output_limit = 65535
+        #: the App's permissions on every installation (deploy/github-app.json's) and what each token holds
+        self.granted = {"checks": "write", "pull_requests": "write", "statuses": "write", "contents": "read",
+                        "metadata": "read"}
+        self.scopes: dict[str, tuple[set[str] | None, dict[str, str] | None]] = {}  # token -> (repo names, perms)
+        self.mints: list[dict[str, Any]] = []            # the body of every installation token minted
+        self.narrowed: list[tuple[str, str]] = []        # (path, why) of every 403 for a token's narrowing
         self._next = 1000
         self._lock = threading.Lock()
         server.expect_request(re.compile(r"^/.*")).respond_with_handler(self.handle)
@@ -190,13 +203,28 @@ class GitHubStandIn:
         if m := re.fullmatch(r"/app/installations/(\d+)/access_tokens", path):
             if request.method != "POST" or int(m.group(1)) not in self.installations.values():
                 return _json({"message": "Not Found"}, 404)
+            installation = int(m.group(1))
+            asked = request.get_json(silent=True) or {}
+            mine = {r.split("/", 1)[1] for r, i in self.installations.items() if i == installation}
+            names = {str(n).lower() for n in asked.get("repositories", [])} or None
+            permissions = asked.get("permissions")
+            if names is not None and not names <= mine:
+                return _json({"message": "There is at least one repository that does not exist or is not "
+                                         "accessible to the parent installation."}, 422)
+            if permissions is not None and any(
+                    _LEVEL.get(level, 9) > _LEVEL.get(self.granted.get(name, "none"), 0)
+                    for name, level in permissions.items()):
+                return _json({"message": "The permissions requested are not granted to this installation."}, 422)
             with self._lock:
                 self._next += 1
                 token = f"ghs_test{self._next}"
                 expires = self.clock() + self.token_lifetime
-                self.tokens[token] = (int(m.group(1)), expires)
+                self.tokens[token] = (installation, expires)
+                self.scopes[token] = (names, dict(permissions) if permissions is not None else None)
+                self.mints.append({"installation": installation, **asked})
             stamp = datetime.fromtimestamp(expires, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            return _json({"token": token, "expires_at": stamp, "permissions": {}}, 201)
+            return _json({"token": token, "expires_at": stamp,
+                          "permissions": permissions if permissions is not None else self.granted}, 201)
         if m := re.fullmatch(r"/repos/([^/]+/[^/]+)/installation", path):
             found = self.installations.get(m.group(1).lower())
             return _json({"id": found}) if found else _json({"message": "Not Found"}, 404)
@@ -237,6 +265,25 @@ class GitHubStandIn:
             self.early += 1
         return Response(json.dumps({"message": SECONDARY_MESSAGE}), status=403, content_type="application/json",
                         headers={"x-ratelimit-remaining": "4000"})
+
+    def _outside_scope(self, request: Request, repo: str, kind: str) -> Response | None:
+        """GitHub's 403 for an installation token used outside what it was minted for: another repository, or
+        an endpoint whose permission (:data:`NEEDS`) it does not hold at that level; None when allowed."""
+        scope = self.scopes.get(self._bearer(request))
+        if scope is None:
+            return None
+        names, permissions = scope
+        why = ""
+        if names is not None and repo.split("/", 1)[1] not in names:
+            why = f"token not minted for {repo}"
+        elif permissions is not None and kind in NEEDS:
+            level, choices = NEEDS[kind]
+            if not any(_LEVEL.get(permissions.get(name, "none"), 0) >= _LEVEL[level] for name in choices):
+                why = f"{kind} needs {level} on one of {', '.join(choices)}"
+        if not why:
+            return None
+        self.narrowed.append((request.path, why))
+        return _json({"message": "Resource not accessible by integration", "why": why}, 403)
 
     def _failing(self, kind: str) -> Response | None:
         how = self.fail.get(kind)
@@ -300,6 +347,8 @@ class GitHubStandIn:
         kind = ("list" if method == "GET" else "create") if re.fullmatch(r"/issues/(\d+)/comments", rest) else \
             "edit" if rest.startswith("/issues/comments/") else "status" if rest.startswith("/statuses/") else \
             ("check" if method == "GET" else "check_write") if "check-runs" in rest else "other"
+        if (narrow := self._outside_scope(request, repo, kind)) is not None:
+            return narrow
         if (scripted := self._scripted(kind, who)) is not None:
             return scripted
         if method in ("POST", "PATCH") and kind in ("create", "edit") and \
