@@ -1,7 +1,8 @@
 """Who ampci is on GitHub: a GitHub App installation (recommended) or a static token.
 
 :class:`AppAuth` signs an RS256 JWT with the App's private key (PyJWT; ``iat`` 60 s in the past for
-clock drift, ``exp`` 9 minutes ahead -- GitHub refuses more than 10 -- ``iss`` the App id) and
+clock drift, ``exp`` 9 minutes ahead -- GitHub refuses more than 10 -- ``iss`` the App's client ID when
+configured, as GitHub now recommends, else its numeric id; GitHub accepts either) and
 exchanges it at ``POST /app/installations/{id}/access_tokens`` for an installation token.  The
 installation of a repository is the one its webhook named (``installation.id``, kept with the run:
 :meth:`remember`), else ``GET /repos/{owner}/{repo}/installation`` with the JWT.  A token is as narrow as its
@@ -21,6 +22,7 @@ Credentials go only to the configured API base: every request is built by the ca
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -108,13 +110,18 @@ class StaticToken:
 class AppAuth:
     """A GitHub App: JWTs, installation ids per repository and installation tokens per installation."""
 
-    def __init__(self, app_id: str, private_key: str, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, app_id: str, private_key: str, *, client_id: str = "",
+                 clock: Callable[[], float] = time.time) -> None:
         import jwt
         from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
         from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-        if not app_id.strip().isdigit():
+        if app_id.strip() and not app_id.strip().isdigit():
             raise ConfigError("AMPCI_GITHUB_APP_ID: expected the App's numeric id")
+        if client_id.strip() and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{3,99}", client_id.strip()):
+            raise ConfigError("AMPCI_GITHUB_CLIENT_ID: expected the App's client ID (Iv1.… or Iv23…)")
+        if not (app_id.strip() or client_id.strip()):
+            raise ConfigError("a GitHub App needs AMPCI_GITHUB_APP_ID or AMPCI_GITHUB_CLIENT_ID")
         try:
             key = load_pem_private_key(private_key.encode(), password=None)
         except (ValueError, TypeError):
@@ -122,6 +129,8 @@ class AppAuth:
         if not isinstance(key, RSAPrivateKey):  # the message never carries the key
             raise ConfigError("AMPCI_GITHUB_PRIVATE_KEY(_FILE): not a PEM RSA private key (the App's .pem file)")
         self.app_id = app_id.strip()
+        self.client_id = client_id.strip()
+        self.issuer = self.client_id or self.app_id  # the JWT's iss
         self._key = key
         self._jwt = jwt
         self._clock = clock
@@ -131,9 +140,10 @@ class AppAuth:
         self._login: str | None = None
 
     def app_jwt(self) -> str:
-        """A JWT for the App's own endpoints: RS256, ``iat`` 60 s back, ``exp`` 9 min ahead, ``iss`` the id."""
+        """A JWT for the App's own endpoints: RS256, ``iat`` 60 s back, ``exp`` 9 min ahead, ``iss`` the client
+        ID when configured, else the numeric id."""
         now = int(self._clock())
-        claims = {"iat": now - int(JWT_BACKDATE), "exp": now + int(JWT_LIFETIME), "iss": self.app_id}
+        claims = {"iat": now - int(JWT_BACKDATE), "exp": now + int(JWT_LIFETIME), "iss": self.issuer}
         return str(self._jwt.encode(claims, self._key, algorithm="RS256"))
 
     def remember(self, repo: str, installation: int) -> None:
@@ -225,7 +235,7 @@ def _login_of(answer: CallAnswer, what: str, key: str) -> str:
 
 
 def auth_from_settings(settings: Settings) -> GitHubAuth | None:
-    """The identity the settings configure: the App (``AMPCI_GITHUB_APP_ID`` with
+    """The identity the settings configure: the App (``AMPCI_GITHUB_APP_ID`` or ``AMPCI_GITHUB_CLIENT_ID`` with
     ``AMPCI_GITHUB_PRIVATE_KEY`` or ``AMPCI_GITHUB_PRIVATE_KEY_FILE``), else ``AMPCI_GITHUB_TOKEN``, else
     None.  ConfigError (naming the variable, never showing the key) for half an App or an unreadable key."""
     key = settings.github_private_key
@@ -236,12 +246,14 @@ def auth_from_settings(settings: Settings) -> GitHubAuth | None:
             key = Path(settings.github_private_key_file).expanduser().read_text()
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"AMPCI_GITHUB_PRIVATE_KEY_FILE: cannot read it ({type(exc).__name__})") from None
-    if settings.github_app_id or key:
-        if not (settings.github_app_id and key):
-            raise ConfigError("a GitHub App needs both AMPCI_GITHUB_APP_ID and AMPCI_GITHUB_PRIVATE_KEY(_FILE)")
+    named = settings.github_app_id or settings.github_client_id
+    if named or key:
+        if not (named and key):
+            raise ConfigError("a GitHub App needs AMPCI_GITHUB_APP_ID (or AMPCI_GITHUB_CLIENT_ID) and "
+                              "AMPCI_GITHUB_PRIVATE_KEY(_FILE)")
         if "\\n" in key and "\n" not in key.strip():  # a PEM written on one line in an env file
             key = key.replace("\\n", "\n")
-        return AppAuth(settings.github_app_id, key)
+        return AppAuth(settings.github_app_id, key, client_id=settings.github_client_id)
     if settings.github_token:
         return StaticToken(settings.github_token)
     return None

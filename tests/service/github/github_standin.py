@@ -4,7 +4,7 @@ Repository data (issue comments, statuses, check runs) of the repositories in ``
 GitHub keeps it.  Every ``/repos``
 request must carry a credential GitHub would accept, else 401: the static token (``pat``, a user
 ``pat_login``) or a live installation token.  The App endpoints check the App JWT as GitHub does:
-RS256 signed by the App's key (verified with its public key), ``iss`` the App id, issued no later
+RS256 signed by the App's key (verified with its public key), ``iss`` the App id or its client ID, issued no later
 than now, expiring within 10 minutes.  Installation tokens expire (``token_lifetime``, or at once by
 :meth:`GitHubStandIn.expire_tokens`).  Comments record their author; an App may edit only its own
 comments (403 otherwise), a user token with write access may edit any.  Check runs are GitHub App
@@ -105,7 +105,7 @@ class GitHubStandIn:
     def __init__(self, server: HTTPServer, *, app_id: str | None = None, public_key: str | None = None,
                  slug: str = "ampci-test", installation: int = 4242, token_lifetime: float = 3600.0,
                  clock: Callable[[], float] = time.time, pat: str = GITHUB_TOKEN,
-                 repos: tuple[str, ...] = (REPO,)) -> None:
+                 repos: tuple[str, ...] = (REPO,), client_id: str | None = None) -> None:
         self.comments: dict[int, dict[str, Any]] = {}
         self.statuses: list[dict[str, Any]] = []
         self.checks: list[dict[str, Any]] = []
@@ -113,6 +113,7 @@ class GitHubStandIn:
         self.fail: dict[str, int | str] = {}
         self.delay = 3.0
         self.app_id, self.public_key, self.slug = app_id, public_key, slug
+        self.client_id = client_id  # GitHub accepts the App's client ID as the JWT's iss as well
         self.repos = {r.lower() for r in repos}
         self.installations = {r.lower(): installation + i for i, r in enumerate(repos)}
         self.hostile: dict[str, str] = {}   # repository (lower case) -> a mode of HOSTILE
@@ -182,8 +183,8 @@ class GitHubStandIn:
         except jwt.PyJWTError as exc:
             return self._unauthorized(request, f"JWT: {type(exc).__name__}")
         now = self.clock()
-        if str(claims["iss"]) != self.app_id:
-            return self._unauthorized(request, "JWT iss is not the App id")
+        if str(claims["iss"]) not in {self.app_id, self.client_id} - {None}:
+            return self._unauthorized(request, "JWT iss is neither the App id nor its client ID")
         if claims["exp"] <= now:
             return self._unauthorized(request, "JWT expired")
         if claims["exp"] - now > 600 or claims["exp"] - claims["iat"] > 660:
