@@ -47,6 +47,7 @@ class AuthError(Exception):
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+        self.installation: int | None = None  # the installation a token was asked of, when that call failed
 
 
 #: Permissions of an installation token (GitHub's names: ``{"contents": "read", "statuses": "write"}``).
@@ -136,6 +137,7 @@ class AppAuth:
         self._clock = clock
         self._lock = threading.Lock()
         self._installations: dict[str, int] = {}
+        self._gone: set[int] = set()  # installations GitHub no longer knows
         self._tokens: dict[tuple[int, str, tuple[tuple[str, str], ...]], tuple[str, float]] = {}
         self._login: str | None = None
 
@@ -147,9 +149,19 @@ class AppAuth:
         return str(self._jwt.encode(claims, self._key, algorithm="RS256"))
 
     def remember(self, repo: str, installation: int) -> None:
-        """The installation a webhook of ``repo`` named (saves a ``GET /repos/.../installation``)."""
+        """The installation a webhook of ``repo`` named (saves a ``GET /repos/.../installation``); ignored for
+        an installation GitHub no longer knows (:meth:`forget`: a run stored before a reinstall names it)."""
         with self._lock:
-            self._installations[repo.lower()] = int(installation)
+            if int(installation) not in self._gone:
+                self._installations[repo.lower()] = int(installation)
+
+    def forget(self, installation: int) -> None:
+        """``installation`` is gone (uninstalled, or GitHub answered 404 for it): its tokens are dropped, the
+        repositories it served are looked up again when next needed, and :meth:`remember` ignores it."""
+        with self._lock:
+            self._gone.add(int(installation))
+            self._installations = {r: i for r, i in self._installations.items() if i != int(installation)}
+            self._tokens = {k: v for k, v in self._tokens.items() if k[0] != int(installation)}
 
     def installation_of(self, repo: str) -> int | None:
         """The installation of ``repo`` when known (remembered or looked up), without a request."""
@@ -169,7 +181,18 @@ class AppAuth:
 
     def token(self, repo: str, call: Call, permissions: Permissions | None = None) -> str:
         """A live installation token for ``repo`` alone with ``permissions`` (None: the installation's),
-        cached per (installation, repository, permissions); minted when none or near its expiry."""
+        cached per (installation, repository, permissions); minted when none or near its expiry.  When GitHub
+        no longer knows the installation remembered for ``repo`` (404: uninstalled, maybe installed again),
+        it is forgotten and the repository's installation looked up once more before giving up."""
+        try:
+            return self._token(repo, call, permissions)
+        except AuthError as exc:
+            if exc.status != 404 or exc.installation is None:
+                raise
+            self.forget(exc.installation)
+        return self._token(repo, call, permissions)
+
+    def _token(self, repo: str, call: Call, permissions: Permissions | None) -> str:
         installation = self.installation(repo, call)
         scope = tuple(sorted((permissions or {}).items()))
         key = (installation, repo.lower(), scope)
@@ -185,9 +208,7 @@ class AppAuth:
         try:
             got = _field(call("POST", path, self.app_jwt(), body), f"POST {path}")
         except AuthError as exc:
-            if exc.status == 404:  # uninstalled and maybe installed again: look it up anew next time
-                with self._lock:
-                    self._installations.pop(repo.lower(), None)
+            exc.installation = installation  # a 404: the caller forgets it and looks the repository up again
             raise
         token, expires = got.get("token"), got.get("expires_at")
         try:
