@@ -145,6 +145,10 @@ class GitHubStatusClient:
         self._request("POST", f"{self.api_url}/repos/{status.repo}/statuses/{status.sha}", status.body(),
                       repo=status.repo)
 
+    def installation_of(self, repo: str) -> int | None:
+        """The App installation known to serve ``repo`` (None: a static token, or not known yet)."""
+        return self.auth.installation_of(repo) if isinstance(self.auth, AppAuth) else None
+
     def limit_scope(self, repo: str) -> str:
         """What GitHub rate-limits the reports of ``repo`` by: its App installation when known, else
         the repository (a token's limits are per user, but one repository's 429 says nothing of another's)."""

@@ -25,6 +25,7 @@ from service.github.client import (
     backoff_delay,
 )
 from service.github.fallback import shortened
+from service.github.installations import Installations
 from service.github.lanes import RateLimits, RepositoryLanes
 from service.github.outbox import OutboxItem, StatusOutbox
 from service.github.refusals import UNEXPECTED_ATTEMPTS
@@ -66,6 +67,7 @@ class OutboxPoster:
         self.poll_interval = poll_interval
         self.workers = workers
         self.limits = RateLimits()
+        self.installations = Installations()  # deleted/suspended installations, removed repositories
         self.outage_count = 0  # reporting failures caused by a database/Redis outage (one WARNING line each)
         self._lanes: RepositoryLanes | None = None
         self._wake = threading.Event()
@@ -113,11 +115,16 @@ class OutboxPoster:
 
         A rate-limited credential is not called: the item is put back for the end of its pause without
         counting an attempt.  Every failure is one log line (no traceback): permanent ones drop the item
-        at once (one refused with 422 is replaced by its shortened form, :func:`service.github.fallback.shortened`,
+        at once (so is one to a deleted or suspended installation, or a repository removed from its
+        installation, without a request: :mod:`service.github.installations`; one refused with 422 is replaced by its shortened form, :func:`service.github.fallback.shortened`,
         until none is left), the others (outage, deadline, rate limit, malformed answer, or an unexpected error)
         count an attempt and drop it after ``max_attempts`` (an undocumented 4xx: after
         :data:`~service.github.refusals.UNEXPECTED_ATTEMPTS`)."""
         assert self.client is not None
+        stopped = self.installations.stopped(item.status.repo, self.client.installation_of(item.status.repo))
+        if stopped is not None:  # one log line said so when the installation changed
+            self.outbox.drop(item, f"not sent: {stopped}")
+            return False
         scope = self.client.limit_scope(item.status.repo)
         until = self.limits.paused_until(scope)
         if until is not None:
