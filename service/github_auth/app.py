@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Protocol
 
 from service.errors import ConfigError
-from service.github_auth.transport import retry_delay
+from service.github_auth.transport import DEFAULT_RATE_LIMIT_DELAY, retry_delay
 from service.json_types import JsonObject, JsonValue
 from service.settings import Settings
 
@@ -239,10 +239,14 @@ class AppAuth:
 def _field(answer: CallAnswer, what: str) -> JsonObject:
     status, data, headers = answer
     if not 200 <= status < 300:
-        retry = None
-        if headers is not None and headers.get("retry-after") is not None:
-            retry = retry_delay(headers)
-        raise AuthError(f"{what}: HTTP {status}", status, retry)
+        retry = retry_delay(headers) if headers is not None else None
+        message = data.get("message") if isinstance(data, dict) else None
+        secondary = status == 403 and isinstance(message, str) and "secondary rate limit" in message.lower()
+        if secondary or (status == 403 and headers is not None and headers.get("x-ratelimit-remaining") == "0"):
+            # a rate limit of the App's own calls: told apart from a refusal as a 429 (the caller waits)
+            raise AuthError(f"{what}: HTTP {status} (rate limited)", 429, retry or DEFAULT_RATE_LIMIT_DELAY)
+        raise AuthError(f"{what}: HTTP {status}", status, retry if status == 429 or (
+            headers is not None and headers.get("retry-after") is not None) else None)
     if not isinstance(data, dict):
         raise AuthError(f"{what}: expected a JSON object", 502)
     return data

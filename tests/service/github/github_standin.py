@@ -327,6 +327,8 @@ class GitHubStandIn:
         with self._lock:
             self.requests.append((method, path))
         if path.startswith("/app") or re.fullmatch(r"/repos/[^/]+/[^/]+/installation", path):
+            if (scripted := self._scripted("app", "app")) is not None:  # the App's own calls: script["app"]
+                return scripted
             return self._app_endpoint(request)
         who = self._identity(request)
         if isinstance(who, Response):

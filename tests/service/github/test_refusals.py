@@ -225,3 +225,19 @@ def test_a_shortened_form_never_overwrites_a_newer_report(redis_url: str, queue:
     assert not outbox.replace(again, shortened(short))  # type: ignore[arg-type]
     [newer] = outbox.claim(time.time(), 10, lease=60)
     assert isinstance(newer.status, CheckRun) and newer.status.text == "newer"
+
+
+def test_a_rate_limit_of_the_apps_own_calls_is_waited_out(httpserver: HTTPServer):
+    """Minting the installation token meets the secondary limit: a rate limit to wait out, not a refusal."""
+    gh = app_standin(httpserver)
+    client = app_client(httpserver, attempts=1)
+    gh.script["app"] = ["secondary"]
+    try:
+        client.post_status(CommitStatus(REPO, sha("app-limited"), "pending", "queued"))
+    except RateLimitedError as exc:
+        assert exc.retry_after == SECONDARY_WAIT and "rate limited" in str(exc)
+    else:
+        raise AssertionError("the rate-limited mint was not reported as such")
+    finally:
+        client.close()
+    assert gh.statuses == []
