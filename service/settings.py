@@ -152,6 +152,7 @@ class Settings:
     webhook_secret: str = ""
     github_token: str = ""           # a personal/bot token: statuses and comments (used when no App is set)
     github_app_id: str = ""          # a GitHub App (recommended; check runs need one): its id ...
+    github_client_id: str = ""       # ... or its client ID (Iv1.…, Iv23…): the JWT's issuer when set
     github_private_key: str = field(default="", repr=False)  # ... and its PEM key (or the file below)
     github_private_key_file: str = ""
     github_api_url: str = "https://api.github.com"

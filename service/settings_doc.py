@@ -63,6 +63,11 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "runs need the App)"),
     "github_app_id": SettingDoc(
         "none", "the GitHub App's id (recommended way to connect: see [Connect to GitHub](github.md))"),
+    "github_client_id": SettingDoc(
+        "none",
+        "the GitHub App's client ID (`Iv1.…`, `Iv23…`, on the App's settings page): when set, the issuer of the "
+        "App's JWTs, as GitHub now recommends (it accepts the numeric id as well); may replace "
+        "`AMPCI_GITHUB_APP_ID`, which a `check_suite` re-run filter still prefers when both are set"),
     "github_private_key": SettingDoc(
         "none", "the App's private key (PEM; this or `AMPCI_GITHUB_PRIVATE_KEY_FILE`; never logged, keep it out of "
                 "images)"),

@@ -4,10 +4,13 @@ total deadline per exchange, capped and bomb-safe answers; malformed answers, ra
 passed deadline end the call at once as :class:`TransientStatusError` kinds).
 
 ``POST {api}/repos/{owner}/{repo}/statuses/{sha}`` with ``Authorization: Bearer <token>`` and a
-JSON body ``{"state", "target_url", "description", "context"}``.  Transient failures (network
-errors, 5xx, 429, 403 with an exhausted rate limit) raise :class:`TransientStatusError` after the
-in-call retries; the caller (the outbox reporter) schedules further attempts.  Permanent failures
-(other 4xx: bad token, unknown repository or sha) raise :class:`PermanentStatusError`.
+JSON body ``{"state", "target_url", "description", "context"}``.  Answers are classed by
+:func:`service.github.refusals.classify`: network errors and 5xx raise :class:`TransientStatusError`
+after the in-call retries; a primary or secondary rate limit raises :class:`RateLimitedError` with
+GitHub's wait (a secondary one that names none: ``rate_limit_wait``, a minute by default) and an
+undocumented 4xx :class:`UnexpectedStatusError`, both at once; the caller (the outbox reporter)
+schedules further attempts.  Documented refusals (bad token, unknown repository or sha, 422) raise
+:class:`PermanentStatusError` with the status.
 
 Every request carries the credential of its repository from a :mod:`service.github_auth.app` identity
 (a GitHub App's installation token, minted and refreshed as needed, or the static token); a 401 makes
@@ -33,6 +36,16 @@ import time
 from collections.abc import Callable
 from typing import TypeGuard
 
+from service.github.refusals import (
+    SECONDARY_WAIT,
+    MalformedAnswerError,
+    PermanentStatusError,
+    RateLimitedError,
+    StatusPostError,
+    TransientStatusError,
+    UnexpectedStatusError,
+    classify,
+)
 from service.github.report_items import (
     CHECK_CONCLUSIONS,
     CHECK_STATUSES,
@@ -47,55 +60,33 @@ from service.github.report_items import (
     Report,
     report_from_dict,
 )
-from service.github_auth.app import AppAuth, AuthError, CallAnswer, GitHubAuth, StaticToken
+from service.github_auth.app import AppAuth, AuthError, CallAnswer, GitHubAuth, Permissions, StaticToken
 from service.github_auth.transport import (
-    DEFAULT_RATE_LIMIT_DELAY,
     MAX_ANSWER_BYTES,
     Answer,
     BoundedHTTP,
     ExchangeError,
     MalformedJSONError,
-    retry_delay,
 )
 from service.json_types import JsonObject
 
 __all__ = ["CHECK_CONCLUSIONS", "CHECK_STATUSES", "COMMENT_MARKER", "MAX_CHECK_TEXT", "MAX_COMMENT", "MAX_DESCRIPTION",
            "STATES", "CheckRun", "CommitStatus", "GitHubStatusClient", "MalformedAnswerError", "PermanentStatusError",
            "PullRequestComment", "RateLimitedError", "Report", "StatusPostError", "TransientStatusError",
-           "backoff_delay", "report_from_dict"]
+           "UnexpectedStatusError", "backoff_delay", "report_from_dict"]
 
 log = logging.getLogger(__name__)
 
 
-class StatusPostError(Exception):
-    """Posting a commit status failed."""
+#: The installation-token permission each report kind writes with (listing what it edits included).
+REPORT_PERMISSIONS = {"status": ("statuses", "write"), "comment": ("pull_requests", "write"),
+                      "check": ("checks", "write")}
+REPORT_KINDS = frozenset(REPORT_PERMISSIONS)
 
 
-class TransientStatusError(StatusPostError):
-    """Worth retrying later (network, 5xx, rate limit); ``retry_after`` seconds when GitHub said
-    (always finite and clamped: :func:`service.github_auth.transport.retry_delay`)."""
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class RateLimitedError(TransientStatusError):
-    """GitHub limited the credential of ``repo`` (429, or 403 with the limit exhausted): nothing more
-    should be sent with that credential for ``retry_after`` seconds; never retried inside the call."""
-
-    def __init__(self, message: str, retry_after: float, repo: str) -> None:
-        super().__init__(message, retry_after)
-        self.repo = repo
-
-
-class MalformedAnswerError(TransientStatusError):
-    """GitHub's answer could not be read (invalid JSON, a number no float holds, an id that is no id):
-    counted as a failed attempt like an outage, and never a traceback."""
-
-
-class PermanentStatusError(StatusPostError):
-    """Retrying cannot help (401/404/422...)."""
+def report_permissions(reports: frozenset[str]) -> dict[str, str]:
+    """The permissions a reporter sending ``reports`` (``status``, ``comment``, ``check``) needs, no more."""
+    return dict(REPORT_PERMISSIONS[r] for r in sorted(reports) if r in REPORT_PERMISSIONS)
 
 
 def backoff_delay(attempt: int, base: float = 1.0, cap: float = 300.0,
@@ -117,7 +108,8 @@ class GitHubStatusClient:
 
     def __init__(self, api_url: str, token: str = "", *, auth: GitHubAuth | None = None, timeout: float = 10.0,
                  attempts: int = 3, backoff_base: float = 0.5, sleep: Callable[[float], None] = time.sleep,
-                 max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+                 max_answer_bytes: int = MAX_ANSWER_BYTES, rate_limit_wait: float = SECONDARY_WAIT,
+                 permissions: Permissions | None = None) -> None:
         if auth is None:
             if not token:
                 raise ValueError("a GitHub identity is required to report (AMPCI_GITHUB_APP_ID or AMPCI_GITHUB_TOKEN)")
@@ -126,6 +118,8 @@ class GitHubStatusClient:
         self.api_url = api_url.rstrip("/")
         self.attempts = max(1, attempts)
         self.backoff_base = backoff_base
+        self.rate_limit_wait = rate_limit_wait
+        self.permissions = dict(permissions if permissions is not None else report_permissions(REPORT_KINDS))
         self._sleep = sleep
         # no default Authorization: each request gets its repository's credential; redirects are never followed
         self._http = BoundedHTTP(deadline=timeout, max_bytes=max_answer_bytes, headers={
@@ -150,6 +144,10 @@ class GitHubStatusClient:
         """
         self._request("POST", f"{self.api_url}/repos/{status.repo}/statuses/{status.sha}", status.body(),
                       repo=status.repo)
+
+    def installation_of(self, repo: str) -> int | None:
+        """The App installation known to serve ``repo`` (None: a static token, or not known yet)."""
+        return self.auth.installation_of(repo) if isinstance(self.auth, AppAuth) else None
 
     def limit_scope(self, repo: str) -> str:
         """What GitHub rate-limits the reports of ``repo`` by: its App installation when known, else
@@ -234,7 +232,7 @@ class GitHubStatusClient:
                     self._request("PATCH", f"{base}/check-runs/{newest['id']}", body, repo=check.repo)
                     return int(newest["id"])
                 except PermanentStatusError as exc:
-                    if " HTTP 403:" not in str(exc) and " HTTP 404:" not in str(exc):
+                    if exc.status not in (403, 404):
                         raise
         return _made_id(self._request("POST", f"{base}/check-runs", check.body(), repo=check.repo))
 
@@ -247,10 +245,11 @@ class GitHubStatusClient:
         else:
             self.post_status(report)
 
-    def _auth_call(self, method: str, path: str, bearer: str) -> CallAnswer:
+    def _auth_call(self, method: str, path: str, bearer: str, body: JsonObject | None = None) -> CallAnswer:
         """One request of the identity (JWT or token) to the API base: (status, JSON or None, headers)."""
         try:
-            resp = self._http.request(method, f"{self.api_url}{path}", headers={"Authorization": f"Bearer {bearer}"})
+            resp = self._http.request(method, f"{self.api_url}{path}", headers={"Authorization": f"Bearer {bearer}"},
+                                      json_body=body)
         except ExchangeError as exc:
             raise AuthError(f"{method} {path}: {exc}", 0) from None
         try:
@@ -261,7 +260,7 @@ class GitHubStatusClient:
 
     def _authorization(self, repo: str) -> dict[str, str]:
         try:
-            return {"Authorization": f"Bearer {self.auth.token(repo, self._auth_call)}"}
+            return {"Authorization": f"Bearer {self.auth.token(repo, self._auth_call, self.permissions)}"}
         except AuthError as exc:
             raise _auth_failure(exc, repo) from None
 
@@ -296,8 +295,9 @@ class GitHubStatusClient:
                 refreshed = True  # a stale installation token: mint a fresh one, send once more
                 attempt -= 1
                 continue
-            error = _classify(url, resp, method, repo)
-            if not isinstance(error, TransientStatusError) or isinstance(error, RateLimitedError):
+            error = classify(resp.status_code, resp.headers, resp.text, f"{method} {url}", repo,
+                             self.rate_limit_wait)
+            if not isinstance(error, TransientStatusError) or isinstance(error, RateLimitedError | UnexpectedStatusError):
                 raise error
             last = error
         assert last is not None
@@ -339,22 +339,8 @@ def _auth_failure(exc: AuthError, repo: str) -> StatusPostError:
     """An identity call that failed, as the outbox's error kinds (no answer, 5xx: transient; 429:
     rate limited; other 4xx: permanent)."""
     if exc.status == 429:
-        return RateLimitedError(f"GitHub authentication: {exc}", exc.retry_after or DEFAULT_RATE_LIMIT_DELAY, repo)
+        return RateLimitedError(f"GitHub authentication: {exc}", exc.retry_after or SECONDARY_WAIT, repo)
     if exc.status == 0 or exc.status >= 500:
         return TransientStatusError(f"GitHub authentication: {exc}", exc.retry_after)
-    return PermanentStatusError(f"GitHub authentication: {exc}")
+    return PermanentStatusError(f"GitHub authentication: {exc}", exc.status)
 
-
-def _classify(url: str, resp: Answer, method: str, repo: str) -> StatusPostError:
-    """A non-2xx answer as an error kind: 429 or a 403 whose rate limit is exhausted (or that says
-    Retry-After): RateLimitedError with the clamped delay; 5xx and 408: transient; other 4xx: permanent."""
-    text = resp.text[:200].replace("\n", " ")
-    delay = retry_delay(resp.headers)
-    limited = resp.status_code == 429 or (resp.status_code == 403 and (
-        resp.headers.get("x-ratelimit-remaining") == "0" or "retry-after" in resp.headers))
-    message = f"{method} {url}: HTTP {resp.status_code}: {text}"
-    if limited:
-        return RateLimitedError(message, delay if delay is not None else DEFAULT_RATE_LIMIT_DELAY, repo)
-    if resp.status_code >= 500 or resp.status_code == 408:
-        return TransientStatusError(message, delay)
-    return PermanentStatusError(message)

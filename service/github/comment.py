@@ -16,7 +16,7 @@ Pure functions of a :class:`~service.github.pr_report.PullRequestReport` (the ta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from service.github.client import COMMENT_MARKER, MAX_CHECK_TEXT, MAX_COMMENT, CheckRun, PullRequestComment
 from service.github.live_checks import check_name
@@ -152,9 +152,10 @@ def _left_out(report: PullRequestReport, shown: int) -> str:
             f"every finding is on the page of [run {report.run_id}]({report.run_url}).")
 
 
-def _fit(report: PullRequestReport, head: Sequence[str], tail: Sequence[str], limit: int) -> str:
+def _fit(report: PullRequestReport, head: Sequence[str], tail: Sequence[str], limit: int,
+         size: Callable[[str], int] = len) -> str:
     """``head``, the findings table and ``tail`` (each a block separated by a blank line) in at most ``limit``
-    characters: whole rows are left out from the table's end (and a line says how many, linking the run page)
+    characters (as ``size`` measures: UTF-8 bytes for a check run): whole rows are left out from the table's end (and a line says how many, linking the run page)
     until it fits; ``head`` and ``tail`` are always whole."""
     rows = [table_row(r) for r in report.rows]
 
@@ -169,11 +170,11 @@ def _fit(report: PullRequestReport, head: Sequence[str], tail: Sequence[str], li
         return "\n\n".join("\n".join(b) for b in blocks if b) + "\n"
 
     lo, hi = 0, len(rows)
-    if len(text(hi)) <= limit:
+    if size(text(hi)) <= limit:
         return text(hi)
     while lo < hi:  # the most rows that fit (the length grows with the rows shown)
         mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if len(text(mid)) <= limit else (lo, mid - 1)
+        lo, hi = (mid, hi) if size(text(mid)) <= limit else (lo, mid - 1)
     return text(lo)
 
 
@@ -216,12 +217,17 @@ def comment(report: PullRequestReport) -> PullRequestComment | None:
     return PullRequestComment(repo=report.repo, pr=report.pr, body=render_comment(report), sha=report.head_sha)
 
 
+def _utf8(text: str) -> int:
+    return len(text.encode())
+
+
 def check_text(report: PullRequestReport, limit: int = MAX_CHECK_TEXT) -> str:
     """The check run's text: the findings table (cut at a row boundary with a notice, like the comment) and how
-    to acknowledge; empty when the run has no finding."""
+    to acknowledge, in at most ``limit`` bytes of UTF-8 (GitHub counts bytes); empty when the run has no
+    finding."""
     if not report.rows:
         return ""
-    return _fit(report, [], [ACKNOWLEDGE], limit).strip()
+    return _fit(report, [], [ACKNOWLEDGE], limit, _utf8).strip()
 
 
 def check_run(report: PullRequestReport, name: str = CHECK_NAME) -> CheckRun | None:

@@ -38,6 +38,7 @@ from service.github.approval import (
     may_approve,
     untrusted_reason,
 )
+from service.github.installations import InstallationChange, parse_installation_event
 from service.github.payloads import Installation as _Installation
 from service.github.payloads import PayloadModel as _Model
 from service.github.payloads import Ref as _Ref
@@ -247,7 +248,7 @@ class Ignored:
     reason: str
 
 
-Decision = RunRequest | Approval | Ping | Ignored
+Decision = RunRequest | Approval | Ping | Ignored | InstallationChange
 
 
 def _load(body: bytes) -> JsonObject:
@@ -416,4 +417,6 @@ def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
 
         rerun = rerun_request(event, data, settings)
         return rerun if isinstance(rerun, RunRequest) else Ignored(rerun)
+    if event in ("installation", "installation_repositories"):  # the App uninstalled, suspended, narrowed...
+        return parse_installation_event(event, data)
     return Ignored(f"event {event[:50]!r} is not handled")

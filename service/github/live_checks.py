@@ -16,6 +16,12 @@ from service.github.report_items import CheckRun
 from service.github.rerequest import CHECK_NAME_PREFIX
 
 
+def status_context(sweep: str) -> str:
+    """The commit status context of ``sweep``'s runs: ``ampci/smoke``, ``ampci/full``, … (one per sweep, so a
+    branch rule may require each; the smoke sweep's is the single context ampci used before)."""
+    return f"ampci/{sweep}"
+
+
 def check_name(sweep: str) -> str:
     """The check run name of ``sweep``'s runs: ``ampci smoke`` (the status context is ``ampci/smoke``)."""
     return f"{CHECK_NAME_PREFIX}{sweep}"

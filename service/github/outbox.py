@@ -13,6 +13,9 @@ Contract:
   attempt; if the item was superseded while in flight the newer one is made due at once.
 * ``defer(item, next_due)`` puts a claimed item back for later without counting an attempt (its
   credential is rate limited: nothing was sent);
+* ``replace(item, report)`` puts ``report`` (same key) in place of a claimed item, due at once with no
+  attempt counted, unless a newer report superseded the item while in flight (then that one is due at once
+  and ``report`` is discarded): a refused report's shortened form never overwrites a newer report;
 * ``drop(item, reason)`` gives up on an item and keeps it in a bounded dead list for inspection.
 * ``watch(run_id)`` / ``watched()`` / ``unwatch(run_id)`` keep the ids of runs whose final status is
   still to be reported (the reporter checks them until they finish).
@@ -49,6 +52,7 @@ class StatusOutbox(Protocol):
     def claim(self, now: float, limit: int, lease: float) -> list[OutboxItem]: ...
     def complete(self, item: OutboxItem, ok: bool, next_due: float) -> None: ...
     def defer(self, item: OutboxItem, next_due: float) -> None: ...
+    def replace(self, item: OutboxItem, report: Report) -> bool: ...
     def drop(self, item: OutboxItem, reason: str) -> None: ...
     def pending_count(self) -> int: ...
     def dead(self) -> list[JsonObject]: ...
@@ -109,6 +113,21 @@ class MemoryOutbox:
             cur = self._items.get(key)
             if cur is not None:
                 self._due[key] = time.time() if cur[1] != item.seq else next_due
+
+    def replace(self, item: OutboxItem, report: Report) -> bool:
+        """True when ``report`` took the item's place (the module docstring's contract)."""
+        key = item.status.key
+        assert report.key == key, "a replacement has the key of the report it replaces"
+        with self._lock:
+            self._leased.discard(key)
+            cur = self._items.get(key)
+            if cur is None:
+                return False
+            self._due[key] = time.time()
+            if cur[1] != item.seq:
+                return False
+            self._items[key] = (report, cur[1] + 1, 0)
+            return True
 
     def drop(self, item: OutboxItem, reason: str) -> None:
         key = item.status.key
@@ -192,6 +211,18 @@ end
 return 1
 """
 
+# ARGV: key, seq, the replacement's JSON, now
+_REPLACE = """
+redis.call('HDEL', KEYS[3], ARGV[1])
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then redis.call('ZREM', KEYS[2], ARGV[1]) return 0 end
+local item = cjson.decode(cur)
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+if tostring(item['seq']) ~= ARGV[2] then return 2 end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({status=cjson.decode(ARGV[3]), seq=item['seq'] + 1, attempts=0}))
+return 1
+"""
+
 
 class RedisOutbox:
     """Outbox in Redis under ``{prefix}:status:*``; safe for many processes."""
@@ -208,6 +239,7 @@ class RedisOutbox:
         self._put = self._r.register_script(_PUT)
         self._claim = self._r.register_script(_CLAIM)
         self._complete = self._r.register_script(_COMPLETE)
+        self._replace = self._r.register_script(_REPLACE)
 
     def _keys(self) -> list[str]:
         return [self._items, self._zset, self._leases]
@@ -229,6 +261,12 @@ class RedisOutbox:
 
     def defer(self, item: OutboxItem, next_due: float) -> None:
         self._complete(keys=self._keys(), args=[item.status.key, item.seq, "defer", next_due, time.time()])
+
+    def replace(self, item: OutboxItem, report: Report) -> bool:
+        """True when ``report`` took the item's place (the module docstring's contract)."""
+        assert report.key == item.status.key, "a replacement has the key of the report it replaces"
+        return int(self._replace(keys=self._keys(), args=[item.status.key, item.seq, json.dumps(report.to_dict()),
+                                                          time.time()])) == 1
 
     def drop(self, item: OutboxItem, reason: str) -> None:
         self._complete(keys=self._keys(), args=[item.status.key, item.seq, "drop", 0, time.time()])

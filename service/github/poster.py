@@ -21,10 +21,14 @@ from service.github.client import (
     RateLimitedError,
     Report,
     TransientStatusError,
+    UnexpectedStatusError,
     backoff_delay,
 )
+from service.github.fallback import shortened
+from service.github.installations import Installations
 from service.github.lanes import RateLimits, RepositoryLanes
 from service.github.outbox import OutboxItem, StatusOutbox
+from service.github.refusals import UNEXPECTED_ATTEMPTS
 
 log = logging.getLogger("service.github.reporter")  # one log for the reporter and its poster
 
@@ -63,6 +67,7 @@ class OutboxPoster:
         self.poll_interval = poll_interval
         self.workers = workers
         self.limits = RateLimits()
+        self.installations = Installations()  # deleted/suspended installations, removed repositories
         self.outage_count = 0  # reporting failures caused by a database/Redis outage (one WARNING line each)
         self._lanes: RepositoryLanes | None = None
         self._wake = threading.Event()
@@ -110,9 +115,16 @@ class OutboxPoster:
 
         A rate-limited credential is not called: the item is put back for the end of its pause without
         counting an attempt.  Every failure is one log line (no traceback): permanent ones drop the item
-        at once, the others (outage, deadline, rate limit, malformed answer, or an unexpected error) count
-        an attempt and drop it after ``max_attempts``."""
+        at once (so is one to a deleted or suspended installation, or a repository removed from its
+        installation, without a request: :mod:`service.github.installations`; one refused with 422 is replaced by its shortened form, :func:`service.github.fallback.shortened`,
+        until none is left), the others (outage, deadline, rate limit, malformed answer, or an unexpected error)
+        count an attempt and drop it after ``max_attempts`` (an undocumented 4xx: after
+        :data:`~service.github.refusals.UNEXPECTED_ATTEMPTS`)."""
         assert self.client is not None
+        stopped = self.installations.stopped(item.status.repo, self.client.installation_of(item.status.repo))
+        if stopped is not None:  # one log line said so when the installation changed
+            self.outbox.drop(item, f"not sent: {stopped}")
+            return False
         scope = self.client.limit_scope(item.status.repo)
         until = self.limits.paused_until(scope)
         if until is not None:
@@ -121,6 +133,12 @@ class OutboxPoster:
         try:
             self.client.deliver(item.status)
         except PermanentStatusError as exc:
+            short = shortened(item.status) if exc.status == 422 else None
+            if short is not None:
+                sent = self.outbox.replace(item, short)
+                log.warning("commit status %s refused, %s: %s", item.status.key,
+                            "a shortened form follows" if sent else "a newer report follows", exc)
+                return False
             log.error("commit status %s dropped: %s", item.status.key, exc)
             self.outbox.drop(item, str(exc))
             return False
@@ -138,7 +156,11 @@ class OutboxPoster:
             what = f"unexpected {type(exc).__name__}: {what}"
         elif isinstance(exc, MalformedAnswerError):
             what = f"malformed answer: {what}"
-        if item.attempts + 1 >= self.max_attempts:
+        elif isinstance(exc, UnexpectedStatusError):
+            what = f"unexpected answer: {what}"
+        limit = min(self.max_attempts, UNEXPECTED_ATTEMPTS) if isinstance(exc, UnexpectedStatusError) \
+            else self.max_attempts
+        if item.attempts + 1 >= limit:
             log.error("commit status %s dropped after %d attempts: %s", item.status.key, item.attempts + 1, what)
             self.outbox.drop(item, f"gave up after {item.attempts + 1} attempts: {what}")
             return

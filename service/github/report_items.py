@@ -17,8 +17,8 @@ MAX_DESCRIPTION = 140  # GitHub truncates/rejects longer descriptions
 
 #: The hidden marker that identifies ampci's report comment on a pull request (found again by it).
 COMMENT_MARKER = "<!-- ampci:pr-report -->"
-MAX_COMMENT = 65536      # GitHub refuses longer comment bodies
-MAX_CHECK_TEXT = 65535   # and longer check-run output fields
+MAX_COMMENT = 65536      # GitHub refuses longer comment bodies (characters)
+MAX_CHECK_TEXT = 65535   # and check-run output summary/text longer than this many bytes (UTF-8)
 #: A check run's ``status`` and, once ``completed``, its ``conclusion`` (GitHub's Checks API values).
 CHECK_STATUSES = frozenset({"queued", "in_progress", "completed"})
 CHECK_CONCLUSIONS = frozenset({"success", "failure", "neutral", "cancelled", "timed_out", "action_required"})
@@ -121,10 +121,17 @@ class CheckRun:
         return f"{self.repo.lower()}@{self.sha}#check:{self.name}{run}"
 
     def body(self) -> dict[str, object]:
-        """The JSON body of ``POST /repos/{repo}/check-runs`` (without ``head_sha``: of the PATCH)."""
-        output: dict[str, str] = {"title": self.title[:MAX_DESCRIPTION], "summary": self.summary[:MAX_CHECK_TEXT]}
+        """The JSON body of ``POST /repos/{repo}/check-runs`` (without ``head_sha``: of the PATCH).
+
+        ``output.summary`` and ``output.text`` each hold at most :data:`MAX_CHECK_TEXT` bytes of UTF-8 (GitHub
+        counts bytes: 57,220 characters of a non-ASCII table are over 65,535 of them): a longer one is cut on a
+        line (:func:`fit_bytes`) and ends with a note linking ``details_url``; the title is cut to
+        :data:`MAX_DESCRIPTION` characters."""
+        note = cut_note(self.details_url)
+        output: dict[str, str] = {"title": self.title[:MAX_DESCRIPTION],
+                                  "summary": fit_bytes(self.summary, MAX_CHECK_TEXT, note)}
         if self.text:
-            output["text"] = self.text[:MAX_CHECK_TEXT]
+            output["text"] = fit_bytes(self.text, MAX_CHECK_TEXT, note)
         out: dict[str, object] = {"name": self.name, "head_sha": self.sha, "status": self.status, "output": output}
         if self.conclusion is not None:
             out["conclusion"] = self.conclusion
@@ -145,6 +152,29 @@ class CheckRun:
         return cls(repo=d["repo"], sha=d["sha"], name=d["name"], conclusion=d.get("conclusion"), title=d["title"],
                    summary=d["summary"], text=d.get("text", ""), details_url=d.get("details_url"),
                    status=d.get("status", "completed"), external_id=d.get("external_id") or "")
+
+
+def cut_note(url: str | None) -> str:
+    """The closing note of a check-run field cut to GitHub's size limit, linking ``url`` (the run page)."""
+    where = f"the whole report is on [the run page]({url})" if url else "the whole report is on ampci's run page"
+    return f"\n\n…cut to GitHub's size limit: {where}."
+
+
+def fit_bytes(text: str, limit: int, note: str) -> str:
+    """``text`` when its UTF-8 form has at most ``limit`` bytes; else its longest start that fits with ``note``
+    after it (cut at its last line break when one is in the last 4,096 characters, never inside a character),
+    then ``note``.  The
+    result's UTF-8 form has at most ``limit`` bytes whatever the characters (``note`` alone is cut to fit)."""
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    tail = note.encode()[:limit].decode("utf-8", "ignore")
+    room = limit - len(tail.encode())
+    head = raw[:max(0, room)].decode("utf-8", "ignore")  # drops a character cut in two
+    line = head.rfind("\n")
+    if line >= 0 and len(head) - line <= 4096:
+        head = head[:line]
+    return head.rstrip() + tail
 
 
 #: Everything the outbox delivers to GitHub.

@@ -39,7 +39,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from service.github import live_checks as live
-from service.github.client import CheckRun, CommitStatus, GitHubStatusClient, PullRequestComment
+from service.github.client import (
+    CheckRun,
+    CommitStatus,
+    GitHubStatusClient,
+    PullRequestComment,
+    report_permissions,
+)
 from service.github.outbox import MemoryOutbox, RedisOutbox, StatusOutbox
 from service.github.poster import OutboxPoster, log_failure
 from service.settings import Settings
@@ -53,7 +59,7 @@ if TYPE_CHECKING:
     from service.github.pr_report import PullRequestReport
     from service.regressions.verdict import RunVerdict
 
-CONTEXT = "ampci/smoke"
+CONTEXT = live.status_context("smoke")  # the smoke sweep's context (each sweep has its own: status_context)
 
 
 def status_text(store: Store | None, run_id: int, summary: RunSummary,
@@ -92,7 +98,7 @@ class StatusReporter(OutboxPoster):
     """
 
     def __init__(self, outbox: StatusOutbox, client: GitHubStatusClient | None, *, public_url: str,
-                 context: str = CONTEXT, max_attempts: int = 12, backoff_base: float = 2.0,
+                 context: str | None = None, max_attempts: int = 12, backoff_base: float = 2.0,
                  backoff_cap: float = 600.0, lease: float = 60.0, poll_interval: float = 1.0,
                  store: Store | None = None, watch_interval: float = 5.0,
                  reports: frozenset[str] = frozenset({"status"}), workers: int = 4) -> None:
@@ -117,8 +123,13 @@ class StatusReporter(OutboxPoster):
         from service.github_auth.app import auth_from_settings
 
         auth = auth_from_settings(settings)  # ConfigError at start for half an App or a bad key
-        client = GitHubStatusClient(settings.github_api_url, auth=auth) if auth is not None else None
         kwargs.setdefault("reports", settings.github_report_set())
+        reports = kwargs["reports"]
+        if not isinstance(reports, set | frozenset):
+            raise TypeError("reports: a set of report kinds")
+        reports = frozenset(str(r) for r in reports)
+        client = GitHubStatusClient(settings.github_api_url, auth=auth, permissions=report_permissions(reports)) \
+            if auth is not None else None
         return cls(outbox, client, public_url=settings.public_url, **kwargs)  # type: ignore[arg-type]
 
     @property
@@ -130,6 +141,22 @@ class StatusReporter(OutboxPoster):
         """True when check runs are reported (``check`` in ``reports``) and can be: GitHub accepts them
         only from an App (:mod:`service.github.live_checks`); with a token, none is attempted."""
         return self.client is not None and "check" in self.reports and self.client.writes_check_runs
+
+    def status_context(self, sweep: str) -> str:
+        """The commit status context of ``sweep``'s runs (:func:`~service.github.live_checks.status_context`), or
+        the one ``context`` the reporter was made with."""
+        return self.context if self.context is not None else live.status_context(sweep)
+
+    def _run_context(self, run_id: int) -> str | None:
+        """The status context of run ``run_id`` (its sweep from the store; smoke without one); None (after one
+        log line) when the store cannot say: no pending status then, rather than one on the wrong context."""
+        if self.context is not None or self.store is None:
+            return self.status_context("smoke")
+        try:
+            return self.status_context(self.store.get_run(run_id).sweep)
+        except Exception as exc:  # noqa: BLE001 - reporting never affects the run
+            self._failed(f"could not read the sweep of run {run_id}", exc)
+            return None
 
     def _put_check(self, run_id: int, repo: str, sha: str, make: Callable[[str], CheckRun]) -> None:
         """Queue the check run ``make(sweep)`` of run ``run_id`` (its sweep read from the store); never raises."""
@@ -161,9 +188,9 @@ class StatusReporter(OutboxPoster):
         if not self.enabled:
             return
         self.note_installation(repo, installation)
-        if "status" in self.reports:
+        if "status" in self.reports and (context := self._run_context(run_id)) is not None:
             self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=description,
-                                   target_url=self.run_url(run_id), context=self.context))
+                                   target_url=self.run_url(run_id), context=context))
         if self.live_checks:
             self._put_check(run_id, repo, sha, lambda sweep: live.stage(repo, sha, sweep, run_id, self.run_url(run_id),
                                                                         "queued"))
@@ -180,21 +207,22 @@ class StatusReporter(OutboxPoster):
         from service.github.approval import AWAITING_DESCRIPTION
 
         self.note_installation(repo, installation)
-        if self.enabled and "status" in self.reports:
+        if self.enabled and "status" in self.reports and (context := self._run_context(run_id)) is not None:
             self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=AWAITING_DESCRIPTION,
-                                   target_url=self.run_url(run_id), context=self.context))
+                                   target_url=self.run_url(run_id), context=context))
         if self.live_checks:
             self._put_check(run_id, repo, sha, lambda sweep: live.awaiting_approval(
                 repo, sha, sweep, run_id, self.run_url(run_id), AWAITING_DESCRIPTION))
 
-    def refused(self, repo: str, sha: str) -> None:
+    def refused(self, repo: str, sha: str, sweep: str = "smoke") -> None:
         """Queue the ``error`` status of an untrusted pull request that is never run
-        (``AMPCI_FORK_POLICY=never``: :data:`service.github.approval.REFUSED_DESCRIPTION`; no run, no link)."""
+        (``AMPCI_FORK_POLICY=never``: :data:`service.github.approval.REFUSED_DESCRIPTION`; no run, no link),
+        on the context of the ``sweep`` it would have run."""
         from service.github.approval import REFUSED_DESCRIPTION
 
         if self.enabled and "status" in self.reports:
             self._put(CommitStatus(repo=repo, sha=sha, state="error", description=REFUSED_DESCRIPTION,
-                                   context=self.context))
+                                   context=self.status_context(sweep)))
 
     def report_pending(self, store: Store, run_id: int) -> bool:
         """Rewrite the PR comment when a new head's run is queued: "checking HEAD (run N)", with the
@@ -238,7 +266,7 @@ class StatusReporter(OutboxPoster):
                 verdict = run_verdict(store, run.id)
             state, description = status_text(store, run.id, summary, verdict)
             self._put(CommitStatus(repo=repo, sha=sha, state=state, description=description,
-                                   target_url=self.run_url(run.id), context=self.context))
+                                   target_url=self.run_url(run.id), context=self.status_context(run.sweep)))
         self.report_pull_request(run, store, verdict)
         return True
 

@@ -17,7 +17,8 @@ re-run makes a new check run, whose own re-run has another id); a check suite's 
   ampci cannot tell what the head belongs to, and a fork's code is never started without its approval.
 
 Only ampci's own checks are re-run: a check run named with :data:`CHECK_NAME_PREFIX`, a check suite of the
-App ``AMPCI_GITHUB_APP_ID`` (when set).  As for a push or a pull request, the repository must be allowed and,
+App ``AMPCI_GITHUB_APP_ID`` (when set; else the one whose ``client_id`` is ``AMPCI_GITHUB_CLIENT_ID``).  As
+for a push or a pull request, the repository must be allowed and,
 with ``AMPCI_PASS_REPO`` unset, its checked clone URL becomes the run's pass repository.
 """
 
@@ -70,6 +71,7 @@ class _CheckSuite(PayloadModel):
 
 class _App(PayloadModel):
     id: StrictInt
+    client_id: str | None = None
 
     @field_validator("id")
     @classmethod
@@ -153,7 +155,10 @@ def rerun_request(event: str, data: JsonObject, settings: Settings) -> RunReques
     suite_event = validate(_CheckSuiteEvent, data)
     check_repository(suite_event.repository.full_name, settings)
     suite = suite_event.check_suite
-    if settings.github_app_id and suite.app is not None and str(suite.app.id) != settings.github_app_id.strip():
+    if suite.app is not None and (
+            (settings.github_app_id and str(suite.app.id) != settings.github_app_id.strip())
+            or (not settings.github_app_id and settings.github_client_id
+                and suite.app.client_id != settings.github_client_id.strip())):
         return "check_suite re-requested is another App's"
     key = change_key("check_suite", suite_event.repository.full_name.lower(), suite.id, suite.head_sha,
                      suite.updated_at.isoformat() if suite.updated_at else None)

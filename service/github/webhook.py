@@ -17,7 +17,10 @@ Order of checks (each one stops the procedure):
    :mod:`service.github.sanitize`: nothing answered 202 can fail later for its content)
 5. repository not on the allowlist               → 403, recorded ``rejected``
 6. ping → 200; ignored events/branches/actions   → 202, recorded ``accepted`` with the reason (an
-   ``issue_comment`` other than an approval is ignored: :mod:`service.github.approval`)
+   ``issue_comment`` other than an approval is ignored: :mod:`service.github.approval`); an
+   ``installation`` or ``installation_repositories`` event → 202, recorded ``accepted``, and the
+   reporter stops (or resumes) reporting to it (:mod:`service.github.installations`); a run request
+   naming a deleted or suspended installation → 403, recorded ``rejected``, one log line
 7. run request → the delivery is recorded ``pending`` with its validated, compact payload in one
    database statement (deduplicated on the delivery id) → 202 ``queued``.  The intake
    (:mod:`service.github.intake`) then creates the revisions and the run (dedup key
@@ -60,6 +63,7 @@ from service.github.events import (
     RunRequest,
     parse_event,
 )
+from service.github.installations import InstallationChange
 from service.github.intake_ports import ConnT, DeliveryQueue
 from service.github.signature import verify_signature
 from service.json_types import JsonObject
@@ -248,6 +252,17 @@ class WebhookProcessor:
         if isinstance(decision, Ping):
             return Plan(Outcome(200, {"status": "pong", "zen": decision.zen}),
                         _write(delivery, event, "accepted", "ping", decision.repo), duplicate_if_known=True)
+        if isinstance(decision, InstallationChange):
+            if self.reporter is not None:
+                self.reporter.installations.apply(decision)
+            return Plan(Outcome(202, {"status": "installation", "reason": decision.reason}),
+                        _write(delivery, event, "accepted", decision.reason), duplicate_if_known=True)
+        gone = self.reporter.installations.gone(decision.installation) \
+            if self.reporter is not None and isinstance(decision, RunRequest) else None
+        if gone is not None and isinstance(decision, RunRequest):
+            reason = f"installation {decision.installation} {gone}: its deliveries are refused"
+            log.warning("webhook %s refused: %s", delivery, reason)
+            return Plan(_err(403, "forbidden", reason), _write(delivery, event, "rejected", reason))
         if isinstance(decision, Ignored):
             return Plan(Outcome(202, {"status": "ignored", "reason": decision.reason}),
                         _write(delivery, event, "accepted", f"ignored: {decision.reason}"), duplicate_if_known=True)

@@ -1,7 +1,8 @@
 """The credential a worker clones a webhook's pass repository with: the GitHub identity's token, for git.
 
-A private repository needs a token with *Contents: read* (the App's ``contents: read`` permission): the
-installation token of the run's installation (:class:`service.github_auth.app.AppAuth`, cached and refreshed as
+A private repository needs a token with *Contents: read* (the App's ``contents: read`` permission): an
+installation token of the run's installation minted for that one repository with ``contents: read`` alone
+(:data:`~service.github_auth.app.CLONE_PERMISSIONS`: it cannot write a status or read another repository) (:class:`service.github_auth.app.AppAuth`, cached and refreshed as
 for reports), or ``AMPCI_GITHUB_TOKEN``.  A worker has one only when its own settings configure an identity
 (in compose the credentials reach the api alone: see docs/deployment.md, "Pass repository").
 
@@ -23,6 +24,7 @@ from service.settings import Settings
 
 if TYPE_CHECKING:
     from service.github_auth.app import Call, CallAnswer, GitHubAuth
+    from service.json_types import JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +50,9 @@ def _identity(settings: Settings) -> GitHubAuth | None:
 def _call(api_url: str) -> Call:
     import httpx
 
-    def call(method: str, path: str, bearer: str) -> CallAnswer:
+    def call(method: str, path: str, bearer: str, body: JsonObject | None = None) -> CallAnswer:
         with httpx.Client(timeout=10.0, follow_redirects=False) as client:
-            resp = client.request(method, api_url.rstrip("/") + path,
+            resp = client.request(method, api_url.rstrip("/") + path, json=body,
                                   headers={"Authorization": f"Bearer {bearer}", "Accept": "application/vnd.github+json",
                                            "X-GitHub-Api-Version": "2022-11-28"})
         try:
@@ -77,8 +79,10 @@ def git_token(settings: Settings, url: str, repo: str, installation: int | None)
         return ""
     if installation is not None:
         identity.remember(repo, installation)
+    from service.github_auth.app import CLONE_PERMISSIONS
+
     try:
-        return str(identity.token(repo, _call(settings.github_api_url)))
+        return str(identity.token(repo, _call(settings.github_api_url), CLONE_PERMISSIONS))
     except Exception as exc:  # noqa: BLE001 - AuthError, network: the clone says the rest
         status = getattr(exc, "status", None)
         log.warning("pass repository %s: no installation token (%s%s)", repo, type(exc).__name__,

@@ -115,3 +115,15 @@ def two_hundred() -> PullRequestReport:
     regressed = {r.cell for r in rows if r.category == "regression"}
     improved = {r.cell for r in rows} - regressed
     return report(rows, {"regression": len(regressed), "improvement": len(improved)}, state="failure")
+
+
+def multibyte() -> PullRequestReport:
+    """The byte-size worst case: 2,000 findings of models named in CJK with an emoji (3- and 4-byte UTF-8
+    characters), each with a non-ASCII note, so a table cut by characters would be far over GitHub's bytes."""
+    kinds = [("accuracy", "max_abs", 0.0069, 0.0194), ("latency", "latency_p50_ms", 1234.5, 1618.9),
+             ("coverage", "low_precision_fraction", 0.93, 0.71)]
+    rows = [row(5000 + i, f"模型🧪_{i // 3:03d}_变换器", ("fp16", "bf16")[i % 2], *kinds[i % 3],
+                severity=("major", "minor")[i % 2], note="精度下降：保持 fp32 ✓" if i % 3 == 0 else "")
+            for i in range(2000)]
+    return report(rows, {"regression": 1334, "unchanged": 10}, state="failure",
+                  head_subject="在 Shape 子图后保持 Resize 的 scales 为 fp32 🧪")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from service.github.client import COMMENT_MARKER
+from service.github.client import COMMENT_MARKER, MAX_CHECK_TEXT
 from service.github.comment import check_run, render_comment, render_pending
 from service.github.pr_report import PullRequestReport
 from tests.service.github import pr_report_scenarios as scenarios
@@ -26,7 +26,8 @@ GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 #: can read through (the cut at GitHub's own limit is tested in test_pr_comment.py)
 CASES: list[tuple[str, Callable[[], PullRequestReport], int | None]] = [
     ("mixed", scenarios.mixed, None), ("clean", scenarios.clean, None), ("all_failed", scenarios.all_failed, None),
-    ("200_findings", scenarios.two_hundred, None), ("cut", scenarios.two_hundred, 12_000)]
+    ("200_findings", scenarios.two_hundred, None), ("cut", scenarios.two_hundred, 12_000),
+    ("multibyte_cut", scenarios.multibyte, 12_000)]
 
 
 def gfm(markdown: str) -> str:
@@ -161,6 +162,28 @@ def test_the_check_run_golden_renders_as_github_would():
     page = Page(gfm(shown))
     check_table(page, report)
     assert "To acknowledge a finding" in page.all_text and "Baseline fallback" in page.all_text
+
+
+def test_the_multibyte_check_run_golden_fits_githubs_bytes():
+    """The worst case for sizes: 2,000 findings named in 3- and 4-byte characters.  Justified apart from the code
+    that cut it: every output field is within GitHub's 65,535 bytes of UTF-8 (what GitHub counts) and the text
+    fills them (a cut by characters would stop far later, a needlessly early cut far earlier), the table is whole
+    rows plus the line saying how many were left out with the run page's link, and the acknowledge line closes
+    it."""
+    report = scenarios.multibyte()
+    run = check_run(report)
+    assert run is not None
+    output = run.body()["output"]
+    assert isinstance(output, dict) and output["text"] == run.text and output["summary"] == run.summary
+    sizes = {k: len(v.encode()) for k, v in output.items()}
+    assert max(sizes.values()) <= MAX_CHECK_TEXT and sizes["text"] > MAX_CHECK_TEXT - 1000, sizes
+    assert len(run.text) < MAX_CHECK_TEXT - 2000  # rows left out well under the limit in characters: bytes cut it
+    shown = f"## {run.title}\n\n{run.summary}\n\n{run.text}\n"
+    check_golden("pr_check_multibyte", shown)
+    page = Page(gfm(shown))
+    check_table(page, report)
+    assert 0 < len(page.rows) < len(report.rows) and "left out here" in page.all_text
+    assert run.text.splitlines()[-1].startswith("To acknowledge a finding")
 
 
 def test_a_pending_comment_folds_the_cut_previous_report_whole():

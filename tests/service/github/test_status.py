@@ -19,11 +19,12 @@ from service.github.client import (
     backoff_delay,
 )
 from service.github.outbox import MemoryOutbox, RedisOutbox
-from service.github.reporter import StatusReporter
+from service.github.reporter import CONTEXT, StatusReporter
 from service.orchestration.judge import detect_run, run_verdict
 from service.regressions.verdict import decide_run, summary_facts
 from tests.service.api.conftest import make_reporter
 from tests.service.api.helpers import GITHUB_TOKEN, REPO, encode, push_payload, run_of, sha, webhook_headers
+from tests.service.github.github_standin import GitHubStandIn
 from workers.result import JobResult
 
 SHA = sha("status")
@@ -238,3 +239,28 @@ def test_state_from_counts_alone():
     assert final_state(s(status="partial", jobs={"done": 3, "crashed": 1})) == "error"
     assert final_state(s(status="failed", jobs={"error": 4})) == "error"
     assert final_state(s(status="cancelled", jobs={"cancelled": 4})) == "error"
+
+
+@pytest.mark.postgres
+def test_each_sweep_reports_under_its_own_status_context(httpserver: HTTPServer, store: Any, queue: str):
+    """One commit status context per sweep (every sweep of sweeps/), so a branch rule can require each; the
+    smoke sweep keeps ``ampci/smoke``, the single context of before, so existing required checks still match."""
+    from service.orchestration.sweeps import SWEEPS_DIR
+
+    gh = GitHubStandIn(httpserver)
+    reporter = StatusReporter(MemoryOutbox(), _client(httpserver), public_url="https://ci.example.com", store=store)
+    sweeps = sorted(p.stem for p in SWEEPS_DIR.glob("*.toml"))
+    assert "smoke" in sweeps and len(sweeps) > 1
+    cell = ("mlp_small", "fp16", "default", queue)
+    for sweep in sweeps:
+        head = sha(f"context-{sweep}")
+        run_id = store.create_run(head, "push", None, sweep, [cell], meta={"github": {"repo": REPO}})
+        reporter.queued(run_id, REPO, head)
+        reporter.drain()
+        store.write_result(run_id, _result(cell, "pass", head))
+        store.finish_run(run_id)
+        reporter.check_watched(store)
+        reporter.drain()
+        assert [(s["state"], s["context"]) for s in gh.statuses if s["target_url"].endswith(f"/runs/{run_id}")] == \
+            [("pending", f"ampci/{sweep}"), ("success", f"ampci/{sweep}")]
+    assert CONTEXT == "ampci/smoke" and {s["context"] for s in gh.statuses} == {f"ampci/{s}" for s in sweeps}

@@ -206,3 +206,25 @@ def test_the_webhooks_installation_is_kept_with_the_run(make_client: Any, store:
     run = store.get_run(run_of(client, client.post("/webhooks/github", content=body,
                                                    headers=webhook_headers(body, "push"))))
     assert run.meta["github"]["installation"] == 4242
+
+
+@pytest.mark.parametrize("app_id", [APP_ID, ""])
+def test_the_jwt_may_be_issued_by_the_apps_client_id(httpserver: HTTPServer, app_id: str):
+    """GitHub recommends the client ID as the JWT's ``iss`` and accepts the numeric id as well: with
+    AMPCI_GITHUB_CLIENT_ID set, the JWTs name it (with or without the numeric id), and the App reports."""
+    from tests.service.github.github_standin import app_key, app_standin
+
+    client_id = "Iv23liTestClient0001"
+    gh = app_standin(httpserver, client_id=client_id)
+    gh.app_id = "999"  # a stand-in that would refuse the numeric id: only the client ID can pass
+    settings = Settings(github_app_id=app_id, github_client_id=client_id, github_private_key=app_key()[0],
+                        github_api_url=httpserver.url_for("/"))
+    auth = auth_from_settings(settings)
+    assert isinstance(auth, AppAuth)
+    client = GitHubStatusClient(settings.github_api_url, auth=auth, timeout=2.0, attempts=1)
+    client.post_status(CommitStatus(REPO, sha("client-id"), "pending", "queued"))
+    client.close()
+    assert len(gh.statuses) == 1 and gh.jwt_claims and {c["iss"] for c in gh.jwt_claims} == {client_id}
+    for bad in ("", "not a client id!", "x" * 200):
+        with pytest.raises(ConfigError):
+            AppAuth("", app_key()[0], client_id=bad)
