@@ -128,7 +128,7 @@ def sampled_ends(on_line: list[StoredResult], depth: dict[str, int], pinned: str
     out: list[StoredResult] = []
     for by_sha in by_cell.values():
         measured = sorted(by_sha, key=lambda sha: depth[sha])[:window]
-        for sha in {measured[0], measured[-1], pinned} & by_sha.keys():
+        for sha in {measured[0], measured[-1], *([pinned] if pinned else [])} & by_sha.keys():
             out.extend(by_sha[sha])
     return out
 
