@@ -15,8 +15,6 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
-from amp_pass.policy import NAMED_POLICIES
-from amp_pass.policy import TARGETS as PASS_TARGETS
 from service.errors import UserError
 
 # -- runs ----------------------------------------------------------------------------------------
@@ -42,10 +40,14 @@ FINAL_JOB_STATES = frozenset({"done", "error", "crashed", "cancelled"})
 # -- cells ---------------------------------------------------------------------------------------
 #: The low-precision dtypes the service sweeps (a cell's ``dtype``).
 DTYPES = ("fp16", "bf16")
+#: The pass's named policies (``amp_pass.policy.NAMED_POLICIES``) and its targets (``amp_pass.policy.TARGETS``),
+#: spelled here rather than imported, so a query command (``ampci runs``) loads no part of ``amp_pass``;
+#: tests/service/test_vocabulary.py holds them equal to the pass's own lists.
+PASS_POLICY_NAMES = ("default", "conservative", "aggressive")
 #: The named policies a cell may use (besides a policy file, stored by its path).
-POLICY_NAMES = (*NAMED_POLICIES, "auto")
+POLICY_NAMES = (*PASS_POLICY_NAMES, "auto")
 #: The pass targets; a result's ``target`` is one of them or the queue of one (``cuda-a100``).
-TARGETS = PASS_TARGETS
+TARGETS = ("cuda", "cpu")
 _POLICY_FILE_SUFFIXES = (".toml", ".yaml", ".yml", ".json")
 
 # -- time ----------------------------------------------------------------------------------------

@@ -90,6 +90,10 @@ class _Statements:
                    .where(t_res.c.run_id.in_(run_ids.scalar_subquery()), OF_THE_PASS).order_by(t_res.c.run_id))
         self.current = sa.select(*SAMPLE_COLS).where(t_res.c.run_id == run_id)
         self.chunk = chunk
+        # the same rows without their documents (drift judging fetches the few it samples: result_docs)
+        self.chunk_without_docs = chunk.with_only_columns(*SAMPLE_COLS[:-1], sa.null().label("doc"))
+        self.docs = sa.select(t_res.c.id, sa.cast(t_res.c.data, sa.Text)).where(
+            t_res.c.id.in_(sa.bindparam("ids", expanding=True)))
         self.chunk_before = chunk.where(t_res.c.run_id < sa.bindparam("before_run"))
         self.history = history.where(_same_cell(t_res, run_id))
         self.history_of_models = history.where(t_res.c.model.in_(sa.bindparam("models", expanding=True)))
@@ -211,9 +215,16 @@ def baseline_pools(conn: Connection, *, run_id: int, base: dict[Cell, StoredResu
     return out
 
 
-def line_results(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[StoredResult]:
-    """The results at revisions ``shas`` of run ``run_id``'s cells (its own and confirmation runs' excluded)."""
-    return [stored(r) for r in conn.execute(_Q.chunk, {"shas": list(shas), "run_id": run_id}).all()]
+def line_results(conn: Connection, *, run_id: int, shas: Sequence[str], docs: bool = True) -> list[StoredResult]:
+    """The results at revisions ``shas`` of run ``run_id``'s cells (its own and confirmation runs' excluded);
+    ``docs=False``: each with ``doc`` None, its document left on the server (:func:`result_docs` reads it)."""
+    q = _Q.chunk if docs else _Q.chunk_without_docs
+    return [stored(r) for r in conn.execute(q, {"shas": list(shas), "run_id": run_id}).all()]
+
+
+def result_docs(conn: Connection, *, ids: Sequence[int]) -> dict[int, str | None]:
+    """The ``results.data`` documents (as text) of the results with ids ``ids`` (those that exist)."""
+    return {r[0]: r[1] for r in conn.execute(_Q.docs, {"ids": list(ids)}).all()}
 
 
 def branch_of(conn: Connection, *, sha: str) -> str | None:

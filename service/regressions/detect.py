@@ -217,7 +217,8 @@ def drift_findings(run_sha: str, trigger: str, current: Mapping[Cell, StoredResu
 
         def point(sha: str) -> Point:
             rows = sorted(rows_by_sha[sha], key=lambda r: -r.id)  # noqa: B023 - used in this iteration only
-            return Point(sha, depth[sha], rows[0].id, pooled(samples(rows[0]), [samples(r) for r in rows[1:]]))
+            return Point(sha, depth[sha], rows[0].id,
+                         lambda: pooled(samples(rows[0]), [samples(r) for r in rows[1:]]))
 
         measured = sorted(rows_by_sha, key=lambda x: depth[x])[:th.drift_window]
         history = [point(sha) for sha in reversed(measured)]
@@ -228,7 +229,7 @@ def drift_findings(run_sha: str, trigger: str, current: Mapping[Cell, StoredResu
         kinds_found = {source_kind(f.kind, f.metric) for f, _, _ in pairwise.get(cell, ())
                        if f.category == "regression" and f.dismissed is None}
         cur = current[cell]
-        got = judge(cell, history, Point(run_sha, 0, cur.id, samples(cur)), th, pin=pin, tipping=tipping,
+        got = judge(cell, history, Point.of(run_sha, 0, cur.id, samples(cur)), th, pin=pin, tipping=tipping,
                     pairwise_kinds=kinds_found, earlier=done)
         if got is None:
             continue

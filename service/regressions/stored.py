@@ -10,8 +10,8 @@ of one detection).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol, TypedDict
 
@@ -174,16 +174,45 @@ def _obj(data: JsonValue, key: str) -> Mapping[str, JsonValue]:
     return value if isinstance(value, dict) else _NO_OBJECT
 
 
-class Samples:
-    """:func:`sample` of stored results, each result's document parsed once (by result id)."""
+#: A stored result's ``results.data`` as a driver hands it back (see :class:`StoredResult`).
+Doc = str | bytes | Mapping[str, JsonValue] | None
 
-    def __init__(self) -> None:
+
+class Samples:
+    """:func:`sample` of stored results, each result's document parsed once (by result id).
+
+    Results read without their document (:meth:`defer`: a query that left ``data`` out, their ``doc`` None)
+    get it from ``load_docs`` (result ids -> their documents as stored) when first sampled, or ahead of use
+    for many at once (:meth:`prefetch`): drift judging reads 16 revisions of each cell's line but samples
+    three of them, so it leaves the other documents on the server."""
+
+    def __init__(self, load_docs: Callable[[Sequence[int]], Mapping[int, Doc]] | None = None) -> None:
         self._by_id: dict[int, CellSample] = {}
+        self._load_docs = load_docs
+        self._deferred: set[int] = set()
+        self._docs: dict[int, Doc] = {}
+
+    def defer(self, results: Iterable[StoredResult]) -> None:
+        """``results`` were read without their documents: fetch each when it is first sampled."""
+        if self._load_docs is None:
+            raise ValueError("results read without their documents need a Samples that can load them")
+        self._deferred.update(r.id for r in results)
+
+    def prefetch(self, results: Iterable[StoredResult]) -> None:
+        """Fetch, in one call of ``load_docs``, the documents of those deferred ``results`` not fetched yet."""
+        ids = sorted({r.id for r in results if r.id in self._deferred and r.id not in self._docs
+                      and r.id not in self._by_id})
+        if ids and self._load_docs is not None:
+            got = self._load_docs(ids)
+            self._docs.update((i, got.get(i)) for i in ids)
 
     def __call__(self, result: StoredResult) -> CellSample:
-        """The CellSample of ``result``, built on its first request."""
+        """The CellSample of ``result``, built on its first request (with its document fetched when deferred)."""
         got = self._by_id.get(result.id)
         if got is None:
+            if result.id in self._deferred:
+                self.prefetch([result])
+                result = replace(result, doc=self._docs[result.id])
             got = self._by_id[result.id] = sample(result)
         return got
 
