@@ -93,16 +93,18 @@ def console(args: argparse.Namespace | None = None) -> Console:
 def emit(args: argparse.Namespace, data: JsonValue, *renderables: RenderableType,
          out: Console | None = None) -> None:
     """Print ``data`` as JSON with ``--json``, else the rich renderables/strings (on ``out``, default
-    :func:`console`)."""
+    :func:`console`); each line of a string is wrapped at its spaces to the console's width (its indent
+    kept), so no line is wider and no word is broken (:func:`service.cli.fit.wrap_lines`)."""
     if getattr(args, "json", False):
         print(json.dumps(data, indent=2, sort_keys=True, default=str))
         return
     console_ = out if out is not None else console(args)
     for r in renderables:
         if isinstance(r, str):
+            from service.cli.fit import wrap_lines
             from service.cli.terminal import printable
 
-            print(printable(r), flush=True)
+            print(wrap_lines(printable(r), console_.width), flush=True)
         else:
             console_.print(r)
 
@@ -215,7 +217,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     store = open_store()
     run, jobs, summary = store.get_run(args.run_id), store.jobs(args.run_id), store.run_summary(args.run_id)
-    messages = [f"{'/'.join(r.cell)} {r.status}: {r.message}" for r in store.results(run_id=args.run_id)
+    messages = [f"{r.model} {r.dtype}/{r.policy}/{r.target} {r.status}: {r.message}"
+                for r in store.results(run_id=args.run_id)
                 if r.message and r.status != "pass"]
     out = console(args)
     emit(args, {"run": run.to_dict(), "summary": summary.to_dict(), "description": summary.describe(),

@@ -71,13 +71,31 @@ def _list(args: argparse.Namespace) -> int:
                            "inputs": {i.name: {"shape": list(i.shape), "dtype": i.dtype} for i in e.inputs},
                            "description": e.description} for e in entries], indent=2))
         return 0
+    import shutil
+
+    from service.cli.fit import wrap_words
+
+    columns = shutil.get_terminal_size((200, 24)).columns  # $COLUMNS first, as the tables
     width = max((len(e.name) for e in entries), default=4)
     tags = max((len(",".join(e.tags)) for e in entries), default=4)
-    print(f"{'NAME':<{width}}  {'ORIGIN':<8}  {'SOURCE':<10}  {'TAGS':<{tags}}  INPUTS")
+    left = width + 2 + 8 + 2 + 10 + 2 + tags + 2
+    # the inputs wrap between inputs (a shape is one word) under their column, or, when that column would
+    # be narrower than 16, on indented lines of their own
+    indent = left if columns - left >= 16 else 4
+    header = f"{'NAME':<{width}}  {'ORIGIN':<8}  {'SOURCE':<10}  {'TAGS':<{tags}}  "
+    narrow = indent != left  # each model as a heading line (wrapped between its fields), its inputs below
+    print("NAME · ORIGIN · SOURCE · TAGS\n    INPUTS" if narrow else header + "INPUTS")
     for e in entries:
-        shapes = ", ".join(f"{i.name}{list(i.shape)}" for i in e.inputs)
+        shapes = ", ".join(f"{i.name}{list(i.shape)}".replace(" ", "") for i in e.inputs)
         origin = e.origin if e.origin in ("builtin", "user") else "manifest"
-        print(f"{e.name:<{width}}  {origin:<8}  {e.source.kind:<10}  {','.join(e.tags):<{tags}}  {shapes}")
+        lines = wrap_words(shapes, columns - indent)[0]
+        if narrow:
+            print("\n".join(wrap_words(f"{e.name} · {origin} · {e.source.kind} · {', '.join(e.tags)}", columns)[0]))
+        else:
+            print((f"{e.name:<{width}}  {origin:<8}  {e.source.kind:<10}  {','.join(e.tags):<{tags}}  "
+                   + lines.pop(0)).rstrip())
+        for line in lines:
+            print(" " * indent + line)
     return 0
 
 

@@ -137,10 +137,24 @@ def test_history_page_lists_every_finding(world: Any) -> None:
         assert f"st-{_css_of(kind, category, state)}" in li and f"{category}: {kind}" in li
 
 
+def _record(text: str, table: Any) -> dict[str, str]:
+    """The one record of the record layout: its heading's tokens (``id N · cell · kind · category · state``)
+    and its indented ``detail:`` lines, as column name -> text with wrapped lines joined."""
+    lines = text.splitlines()[1:]  # under the title
+    head = " ".join(ln for ln in lines if not ln.startswith(" "))
+    body = " ".join(ln.strip() for ln in lines if ln.startswith(" "))
+    parts = head.split(" · ")
+    assert parts[0].startswith("id ") and body.startswith("detail: "), text
+    return {"cell": parts[1], "kind": parts[2], "category": parts[3], "state": parts[4],
+            "detail": body.removeprefix("detail: ")}
+
+
 def _columns(table: Any, width: int) -> dict[str, str]:
     """The one data row of a rendered table, as column name -> its text with folded lines joined."""
     out = io.StringIO()
     Console(file=out, width=width, color_system=None).print(table)
+    if "┃" not in out.getvalue():  # too narrow for a table: one record (service/cli/fit.py)
+        return _record(out.getvalue(), table)
     lines = [ln for ln in out.getvalue().splitlines() if "│" in ln or "┃" in ln]
     head = [ln for ln in lines if "┃" in ln]
     body = [ln for ln in lines if "│" in ln]
