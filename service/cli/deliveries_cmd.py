@@ -52,6 +52,7 @@ def register(subparsers: Subcommands) -> None:
 
     p.add_argument("--status", type=one_of("delivery status", _delivery_states),
                    help="pending, accepted, rejected, failed or duplicate")
-    p.add_argument("--limit", type=bounded_int(1, 100_000), default=100)
+    p.add_argument("--limit", type=bounded_int(1, 100_000), default=100,
+                   help="show at most N deliveries, newest first (default 100)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_deliveries, startup_in_command=True)  # open_store ends start-up

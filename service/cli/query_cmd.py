@@ -5,7 +5,7 @@
     ampci results [--run ID] [--revision R] [--model M] [--dtype D] [--policy P] [--target T] [--status S]
     ampci regressions [--open] [--since DATE] [--revision R] [--run ID] [--category C]
     ampci compare REV_A REV_B
-    ampci history MODEL --dtype D [--policy P] [--target T] [--metric cosine|latency_p50|...] [--limit N]
+    ampci history MODEL [--dtype D] [--policy P] [--target T] [--metric cosine|latency_p50|...] [--limit N]
     ampci ack ID [--false-positive] [--by NAME] [--note TEXT]
 
 Revisions may be unique sha prefixes.  ``ampci regressions --revision R`` (or ``--run ID``) exits 1
@@ -124,6 +124,10 @@ def parse_since(text: str) -> datetime:
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
 
 
+#: The help of a --revision option.
+REVISION_HELP = "a sha, a unique prefix of one, a branch or a tag"
+
+
 def _common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--wide", action="store_true", help="every column, at least 200 characters wide")
@@ -136,9 +140,15 @@ def _result_statuses() -> tuple[str, ...]:
     return STATUSES
 
 
-def _cell_filters(p: argparse.ArgumentParser, dtype_required: bool = False) -> None:
+def _metric_names() -> tuple[str, ...]:
+    from service.db.queries import METRICS
+
+    return tuple(METRICS)
+
+
+def _cell_filters(p: argparse.ArgumentParser) -> None:
     """--dtype, --policy, --target, each refusing a value no cell can have (exit 2, the choices listed)."""
-    p.add_argument("--dtype", required=dtype_required, type=dtype_name, help="fp16 or bf16")
+    p.add_argument("--dtype", type=dtype_name, help="fp16 or bf16 (default: every dtype)")
     p.add_argument("--policy", type=policy_name, help="default, conservative, aggressive, auto or a policy file")
     p.add_argument("--target", type=target_name, help="cpu, cuda or a queue of one (cuda-a100)")
 
@@ -148,24 +158,24 @@ def register(subparsers: Subcommands) -> None:
     from service.cli.argtypes import record_id, revision_arg, since_time, text_arg
 
     p = _common(subparsers.add_parser("runs", help="list runs, newest first"))
-    p.add_argument("--revision", type=revision_arg)
+    p.add_argument("--revision", type=revision_arg, help=REVISION_HELP)
     p.add_argument("--trigger", type=one_of("trigger", TRIGGERS), help="push, pull_request, nightly, manual or bisect")
     p.add_argument("--status", type=one_of("run status", RUN_STATES),
                    help="queued, running, complete, partial, failed or cancelled")
-    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=50)
+    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=50, help="at most N runs (default 50)")
     p.set_defaults(func=cmd_runs, startup_in_command=True)
 
     p = _common(subparsers.add_parser("run", help="one run: summary and jobs"))
-    p.add_argument("run_id", type=record_id("run"), metavar="ID")
+    p.add_argument("run_id", type=record_id("run"), metavar="ID", help="the run's id (ampci runs)")
     p.set_defaults(func=cmd_run, startup_in_command=True)
 
     p = _common(subparsers.add_parser("results", help="stored results, filtered"))
-    p.add_argument("--run", type=record_id("run"), dest="run_id")
-    p.add_argument("--revision", type=revision_arg)
-    p.add_argument("--model", type=text_arg("model"))
+    p.add_argument("--run", type=record_id("run"), dest="run_id", help="only this run's results (its id)")
+    p.add_argument("--revision", type=revision_arg, help=REVISION_HELP)
+    p.add_argument("--model", type=text_arg("model"), help="only this model's results (ampci zoo list)")
     _cell_filters(p)
     p.add_argument("--status", type=one_of("result status", _result_statuses), help="pass, fail_accuracy, ...")
-    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=5000)
+    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=5000, help="at most N results (default 5000)")
     p.set_defaults(func=cmd_results, startup_in_command=True)
 
     p = _common(subparsers.add_parser("regressions", help="regressions, improvements and flaky cells"))
@@ -174,27 +184,32 @@ def register(subparsers: Subcommands) -> None:
     p.add_argument("--revision", type=revision_arg, help="only this revision; exit 1 if it has open regressions")
     p.add_argument("--run", type=record_id("run"), dest="run_id",
                    help="only this run; exit 1 if it has open regressions")
-    p.add_argument("--category", choices=["regression", "improvement", "flaky"])
-    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=1000)
+    p.add_argument("--category", choices=["regression", "improvement", "flaky"],
+                   help="only regressions, improvements or flaky cells")
+    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=1000, help="at most N findings (default 1000)")
     p.set_defaults(func=cmd_regressions, startup_in_command=True)
 
     p = _common(subparsers.add_parser("compare", help="cell-by-cell comparison of two revisions"))
-    p.add_argument("rev_a", metavar="REV_A", type=revision_arg)
-    p.add_argument("rev_b", metavar="REV_B", type=revision_arg)
+    p.add_argument("rev_a", metavar="REV_A", type=revision_arg, help="the older revision (" + REVISION_HELP + ")")
+    p.add_argument("rev_b", metavar="REV_B", type=revision_arg, help="the newer revision; deltas are B - A")
     p.set_defaults(func=cmd_compare, startup_in_command=True)
 
     p = _common(subparsers.add_parser("history", help="a metric of a model over runs, with a plot"))
-    p.add_argument("model", metavar="MODEL", type=text_arg("model"))
-    _cell_filters(p, dtype_required=True)
-    p.add_argument("--metric", type=text_arg("metric", 100), default="cosine")
-    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=200)
+    p.add_argument("model", metavar="MODEL", type=text_arg("model"), help="the model's name (ampci zoo list)")
+    _cell_filters(p)
+    p.add_argument("--metric", type=text_arg("metric", 100), default="cosine",
+                   help=f"the metric to show (default cosine): {', '.join(_metric_names())}")
+    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=200, help="the last N values (default 200)")
     p.set_defaults(func=cmd_history, startup_in_command=True)
 
     p = _common(subparsers.add_parser("ack", help="acknowledge a regression (or mark it a false positive)"))
-    p.add_argument("regression_id", type=record_id("regression"), metavar="ID")
-    p.add_argument("--false-positive", action="store_true")
-    p.add_argument("--by", type=text_arg("by", 200), default=os.environ.get("USER") or None)
-    p.add_argument("--note", type=text_arg("note", 2000))
+    p.add_argument("regression_id", type=record_id("regression"), metavar="ID",
+                   help="the finding's id (ampci regressions)")
+    p.add_argument("--false-positive", action="store_true",
+                   help="the finding is wrong (the run's gate no longer counts it), not only acknowledged")
+    p.add_argument("--by", type=text_arg("by", 200), default=os.environ.get("USER") or None,
+                   help="who triaged it (default $USER)")
+    p.add_argument("--note", type=text_arg("note", 2000), help="why, shown with the finding")
     p.set_defaults(func=cmd_ack, startup_in_command=True)
 
 
@@ -289,23 +304,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    """History of one metric of a model, with a terminal plot per (policy, target)."""
+    """History of one metric of a model (every dtype/policy/target, or those given), with a chart per cell
+    (:mod:`service.cli.charts`)."""
+    from service.cli.charts import history_charts
     from service.cli.tables import history_table
     from service.db.queries import metric_column
-    from service.regressions.render import plot
 
     metric = metric_column(args.metric)
     points = open_store().history(args.model, args.dtype, policy=args.policy, target=args.target, metric=metric,
                                   limit=args.limit)
-    series: dict[tuple[str, str, str], list[float | None]] = {}
-    for pt in points:  # final errors in different units are never drawn on one axis
-        series.setdefault((pt.policy, pt.target, pt.unit or ""), []).append(pt.value)
-    plots = [plot(vals, label=f"{args.model} {args.dtype} {pol}/{tgt} {metric}{f' ({unit})' if unit else ''} "
-                              "(oldest left)")
-             for (pol, tgt, unit), vals in sorted(series.items())]
     out = console(args)
     emit(args, {"model": args.model, "dtype": args.dtype, "metric": metric, "points": [p.to_dict() for p in points]},
-         history_table(points, metric, out.width), *plots, out=out)
+         history_table(points, metric, out.width), *history_charts(points, args.model, metric, out.width), out=out)
     return 0
 
 

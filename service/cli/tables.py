@@ -142,14 +142,14 @@ def compare_table(rows: Sequence[CompareRow], rev_a: str, rev_b: str, width: int
 
 
 def history_table(points: Sequence[HistoryPoint], metric: str, width: int | None = None) -> RenderableType:
-    """The points of a history, oldest first (narrow: no trigger, revision to 8 characters)."""
+    """The points of a history, oldest first (narrow: no trigger or time; dtype/policy/target as one cell)."""
     units = any(p.unit for p in points)
     value: Column = (metric, "num")
-    wide: tuple[Column, ...] = (("run", "num"), ("revision", "token"), ("trigger", "token"), ("created", "token"), ("policy", "token"),
+    wide: tuple[Column, ...] = (("run", "num"), ("revision", "token"), ("trigger", "token"), ("created", "token"), ("dtype", "token"), ("policy", "token"),
             ("target", "token"), ("status", "token"), value, *((("unit", "token"),) if units else ()))
-    narrow: tuple[Column, ...] = (("run", "num"), ("revision", "token"), ("created", "token"), ("policy", "token"), ("target", "token"),
-              ("status", "token"), value, *((("unit", "token"),) if units else ()))
+    narrow: tuple[Column, ...] = (("run", "num"), ("revision", "token"), ("cell", "token"), ("status", "token"),
+                                  value, *((("unit", "token"),) if units else ()))
     return _table(f"history of {metric}", _pick(width, wide, narrow), (
         {"run": str(p.run_id), "revision": p.revision_sha[:10], "trigger": p.trigger, "created": _ts(p.created_at),
-         "policy": p.policy, "target": p.target, "status": p.status, metric: fmt(p.value, 6), "unit": p.unit or "-"}
+         "dtype": p.dtype, "cell": f"{p.dtype}/{p.policy}/{p.target}", "policy": p.policy, "target": p.target, "status": p.status, metric: fmt(p.value, 6), "unit": p.unit or "-"}
         for p in points), width)
