@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from service.cli.main import Subcommands
     from service.db.store import Store
-    from service.json_types import JsonValue
+    from service.json_types import JsonList, JsonValue
 
 
 def open_store() -> Store:
@@ -91,12 +91,18 @@ def console(args: argparse.Namespace | None = None) -> Console:
 
 
 def emit(args: argparse.Namespace, data: JsonValue, *renderables: RenderableType,
-         out: Console | None = None) -> None:
-    """Print ``data`` as JSON with ``--json``, else the rich renderables/strings (on ``out``, default
-    :func:`console`); each line of a string is wrapped at its spaces to the console's width (its indent
-    kept), so no line is wider and no word is broken (:func:`service.cli.fit.wrap_lines`)."""
+         out: Console | None = None, rows: JsonList | None = None) -> None:
+    """Print ``data`` as JSON with ``--json``; with ``--csv`` the rows of that JSON (``rows``, or ``data``
+    itself when it is the list) as CSV (:mod:`service.cli.export`); else the rich renderables/strings (on
+    ``out``, default :func:`console`), each line of a string wrapped at its spaces to the console's width
+    (its indent kept), so no line is wider and no word is broken (:func:`service.cli.fit.wrap_lines`)."""
     if getattr(args, "json", False):
         print(json.dumps(data, indent=2, sort_keys=True, default=str))
+        return
+    if getattr(args, "csv", False):
+        from service.cli.export import write_csv
+
+        write_csv(rows if rows is not None else data)
         return
     console_ = out if out is not None else console(args)
     for r in renderables:
@@ -128,8 +134,12 @@ def parse_since(text: str) -> datetime:
 REVISION_HELP = "a sha, a unique prefix of one, a branch or a tag"
 
 
-def _common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+def _common(p: argparse.ArgumentParser, csv: bool = False) -> argparse.ArgumentParser:
+    """--json (and with ``csv`` --csv, the same rows as CSV; one or the other) and --wide."""
+    formats = p.add_mutually_exclusive_group()
+    formats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    if csv:
+        formats.add_argument("--csv", action="store_true", help="print the rows --json prints as CSV (RFC 4180)")
     p.add_argument("--wide", action="store_true", help="every column, at least 200 characters wide")
     return p
 
@@ -157,7 +167,7 @@ def register(subparsers: Subcommands) -> None:
     """Add runs, run, results, regressions, compare, history and ack."""
     from service.cli.argtypes import record_id, revision_arg, since_time, text_arg
 
-    p = _common(subparsers.add_parser("runs", help="list runs, newest first"))
+    p = _common(subparsers.add_parser("runs", help="list runs, newest first"), csv=True)
     p.add_argument("--revision", type=revision_arg, help=REVISION_HELP)
     p.add_argument("--trigger", type=one_of("trigger", TRIGGERS), help="push, pull_request, nightly, manual or bisect")
     p.add_argument("--status", type=one_of("run status", RUN_STATES),
@@ -169,7 +179,7 @@ def register(subparsers: Subcommands) -> None:
     p.add_argument("run_id", type=record_id("run"), metavar="ID", help="the run's id (ampci runs)")
     p.set_defaults(func=cmd_run, startup_in_command=True)
 
-    p = _common(subparsers.add_parser("results", help="stored results, filtered"))
+    p = _common(subparsers.add_parser("results", help="stored results, filtered"), csv=True)
     p.add_argument("--run", type=record_id("run"), dest="run_id", help="only this run's results (its id)")
     p.add_argument("--revision", type=revision_arg, help=REVISION_HELP)
     p.add_argument("--model", type=text_arg("model"), help="only this model's results (ampci zoo list)")
@@ -178,7 +188,7 @@ def register(subparsers: Subcommands) -> None:
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=5000, help="at most N results (default 5000)")
     p.set_defaults(func=cmd_results, startup_in_command=True)
 
-    p = _common(subparsers.add_parser("regressions", help="regressions, improvements and flaky cells"))
+    p = _common(subparsers.add_parser("regressions", help="regressions, improvements and flaky cells"), csv=True)
     p.add_argument("--open", action="store_true", help="only open findings")
     p.add_argument("--since", metavar="DATE", type=since_time, help="ISO date/datetime (UTC) or 7d / 12h ago")
     p.add_argument("--revision", type=revision_arg, help="only this revision; exit 1 if it has open regressions")
@@ -189,12 +199,12 @@ def register(subparsers: Subcommands) -> None:
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=1000, help="at most N findings (default 1000)")
     p.set_defaults(func=cmd_regressions, startup_in_command=True)
 
-    p = _common(subparsers.add_parser("compare", help="cell-by-cell comparison of two revisions"))
+    p = _common(subparsers.add_parser("compare", help="cell-by-cell comparison of two revisions"), csv=True)
     p.add_argument("rev_a", metavar="REV_A", type=revision_arg, help="the older revision (" + REVISION_HELP + ")")
     p.add_argument("rev_b", metavar="REV_B", type=revision_arg, help="the newer revision; deltas are B - A")
     p.set_defaults(func=cmd_compare, startup_in_command=True)
 
-    p = _common(subparsers.add_parser("history", help="a metric of a model over runs, with a plot"))
+    p = _common(subparsers.add_parser("history", help="a metric of a model over runs, with a plot"), csv=True)
     p.add_argument("model", metavar="MODEL", type=text_arg("model"), help="the model's name (ampci zoo list)")
     _cell_filters(p)
     p.add_argument("--metric", type=text_arg("metric", 100), default="cosine",
@@ -215,10 +225,10 @@ def register(subparsers: Subcommands) -> None:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """List runs."""
-    if not args.json:  # no table, no rich; a table's modules are imported during start-up (before open_store)
+    if not (args.json or args.csv):  # no table, no rich; a table's modules are imported during start-up
         from service.cli.tables import runs_table
     runs = open_store().list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger, status=args.status)
-    if args.json:
+    if args.json or args.csv:
         emit(args, [r.to_dict() for r in runs])
         return 0
     out = console(args)
@@ -279,8 +289,8 @@ def cmd_regressions(args: argparse.Namespace) -> int:
 
         verdict = run_verdict(store, run_id)
         failed = bool(verdict.exit_code)
-        print(f"run {run_id}: {verdict.headline()}", file=sys.stderr if args.json else sys.stdout)
-        if not args.json:
+        print(f"run {run_id}: {verdict.headline()}", file=sys.stderr if args.json or args.csv else sys.stdout)
+        if not (args.json or args.csv):
             for reason in verdict.decision.reasons:
                 print(f"  {reason}")
     return 1 if gate and (blocking or failed) else 0
@@ -290,13 +300,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Compare two revisions."""
     from service.cli.revision_lookup import resolve_with_results
 
-    if not args.json:  # no table, no rich; a table's modules are imported during start-up (before open_store)
+    if not (args.json or args.csv):  # no table, no rich; a table's modules are imported during start-up
         from service.cli.tables import compare_table
     store = open_store()  # branch, tag or short sha, like --revision; a revision without results says so
     a, b = resolve_with_results(store, args.rev_a), resolve_with_results(store, args.rev_b)
     rows = store.compare(a, b)
-    if args.json:
-        emit(args, {"a": a, "b": b, "cells": [r.to_dict() for r in rows]})
+    if args.json or args.csv:
+        cells = [r.to_dict() for r in rows]
+        emit(args, {"a": a, "b": b, "cells": cells}, rows=cells)
         return 0
     out = console(args)
     emit(args, {"a": a, "b": b, "cells": [r.to_dict() for r in rows]}, compare_table(rows, a, b, out.width), out=out)
@@ -314,8 +325,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     points = open_store().history(args.model, args.dtype, policy=args.policy, target=args.target, metric=metric,
                                   limit=args.limit)
     out = console(args)
-    emit(args, {"model": args.model, "dtype": args.dtype, "metric": metric, "points": [p.to_dict() for p in points]},
-         history_table(points, metric, out.width), *history_charts(points, args.model, metric, out.width), out=out)
+    dicts = [p.to_dict() for p in points]
+    emit(args, {"model": args.model, "dtype": args.dtype, "metric": metric, "points": dicts},
+         history_table(points, metric, out.width), *history_charts(points, args.model, metric, out.width), out=out,
+         rows=dicts)
     return 0
 
 
