@@ -199,6 +199,19 @@ def pct(base: float | None, new: float | None) -> str:
     return f"{(new - base) / base * 100:+.1f}%"
 
 
+def magnitude(finding: RegressionInfo) -> str:
+    """How far a finding moved its metric: ``baseline → value (×ratio)``, or the delta alone; ``–`` when
+    it stored no numbers (a status change: its detail says what changed)."""
+    if finding.baseline_value is None and finding.value is None:
+        return "–"
+    moved = f"{finding.metric} {fmt(finding.baseline_value)} → {fmt(finding.value)}"
+    if finding.ratio is not None:
+        return f"{moved} (×{fmt(finding.ratio, 3)})"
+    if finding.delta is not None:
+        return f"{moved} ({'+' if finding.delta >= 0 else ''}{fmt(finding.delta, 3)})"
+    return moved
+
+
 def duration(seconds: float | None) -> str:
     """'1h 02m', '3m 04s', '12s' ('–' when unknown)."""
     if seconds is None:
