@@ -65,12 +65,12 @@ STATES: dict[str, State] = {s.css: s for s in (
     State("suspected_improvement", "?", "gain?", "suspected timing improvement (not confirmed: no gain yet)"),
     State("explained", "≡", "explained", "accuracy change explained by a coverage loss (no gain)"),
     State("dismissed", "○", "dismissed", "timing change dismissed by confirmation"),
-    State("suspected_resolved", "◔", "resolving?", "timing regression whose recovery is being confirmed"),
+    State("suspected_resolved", "•", "resolving?", "timing regression whose recovery is being confirmed"),
     State("flaky", "≈", "flaky", "flaky"),
-    State("error", "✖", "error", "conversion/job error"),
+    State("error", "×", "error", "conversion/job error"),
     State("fail", "!", "fail", "accuracy failure (not new)"),
     State("improved", "▲", "better", "improved"),
-    State("pass", "✓", "pass", "pass"),
+    State("pass", "√", "pass", "pass"),
     State("pending", "…", "pending", "queued or running"),
     State("missing", "–", "none", "no result"),
 )}
@@ -144,7 +144,7 @@ def finding_lists(findings: Iterable[RegressionInfo], categories: Sequence[str])
 
 
 #: The badge of each state of a list verdict (:func:`service.regressions.verdict.list_verdict`).
-VERDICT_BADGES = {"success": ("pass", "✓"), "failure": ("error", "✖"), "error": ("error", "✖"),
+VERDICT_BADGES = {"success": ("pass", "√"), "failure": ("error", "×"), "error": ("error", "×"),
                   "pending": ("pending", "…"), "unjudged": ("missing", "–")}
 
 
