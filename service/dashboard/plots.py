@@ -320,6 +320,25 @@ def history_charts(points: Sequence[HistoryRow], findings: dict[int, list[Regres
     return out
 
 
+def chart_order(charts: Sequence[tuple[Metric, str]], points: Sequence[HistoryRow],
+                findings: dict[int, list[RegressionInfo]]) -> tuple[list[tuple[Metric, str]], list[Metric]]:
+    """The charts of a cell history in reading order, and the metrics apart that have no value at all (the
+    page names them on one line instead of drawing an empty panel).  First the charts that mark a finding
+    of one of their kinds, then those whose values moved (not all equal), then the rest; the order of
+    :func:`metrics_for` within each group."""
+    kinds = {f.kind for fs in findings.values() for f in fs}
+
+    def rank(metric: Metric) -> int:
+        if kinds & set(metric.kinds):
+            return 0
+        values = {v for p in points if (v := metric.value(p)) is not None}
+        return 1 if len(values) > 1 else 2
+
+    shown = [(m, svg) for m, svg in charts if any(m.value(p) is not None for p in points)]
+    empty = [m for m, _ in charts if not any(m.value(p) is not None for p in points)]
+    return sorted(shown, key=lambda chart: rank(chart[0])), empty
+
+
 def clear_cache() -> None:
     """Forget every cached chart (benchmarks measure cold renders with it)."""
     with _CACHE_LOCK:

@@ -252,8 +252,9 @@ def history_page(request: Request, model: str = "", dtype: str = "", policy: str
             by_result.setdefault(f.result_id, []).append(f)
     charts = plots.history_charts(points, by_result, lambda run_id: f"/runs/{run_id}") if points else []
     drifts = {m.key: plots.chart_drifts(points, by_result, m) for m, _ in charts}
+    charts, empty = plots.chart_order(charts, points, by_result)  # what moved first; no empty panels
     return render("history.html", cell=cell, points=points, total=total, limit=n, branch=branch, charts=charts,
-                  fell_back=fell_back, drifts=drifts,
+                  empty=empty, fell_back=fell_back, drifts=drifts,
                   findings=list(reversed(found)), by_result=by_result, branches=queries.branches(store))
 
 
