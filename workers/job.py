@@ -29,7 +29,7 @@ from workers.emulation import EmulationError
 from workers.environment import fingerprint
 from workers.graph_facts import attach_report, measure_graph
 from workers.latency import measure_latency
-from workers.metrics import compare_outputs, judge
+from workers.metrics import compare_outputs, judge, limits
 from workers.result import LATENCY_UNSUPPORTED, AccuracyReport, JobResult, LatencyStats
 from workers.runners import EmulatedRunner, Runner, SessionRunner
 from workers.sessions import CPU, SessionError, cuda_usable
@@ -321,9 +321,11 @@ class _Job:
         per, worst = compare_outputs(ref, got, baseline, e.task, e.task_outputs)
         not_judged = state_outputs_not_judged(e, per)
         judged = {k: v for k, v in per.items() if k not in not_judged}
-        passed, reason = judge(judged, ref, e.tolerance_for(self.spec.dtype), self.settings.accuracy_k)
+        tol = e.tolerance_for(self.spec.dtype)
+        passed, reason = judge(judged, ref, tol, self.settings.accuracy_k)
         return AccuracyReport(mode=mode, provider=provider, per_output=per, worst=worst, passed=passed,
-                              reason=reason, not_judged=not_judged)
+                              reason=reason, not_judged=not_judged,
+                              limits=limits(judged, ref, tol, self.settings.accuracy_k))
 
     def _convergence(self, converted: onnx.ModelProto) -> None:
         e = self.entry

@@ -69,6 +69,9 @@ class AccuracyReport:
     # outputs measured (in per_output and worst) but not held to the tolerance, with why
     # (a stateful model's state outputs are judged by the convergence check)
     not_judged: dict[str, str] = field(default_factory=dict)
+    # the limit each judged output's figures were held to (workers.metrics.limits): output -> {"max_abs",
+    # "min_cosine", "task_min"}; empty in results stored before it was recorded
+    limits: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 #: Prefix of a ``LatencyStats.error`` that is information, not a problem: the provider has no kernels for the
@@ -251,7 +254,8 @@ class JobResult:
                 mode=x["mode"], provider=x["provider"],
                 per_output={k: OutputMetrics(**v) for k, v in x.get("per_output", {}).items()},
                 worst=OutputMetrics(**x.get("worst", {})), passed=x.get("passed", True),
-                reason=x.get("reason", ""), not_judged=dict(x.get("not_judged", {})))
+                reason=x.get("reason", ""), not_judged=dict(x.get("not_judged", {})),
+                limits={k: dict(v) for k, v in x.get("limits", {}).items()})
 
         return cls(
             model=d["model"], dtype=d["dtype"], policy=d["policy"], target=d["target"],

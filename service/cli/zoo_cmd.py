@@ -44,6 +44,9 @@ def add_input_arguments(p: argparse.ArgumentParser, what: str = "") -> None:
                    metavar="NAME=LOW:HIGH",
                    help=f"{what}generate the input uniformly in [LOW, HIGH) (needed for integer inputs; "
                         "repeatable)")
+    p.add_argument("--input-value", action="append", type=text_arg("input value", 1000), default=[],
+                   metavar="NAME=VALUE",
+                   help=f"{what}the input is this constant, e.g. sr=16000 (repeatable)")
     p.add_argument("--stateful", action="append", type=text_arg("stateful", 1000), default=[],
                    metavar="INPUT=OUTPUT",
                    help=f"{what}OUTPUT is fed back as INPUT each step (convergence check; repeatable)")
@@ -54,8 +57,10 @@ def input_options(args: argparse.Namespace) -> tuple[InputOptions, dict[str, str
     the input options and the state map."""
     from workers.zoo import model_file
 
+    ranges = dict(model_file.parse_range(t) for t in args.input_range)
+    ranges.update(model_file.parse_value(t) for t in getattr(args, "input_value", []))
     options = model_file.InputOptions(shapes=dict(model_file.parse_shape(t) for t in args.input_shape),
-                                      ranges=dict(model_file.parse_range(t) for t in args.input_range),
+                                      ranges=ranges,
                                       npz=args.inputs)
     return options, dict(model_file.parse_state(t) for t in args.stateful)
 
