@@ -66,11 +66,12 @@ class JobSpec:
 
 
 class JobFailed(Exception):
-    """Ends a job early with ``status`` and ``message`` (only raised and caught inside this module)."""
+    """Ends a job early with ``status`` and ``message`` (only raised and caught inside this module), and for
+    a failed conversion the pass's stderr tail."""
 
-    def __init__(self, status: str, message: str) -> None:
+    def __init__(self, status: str, message: str, stderr_tail: str = "") -> None:
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.stderr_tail = status, message, stderr_tail
 
 
 def run_job(spec: JobSpec, settings: WorkerConfig) -> JobResult:
@@ -83,7 +84,7 @@ def run_job(spec: JobSpec, settings: WorkerConfig) -> JobResult:
     try:
         job.run()
     except JobFailed as failed:
-        result.status, result.message = failed.status, failed.message
+        result.status, result.message, result.stderr_tail = failed.status, failed.message, failed.stderr_tail
     except Exception as exc:  # noqa: BLE001 - a worker bug must still end as a result
         where = traceback.extract_tb(exc.__traceback__)[-1]
         result.status = "crash"
@@ -261,7 +262,7 @@ class _Job:
         self.clock.timings["convert_subprocess_s"] = outcome.wall_s
         self.clock.timings["convert_repeats_s"] = sum(outcome.samples_s[1:])
         if outcome.status != "ok":
-            raise JobFailed(outcome.status, outcome.message)
+            raise JobFailed(outcome.status, outcome.message, outcome.stderr_tail)
         self.clock.add_exec(float(outcome.report.get("seconds", 0.0) or 0.0))
         try:
             self.converted_bytes = dst.read_bytes()

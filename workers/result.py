@@ -217,6 +217,9 @@ class JobResult:
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     # a confirmation job's interleaved timings (workers.confirm.confirm_cell); None for every other job
     confirmation: dict[str, Any] | None = None
+    # the last lines the pass wrote on stderr when its conversion failed (bounded, credentials redacted:
+    # workers.convert.stderr_tail); empty otherwise and in results from before it was recorded
+    stderr_tail: str = ""
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -269,6 +272,7 @@ class JobResult:
             environment=dict(d.get("environment") or {}), timings=dict(d.get("timings") or {}),
             inputs={k: dict(v) for k, v in (d.get("inputs") or {}).items()},
             confirmation=dict(d["confirmation"]) if isinstance(d.get("confirmation"), dict) else None,
+            stderr_tail=str(d.get("stderr_tail") or ""),
             schema_version=SCHEMA_VERSION,
         )
 

@@ -186,6 +186,9 @@ def register(subparsers: Subcommands) -> None:
     _cell_filters(p)
     p.add_argument("--status", type=one_of("result status", _result_statuses), help="pass, fail_accuracy, ...")
     p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=5000, help="at most N results (default 5000)")
+    p.add_argument("--stderr", action="store_true",
+                   help="below the table, the last lines the pass wrote on stderr for each failed cell "
+                        "(--json always has them as stderr_tail)")
     p.set_defaults(func=cmd_results, startup_in_command=True)
 
     p = _common(subparsers.add_parser("regressions", help="regressions, improvements and flaky cells"), csv=True)
@@ -253,13 +256,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    """Filtered results."""
+    """Filtered results; with ``--stderr`` (and always in ``--json``) the pass's stderr tail of each failed
+    result (:mod:`service.db.tails`)."""
     from service.cli.tables import results_table
+    from service.db.tails import stderr_tails
 
-    rows = open_store().results(run_id=args.run_id, revision=args.revision, model=args.model, dtype=args.dtype,
-                                policy=args.policy, target=args.target, status=args.status, limit=args.limit)
+    store = open_store()
+    rows = store.results(run_id=args.run_id, revision=args.revision, model=args.model, dtype=args.dtype,
+                         policy=args.policy, target=args.target, status=args.status, limit=args.limit)
+    want = args.json or args.csv or args.stderr
+    tails = stderr_tails(store, [r.id for r in rows if r.status != "pass"]) if want else {}
+    dicts = [r.to_dict() | ({"stderr_tail": tails[r.id]} if r.id in tails else {}) for r in rows]
     out = console(args)
-    emit(args, [r.to_dict() for r in rows], results_table(rows, out.width), out=out)
+    shown = [f"stderr of {r.model} {r.dtype}/{r.policy}/{r.target} {r.status} (run {r.run_id}):\n"
+             + "\n".join(f"  {line}" for line in tails[r.id].splitlines())
+             for r in rows if args.stderr and r.id in tails]
+    emit(args, dicts, results_table(rows, out.width), *shown, out=out)
     return 0
 
 

@@ -89,3 +89,25 @@ def test_an_unknown_model_names_the_closest(store_env: list[str], argv: list[str
 def test_a_name_like_none_suggests_nothing(store_env: list[str]) -> None:
     code, _, err = _run(["history", "zzzzzz"])
     assert code == 2 and "unknown model 'zzzzzz'" in err and "did you mean" not in err
+
+
+def test_results_show_a_failed_cells_stderr_tail(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``results --run N --model M --stderr`` prints the pass's stderr tail of each failed cell below the
+    table; ``--json`` always carries it as ``stderr_tail``; a passing cell has none."""
+    import json
+
+    store = migrated_store(sqlite_url)
+    (sha,) = chain(store, 1)
+    bad = make_result(A, status="convert_error")
+    bad.stderr_tail = "Traceback (most recent call last):\n  File \"walk.py\", line 3\nRuntimeError: walk: no producer"
+    run_id = run_with(store, sha, [bad, make_result(B)], detect=False)
+    store.dispose()
+    monkeypatch.setenv("AMPCI_DATABASE_URL", sqlite_url)
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = _run(["results", "--run", str(run_id), "--model", "conv_net", "--stderr"])
+    assert code == 0
+    assert f"stderr of conv_net fp16/default/cpu convert_error (run {run_id}):" in out
+    assert "  RuntimeError: walk: no producer" in out and '  File "walk.py", line 3' in out
+    assert "Traceback" not in _run(["results", "--run", str(run_id)])[1]  # behind the flag
+    rows = json.loads(_run(["results", "--run", str(run_id), "--json"])[1])
+    assert {r["status"]: r.get("stderr_tail") for r in rows} == {"convert_error": bad.stderr_tail, "pass": None}
