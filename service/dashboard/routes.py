@@ -48,6 +48,7 @@ from service.db.deliveries import DELIVERY_STATES
 from service.db.queries import REG_STATES
 from service.db.records import RegressionInfo
 from service.db.store import Store
+from service.db.tails import stderr_tails
 from service.errors import NotFoundError, UserError
 from service.github.approval import AWAITING_DESCRIPTION
 from service.github.reporter import StatusReporter
@@ -208,12 +209,14 @@ def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
     summary = store.run_summary(run.id)
     by_cat = views.finding_lists(findings, CATEGORIES)
     verdict = run_verdict(store, run.id)
+    tails = stderr_tails(store, [r.id for r in results if r.status != "pass"])
     awaiting = AWAITING_DESCRIPTION if run.status == AWAITING_APPROVAL else None  # no jobs, so no verdict yet
     return render("run.html", run=run, revision=revision, matrix=matrix, findings=by_cat, summary=summary,
                   verdict=verdict, awaiting=awaiting, sandbox=views.sandbox_line(store.sandbox_modes(run.id)),
                   line=summary.describe(), diff_all=diff == "all", diff=[r for r in rows if r.changed or diff == "all"],
                   diff_changed=sum(r.changed for r in rows), diff_total=len(rows), base_sha=base_sha,
-                  base_cells=base_cells, no_baseline=sum(r.base_sha is None for r in rows))
+                  base_cells=base_cells, no_baseline=sum(r.base_sha is None for r in rows),
+                  failed_output=[(r, tails[r.id]) for r in results if r.id in tails])
 
 
 @read.get("/history", response_class=HTMLResponse)

@@ -111,3 +111,4 @@ def test_results_show_a_failed_cells_stderr_tail(sqlite_url: str, monkeypatch: p
     assert "Traceback" not in _run(["results", "--run", str(run_id)])[1]  # behind the flag
     rows = json.loads(_run(["results", "--run", str(run_id), "--json"])[1])
     assert {r["status"]: r.get("stderr_tail") for r in rows} == {"convert_error": bad.stderr_tail, "pass": None}
+
