@@ -61,7 +61,8 @@ def _status_changes(pts: Sequence[HistoryPoint]) -> list[str]:
 def _chart(model: str, metric: str, key: tuple[str, str, str, str], pts: Sequence[HistoryPoint],
            width: int) -> str:
     dtype, policy, target, unit = key
-    label = f"{model} {dtype}/{policy}/{target} · {metric}{f' ({unit})' if unit else ''} · {len(pts)} runs"
+    runs = f"{len(pts)} run{'' if len(pts) == 1 else 's'}"
+    label = f"{model} {dtype}/{policy}/{target} · {metric}{f' ({unit})' if unit else ''} · {runs}"
     values = [p.value for p in pts]
     finite = {v for v in values if v is not None and math.isfinite(v)}
     first, last = pts[0], pts[-1]
