@@ -65,6 +65,18 @@ class ConvertOutcome:
     # the CPU seconds of each sample of ``samples_s`` (empty unless known for every one: kept paired)
     cpu_samples_s: list[float] = field(default_factory=list)
     sandbox: str = ""  # "full" or "best-effort": how the pass was isolated
+    stderr_tail: str = ""  # a failed pass's last stderr lines (:func:`stderr_tail`); empty when it succeeded
+
+
+#: The most lines and characters of a failed pass's stderr a result keeps.
+TAIL_LINES, TAIL_CHARS = 20, 2000
+
+
+def stderr_tail(err: str) -> str:
+    """The last :data:`TAIL_LINES` non-empty lines of ``err`` (already redacted), at most :data:`TAIL_CHARS`
+    characters, each line's trailing blanks dropped."""
+    lines = [ln.rstrip() for ln in err.splitlines() if ln.strip()][-TAIL_LINES:]
+    return "\n".join(lines)[-TAIL_CHARS:]
 
 
 def _last_line(text: str) -> str:
@@ -347,6 +359,8 @@ def _convert_once(src: Path, dst: Path, report: Path, dtype: str, policy: str, t
                                   sandbox=mode)
         rc = -ended.signal if ended.signal is not None else int(ended.code or 0)
         got = _outcome(rc, err, ended.timed_out, wall, dst, report, timeout_s, memory_bytes, ended.oversized or [])
+        if got.status != "ok":
+            got.stderr_tail = stderr_tail(redact(err))
         got.cpu_s = ended.cpu_s
         got.sandbox = mode
         return got

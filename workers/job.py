@@ -32,7 +32,7 @@ from workers.environment import fingerprint
 from workers.graph_facts import attach_report, measure_graph
 from workers.infra import infra_message
 from workers.latency import measure_latency
-from workers.metrics import compare_outputs, judge
+from workers.metrics import compare_outputs, judge, limits
 from workers.result import (
     INFRA_ERROR,
     LATENCY_UNSUPPORTED,
@@ -78,11 +78,12 @@ class JobSpec:
 
 
 class JobFailed(Exception):
-    """Ends a job early with ``status`` and ``message`` (only raised and caught inside this module)."""
+    """Ends a job early with ``status`` and ``message`` (only raised and caught inside this module), and for
+    a failed conversion the pass's stderr tail."""
 
-    def __init__(self, status: str, message: str) -> None:
+    def __init__(self, status: str, message: str, stderr_tail: str = "") -> None:
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.stderr_tail = status, message, stderr_tail
 
 
 def run_job(spec: JobSpec, settings: WorkerConfig) -> JobResult:
@@ -95,7 +96,7 @@ def run_job(spec: JobSpec, settings: WorkerConfig) -> JobResult:
     try:
         job.run()
     except JobFailed as failed:
-        result.status, result.message = failed.status, failed.message
+        result.status, result.message, result.stderr_tail = failed.status, failed.message, failed.stderr_tail
     except Exception as exc:  # noqa: BLE001 - a worker bug must still end as a result
         where = traceback.extract_tb(exc.__traceback__)[-1]
         result.status = INFRA_ERROR
@@ -275,7 +276,7 @@ class _Job:
         self.clock.timings["convert_subprocess_s"] = outcome.wall_s
         self.clock.timings["convert_repeats_s"] = sum(outcome.samples_s[1:])
         if outcome.status != "ok":
-            raise JobFailed(outcome.status, outcome.message)
+            raise JobFailed(outcome.status, outcome.message, outcome.stderr_tail)
         self.clock.add_exec(float(outcome.report.get("seconds", 0.0) or 0.0))
         try:
             self.converted_bytes = dst.read_bytes()
@@ -335,9 +336,11 @@ class _Job:
         per, worst = compare_outputs(ref, got, baseline, e.task, e.task_outputs)
         not_judged = state_outputs_not_judged(e, per)
         judged = {k: v for k, v in per.items() if k not in not_judged}
-        passed, reason = judge(judged, ref, e.tolerance_for(self.spec.dtype), self.settings.accuracy_k)
+        tol = e.tolerance_for(self.spec.dtype)
+        passed, reason = judge(judged, ref, tol, self.settings.accuracy_k)
         return AccuracyReport(mode=mode, provider=provider, per_output=per, worst=worst, passed=passed,
-                              reason=reason, not_judged=not_judged)
+                              reason=reason, not_judged=not_judged,
+                              limits=limits(judged, ref, tol, self.settings.accuracy_k))
 
     def _convergence(self, converted: onnx.ModelProto) -> None:
         e = self.entry

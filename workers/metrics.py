@@ -126,12 +126,32 @@ def worst_of(metrics) -> OutputMetrics:  # noqa: ANN001 - any iterable of Output
     )
 
 
+def _scale(ref: np.ndarray) -> float:
+    scale = float(np.nanmax(np.abs(_f64(ref)))) if np.asarray(ref).size else 0.0
+    return scale if math.isfinite(scale) else 0.0
+
+
+def limits(per: Mapping[str, OutputMetrics], ref: Mapping[str, np.ndarray], tol: Tolerance,
+           k: float) -> dict[str, dict[str, float]]:
+    """The limit each judged figure of each output is held to by :func:`judge` (same numbers): ``max_abs``
+    (k x fp32 rerun noise + atol + rtol x max|ref|), ``min_cosine`` (outputs of more than one element) and
+    ``task_min`` (when the output has the task metric and the tolerance a minimum)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, m in per.items():
+        got = {"max_abs": k * m.baseline_max_abs + tol.atol + tol.rtol * _scale(ref[name])}
+        if np.asarray(ref[name]).size > 1:
+            got["min_cosine"] = tol.min_cosine
+        if tol.task_min is not None and m.task_metric is not None:
+            got["task_min"] = tol.task_min
+        out[name] = got
+    return out
+
+
 def judge(per: Mapping[str, OutputMetrics], ref: Mapping[str, np.ndarray], tol: Tolerance,
           k: float) -> tuple[bool, str]:
     """Apply :class:`Tolerance` with factor ``k`` to every output; return (passed, reason of first failure)."""
     for name, m in per.items():
-        scale = float(np.nanmax(np.abs(_f64(ref[name])))) if np.asarray(ref[name]).size else 0.0
-        scale = scale if math.isfinite(scale) else 0.0
+        scale = _scale(ref[name])
         bound = k * m.baseline_max_abs + tol.atol + tol.rtol * scale
         if not math.isfinite(m.max_abs):
             return False, f"{name}: NaN/Inf where fp32 is finite (nan={m.nan_count}, inf={m.inf_count})"

@@ -82,6 +82,9 @@ class AccuracyReport:
     # outputs measured (in per_output and worst) but not held to the tolerance, with why
     # (a stateful model's state outputs are judged by the convergence check)
     not_judged: dict[str, str] = field(default_factory=dict)
+    # the limit each judged output's figures were held to (workers.metrics.limits): output -> {"max_abs",
+    # "min_cosine", "task_min"}; empty in results stored before it was recorded
+    limits: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 #: Prefix of a ``LatencyStats.error`` that is information, not a problem: the provider has no kernels for the
@@ -227,6 +230,9 @@ class JobResult:
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     # a confirmation job's interleaved timings (workers.confirm.confirm_cell); None for every other job
     confirmation: dict[str, Any] | None = None
+    # the last lines the pass wrote on stderr when its conversion failed (bounded, credentials redacted:
+    # workers.convert.stderr_tail); empty otherwise and in results from before it was recorded
+    stderr_tail: str = ""
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -264,7 +270,8 @@ class JobResult:
                 mode=x["mode"], provider=x["provider"],
                 per_output={k: OutputMetrics(**v) for k, v in x.get("per_output", {}).items()},
                 worst=OutputMetrics(**x.get("worst", {})), passed=x.get("passed", True),
-                reason=x.get("reason", ""), not_judged=dict(x.get("not_judged", {})))
+                reason=x.get("reason", ""), not_judged=dict(x.get("not_judged", {})),
+                limits={k: dict(v) for k, v in x.get("limits", {}).items()})
 
         return cls(
             model=d["model"], dtype=d["dtype"], policy=d["policy"], target=d["target"],
@@ -278,6 +285,7 @@ class JobResult:
             environment=dict(d.get("environment") or {}), timings=dict(d.get("timings") or {}),
             inputs={k: dict(v) for k, v in (d.get("inputs") or {}).items()},
             confirmation=dict(d["confirmation"]) if isinstance(d.get("confirmation"), dict) else None,
+            stderr_tail=str(d.get("stderr_tail") or ""),
             schema_version=SCHEMA_VERSION,
         )
 

@@ -70,8 +70,8 @@ def register(subparsers: Subcommands) -> None:
     p = subparsers.add_parser("baseline", help="pin the older reference drift is judged against")
     sub = p.add_subparsers(dest="baseline_cmd", required=True)
     pin = sub.add_parser("pin", help="pin REV as the drift baseline")
-    pin.add_argument("rev", type=revision_arg)
-    pin.add_argument("--note", type=text_arg("--note", 2000))
+    pin.add_argument("rev", type=revision_arg, metavar="REV", help="the revision to pin: a sha, a unique prefix, a branch or a tag")
+    pin.add_argument("--note", type=text_arg("--note", 2000), help="why it is pinned (shown by baseline show)")
     unpin = sub.add_parser("unpin", help="remove the pinned baseline")
     show = sub.add_parser("show", help="the pinned baselines")
     for q, func in ((pin, cmd_pin), (unpin, cmd_unpin), (show, cmd_show)):

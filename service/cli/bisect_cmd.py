@@ -51,7 +51,8 @@ def register(subparsers: Subcommands) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     from service.cli.argtypes import bounded_int, record_id
 
-    p.add_argument("--run", type=record_id("run"), dest="run_id", required=True)
+    p.add_argument("--run", type=record_id("run"), dest="run_id", required=True,
+                   help="the run whose regressions to bisect (its id: ampci runs)")
     p.add_argument("--regression", type=record_id("regression"), dest="regression_id",
                    help="only this regression of the run")
     p.add_argument("--parallel", type=bounded_int(1, 64), default=1,
@@ -59,7 +60,7 @@ def register(subparsers: Subcommands) -> None:
     p.add_argument("--workers", type=bounded_int(1, 256), default=None, help="embedded mode: local worker processes")
     p.add_argument("--step", action="store_true", help="advance one step only; run nothing here")
     p.add_argument("--dispatch", action="store_true", help="send new runs to the broker (AMPCI_BROKER_URL)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=run)
 
 

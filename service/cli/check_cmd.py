@@ -4,7 +4,7 @@ Runs one job in this process (no queue, no database) and prints its result.  MOD
 built-in zoo merged with the user zoo, or ``--zoo``); an argument ending in ``.onnx`` or naming an
 existing file is a model file, checked as it is: its inputs come from ``--inputs FILE.npz`` or are
 generated from the graph's declared types and shapes (``--input-shape NAME=AxB`` for every symbolic dim,
-``--input-range NAME=LOW:HIGH`` for integer inputs; whatever is missing is one line, exit 2, before
+``--input-range NAME=LOW:HIGH`` for integer inputs, ``--input-value NAME=VALUE`` for a constant one; whatever is missing is one line, exit 2, before
 any job; see :mod:`workers.zoo.model_file`).  The result says which inputs were used and how they were
 made.  Exit code: 0 when the job passed, 2 for bad input (``bad_spec``/``bad_model``), 1 for every
 other failure.  Workers (and so onnxruntime) are imported inside the command function only.
@@ -57,10 +57,16 @@ def format_result(r: JobResult) -> str:
                      f"cosine {_fmt(w.cosine, '.6f')}, SNR {_fmt(w.snr_db, '.1f')} dB, nan {w.nan_count}, "
                      f"inf {w.inf_count}{task}")
         not_judged = getattr(acc, "not_judged", {}) or {}
+        held = getattr(acc, "limits", {}) or {}
         for name, m in acc.per_output.items():
             why = f" (not judged: {not_judged[name]})" if name in not_judged else ""
-            lines.append(f"    {name}: max_abs {_fmt(m.max_abs)}, mean_abs {_fmt(m.mean_abs)}, "
-                         f"cosine {_fmt(m.cosine, '.6f')}{why}")
+            lim = held.get(name, {})
+            max_abs = f" (limit {_fmt(lim['max_abs'])})" if "max_abs" in lim else ""
+            cosine = f" (min {lim['min_cosine']:g})" if "min_cosine" in lim else ""
+            task = f", {m.task_metric_name} {_fmt(m.task_metric)} (min {lim['task_min']:g})" \
+                if "task_min" in lim and m.task_metric_name else ""
+            lines.append(f"    {name}: max_abs {_fmt(m.max_abs)}{max_abs}, mean_abs {_fmt(m.mean_abs)}, "
+                         f"cosine {_fmt(m.cosine, '.6f')}{cosine}{task}{why}")
     if r.convergence is not None:
         c = r.convergence
         lines.append(f"  convergence: {c.steps} steps, relative step error final {_fmt(c.final_error)}, "
@@ -202,8 +208,9 @@ def _check(args: argparse.Namespace) -> int:
                         "(see `ampci zoo list`)")
     if is_model_file(args.model):
         entry = file_entry(args)
-    elif args.inputs is not None or args.input_shape or args.input_range or args.stateful:
-        raise UserError(f"--inputs/--input-shape/--input-range/--stateful describe a model file; {args.model!r} "
+    elif args.inputs is not None or args.input_shape or args.input_range or args.input_value or args.stateful:
+        raise UserError(f"--inputs/--input-shape/--input-range/--input-value/--stateful describe a model file; "
+                        f"{args.model!r} "
                         "is a zoo name (its inputs are in the zoo entry)")
     else:
         from workers.zoo.manifest import load_zoo
@@ -321,7 +328,7 @@ def next_steps(result: JobResult, args: argparse.Namespace, auto: JsonObject | N
     file_inputs = [["--inputs", str(args.inputs)]] if is_file and args.inputs is not None else []
     check = [model, "--dtype", dtype, *target, *(x for pair in file_inputs for x in pair)]
     if is_file:
-        check += [x for flag in ("input_shape", "input_range") for v in getattr(args, flag) or []
+        check += [x for flag in ("input_shape", "input_range", "input_value") for v in getattr(args, flag, None) or []
                   for x in (f"--{flag.replace('_', '-')}", v)]
     convert = [src, "-o", f"{Path(model).stem if is_file else model}_{dtype}.onnx", "--dtype", dtype, *target,
                *(x for pair in file_inputs for x in pair)]
@@ -331,7 +338,7 @@ def next_steps(result: JobResult, args: argparse.Namespace, auto: JsonObject | N
     if not is_file:
         lines.append(f"  ampci zoo export {_quote(model)} -o {_quote(src)}")
     lines.append(f"  ampci convert {' '.join(map(_quote, convert))} --policy auto")
-    if is_file and args.inputs is None and (args.input_shape or args.input_range):
+    if is_file and args.inputs is None and (args.input_shape or args.input_range or getattr(args, "input_value", None)):
         lines.append("  (auto measures on real inputs: give it --inputs FILE.npz for a model with symbolic dims "
                      "or integer inputs)")
     if auto:

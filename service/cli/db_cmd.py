@@ -30,13 +30,15 @@ def register(subparsers: Subcommands) -> None:
     from service.cli.argtypes import migration_arg
 
     up = sub.add_parser("upgrade", help="upgrade the schema (default: to head)")
-    up.add_argument("--revision", type=migration_arg, default="head")
+    up.add_argument("--revision", type=migration_arg, default="head",
+                    help="the migration to upgrade to (default: head, the newest)")
     down = sub.add_parser("downgrade", help="downgrade the schema (default: one step)")
-    down.add_argument("--revision", type=migration_arg, default="-1")
+    down.add_argument("--revision", type=migration_arg, default="-1",
+                      help="the migration to go back to: a revision, -N steps or base (default: -1)")
     down.add_argument("--yes", "-y", action="store_true", help="do not ask: dropping tables deletes their data")
     cur = sub.add_parser("current", help="show the schema revision")
     for q in (up, down, cur):
-        q.add_argument("--json", action="store_true")
+        q.add_argument("--json", action="store_true", help="print JSON instead of text")
         q.set_defaults(func=run)
 
 

@@ -15,21 +15,27 @@ from service.cli.argtypes import bounded_int
 from service.cli.query_cmd import emit, open_store
 
 if TYPE_CHECKING:
+    from service.cli.fit import Column
     from service.cli.main import Subcommands
 
 
 def cmd_deliveries(args: argparse.Namespace) -> int:
     """List deliveries (an unknown ``--status`` is a one-line error, exit 2)."""
-    from rich.table import Table
-    from rich.text import Text
+    from service.cli.fit import fit_table
+    from service.cli.query_cmd import console
 
     rows = open_store().list_deliveries(status=args.status, limit=args.limit)
-    table = Table("delivery", "event", "status", "run", "received (UTC)", "reason")
-    for d in rows:
-        table.add_row(*(Text(cell) for cell in (  # stored text is text, never rich markup ("[/x]")
-            d.delivery_id, d.event, d.status, str(d.run_id or ""), d.received_at.strftime("%Y-%m-%d %H:%M:%S"),
-            (d.reason or "")[:120])))
-    emit(args, [d.to_dict() for d in rows], table if rows else "no deliveries")
+    if args.json:
+        emit(args, [d.to_dict() for d in rows])
+        return 0
+    out = console(args)
+    columns: tuple[Column, ...] = (("delivery", "token"), ("event", "token"), ("status", "token"), ("run", "num"),
+               ("received (UTC)", "token"), ("reason", "text"))
+    table = fit_table("deliveries", (columns,), (
+        {"delivery": d.delivery_id, "event": d.event, "status": d.status, "run": str(d.run_id or ""),
+         "received (UTC)": d.received_at.strftime("%Y-%m-%d %H:%M:%S"), "reason": d.reason or ""}
+        for d in rows), out.width)
+    emit(args, [d.to_dict() for d in rows], table if rows else "no deliveries", out=out)
     return 0
 
 
@@ -46,6 +52,7 @@ def register(subparsers: Subcommands) -> None:
 
     p.add_argument("--status", type=one_of("delivery status", _delivery_states),
                    help="pending, accepted, rejected, failed or duplicate")
-    p.add_argument("--limit", type=bounded_int(1, 100_000), default=100)
+    p.add_argument("--limit", type=bounded_int(1, 100_000), default=100,
+                   help="show at most N deliveries, newest first (default 100)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_deliveries, startup_in_command=True)  # open_store ends start-up

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple, NoReturn, TypeAlias
@@ -92,6 +93,11 @@ class OneLineParser(argparse.ArgumentParser):
     json_usage: Callable[[str], JsonObject] | None = None
     json_requested: bool = False
 
+    def format_help(self) -> str:
+        """The help in plain words: descriptions written for the docs (a module docstring) keep their
+        inline code as `code`, never reStructuredText's ````code```` or ``:func:`name```` roles."""
+        return plain_help(super().format_help())
+
     def error(self, message: str) -> NoReturn:
         """Print ``PROG: error: MESSAGE (see `PROG --help`)`` and exit 2 (under ``--json``, for a command
         that opted in, first the JSON object of the error on one stdout line)."""
@@ -102,6 +108,25 @@ class OneLineParser(argparse.ArgumentParser):
             sys.stdout.write(json.dumps(self.json_usage(message), sort_keys=True) + "\n")
             sys.stdout.flush()
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+
+
+def plain_help(text: str) -> str:
+    """``text`` with reStructuredText's inline literals (````x````) and roles (``:func:`x```) as `x`."""
+    return _ROLE.sub(r"`\1`", text).replace("``", "`")
+
+
+def fill_choice_help(parser: argparse.ArgumentParser) -> None:
+    """Give every option of ``parser`` and its sub-commands that has choices but no help text the help
+    ``one of A, B, C`` (an option a module registered without words still says what it takes)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                fill_choice_help(sub)
+        elif action.help is None and action.choices is not None:
+            action.help = f"one of {', '.join(str(c) for c in action.choices)}"
 
 
 #: What each command module's ``register(subparsers)`` is given: the sub-command table of the top-level
@@ -139,6 +164,7 @@ def build_parser(modules: Iterable[str] | None = None) -> argparse.ArgumentParse
     for command, spec in COMMANDS.items():
         if command not in sub.choices:
             sub.add_parser(command, help=spec.help)
+    fill_choice_help(parser)
     return parser
 
 

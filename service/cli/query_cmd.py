@@ -5,7 +5,7 @@
     ampci results [--run ID] [--revision R] [--model M] [--dtype D] [--policy P] [--target T] [--status S]
     ampci regressions [--open] [--since DATE] [--revision R] [--run ID] [--category C]
     ampci compare REV_A REV_B
-    ampci history MODEL --dtype D [--policy P] [--target T] [--metric cosine|latency_p50|...] [--limit N]
+    ampci history MODEL [--dtype D] [--policy P] [--target T] [--metric cosine|latency_p50|...] [--limit N]
     ampci ack ID [--false-positive] [--by NAME] [--note TEXT]
 
 Revisions may be unique sha prefixes.  ``ampci regressions --revision R`` (or ``--run ID``) exits 1
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from service.cli.main import Subcommands
     from service.db.store import Store
-    from service.json_types import JsonValue
+    from service.json_types import JsonList, JsonValue
 
 
 def open_store() -> Store:
@@ -91,18 +91,26 @@ def console(args: argparse.Namespace | None = None) -> Console:
 
 
 def emit(args: argparse.Namespace, data: JsonValue, *renderables: RenderableType,
-         out: Console | None = None) -> None:
-    """Print ``data`` as JSON with ``--json``, else the rich renderables/strings (on ``out``, default
-    :func:`console`)."""
+         out: Console | None = None, rows: JsonList | None = None) -> None:
+    """Print ``data`` as JSON with ``--json``; with ``--csv`` the rows of that JSON (``rows``, or ``data``
+    itself when it is the list) as CSV (:mod:`service.cli.export`); else the rich renderables/strings (on
+    ``out``, default :func:`console`), each line of a string wrapped at its spaces to the console's width
+    (its indent kept), so no line is wider and no word is broken (:func:`service.cli.fit.wrap_lines`)."""
     if getattr(args, "json", False):
         print(json.dumps(data, indent=2, sort_keys=True, default=str))
+        return
+    if getattr(args, "csv", False):
+        from service.cli.export import write_csv
+
+        write_csv(rows if rows is not None else data)
         return
     console_ = out if out is not None else console(args)
     for r in renderables:
         if isinstance(r, str):
+            from service.cli.fit import wrap_lines
             from service.cli.terminal import printable
 
-            print(printable(r), flush=True)
+            print(wrap_lines(printable(r), console_.width), flush=True)
         else:
             console_.print(r)
 
@@ -122,8 +130,16 @@ def parse_since(text: str) -> datetime:
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
 
 
-def _common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+#: The help of a --revision option.
+REVISION_HELP = "a sha, a unique prefix of one, a branch or a tag"
+
+
+def _common(p: argparse.ArgumentParser, csv: bool = False) -> argparse.ArgumentParser:
+    """--json (and with ``csv`` --csv, the same rows as CSV; one or the other) and --wide."""
+    formats = p.add_mutually_exclusive_group()
+    formats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    if csv:
+        formats.add_argument("--csv", action="store_true", help="print the rows --json prints as CSV (RFC 4180)")
     p.add_argument("--wide", action="store_true", help="every column, at least 200 characters wide")
     return p
 
@@ -134,9 +150,15 @@ def _result_statuses() -> tuple[str, ...]:
     return STATUSES
 
 
-def _cell_filters(p: argparse.ArgumentParser, dtype_required: bool = False) -> None:
+def _metric_names() -> tuple[str, ...]:
+    from service.db.queries import METRICS
+
+    return tuple(METRICS)
+
+
+def _cell_filters(p: argparse.ArgumentParser) -> None:
     """--dtype, --policy, --target, each refusing a value no cell can have (exit 2, the choices listed)."""
-    p.add_argument("--dtype", required=dtype_required, type=dtype_name, help="fp16 or bf16")
+    p.add_argument("--dtype", type=dtype_name, help="fp16 or bf16 (default: every dtype)")
     p.add_argument("--policy", type=policy_name, help="default, conservative, aggressive, auto or a policy file")
     p.add_argument("--target", type=target_name, help="cpu, cuda or a queue of one (cuda-a100)")
 
@@ -145,60 +167,68 @@ def register(subparsers: Subcommands) -> None:
     """Add runs, run, results, regressions, compare, history and ack."""
     from service.cli.argtypes import record_id, revision_arg, since_time, text_arg
 
-    p = _common(subparsers.add_parser("runs", help="list runs, newest first"))
-    p.add_argument("--revision", type=revision_arg)
+    p = _common(subparsers.add_parser("runs", help="list runs, newest first"), csv=True)
+    p.add_argument("--revision", type=revision_arg, help=REVISION_HELP)
     p.add_argument("--trigger", type=one_of("trigger", TRIGGERS), help="push, pull_request, nightly, manual or bisect")
     p.add_argument("--status", type=one_of("run status", RUN_STATES),
                    help="queued, running, complete, partial, failed or cancelled")
-    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=50)
+    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=50, help="at most N runs (default 50)")
     p.set_defaults(func=cmd_runs, startup_in_command=True)
 
     p = _common(subparsers.add_parser("run", help="one run: summary and jobs"))
-    p.add_argument("run_id", type=record_id("run"), metavar="ID")
+    p.add_argument("run_id", type=record_id("run"), metavar="ID", help="the run's id (ampci runs)")
     p.set_defaults(func=cmd_run, startup_in_command=True)
 
-    p = _common(subparsers.add_parser("results", help="stored results, filtered"))
-    p.add_argument("--run", type=record_id("run"), dest="run_id")
-    p.add_argument("--revision", type=revision_arg)
-    p.add_argument("--model", type=text_arg("model"))
+    p = _common(subparsers.add_parser("results", help="stored results, filtered"), csv=True)
+    p.add_argument("--run", type=record_id("run"), dest="run_id", help="only this run's results (its id)")
+    p.add_argument("--revision", type=revision_arg, help=REVISION_HELP)
+    p.add_argument("--model", type=text_arg("model"), help="only this model's results (ampci zoo list)")
     _cell_filters(p)
     p.add_argument("--status", type=one_of("result status", _result_statuses), help="pass, fail_accuracy, ...")
-    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=5000)
+    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=5000, help="at most N results (default 5000)")
+    p.add_argument("--stderr", action="store_true",
+                   help="below the table, the last lines the pass wrote on stderr for each failed cell "
+                        "(--json always has them as stderr_tail)")
     p.set_defaults(func=cmd_results, startup_in_command=True)
 
-    p = _common(subparsers.add_parser("regressions", help="regressions, improvements and flaky cells"))
+    p = _common(subparsers.add_parser("regressions", help="regressions, improvements and flaky cells"), csv=True)
     p.add_argument("--open", action="store_true", help="only open findings")
     p.add_argument("--since", metavar="DATE", type=since_time, help="ISO date/datetime (UTC) or 7d / 12h ago")
     p.add_argument("--revision", type=revision_arg, help="only this revision; exit 1 if it has open regressions")
     p.add_argument("--run", type=record_id("run"), dest="run_id",
                    help="only this run; exit 1 if it has open regressions")
-    p.add_argument("--category", choices=["regression", "improvement", "flaky"])
-    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=1000)
+    p.add_argument("--category", choices=["regression", "improvement", "flaky"],
+                   help="only regressions, improvements or flaky cells")
+    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=1000, help="at most N findings (default 1000)")
     p.set_defaults(func=cmd_regressions, startup_in_command=True)
 
-    p = _common(subparsers.add_parser("compare", help="cell-by-cell comparison of two revisions"))
-    p.add_argument("rev_a", metavar="REV_A", type=revision_arg)
-    p.add_argument("rev_b", metavar="REV_B", type=revision_arg)
+    p = _common(subparsers.add_parser("compare", help="cell-by-cell comparison of two revisions"), csv=True)
+    p.add_argument("rev_a", metavar="REV_A", type=revision_arg, help="the older revision (" + REVISION_HELP + ")")
+    p.add_argument("rev_b", metavar="REV_B", type=revision_arg, help="the newer revision; deltas are B - A")
     p.set_defaults(func=cmd_compare, startup_in_command=True)
 
-    p = _common(subparsers.add_parser("history", help="a metric of a model over runs, with a plot"))
-    p.add_argument("model", metavar="MODEL", type=text_arg("model"))
-    _cell_filters(p, dtype_required=True)
-    p.add_argument("--metric", type=text_arg("metric", 100), default="cosine")
-    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=200)
+    p = _common(subparsers.add_parser("history", help="a metric of a model over runs, with a plot"), csv=True)
+    p.add_argument("model", metavar="MODEL", type=text_arg("model"), help="the model's name (ampci zoo list)")
+    _cell_filters(p)
+    p.add_argument("--metric", type=text_arg("metric", 100), default="cosine",
+                   help=f"the metric to show (default cosine): {', '.join(_metric_names())}")
+    p.add_argument("--limit", type=bounded_int(1, 1_000_000), default=200, help="the last N values (default 200)")
     p.set_defaults(func=cmd_history, startup_in_command=True)
 
     p = _common(subparsers.add_parser("ack", help="acknowledge a regression (or mark it a false positive)"))
-    p.add_argument("regression_id", type=record_id("regression"), metavar="ID")
-    p.add_argument("--false-positive", action="store_true")
-    p.add_argument("--by", type=text_arg("by", 200), default=os.environ.get("USER") or None)
-    p.add_argument("--note", type=text_arg("note", 2000))
+    p.add_argument("regression_id", type=record_id("regression"), metavar="ID",
+                   help="the finding's id (ampci regressions)")
+    p.add_argument("--false-positive", action="store_true",
+                   help="the finding is wrong (the run's gate no longer counts it), not only acknowledged")
+    p.add_argument("--by", type=text_arg("by", 200), default=os.environ.get("USER") or None,
+                   help="who triaged it (default $USER)")
+    p.add_argument("--note", type=text_arg("note", 2000), help="why, shown with the finding")
     p.set_defaults(func=cmd_ack, startup_in_command=True)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """List runs."""
-    if not args.json:  # no table, no rich; a table's modules are imported during start-up (before open_store)
+    if not (args.json or args.csv):  # no table, no rich; a table's modules are imported during start-up
         from service.cli.tables import runs_table
     from service.orchestration.judge import listed_verdicts
 
@@ -207,7 +237,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     runs, resolved = listed_verdicts(store, runs)  # the stored verdicts, and later resolutions beside them
     rows = [{**r.to_dict(), "resolved_since": ({"regressions": resolved[r.id][0], "runs": list(resolved[r.id][1])}
                                                if r.id in resolved else None)} for r in runs]
-    if args.json:
+    if args.json or args.csv:
         emit(args, rows)
         return 0
     out = console(args)
@@ -223,7 +253,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = open_store()
     run, jobs, summary = store.get_run(args.run_id), store.jobs(args.run_id), store.run_summary(args.run_id)
     (run,), resolved = listed_verdicts(store, [run])  # its stored verdict, a later resolution beside it
-    messages = [f"{'/'.join(r.cell)} {r.status}: {r.message}" for r in store.results(run_id=args.run_id)
+    messages = [f"{r.model} {r.dtype}/{r.policy}/{r.target} {r.status}: {r.message}"
+                for r in store.results(run_id=args.run_id)
                 if r.message and r.status != "pass"]
     out = console(args)
     emit(args, {"run": run.to_dict(), "summary": summary.to_dict(), "description": summary.describe(),
@@ -233,13 +264,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    """Filtered results."""
+    """Filtered results; with ``--stderr`` (and always in ``--json``) the pass's stderr tail of each failed
+    result (:mod:`service.db.tails`)."""
     from service.cli.tables import results_table
+    from service.db.tails import stderr_tails
 
-    rows = open_store().results(run_id=args.run_id, revision=args.revision, model=args.model, dtype=args.dtype,
-                                policy=args.policy, target=args.target, status=args.status, limit=args.limit)
+    store = open_store()
+    rows = store.results(run_id=args.run_id, revision=args.revision, model=args.model, dtype=args.dtype,
+                         policy=args.policy, target=args.target, status=args.status, limit=args.limit)
+    want = args.json or args.csv or args.stderr
+    tails = stderr_tails(store, [r.id for r in rows if r.status != "pass"]) if want else {}
+    dicts = [r.to_dict() | ({"stderr_tail": tails[r.id]} if r.id in tails else {}) for r in rows]
     out = console(args)
-    emit(args, [r.to_dict() for r in rows], results_table(rows, out.width), out=out)
+    shown = [f"stderr of {r.model} {r.dtype}/{r.policy}/{r.target} {r.status} (run {r.run_id}):\n"
+             + "\n".join(f"  {line}" for line in tails[r.id].splitlines())
+             for r in rows if args.stderr and r.id in tails]
+    emit(args, dicts, results_table(rows, out.width), *shown, out=out)
     return 0
 
 
@@ -269,8 +309,8 @@ def cmd_regressions(args: argparse.Namespace) -> int:
 
         verdict = run_verdict(store, run_id)
         failed = bool(verdict.exit_code)
-        print(f"run {run_id}: {verdict.headline()}", file=sys.stderr if args.json else sys.stdout)
-        if not args.json:
+        print(f"run {run_id}: {verdict.headline()}", file=sys.stderr if args.json or args.csv else sys.stdout)
+        if not (args.json or args.csv):
             for reason in verdict.decision.reasons:
                 print(f"  {reason}")
     return 1 if (args.revision is not None and blocking) or failed else 0
@@ -280,13 +320,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Compare two revisions."""
     from service.cli.revision_lookup import resolve_with_results
 
-    if not args.json:  # no table, no rich; a table's modules are imported during start-up (before open_store)
+    if not (args.json or args.csv):  # no table, no rich; a table's modules are imported during start-up
         from service.cli.tables import compare_table
     store = open_store()  # branch, tag or short sha, like --revision; a revision without results says so
     a, b = resolve_with_results(store, args.rev_a), resolve_with_results(store, args.rev_b)
     rows = store.compare(a, b)
-    if args.json:
-        emit(args, {"a": a, "b": b, "cells": [r.to_dict() for r in rows]})
+    if args.json or args.csv:
+        cells = [r.to_dict() for r in rows]
+        emit(args, {"a": a, "b": b, "cells": cells}, rows=cells)
         return 0
     out = console(args)
     emit(args, {"a": a, "b": b, "cells": [r.to_dict() for r in rows]}, compare_table(rows, a, b, out.width), out=out)
@@ -294,23 +335,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    """History of one metric of a model, with a terminal plot per (policy, target)."""
+    """History of one metric of a model (every dtype/policy/target, or those given), with a chart per cell
+    (:mod:`service.cli.charts`)."""
+    from service.cli.charts import history_charts
     from service.cli.tables import history_table
     from service.db.queries import metric_column
-    from service.regressions.render import plot
 
     metric = metric_column(args.metric)
     points = open_store().history(args.model, args.dtype, policy=args.policy, target=args.target, metric=metric,
                                   limit=args.limit)
-    series: dict[tuple[str, str, str], list[float | None]] = {}
-    for pt in points:  # final errors in different units are never drawn on one axis
-        series.setdefault((pt.policy, pt.target, pt.unit or ""), []).append(pt.value)
-    plots = [plot(vals, label=f"{args.model} {args.dtype} {pol}/{tgt} {metric}{f' ({unit})' if unit else ''} "
-                              "(oldest left)")
-             for (pol, tgt, unit), vals in sorted(series.items())]
     out = console(args)
-    emit(args, {"model": args.model, "dtype": args.dtype, "metric": metric, "points": [p.to_dict() for p in points]},
-         history_table(points, metric, out.width), *plots, out=out)
+    dicts = [p.to_dict() for p in points]
+    emit(args, {"model": args.model, "dtype": args.dtype, "metric": metric, "points": dicts},
+         history_table(points, metric, out.width), *history_charts(points, args.model, metric, out.width), out=out,
+         rows=dicts)
     return 0
 
 

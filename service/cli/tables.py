@@ -9,9 +9,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-from rich.text import Text
-
+from service.cli.fit import Column, fit_table
 from service.db.records import CompareRow, HistoryPoint, JobInfo, RegressionInfo, ResultRow, RunInfo
 from service.regressions.render import fmt
 from service.regressions.verdict import LIST_WORDS, list_verdict
@@ -19,40 +17,37 @@ from service.regressions.verdict import LIST_WORDS, list_verdict
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from rich.console import RenderableType
+
 
 def _ts(dt: datetime | None) -> str:
     return dt.strftime("%Y-%m-%d %H:%M") if dt is not None else "-"
 
 
 #: Below this console width (columns) the tables leave out low-value columns and merge a cell's
-#: model/dtype/policy/target into one ``cell`` column; text always folds instead of being cut.
+#: model/dtype/policy/target into one ``cell`` column; what is left is laid out by
+#: :func:`service.cli.fit.fit_table` (no word broken; long text wrapped to a few lines).
 NARROW = 120
 
 
-def _table(title: str, columns: Sequence[tuple[str, str]], rows: Iterable[Mapping[str, str]]) -> Table:
-    """A table of ``columns`` (name, kind) whose rows map column names to text, printed as it is (never
-    read as rich markup).  Kind ``text`` folds
-    onto more lines when the console is too narrow (never ``mini…``); ``num`` never wraps (numbers
-    stay whole); ``id`` is a right-aligned number."""
-    t = Table(title=title)
-    for name, kind in columns:
-        t.add_column(name, justify="right" if kind == "id" else "left", no_wrap=kind != "text",
-                     overflow="fold", min_width=len(name) if kind != "text" else None)
-    for row in rows:  # stored text is text: rich would read "[/x]" or "[bold]" in a model name as markup
-        t.add_row(*(Text(row[name]) for name, _ in columns))
-    return t
+def _table(title: str, layouts: Sequence[Sequence[Column]], rows: Iterable[Mapping[str, str]],
+           width: int | None) -> RenderableType:
+    """The rows (column name -> text) fitted to ``width`` (:func:`service.cli.fit.fit_table`): ``id``/``num``
+    never wrap, ``token`` wraps only between words, ``text`` wraps at words to a few lines."""
+    return fit_table(title, layouts, rows, width)
 
 
-def _pick(width: int | None, wide: Sequence[tuple[str, str]], narrow: Sequence[tuple[str, str]]) -> \
-        Sequence[tuple[str, str]]:
-    return narrow if width is not None and width < NARROW else wide
+def _pick(width: int | None, wide: Sequence[Column], narrow: Sequence[Column]) -> Sequence[Sequence[Column]]:
+    """The layouts to try: every column from :data:`NARROW` columns up (then the narrow set when the wide
+    one does not fit), the narrow set below."""
+    return (narrow,) if width is not None and width < NARROW else (wide, narrow)
 
 
 def _cell_text(model: str, dtype: str, policy: str, target: str) -> str:
     return f"{model} {dtype}/{policy}/{target}"
 
 
-_CELL = (("model", "text"), ("dtype", "text"), ("policy", "text"), ("target", "text"))
+_CELL: tuple[Column, ...] = (("model", "token"), ("dtype", "token"), ("policy", "token"), ("target", "token"))
 
 
 def verdict_cell(run: RunInfo, resolved: tuple[int, tuple[int, ...]] | None = None) -> str:
@@ -63,56 +58,57 @@ def verdict_cell(run: RunInfo, resolved: tuple[int, tuple[int, ...]] | None = No
 
 
 def runs_table(runs: Sequence[RunInfo], width: int | None = None,
-               resolved: Mapping[int, tuple[int, tuple[int, ...]]] | None = None) -> Table:
+               resolved: Mapping[int, tuple[int, tuple[int, ...]]] | None = None) -> RenderableType:
     """One row per run, newest first as given, its verdict first, with what later runs ``resolved`` of it
     (:func:`service.orchestration.judge.listed_verdicts`) beside it (narrow: no sweep, baseline or finish time)."""
-    wide = (("id", "id"), ("verdict", "text"), ("revision", "text"), ("trigger", "text"), ("sweep", "text"),
-            ("status", "text"), ("baseline", "text"), ("created", "text"), ("finished", "text"))
-    narrow = (("id", "id"), ("verdict", "text"), ("revision", "num"), ("trigger", "text"), ("status", "text"),
-              ("created", "text"))
+    wide: tuple[Column, ...] = (("id", "id"), ("verdict", "text"), ("revision", "token"), ("trigger", "token"),
+                                ("sweep", "token"), ("status", "token"), ("baseline", "token"), ("created", "token"),
+                                ("finished", "token"))
+    narrow: tuple[Column, ...] = (("id", "id"), ("verdict", "text"), ("revision", "num"), ("trigger", "token"),
+                                  ("status", "token"), ("created", "token"))
     return _table("runs", _pick(width, wide, narrow), (
         {"id": str(r.id), "verdict": verdict_cell(r, (resolved or {}).get(r.id)), "revision": r.revision_sha[:12], "trigger": r.trigger,
          "sweep": r.sweep,
          "status": r.status, "baseline": (r.baseline_sha or "-")[:12], "created": _ts(r.created_at),
-         "finished": _ts(r.finished_at)} for r in runs))
+         "finished": _ts(r.finished_at)} for r in runs), width)
 
 
-def jobs_table(jobs: Sequence[JobInfo], width: int | None = None) -> Table:
+def jobs_table(jobs: Sequence[JobInfo], width: int | None = None) -> RenderableType:
     """The jobs of one run; the error text folds, whole (narrow: one ``cell`` column, no worker)."""
-    wide = (("id", "num"), *_CELL, ("status", "text"), ("attempts", "num"), ("worker", "text"), ("error", "text"))
-    narrow = (("id", "num"), ("cell", "text"), ("status", "text"), ("attempts", "num"), ("error", "text"))
+    wide: tuple[Column, ...] = (("id", "num"), *_CELL, ("status", "token"), ("attempts", "num"), ("worker", "token"), ("error", "text"))
+    narrow: tuple[Column, ...] = (("id", "num"), ("cell", "token"), ("status", "token"), ("attempts", "num"), ("error", "text"))
     return _table("jobs", _pick(width, wide, narrow), (
         {"id": str(j.id), "model": j.model, "dtype": j.dtype, "policy": j.policy, "target": j.target,
          "cell": _cell_text(*j.cell), "status": j.status, "attempts": str(j.attempts), "worker": j.worker or "-",
-         "error": j.error or ""} for j in jobs))
+         "error": j.error or ""} for j in jobs), width)
 
 
-def results_table(rows: Sequence[ResultRow], width: int | None = None) -> Table:
+def results_table(rows: Sequence[ResultRow], width: int | None = None) -> RenderableType:
     """One row per result with the compared metrics (narrow: one ``cell`` column, no revision,
     low-precision share or casts)."""
-    wide = (("run", "num"), ("revision", "text"), *_CELL, ("status", "text"), ("cosine", "num"),
+    wide: tuple[Column, ...] = (("run", "num"), ("revision", "token"), *_CELL, ("status", "token"), ("cosine", "num"),
             ("max_abs", "num"), ("p50 ms", "num"), ("speedup", "num"), ("low-prec", "num"), ("casts", "num"))
-    narrow = (("run", "num"), ("cell", "text"), ("status", "text"), ("cosine", "num"), ("max_abs", "num"),
+    narrow: tuple[Column, ...] = (("run", "num"), ("cell", "token"), ("status", "token"), ("cosine", "num"), ("max_abs", "num"),
               ("p50 ms", "num"), ("speedup", "num"))
     return _table("results", _pick(width, wide, narrow), (
         {"run": str(r.run_id), "revision": r.revision_sha[:10], "model": r.model, "dtype": r.dtype,
          "policy": r.policy, "target": r.target, "cell": _cell_text(*r.cell), "status": r.status,
          "cosine": fmt(r.cosine, 6), "max_abs": fmt(r.max_abs, 3), "p50 ms": fmt(r.latency_p50_ms, 4),
          "speedup": fmt(r.speedup, 3), "low-prec": fmt(r.low_precision_fraction, 3),
-         "casts": fmt(r.casts_inserted)} for r in rows))
+         "casts": fmt(r.casts_inserted)} for r in rows), width)
 
 
-def regressions_table(regs: Sequence[RegressionInfo], width: int | None = None) -> Table:
+def regressions_table(regs: Sequence[RegressionInfo], width: int | None = None) -> RenderableType:
     """Findings newest first as given; cell and detail fold (narrow: no run, revision or state)."""
-    wide = (("id", "num"), ("run", "num"), ("revision", "text"), ("cell", "text"), ("kind", "text"),
-            ("category", "text"), ("severity", "text"), ("state", "text"), ("detail", "text"))
-    narrow = (("id", "num"), ("cell", "text"), ("kind", "text"), ("category", "text"), ("state", "text"),
+    wide: tuple[Column, ...] = (("id", "num"), ("run", "num"), ("revision", "token"), ("cell", "token"), ("kind", "token"),
+            ("category", "token"), ("severity", "token"), ("state", "token"), ("detail", "text"))
+    narrow: tuple[Column, ...] = (("id", "num"), ("cell", "token"), ("kind", "token"), ("category", "token"), ("state", "token"),
               ("detail", "text"))
     return _table("regressions", _pick(width, wide, narrow), (
         {"id": str(r.id), "run": str(r.run_id), "revision": r.revision_sha[:10],
-         "cell": "/".join(r.cell) if width is None or width >= NARROW else _cell_text(*r.cell),
+         "cell": _cell_text(*r.cell),
          "kind": r.kind, "category": r.category, "severity": r.severity, "state": r.state, "detail": r.detail}
-        for r in regs))
+        for r in regs), width)
 
 
 def _pct(a: float | None, b: float | None) -> str:
@@ -121,13 +117,13 @@ def _pct(a: float | None, b: float | None) -> str:
     return f"{(b - a) / a * 100:+.1f}%"
 
 
-def compare_table(rows: Sequence[CompareRow], rev_a: str, rev_b: str, width: int | None = None) -> Table:
+def compare_table(rows: Sequence[CompareRow], rev_a: str, rev_b: str, width: int | None = None) -> RenderableType:
     """Cell-by-cell comparison of two revisions with deltas (b - a) (narrow: one ``cell`` column, no
     low-precision share or cast delta)."""
-    wide = (*_CELL, ("status", "text"), ("cosine", "num"), ("Δcosine", "num"), ("max_abs", "num"),
+    wide: tuple[Column, ...] = (*_CELL, ("status", "token"), ("cosine", "num"), ("Δcosine", "num"), ("max_abs", "num"),
             ("Δmax_abs", "num"), ("p50 ms", "num"), ("Δp50", "num"), ("conv s", "num"), ("cpu s", "num"),
             ("low-prec", "num"), ("Δcasts", "num"))
-    narrow = (("cell", "text"), ("status", "text"), ("cosine", "num"), ("Δcosine", "num"), ("max_abs", "num"),
+    narrow: tuple[Column, ...] = (("cell", "token"), ("status", "token"), ("cosine", "num"), ("Δcosine", "num"), ("max_abs", "num"),
               ("p50 ms", "num"), ("Δp50", "num"))
     out = []
     for r in rows:
@@ -145,17 +141,18 @@ def compare_table(rows: Sequence[CompareRow], rev_a: str, rev_b: str, width: int
                     "conv s": fmt(b.convert_s if b else None, 4), "cpu s": fmt(b.convert_cpu_s if b else None, 4),
                     "low-prec": fmt(b.low_precision_fraction if b else None, 3),
                     "Δcasts": fmt(r.deltas.get("casts_inserted"))})
-    return _table(f"compare {rev_a[:10]} -> {rev_b[:10]}", _pick(width, wide, narrow), out)
+    return _table(f"compare {rev_a[:10]} -> {rev_b[:10]}", _pick(width, wide, narrow), out, width)
 
 
-def history_table(points: Sequence[HistoryPoint], metric: str, width: int | None = None) -> Table:
-    """The points of a history, oldest first (narrow: no trigger, revision to 8 characters)."""
+def history_table(points: Sequence[HistoryPoint], metric: str, width: int | None = None) -> RenderableType:
+    """The points of a history, oldest first (narrow: no trigger or time; dtype/policy/target as one cell)."""
     units = any(p.unit for p in points)
-    wide = (("run", "num"), ("revision", "text"), ("trigger", "text"), ("created", "text"), ("policy", "text"),
-            ("target", "text"), ("status", "text"), (metric, "num"), *((("unit", "text"),) if units else ()))
-    narrow = (("run", "num"), ("revision", "text"), ("created", "text"), ("policy", "text"), ("target", "text"),
-              ("status", "text"), (metric, "num"), *((("unit", "text"),) if units else ()))
+    value: Column = (metric, "num")
+    wide: tuple[Column, ...] = (("run", "num"), ("revision", "token"), ("trigger", "token"), ("created", "token"), ("dtype", "token"), ("policy", "token"),
+            ("target", "token"), ("status", "token"), value, *((("unit", "token"),) if units else ()))
+    narrow: tuple[Column, ...] = (("run", "num"), ("revision", "token"), ("cell", "token"), ("status", "token"),
+                                  value, *((("unit", "token"),) if units else ()))
     return _table(f"history of {metric}", _pick(width, wide, narrow), (
         {"run": str(p.run_id), "revision": p.revision_sha[:10], "trigger": p.trigger, "created": _ts(p.created_at),
-         "policy": p.policy, "target": p.target, "status": p.status, metric: fmt(p.value, 6), "unit": p.unit or "-"}
-        for p in points))
+         "dtype": p.dtype, "cell": f"{p.dtype}/{p.policy}/{p.target}", "policy": p.policy, "target": p.target, "status": p.status, metric: fmt(p.value, 6), "unit": p.unit or "-"}
+        for p in points), width)

@@ -36,11 +36,12 @@ def register(subparsers: Subcommands) -> None:
                    help="node name (default ampci-<queues>@<host>)")
     w.add_argument("--loglevel", "-l", type=log_level, default=None,
                    help="log level (default AMPCI_LOG_LEVEL)")
-    w.add_argument("--max-tasks-per-child", type=bounded_int(1, 1_000_000), default=None)
+    w.add_argument("--max-tasks-per-child", type=bounded_int(1, 1_000_000), default=None,
+                   help="replace a worker process after this many jobs (default: never)")
     w.set_defaults(func=run_worker, serves=True)  # runs until stopped
     b = subparsers.add_parser("beat", help="run Celery beat: schedules the nightly sweep")
     b.add_argument("--schedule-file", type=path_arg, default=None, help="beat state file (default under AMPCI_DATA_DIR)")
-    b.add_argument("--loglevel", "-l", type=log_level, default=None)
+    b.add_argument("--loglevel", "-l", type=log_level, default=None, help="log level (default AMPCI_LOG_LEVEL)")
     b.set_defaults(func=run_beat, serves=True)
 
 

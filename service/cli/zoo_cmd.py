@@ -44,6 +44,9 @@ def add_input_arguments(p: argparse.ArgumentParser, what: str = "") -> None:
                    metavar="NAME=LOW:HIGH",
                    help=f"{what}generate the input uniformly in [LOW, HIGH) (needed for integer inputs; "
                         "repeatable)")
+    p.add_argument("--input-value", action="append", type=text_arg("input value", 1000), default=[],
+                   metavar="NAME=VALUE",
+                   help=f"{what}the input is this constant, e.g. sr=16000 (repeatable)")
     p.add_argument("--stateful", action="append", type=text_arg("stateful", 1000), default=[],
                    metavar="INPUT=OUTPUT",
                    help=f"{what}OUTPUT is fed back as INPUT each step (convergence check; repeatable)")
@@ -54,8 +57,10 @@ def input_options(args: argparse.Namespace) -> tuple[InputOptions, dict[str, str
     the input options and the state map."""
     from workers.zoo import model_file
 
+    ranges = dict(model_file.parse_range(t) for t in args.input_range)
+    ranges.update(model_file.parse_value(t) for t in getattr(args, "input_value", []))
     options = model_file.InputOptions(shapes=dict(model_file.parse_shape(t) for t in args.input_shape),
-                                      ranges=dict(model_file.parse_range(t) for t in args.input_range),
+                                      ranges=ranges,
                                       npz=args.inputs)
     return options, dict(model_file.parse_state(t) for t in args.stateful)
 
@@ -71,13 +76,31 @@ def _list(args: argparse.Namespace) -> int:
                            "inputs": {i.name: {"shape": list(i.shape), "dtype": i.dtype} for i in e.inputs},
                            "description": e.description} for e in entries], indent=2))
         return 0
+    import shutil
+
+    from service.cli.fit import wrap_words
+
+    columns = shutil.get_terminal_size((200, 24)).columns  # $COLUMNS first, as the tables
     width = max((len(e.name) for e in entries), default=4)
     tags = max((len(",".join(e.tags)) for e in entries), default=4)
-    print(f"{'NAME':<{width}}  {'ORIGIN':<8}  {'SOURCE':<10}  {'TAGS':<{tags}}  INPUTS")
+    left = width + 2 + 8 + 2 + 10 + 2 + tags + 2
+    # the inputs wrap between inputs (a shape is one word) under their column, or, when that column would
+    # be narrower than 16, on indented lines of their own
+    indent = left if columns - left >= 16 else 4
+    header = f"{'NAME':<{width}}  {'ORIGIN':<8}  {'SOURCE':<10}  {'TAGS':<{tags}}  "
+    narrow = indent != left  # each model as a heading line (wrapped between its fields), its inputs below
+    print("NAME · ORIGIN · SOURCE · TAGS\n    INPUTS" if narrow else header + "INPUTS")
     for e in entries:
-        shapes = ", ".join(f"{i.name}{list(i.shape)}" for i in e.inputs)
+        shapes = ", ".join(f"{i.name}{list(i.shape)}".replace(" ", "") for i in e.inputs)
         origin = e.origin if e.origin in ("builtin", "user") else "manifest"
-        print(f"{e.name:<{width}}  {origin:<8}  {e.source.kind:<10}  {','.join(e.tags):<{tags}}  {shapes}")
+        lines = wrap_words(shapes, columns - indent)[0]
+        if narrow:
+            print("\n".join(wrap_words(f"{e.name} · {origin} · {e.source.kind} · {', '.join(e.tags)}", columns)[0]))
+        else:
+            print((f"{e.name:<{width}}  {origin:<8}  {e.source.kind:<10}  {','.join(e.tags):<{tags}}  "
+                   + lines.pop(0)).rstrip())
+        for line in lines:
+            print(" " * indent + line)
     return 0
 
 
@@ -154,13 +177,13 @@ def register(subparsers: Subcommands) -> None:
 
     lst.add_argument("--tag", type=text_arg("tag"), default=None, help="only models with this tag (e.g. smoke)")
     lst.add_argument("--zoo", type=path_arg, default=None, help=manifest_help)
-    lst.add_argument("--json", action="store_true")
+    lst.add_argument("--json", action="store_true", help="print JSON instead of text")
     lst.set_defaults(func=_list)
     fetch = verbs.add_parser("fetch", help="fetch models into the cache (AMPCI_CACHE_DIR), verifying sha256")
     fetch.add_argument("names", nargs="*", metavar="NAME", type=text_arg("model"), help="models to fetch (default: all)")
     fetch.add_argument("--tag", type=text_arg("tag"), default=None, help="only models with this tag")
     fetch.add_argument("--zoo", type=path_arg, default=None, help=manifest_help)
-    fetch.add_argument("--json", action="store_true")
+    fetch.add_argument("--json", action="store_true", help="print JSON instead of text")
     fetch.set_defaults(func=_fetch)
     add = verbs.add_parser("add", help="add an ONNX file of yours to the user zoo (AMPCI_DATA_DIR/user_zoo.toml)")
     add.add_argument("path", type=path_arg, help="the ONNX model file (copied into AMPCI_CACHE_DIR)")
@@ -168,10 +191,10 @@ def register(subparsers: Subcommands) -> None:
     add.add_argument("--tags", action="append", type=text_arg("tags", 1000), default=[], metavar="TAG[,TAG...]",
                      help="tags for sweeps (`models = [\"tag:NAME\"]`)")
     add_input_arguments(add)
-    add.add_argument("--json", action="store_true")
+    add.add_argument("--json", action="store_true", help="print JSON instead of text")
     add.set_defaults(func=_add)
     export = verbs.add_parser("export", help="copy a zoo model's ONNX file out of the cache")
-    export.add_argument("name", metavar="NAME", type=text_arg("model"))
+    export.add_argument("name", metavar="NAME", type=text_arg("model"), help="the zoo model to export (ampci zoo list)")
     export.add_argument("-o", "--output", type=path_arg, required=True, help="where to write the .onnx file")
     export.add_argument("--force", action="store_true", help="overwrite an existing file")
     export.add_argument("--zoo", type=path_arg, default=None, help=manifest_help)

@@ -6,7 +6,7 @@ where the cell has a finding are drawn again in a marker series ("▼ regression
 "≈ flaky"), so findings are told by shape, legend and tooltip as well as colour.  The latency
 chart draws each revision's min–max range of the raw samples as a whisker around the p50.  A drift
 finding of a chart's metric is drawn as a band over its range (reference to drifted revision) with its
-change point's two sides marked ("◆ level moved"; :mod:`service.dashboard.drift_marks`).
+change point's two sides marked ("♦ level moved"; :mod:`service.dashboard.drift_marks`).
 
 Charts are drawn by :class:`_LineChart`, a ``pygal.Line`` whose points carry only what a
 script-free page uses (dot, link, ``<title>`` tooltip, whiskers): roughly half the SVG nodes of
@@ -53,8 +53,8 @@ MARKERS = (("regression", "▼ regression", "#b3261e"), ("improvement", "▲ imp
            ("flaky", "≈ flaky", "#6a4c93"))
 #: The drift series: the range from the reference to the drifted revision (a wide translucent band), and the
 #: two sides of the change point where the level moved.
-DRIFT_RANGE, DRIFT_RANGE_COLOUR = "↗ drift range", "#a34700"
-LEVEL_MOVED, LEVEL_MOVED_COLOUR = "◆ level moved", "#7a3500"
+DRIFT_RANGE, DRIFT_RANGE_COLOUR = "↑ drift range", "#a34700"
+LEVEL_MOVED, LEVEL_MOVED_COLOUR = "♦ level moved", "#7a3500"
 _STROKE = {DRIFT_RANGE: f"stroke: {DRIFT_RANGE_COLOUR}; stroke-width: 7; stroke-opacity: 0.35"}
 
 
@@ -318,6 +318,25 @@ def history_charts(points: Sequence[HistoryRow], findings: dict[int, list[Regres
                         _CACHE.popitem(last=False)
         out.append((metric, svg))
     return out
+
+
+def chart_order(charts: Sequence[tuple[Metric, str]], points: Sequence[HistoryRow],
+                findings: dict[int, list[RegressionInfo]]) -> tuple[list[tuple[Metric, str]], list[Metric]]:
+    """The charts of a cell history in reading order, and the metrics apart that have no value at all (the
+    page names them on one line instead of drawing an empty panel).  First the charts that mark a finding
+    of one of their kinds, then those whose values moved (not all equal), then the rest; the order of
+    :func:`metrics_for` within each group."""
+    kinds = {f.kind for fs in findings.values() for f in fs}
+
+    def rank(metric: Metric) -> int:
+        if kinds & set(metric.kinds):
+            return 0
+        values = {v for p in points if (v := metric.value(p)) is not None}
+        return 1 if len(values) > 1 else 2
+
+    shown = [(m, svg) for m, svg in charts if any(m.value(p) is not None for p in points)]
+    empty = [m for m, _ in charts if not any(m.value(p) is not None for p in points)]
+    return sorted(shown, key=lambda chart: rank(chart[0])), empty
 
 
 def clear_cache() -> None:

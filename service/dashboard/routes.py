@@ -12,6 +12,9 @@ Routes (not in the OpenAPI schema):
   cell (a run started from the CLI has no branch); ``branch=all`` (or empty) is every branch.  Without
   ``policy`` or ``target`` it lists every policy/target of the model and dtype that has results (one
   of them: that cell's history).  Matrix and diff links of a run keep the run's branch;
+- ``GET /regressions[?state=open|all|STATE&kind=&category=&model=&dtype=&limit=200]`` — findings across
+  runs, newest first (the open ones unless ``state`` says otherwise), each linking to its run and its
+  cell's history;
 - ``GET /regressions/{id}`` — one finding, baseline vs offending numbers, bisection state;
 - ``POST /regressions/{id}/triage`` — the acknowledge / false-positive form (fields ``token``,
   ``action``, ``by``, ``note``).  The token is the API bearer token (``AMPCI_API_TOKEN``), compared
@@ -43,12 +46,15 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from service.dashboard import bisection, plots, views
 from service.db import dashboard as queries
 from service.db.deliveries import DELIVERY_STATES
+from service.db.queries import REG_STATES
 from service.db.records import RegressionInfo
 from service.db.store import Store
+from service.db.tails import stderr_tails
 from service.errors import NotFoundError, UserError
 from service.github.approval import AWAITING_DESCRIPTION
 from service.github.reporter import StatusReporter
 from service.orchestration.judge import listed_verdicts, record_verdict, run_verdict
+from service.regressions.kinds.registry import all_kinds
 from service.regressions.rules import CATEGORIES
 from service.settings import Settings
 from service.vocabulary import AWAITING_APPROVAL, TRIGGERS
@@ -163,6 +169,29 @@ def deliveries_page(request: Request, status: str = "", limit: str = "100") -> R
     return render("deliveries.html", rows=rows, states=DELIVERY_STATES, status=status, limit=n)
 
 
+@read.get("/regressions", response_class=HTMLResponse)
+@html_errors
+def regressions_page(request: Request, state: str = "open", kind: str = "", category: str = "", model: str = "",
+                     dtype: str = "", limit: str = "200") -> Response:
+    """Findings across runs, newest first (default: the open ones; ``state=all`` every state), filtered by
+    kind, category, model and dtype; each links to its finding page, its run and its cell's history."""
+    chosen = None if state in ("", "all") else state
+    kinds = [k.name for k in all_kinds()]
+    if kind and kind not in kinds:
+        raise UserError(f"unknown finding kind {kind!r}; expected one of {', '.join(kinds)}")
+    if category and category not in CATEGORIES:
+        raise UserError(f"unknown category {category!r}; expected one of {', '.join(CATEGORIES)}")
+    for name, value in (("model", model), ("dtype", dtype)):
+        if value and not _NAME.match(value):
+            raise UserError(f"{name}: letters, digits and ._:+/- only")
+    n = query_int(limit, "limit", 1, 1000, 200)
+    rows = queries.findings(_store(request), state=chosen, kind=kind or None, category=category or None,
+                            model=model or None, dtype=dtype or None, limit=n)
+    return render("regressions.html", rows=rows, state=chosen or "", kind=kind, category=category, model=model,
+                  dtype=dtype, limit=n, states_all=REG_STATES, kinds=kinds,
+                  categories=CATEGORIES, magnitude=views.magnitude)
+
+
 @read.get("/runs/{run_id}", response_class=HTMLResponse)
 @html_errors
 def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
@@ -183,12 +212,14 @@ def run_page(request: Request, run_id: str, diff: str = "changed") -> Response:
     summary = store.run_summary(run.id)
     by_cat = views.finding_lists(findings, CATEGORIES)
     verdict = run_verdict(store, run.id)
+    tails = stderr_tails(store, [r.id for r in results if r.status != "pass"])
     awaiting = AWAITING_DESCRIPTION if run.status == AWAITING_APPROVAL else None  # no jobs, so no verdict yet
     return render("run.html", run=run, revision=revision, matrix=matrix, findings=by_cat, summary=summary,
                   verdict=verdict, awaiting=awaiting, sandbox=views.sandbox_line(store.sandbox_modes(run.id)),
                   line=summary.describe(), diff_all=diff == "all", diff=[r for r in rows if r.changed or diff == "all"],
                   diff_changed=sum(r.changed for r in rows), diff_total=len(rows), base_sha=base_sha,
-                  base_cells=base_cells, no_baseline=sum(r.base_sha is None for r in rows))
+                  base_cells=base_cells, no_baseline=sum(r.base_sha is None for r in rows),
+                  failed_output=[(r, tails[r.id]) for r in results if r.id in tails])
 
 
 @read.get("/history", response_class=HTMLResponse)
@@ -227,8 +258,9 @@ def history_page(request: Request, model: str = "", dtype: str = "", policy: str
             by_result.setdefault(f.result_id, []).append(f)
     charts = plots.history_charts(points, by_result, lambda run_id: f"/runs/{run_id}") if points else []
     drifts = {m.key: plots.chart_drifts(points, by_result, m) for m, _ in charts}
+    charts, empty = plots.chart_order(charts, points, by_result)  # what moved first; no empty panels
     return render("history.html", cell=cell, points=points, total=total, limit=n, branch=branch, charts=charts,
-                  fell_back=fell_back, drifts=drifts,
+                  empty=empty, fell_back=fell_back, drifts=drifts,
                   findings=list(reversed(found)), by_result=by_result, branches=queries.branches(store))
 
 

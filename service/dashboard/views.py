@@ -65,12 +65,12 @@ STATES: dict[str, State] = {s.css: s for s in (
     State("suspected_improvement", "?", "gain?", "suspected timing improvement (not confirmed: no gain yet)"),
     State("explained", "≡", "explained", "accuracy change explained by a coverage loss (no gain)"),
     State("dismissed", "○", "dismissed", "timing change dismissed by confirmation"),
-    State("suspected_resolved", "◔", "resolving?", "timing regression whose recovery is being confirmed"),
+    State("suspected_resolved", "•", "resolving?", "timing regression whose recovery is being confirmed"),
     State("flaky", "≈", "flaky", "flaky"),
-    State("error", "✖", "error", "conversion/job error"),
+    State("error", "×", "error", "conversion/job error"),
     State("fail", "!", "fail", "accuracy failure (not new)"),
     State("improved", "▲", "better", "improved"),
-    State("pass", "✓", "pass", "pass"),
+    State("pass", "√", "pass", "pass"),
     State("pending", "…", "pending", "queued or running"),
     State("missing", "–", "none", "no result"),
 )}
@@ -144,7 +144,7 @@ def finding_lists(findings: Iterable[RegressionInfo], categories: Sequence[str])
 
 
 #: The badge of each state of a list verdict (:func:`service.regressions.verdict.list_verdict`).
-VERDICT_BADGES = {"success": ("pass", "✓"), "failure": ("error", "✖"), "error": ("error", "✖"),
+VERDICT_BADGES = {"success": ("pass", "√"), "failure": ("error", "×"), "error": ("error", "×"),
                   "pending": ("pending", "…"), "unjudged": ("missing", "–")}
 
 
@@ -198,6 +198,19 @@ def pct(base: float | None, new: float | None) -> str:
     if base is None or new is None or base == 0 or not math.isfinite(base) or not math.isfinite(new):
         return "–"
     return f"{(new - base) / base * 100:+.1f}%"
+
+
+def magnitude(finding: RegressionInfo) -> str:
+    """How far a finding moved its metric: ``baseline → value (×ratio)``, or the delta alone; ``–`` when
+    it stored no numbers (a status change: its detail says what changed)."""
+    if finding.baseline_value is None and finding.value is None:
+        return "–"
+    moved = f"{finding.metric} {fmt(finding.baseline_value)} → {fmt(finding.value)}"
+    if finding.ratio is not None:
+        return f"{moved} (×{fmt(finding.ratio, 3)})"
+    if finding.delta is not None:
+        return f"{moved} ({'+' if finding.delta >= 0 else ''}{fmt(finding.delta, 3)})"
+    return moved
 
 
 def duration(seconds: float | None) -> str:

@@ -8,7 +8,9 @@
 - :func:`cells_of` — the cells (policy/target) of a model and dtype that have results;
 - :func:`cell_findings` — the findings of one cell at the plotted runs;
 - :func:`baseline_results` — each cell's baseline result, found exactly as the detector finds it;
-- :func:`bisect_runs` — the bisect runs (by dedup key) of a list of revisions for one cell.
+- :func:`bisect_runs` — the bisect runs (by dedup key) of a list of revisions for one cell;
+- :func:`findings` — findings across runs (the regressions page), filtered by state, kind, category, model,
+  dtype and time, newest first.
 
 All are read-only: nothing here writes, queues or creates anything.
 """
@@ -270,3 +272,21 @@ def bisect_runs(store: Store, keys: Sequence[str]) -> dict[str, RunInfo]:
     with store.transaction() as conn:
         rows = conn.execute(sa.select(*RUN_COLUMNS).where(t_run.c.dedup_key.in_(list(keys)))).all()
     return {r.dedup_key: run_info(r) for r in rows}
+
+
+def findings(store: Store, *, state: str | None = None, kind: str | None = None, category: str | None = None,
+             model: str | None = None, dtype: str | None = None, since: datetime | None = None,
+             limit: int = 200) -> list[RegressionInfo]:
+    """At most ``limit`` findings of every run, newest first, each filter applied when given (``state``
+    and ``category`` are checked by :meth:`Store.regressions`'s rules: UserError for an unknown state)."""
+    from service.db.queries import REG_STATES, regression_info, regressions_query
+    from service.errors import UserError
+
+    if state is not None and state not in REG_STATES:
+        raise UserError(f"unknown finding state {state!r}; expected one of {', '.join(REG_STATES)}")
+    q = regressions_query(state=state, since=since, category=category, limit=limit)
+    for col, value in (("kind", kind), ("model", model), ("dtype", dtype)):
+        if value:
+            q = q.where(t_reg.c[col] == value)
+    with store.transaction() as conn:
+        return [regression_info(r) for r in conn.execute(q)]

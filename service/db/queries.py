@@ -333,9 +333,16 @@ class QueriesMixin:
         return JobResult.from_dict(data)
 
     def _check_model(self, conn: Connection, model: str) -> None:
+        """NotFoundError when no job or result has ``model``, naming the closest stored model names."""
         hit = conn.execute(sa.select(t_res.c.id).where(t_res.c.model == model).limit(1)).first()
         if hit is None and conn.execute(sa.select(t_job.c.id).where(t_job.c.model == model).limit(1)).first() is None:
-            raise NotFoundError(f"unknown model {model!r} (no job or result has it)")
+            import difflib
+
+            known = {str(m) for (m,) in conn.execute(sa.select(t_res.c.model).distinct().limit(10_000))}
+            known |= {str(m) for (m,) in conn.execute(sa.select(t_job.c.model).distinct().limit(10_000))}
+            close = difflib.get_close_matches(model, sorted(known), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise NotFoundError(f"unknown model {model!r} (no job or result has it){hint}")
 
     def compare(self, rev_a: str, rev_b: str) -> list[CompareRow]:
         """Cell-by-cell comparison of the newest results at two revisions, with ``b - a`` deltas
@@ -367,17 +374,21 @@ class QueriesMixin:
             rows = conn.execute(sa.select(t_res.c.id, ERROR_UNIT.label("unit")).where(t_res.c.id.in_(result_ids))).all()
         return {r.id: stored_error_unit(r.unit) for r in rows}
 
-    def history(self, model: str, dtype: str, policy: str | None = None, target: str | None = None,
+    def history(self, model: str, dtype: str | None = None, policy: str | None = None, target: str | None = None,
                 metric: str = "cosine", limit: int = 200) -> list[HistoryPoint]:
-        """The last ``limit`` values of a metric of a model/dtype (optionally one policy/target), oldest first;
-        ``final_error`` points carry their unit (``HistoryPoint.unit``)."""
+        """The last ``limit`` values of a metric of a model (optionally one dtype, policy, target: every
+        cell of the model otherwise), oldest first; ``final_error`` points carry their unit
+        (``HistoryPoint.unit``).  An unknown model is a NotFoundError naming the closest known ones."""
         metric = metric_column(metric)
         col = t_res.c[metric]
         unit = ERROR_UNIT if metric == "final_error" else sa.null()
         q = (sa.select(t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_run.c.trigger, t_run.c.created_at,
-                       t_res.c.status, t_res.c.policy, t_res.c.target, col.label("value"), unit.label("unit"))
+                       t_res.c.status, t_res.c.dtype, t_res.c.policy, t_res.c.target, col.label("value"),
+                       unit.label("unit"))
              .join(t_run, t_run.c.id == t_res.c.run_id)
-             .where(t_res.c.model == model, t_res.c.dtype == dtype))
+             .where(t_res.c.model == model))
+        if dtype:
+            q = q.where(t_res.c.dtype == dtype)
         if policy:
             q = q.where(t_res.c.policy == policy)
         if target:
@@ -389,7 +400,7 @@ class QueriesMixin:
                 self._check_model(conn, model)
         return [HistoryPoint(result_id=r.id, run_id=r.run_id, revision_sha=r.revision_sha, trigger=r.trigger,
                              created_at=utc(r.created_at), status=r.status, policy=r.policy,
-                             target=r.target, value=r.value,
+                             target=r.target, value=r.value, dtype=r.dtype,
                              unit=stored_error_unit(r.unit) if metric == "final_error" and r.value is not None
                              else None) for r in reversed(rows)]
 

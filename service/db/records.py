@@ -260,6 +260,8 @@ class HistoryPoint(_Record):
     policy: str
     target: str
     value: float | None
+    #: the cell's dtype (a history of every dtype of a model holds several)
+    dtype: str = ""
     #: for ``final_error``: the unit of ``value`` (``relative``, or ``absolute`` for results stored before
     #: ``ConvergenceStats.error_unit``); None for other metrics.  Values in different units do not compare.
     unit: str | None = None

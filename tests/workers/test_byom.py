@@ -74,6 +74,37 @@ def test_check_model_file_with_symbolic_dims_given_input_shape(tmp_path: Path,
     assert "  input ids: int64[2] randint[0, 10), seed 0" in out and "graph (measured)" in out
 
 
+@pytest.mark.parametrize("constant", [["--input-value", "ids=3"], ["--input-range", "ids=3"]])
+def test_check_a_constant_input_and_the_limits_each_figure_was_held_to(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], constant: list[str]) -> None:
+    """``--input-value ids=3`` (or ``--input-range ids=3``) feeds the constant 3, not a 3:4 range; the
+    human output shows each output's max_abs beside the limit it was judged against, and cosine beside its
+    minimum, the same numbers as the result's ``accuracy.limits``."""
+    symbolic_model(tmp_path / "sym.onnx")
+    argv = [str(tmp_path / "sym.onnx"), "--input-shape", "x=2x8", "--input-shape", "ids=2", *constant]
+    code, r = _check(argv, capsys)
+    assert code == 0, r.message
+    assert r.inputs["ids"]["values"] == "constant 3" and "--input-value" in r.inputs["ids"]["note"]
+    assert r.accuracy is not None
+    limit = r.accuracy.limits["y"]
+    assert limit["max_abs"] > r.accuracy.per_output["y"].max_abs and limit["min_cosine"] == 0.999
+    assert main(["check", *argv]) == 0
+    out = capsys.readouterr().out
+    assert f"    y: max_abs {format(r.accuracy.per_output['y'].max_abs, '.3g')} (limit {limit['max_abs']:.3g})" in out
+    assert "(min 0.999)" in out and "  input ids: int64[2] constant 3" in out
+
+
+@pytest.mark.parametrize(("value", "words"), [("ids=1:4", "a range is --input-range"), ("ids=x", "NAME=VALUE"),
+                                              ("ids=inf", "finite")])
+def test_a_bad_input_value_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str,
+                                       words: str) -> None:
+    symbolic_model(tmp_path / "sym.onnx")
+    assert main(["check", str(tmp_path / "sym.onnx"), "--input-shape", "x=2x8", "--input-shape", "ids=2",
+                 "--input-value", value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--input-value {value!r}" in err and words in err
+
+
 def test_check_model_file_given_an_npz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     symbolic_model(tmp_path / "sym.onnx")
     np.savez(tmp_path / "in.npz", x=np.linspace(-1, 1, 24, dtype=np.float32).reshape(3, 8),

@@ -66,3 +66,22 @@ def test_pass_root_that_cannot_import_falls_back_to_cold_and_reports(tmp_path: P
     missing = convert_in_subprocess(src, tmp_path / "o.onnx", tmp_path / "r.json", "fp16", "default", "cpu",
                                     tmp_path / "nothing", timeout_s=30, memory_bytes=1024**3)
     assert missing.status == "convert_error" and "has no amp_pass package" in missing.message
+
+
+def test_stderr_tail_is_bounded_and_redacted(tmp_path: Path) -> None:
+    """A failed pass's stderr tail keeps its last lines, bounded, with credentials redacted (the pass
+    printed a GitHub token: what a result stores never holds it)."""
+    from workers.convert import TAIL_CHARS, TAIL_LINES, stderr_tail
+
+    text = "\n".join(f"line {i}" for i in range(100)) + "\n\n   \n"
+    assert stderr_tail(text).splitlines() == [f"line {i}" for i in range(100 - TAIL_LINES, 100)]
+    assert len(stderr_tail("x" * 10 * TAIL_CHARS)) == TAIL_CHARS
+    src, _ = synthetic_model_path("conv_net", 0, tmp_path / "cache")
+    root = fake_pass(tmp_path / "pass", "internal")
+    main = root / "amp_pass" / "__main__.py"
+    token = "ghp_" + "a1B2" * 9
+    main.write_text(main.read_text().replace('raise RuntimeError(', f'print("auth {token}", file=sys.stderr)\nraise RuntimeError(', 1))
+    out = convert_in_subprocess(src, tmp_path / "out.onnx", tmp_path / "report.json", "fp16", "default", "cpu",
+                                root, timeout_s=60.0, memory_bytes=1024**3, warm=False)
+    assert out.status == "convert_error" and "RuntimeError: walk" in out.stderr_tail
+    assert token not in out.stderr_tail and "[redacted]" in out.stderr_tail

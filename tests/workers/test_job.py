@@ -135,6 +135,10 @@ def test_pass_failures_become_statuses(tmp_path: Path, zoo: Path, settings: Work
     assert r.status == status
     assert pytest.importorskip("re").search(match, r.message), r.message
     assert r.accuracy is None and r.latency is None
+    if behaviour == "internal":  # the pass's own traceback, not only its last line (issue 43)
+        lines = r.stderr_tail.splitlines()
+        assert lines[0].startswith("Traceback") and lines[-1] == "RuntimeError: walk: node has no producer"
+        assert JobResult.from_json(r.to_json()).stderr_tail == r.stderr_tail
 
 
 def test_hanging_pass_times_out(tmp_path: Path, zoo: Path, settings: WorkerConfig) -> None:

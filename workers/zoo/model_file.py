@@ -28,7 +28,8 @@ from workers.zoo.registry import verified_sha256
 @dataclass(frozen=True)
 class InputOptions:
     """What the user said about a model's inputs: shapes (``--input-shape``), value ranges
-    (``--input-range``, LOW inclusive, HIGH exclusive) and an npz of arrays by input name."""
+    (``--input-range``, LOW inclusive, HIGH exclusive; LOW == HIGH: the constant of ``--input-value``)
+    and an npz of arrays by input name."""
 
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
@@ -48,18 +49,27 @@ def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
-def parse_range(text: str) -> tuple[str, tuple[float, float]]:
-    """``NAME=LOW:HIGH`` -> (name, (low, high)) with low < high.  SpecError on anything else."""
+def parse_range(text: str, option: str = "--input-range") -> tuple[str, tuple[float, float]]:
+    """``NAME=LOW:HIGH`` -> (name, (low, high)) with low < high, or ``NAME=VALUE`` -> (name, (value,
+    value)): a constant input.  SpecError on anything else."""
     name, sep, rng = text.rpartition("=")
     low_s, colon, high_s = rng.partition(":")
     try:
-        low, high = float(low_s), float(high_s)
+        low, high = float(low_s), float(high_s if colon else low_s)
     except ValueError:
         low = high = float("nan")
-    if not sep or not name or not colon or not low < high or not np.isfinite([low, high]).all():
-        raise SpecError(f"--input-range {text!r}: expected NAME=LOW:HIGH with finite LOW < HIGH, "
-                        "e.g. input_ids=0:30522 (integers: HIGH excluded)")
+    if not sep or not name or not (low < high or not colon) or not np.isfinite([low, high]).all():
+        raise SpecError(f"{option} {text!r}: expected NAME=LOW:HIGH with finite LOW < HIGH, "
+                        "e.g. input_ids=0:30522 (integers: HIGH excluded), or NAME=VALUE for a constant, "
+                        "e.g. sr=16000")
     return name, (low, high)
+
+
+def parse_value(text: str) -> tuple[str, tuple[float, float]]:
+    """``--input-value NAME=VALUE`` -> (name, (value, value)): the input is that constant."""
+    if ":" in text.rpartition("=")[2]:
+        raise SpecError(f"--input-value {text!r}: expected NAME=VALUE, e.g. sr=16000 (a range is --input-range)")
+    return parse_range(text, "--input-value")
 
 
 def parse_state(text: str) -> tuple[str, str]:
@@ -139,6 +149,9 @@ def input_tables(model: onnx.ModelProto, options: InputOptions, label: str, npz_
         table["shape"] = list(shape)
         if name in arrays:
             table.update(dist="npz", npz=npz_ref or str(Path(options.npz or "").resolve()))
+        elif name in options.ranges and options.ranges[name][0] == options.ranges[name][1]:
+            table.update(dist="constant", value=options.ranges[name][0])
+            notes.append("a constant (--input-value)")
         elif name in options.ranges:
             low, high = options.ranges[name]
             table.update(dist="uniform" if dtype.kind == "f" else "randint", low=low, high=high)

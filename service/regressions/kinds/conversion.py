@@ -25,5 +25,5 @@ def conversion_comparable(base: CellSample, new: CellSample, th: Thresholds, reg
 
 
 KIND = FindingKind("conversion", conversion_rule, conversion_comparable,
-                   Display("reg-conversion", "✖", "conv", "conversion regression",
+                   Display("reg-conversion", "×", "conv", "conversion regression",
                            ("#f4d2ea", "#5b0b45", "#9c2a7d")), bisection="status")

@@ -141,7 +141,7 @@ def conversion_time_limits(th: Thresholds) -> tuple[float, float, float]:
 
 KIND = FindingKind("conversion_time", conversion_time_rule,
                    lambda base, new, th, regressed: conversion_time_comparable(base, new, th),
-                   Display("reg-conversion_time", "⏱", "ctime", "conversion time regression",
+                   Display("reg-conversion_time", "◊", "ctime", "conversion time regression",
                            ("#fff0d9", "#4d2f00", "#9a5b00")), bisection="rule",
                    confirm_limits=conversion_time_limits, drift_metrics=("convert_s",),
                    dismissed=conversion_time_dismissed)

@@ -90,6 +90,6 @@ def coverage_comparable(base: CellSample, new: CellSample, th: Thresholds, regre
 
 
 KIND = FindingKind("coverage", coverage_rule, coverage_comparable,
-                   Display("reg-coverage", "▽", "cov", "coverage regression",
+                   Display("reg-coverage", "□", "cov", "coverage regression",
                            ("#ffe3c7", "#5f2c00", "#b86200")), bisection="rule",
                    drift_metrics=("compute_low", "low_precision_fraction", "casts_inserted"))

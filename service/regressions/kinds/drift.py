@@ -12,7 +12,7 @@ from service.regressions.kinds.base import Display, FindingKind
 from service.regressions.thresholds import Thresholds
 
 #: How a drift is shown.
-DISPLAY = Display("reg-drift", "↗", "drift", "drift over history (cumulative change beyond a rule's limits)",
+DISPLAY = Display("reg-drift", "↑", "drift", "drift over history (cumulative change beyond a rule's limits)",
                   ("#fbe3cf", "#5c2a00", "#b35900"))
 
 

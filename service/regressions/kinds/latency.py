@@ -91,6 +91,6 @@ def latency_limits(th: Thresholds) -> tuple[float, float, float]:
 
 
 KIND = FindingKind("latency", latency_rule, lambda base, new, th, regressed: latency_comparable(base, new, th),
-                   Display("reg-latency", "◷", "slow", "latency regression",
+                   Display("reg-latency", "►", "slow", "latency regression",
                            ("#ffedb8", "#4d3800", "#a37a00")), bisection="rule",
                    confirm_limits=latency_limits, drift_metrics=("latency_p50_ms",))

@@ -50,6 +50,6 @@ def _f(x: int | None) -> float | None:
 
 KIND = FindingKind("pass_convergence", pass_convergence_rule,
                    lambda base, new, th, regressed: pass_convergence_comparable(base, new),
-                   Display("reg-pass_convergence", "↻", "fixpt", "pass convergence regression",
+                   Display("reg-pass_convergence", "↔", "fixpt", "pass convergence regression",
                            ("#e8ddf5", "#35185c", "#6b3fa0")), bisection="rule",
                    drift_metrics=("pass_iterations",))

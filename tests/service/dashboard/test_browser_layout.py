@@ -128,6 +128,9 @@ def test_other_pages_at_both_widths(sized: tuple[Any, int], layout_server: Any, 
     pg.goto(f"{base}/regressions/{seeded.regressions[ACC_CELL]}")
     _no_sideways_page_scroll(pg)
     screenshot(pg, shots, f"regression-{width}.png")
+    pg.goto(f"{base}/regressions?state=all")
+    _no_sideways_page_scroll(pg)
+    screenshot(pg, shots, f"regressions-{width}.png")
     pg.goto(f"{base}/deliveries")
     assert "acme/amp-pass" in pg.inner_text("#deliveries")
     assert pg.evaluate(SPILLS, "#deliveries") == []

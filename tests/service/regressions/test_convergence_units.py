@@ -229,4 +229,4 @@ def test_history_cli_never_plots_two_units_on_one_axis(store: Store, db_url: str
     assert cli_main(["history", cell.model, "--dtype", cell.dtype, "--metric", "convergence"]) == 0
     out = capsys.readouterr().out
     assert "unit" in out and "absolute" in out and "relative" in out
-    assert "final_error (absolute) (oldest left)" in out and "final_error (relative) (oldest left)" in out
+    assert "· final_error (absolute) · 1 run" in out and "· final_error (relative) · 1 run" in out  # one chart each
