@@ -61,10 +61,10 @@ def runs_table(runs: Sequence[RunInfo], width: int | None = None,
                resolved: Mapping[int, tuple[int, tuple[int, ...]]] | None = None) -> RenderableType:
     """One row per run, newest first as given, its verdict first, with what later runs ``resolved`` of it
     (:func:`service.orchestration.judge.listed_verdicts`) beside it (narrow: no sweep, baseline or finish time)."""
-    wide: tuple[Column, ...] = (("id", "id"), ("verdict", "text"), ("revision", "token"), ("trigger", "token"),
+    wide: tuple[Column, ...] = (("id", "id"), ("verdict", "token"), ("revision", "token"), ("trigger", "token"),
                                 ("sweep", "token"), ("status", "token"), ("baseline", "token"), ("created", "token"),
                                 ("finished", "token"))
-    narrow: tuple[Column, ...] = (("id", "id"), ("verdict", "text"), ("revision", "num"), ("trigger", "token"),
+    narrow: tuple[Column, ...] = (("id", "id"), ("verdict", "token"), ("revision", "num"), ("trigger", "token"),
                                   ("status", "token"), ("created", "token"))
     return _table("runs", _pick(width, wide, narrow), (
         {"id": str(r.id), "verdict": verdict_cell(r, (resolved or {}).get(r.id)), "revision": r.revision_sha[:12], "trigger": r.trigger,

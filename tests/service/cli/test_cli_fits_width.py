@@ -38,6 +38,7 @@ NO_LISTING = {
     "worker": "a long-running process", "beat": "a long-running process", "serve": "a long-running process",
     "db": "one line", "ack": "one line", "bisect": "progress lines (emit wraps them)",
     "check": "one job's report (workers)", "reconcile": "one summary (emit wraps it)",
+    "github": "create-app prints a URL and next steps (lines, no table)",
 }
 
 
