@@ -212,6 +212,10 @@ def _check(args: argparse.Namespace) -> int:
     spec = JobSpec(model=entry.name if entry else args.model, dtype=args.dtype, policy=policy, target=args.target,
                    revision=args.revision, pass_root=args.pass_root, seed=args.seed, steps=args.steps,
                    zoo_path=args.zoo, entry=entry)
+    if spec.policy != "auto":  # (auto converts cold, with this checkout's workers: its own check)
+        from service.cli.sandbox_check import check_canary
+
+        check_canary(settings, warm=True, pass_root=spec.pass_root)  # its zygote is the job's: ~0 s more
     result = run_job(spec, settings.worker_config())
     memory = AutoMemory(settings.data_dir)
     if policy == "auto":
