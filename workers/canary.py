@@ -6,11 +6,13 @@ run jobs check first (:func:`run_canary`): ``ampci serve``/``worker`` refuse to 
 before their first job, each with the one line :attr:`CanaryResult.reason`, and ``/healthz`` shows the last
 result (:func:`last`).
 
-The canary converts a MatMul+Add+Relu model built in memory (:func:`tiny_model`) with the pass of this checkout
-(:data:`workers.convert.DEFAULT_PASS_ROOT`, or the root given), through
-:func:`workers.convert.convert_in_subprocess` with the worker's sandbox policy.  ``warm=False`` (the default:
-serve, worker, sweep) uses a one-shot zygote and leaves no process behind; ``warm=True`` (a command that then
-converts in this same process) leaves the pass root's zygote running for the first job to use.
+The canary's pass is ampci's own stand-in, never the pass under test (a pull request's or a working tree's
+broken pass is that pass's failure, not the sandbox's): an ``amp_pass`` written for the canary that imports,
+inside the sandbox, every module the checkout's pass imports (:func:`pass_imports`: read from its sources,
+kept where this interpreter has them) and then "converts" a MatMul+Add+Relu model built in memory
+(:func:`tiny_model`) by copying it, with a report.  It runs through
+:func:`workers.convert.convert_in_subprocess` with the worker's sandbox policy and a one-shot zygote, so it
+leaves no process behind.  Any failure is the sandbox's.
 """
 
 from __future__ import annotations
@@ -64,31 +66,84 @@ def tiny_model() -> bytes:
     return model.SerializeToString()
 
 
+def pass_imports(root: Path | None = None) -> list[str]:
+    """The absolute imports of the pass under ``root`` (default: this checkout) other than its own, read from its
+    sources (never run), that this interpreter can import: what the pass needs the sandbox to show it."""
+    import ast
+    import importlib.util
+
+    from workers.convert import DEFAULT_PASS_ROOT
+
+    names: set[str] = set()
+    for path in sorted(((root or DEFAULT_PASS_ROOT) / "amp_pass").rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+    found = []
+    for name in sorted(n for n in names if n.split(".")[0] not in ("amp_pass", "__future__")):
+        try:
+            if importlib.util.find_spec(name) is not None:
+                found.append(name)
+        except (ImportError, ValueError):
+            continue
+    return found
+
+
+_STAND_IN = '''
+import importlib, json, shutil, sys
+for name in {modules!r}:
+    importlib.import_module(name)
+argv = sys.argv[1:]
+src, dst, report = argv[1], argv[argv.index("-o") + 1], argv[argv.index("--report") + 1]
+shutil.copyfile(src, dst)
+with open(report, "w") as fh:
+    json.dump({{"dtype": "fp16", "policy": "default", "target": "cpu", "nodes_total": 3, "seconds": 0.0}}, fh)
+'''
+
+
+def stand_in_pass(root: Path, modules: list[str]) -> Path:
+    """Write the canary's ``amp_pass`` under ``root`` (readable by the sandbox's uid); returns ``root``."""
+    pkg = root / "amp_pass"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text('"""The sandbox canary of ampci: imports what the pass imports."""\n')
+    (pkg / "__main__.py").write_text(_STAND_IN.format(modules=list(modules)))
+    for p in (root, pkg):
+        p.chmod(0o755)
+    return root
+
+
 def reason_for(status: str, message: str) -> str:
     """The one line a failed canary says: what could not be imported, when that is the cause."""
     text = " ".join(message.split())[:400]
     missing = re.search(r"No module named '([\w.]+)'", text)
     if missing:
-        return (f"the pass sandbox cannot import {missing.group(1)} (a directory the interpreter imports from is "
-                f"not visible inside it?): {text}")
+        return (f"the pass sandbox cannot import {missing.group(1)}, which this interpreter imports (a directory "
+                f"it imports from is not visible inside the sandbox?): {text}")
     return f"the pass sandbox failed its canary conversion ({status}): {text or 'no message'}"
 
 
-def run_canary(policy: SandboxPolicy, pass_root: Path | None = None, warm: bool = False,
+def run_canary(policy: SandboxPolicy, modules: list[str] | None = None,
                timeout_s: float = CANARY_TIMEOUT_S) -> CanaryResult:
-    """Convert :func:`tiny_model` to fp16 with the pass of ``pass_root`` (default: this checkout) in the sandbox
-    of ``policy``; never raises for a failure of the sandbox or the pass (it is the result).  The result is
-    also kept for :func:`last`."""
+    """Convert :func:`tiny_model` with the canary's stand-in pass, importing ``modules`` (default:
+    :func:`pass_imports`) in the sandbox of ``policy``; never raises for a failure of the sandbox (it is the
+    result).  The result is also kept for :func:`last`."""
     from workers.convert import convert_in_subprocess
 
     global _LAST
     start = time.perf_counter()
     scratch = Path(tempfile.mkdtemp(prefix="ampci-canary-"))
     try:
+        root = stand_in_pass(scratch / "pass", pass_imports() if modules is None else modules)
         src = scratch / "canary.onnx"
         src.write_bytes(tiny_model())
         out = convert_in_subprocess(src, scratch / "out.onnx", scratch / "report.json", "fp16", "default", "cpu",
-                                    pass_root, timeout_s=timeout_s, memory_bytes=CANARY_MEMORY_BYTES, warm=warm,
+                                    root, timeout_s=timeout_s, memory_bytes=CANARY_MEMORY_BYTES, warm=False,
                                     sandbox=policy)
         ok = out.status == "ok"
         result = CanaryResult(ok, "" if ok else reason_for(out.status, out.message), time.time(),

@@ -21,7 +21,6 @@ from service.errors import ConfigError, ServiceError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
     from service.settings import Settings
     from workers.canary import CanaryResult
@@ -54,13 +53,12 @@ def check_sandbox(settings: Settings) -> str:
     return mode
 
 
-def check_canary(settings: Settings, warm: bool = False, pass_root: Path | None = None) -> CanaryResult:
-    """Run the sandbox canary with ``settings``' sandbox policy and the pass of ``pass_root`` (default: this
-    checkout); ``warm``: leave the zygote for this process's first job.  :class:`SandboxCanaryFailed` (one line)
-    when it fails."""
+def check_canary(settings: Settings) -> CanaryResult:
+    """Run the sandbox canary with ``settings``' sandbox policy; :class:`SandboxCanaryFailed` (one line) when it
+    fails."""
     from workers.canary import run_canary
 
-    result = run_canary(settings.worker_config().sandbox_policy(), pass_root=pass_root, warm=warm)
+    result = run_canary(settings.worker_config().sandbox_policy())
     if not result.ok:
         raise SandboxCanaryFailed(result.reason)
     return result
