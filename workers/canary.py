@@ -68,7 +68,8 @@ def tiny_model() -> bytes:
 
 def pass_imports(root: Path | None = None) -> list[str]:
     """The absolute imports of the pass under ``root`` (default: this checkout) other than its own, read from its
-    sources (never run), that this interpreter can import: what the pass needs the sandbox to show it."""
+    sources (never run), whose top-level package this interpreter has: what the pass needs the sandbox to show
+    it (a submodule its installed package lacks is this environment's fault, as the sandbox's is)."""
     import ast
     import importlib.util
 
@@ -87,8 +88,8 @@ def pass_imports(root: Path | None = None) -> list[str]:
                 names.add(node.module)
     found = []
     for name in sorted(n for n in names if n.split(".")[0] not in ("amp_pass", "__future__")):
-        try:
-            if importlib.util.find_spec(name) is not None:
+        try:  # the top-level package only: found without importing anything here
+            if importlib.util.find_spec(name.split(".")[0]) is not None:
                 found.append(name)
         except (ImportError, ValueError):
             continue
