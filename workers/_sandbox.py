@@ -26,14 +26,16 @@ supervisor waits until the pass process has a child (the conversion it pre-forks
 before each end line), opens pidfds to its children, then writes the request; the wall clock stops when the pass
 process's ``E code`` / ``S signal`` line has arrived *and* every one of those children has exited, so a forged
 line cannot end it before the conversion process really does.  CPU seconds are the change, between the request
-and that moment, of the kernel's user + system time (with reaped children's) of every process below the
-supervisor, read from the host's /proc (in clock ticks: 10 ms steps), descendants before parents: work the pass
-moves into the pass process's threads or other processes is counted.  The conversion process closes the protocol
+and that moment, of the kernel's account of every process of the sandbox: the ``cpu.stat`` of a cgroup v2 group
+the pass process is put in before it runs anything (:class:`_Cgroup`: microseconds, auto-reaped processes
+included; where this process may make one), else the user + system time (with reaped children's) of every
+process below the supervisor in the host's /proc (clock ticks: 10 ms steps; descendants before parents): work
+the pass moves into the pass process's threads or other processes is counted.  The conversion process closes the protocol
 pipes before the pass's code runs; the next conversion's fork lies inside each window (a constant per
 conversion); the end line's only use is the exit code (anything else on the pipe, or a line over
 :data:`MAX_LINE` bytes, is dropped).  Not covered: the pass's import-time code in the pass process may keep state
-across a job's conversions (say, a cache of the first conversion's output for its repeats), and CPU time of a
-process auto-reaped by the kernel (its parent ignores ``SIGCHLD``) is in no process's account.  When the session ends (the zygote closes its pipe) or its
+across a job's conversions (say, a cache of the first conversion's output for its repeats); without a cgroup,
+the CPU time of a process auto-reaped by the kernel (its parent ignores ``SIGCHLD``) is in no account.  When the session ends (the zygote closes its pipe) or its
 supervisor is killed (a timeout), the pass process dies, and with it, being the namespace's init, every process
 left in the namespace: no process of the pass outlives its job's conversions, and nothing of one job's pass
 reaches another's.
@@ -612,6 +614,12 @@ def _tree_cpu(proc, root):
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def _session_cpu(cgroup, proc):
+    """CPU seconds the session's processes spent so far: its cgroup's account (microseconds) where it has one,
+    else :func:`_tree_cpu` (clock ticks)."""
+    return cgroup.cpu_s() if cgroup is not None else _tree_cpu(proc, os.getpid())
+
+
 def _pidfds(pids):
     """Descriptors that become readable when each of ``pids`` exits (those already gone are left out)."""
     fds = []
@@ -671,6 +679,96 @@ def _kill(pid):
         pass
 
 
+#: The cgroup v2 group of a session is named for its supervisor's pid, under the supervisor's own group.
+CGROUP_PREFIX = "ampci-sandbox-"
+
+
+def _own_cgroup_dir():
+    """The path of this process's cgroup v2 group (None: no cgroup v2 here)."""
+    mount = None
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            parts = line.split()
+            if "-" in parts and parts[parts.index("-") + 1:][:1] == ["cgroup2"]:
+                mount = parts[4]
+                break
+    if mount is None:
+        return None
+    with open("/proc/self/cgroup") as fh:
+        rel = next((ln.split("::", 1)[1].strip() for ln in fh if ln.startswith("0::")), None)
+    return None if rel is None else os.path.join(mount, rel.lstrip("/"))
+
+
+class _Cgroup:
+    """A cgroup v2 group of one session (where this process may make one: root, a writable cgroup2): every
+    process of the sandbox is put in it from its start, so its ``cpu.stat`` is the kernel's microsecond account
+    of all of them, those auto-reaped included.  Its descriptors are opened before the sandbox's mounts (which
+    make /sys read-only in the supervisor's namespace)."""
+
+    def __init__(self):
+        base = _own_cgroup_dir()
+        if base is None:
+            raise OSError("no cgroup v2")
+        sweep_session_cgroups(base)
+        self.parent = os.open(base, os.O_PATH | os.O_DIRECTORY)
+        self.name = f"{CGROUP_PREFIX}{os.getpid()}"
+        try:
+            os.mkdir(self.name, 0o755, dir_fd=self.parent)
+            self.procs = os.open(f"{self.name}/cgroup.procs", os.O_WRONLY, dir_fd=self.parent)
+            self.stat = os.open(f"{self.name}/cpu.stat", os.O_RDONLY, dir_fd=self.parent)
+        except OSError:
+            self.remove()
+            raise
+
+    def add(self, pid):
+        os.write(self.procs, str(pid).encode())
+
+    def cpu_s(self):
+        """user + system seconds of every process that was in the group (microseconds)."""
+        for line in os.pread(self.stat, 4096, 0).split(b"\n"):
+            if line.startswith(b"usage_usec "):
+                return int(line.split()[1]) / 1e6
+        raise OSError("no usage_usec in cpu.stat")
+
+    def remove(self):
+        """Remove the group (once its processes are gone; a few tries) and close its descriptors."""
+        for name in ("procs", "stat"):
+            fd = self.__dict__.pop(name, None)
+            if fd is not None:
+                os.close(fd)
+        for _ in range(50):
+            try:
+                os.rmdir(self.name, dir_fd=self.parent)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.01)
+        os.close(self.parent)
+
+
+def sweep_session_cgroups(base=None):
+    """Remove the session cgroups (beside this process's own) whose supervisor is gone: a supervisor killed on
+    a timeout, or idle when its zygote was stopped, cannot remove its own.  Empty groups only (the kernel
+    refuses others).  Never raises."""
+    try:
+        base = base or _own_cgroup_dir()
+        for name in os.listdir(base) if base else ():
+            if name.startswith(CGROUP_PREFIX) and name[len(CGROUP_PREFIX):].isdigit():
+                try:
+                    os.kill(int(name[len(CGROUP_PREFIX):]), 0)
+                except ProcessLookupError:
+                    try:
+                        os.rmdir(os.path.join(base, name))
+                    except OSError:
+                        pass
+                except OSError:
+                    pass
+    except OSError:
+        pass
+
+
+
 def _copy_out(src, host_root, dest, cap):
     """Copy ``src`` (inside the sandbox's tmpfs) to ``dest`` (a host path, opened from ``host_root``), at
     most ``cap`` bytes; False when it is larger (nothing copied) or not a regular file."""
@@ -703,7 +801,7 @@ def supervise(spec, req_fd, done_fd):
     makes the sandbox and its pass process, then serves request lines on ``req_fd`` (JSON; the conversions of one
     job), answering each with one JSON line on ``done_fd``.  End of file on ``req_fd`` ends the session: the
     sandbox's init is killed, and with it every process of the pass.  Never returns."""
-    code, pid1, full, home = 1, None, spec["mode"] == "full", None
+    code, pid1, full, home, cgroup = 1, None, spec["mode"] == "full", None, None
     try:
         os.setsid()
         _close_fds([req_fd, done_fd])
@@ -712,6 +810,10 @@ def supervise(spec, req_fd, done_fd):
         if not full:  # orphans of the pass become this process's children, so they are still counted
             _prctl(PR_SET_CHILD_SUBREAPER, 1)
         if full:
+            try:
+                cgroup = _Cgroup()
+            except OSError:  # no writable cgroup v2: the CPU figure comes from /proc, in clock ticks
+                cgroup = None
             spec = _enter_namespaces(spec)
             for path in [*spec["lib"], *[os.path.join(p, "amp_pass") for p in spec["lib"][-1:]]]:
                 why = os.path.isdir(path) and _readable_by(path, spec["uid"])
@@ -729,15 +831,29 @@ def supervise(spec, req_fd, done_fd):
             spec = dict(spec, home=home)
         req_r, req_w = os.pipe()
         ready_r, ready_w = os.pipe()
+        go_r, go_w = os.pipe()
         pid1 = os.fork()
         if pid1 == 0:
             os.close(req_w)
             os.close(ready_r)
+            os.close(go_w)
             for fd in (req_fd, done_fd, host_root, proc):
                 os.close(fd)
+            if not os.read(go_r, 1):  # in its cgroup (when there is one) before anything runs
+                os._exit(1)
+            os.close(go_r)
             _pass_main(spec, lib_paths, req_r, ready_w, full)
         os.close(req_r)
         os.close(ready_w)
+        os.close(go_r)
+        if cgroup is not None:
+            try:
+                cgroup.add(pid1)
+            except OSError:
+                cgroup.remove()
+                cgroup = None
+        os.write(go_w, b"g")
+        os.close(go_w)
         pid1_fd = os.pidfd_open(pid1)
         ready = os.read(ready_r, 1)
         requests, said = _Lines(req_fd), _EndLines(ready_r)
@@ -767,7 +883,7 @@ def supervise(spec, req_fd, done_fd):
                               stderr=f"{BASE}/out/.stderr")
             said.drain()  # lines left from an earlier conversion (or forged) say nothing about this one
             children = _await_child(proc, pid1, pid1_fd)  # the conversion pid1 pre-forked
-            cpu_before = _tree_cpu(proc, os.getpid())
+            cpu_before = _session_cpu(cgroup, proc)
             start = time.perf_counter()
             if children:
                 watched = _pidfds(children)
@@ -783,7 +899,7 @@ def supervise(spec, req_fd, done_fd):
                 pid1 = None
                 reply["signal"] = os.WTERMSIG(status) if os.WIFSIGNALED(status) else signal.SIGKILL
             else:
-                cpu = _tree_cpu(proc, os.getpid()) - cpu_before
+                cpu = _session_cpu(cgroup, proc) - cpu_before
                 if end[0] == "S":
                     reply["signal"] = end[1]
                 else:
@@ -814,6 +930,8 @@ def supervise(spec, req_fd, done_fd):
             if pid1 is not None:  # the session's end: its init, hence every process of the pass
                 os.kill(pid1, signal.SIGKILL)
                 os.waitpid(pid1, 0)
+            if cgroup is not None:
+                cgroup.remove()
             if not full:  # no PID namespace: what the pass left in this process group goes with it
                 os.killpg(os.getpgrp(), signal.SIGKILL)
         finally:
