@@ -8,8 +8,10 @@ pass):
   two protocol pipes (stdin/stdout/stderr become ``/dev/null``), and in ``full`` mode unshares a mount, network
   and PID namespace: every mount becomes read-only, ``/tmp`` an empty size-capped tmpfs that holds the only
   writable directory (``/tmp/.ampci/out``), ``/dev`` a handful of harmless nodes, and each ``hide`` path (the
-  data and cache directories, ``/run``) an empty read-only tmpfs; the pass's import roots are bound read-only
-  under ``/tmp/.ampci/lib``;
+  data and cache directories, ``/run``) an empty read-only tmpfs; the pass roots are bound read-only under
+  ``/tmp/.ampci/lib``, and every directory the interpreter imports from that these mounts would hide (a venv or
+  ``site-packages`` under ``/tmp`` or inside a hidden directory: :func:`import_roots`) is bound back read-only
+  at its own path, alone -- nothing else of the directory that holds it;
 * the **pass process** (PID 1 of the new PID namespace) mounts its own ``/proc``, drops to the sandbox uid/gid
   with no groups and no capabilities (root), or nests a user namespace (non-root), sets ``PR_SET_NO_NEW_PRIVS``,
   its parent-death signal and the resource limits (processes, file size, no core files), takes the
@@ -17,15 +19,30 @@ pass):
   **conversion** per request (its own address-space limit and stdout/stderr files).
 
 For each request the supervisor copies the inputs in (read-only for the pass), rewrites argv to the in-sandbox
-paths, times the conversion from the request to the conversion's own report (set-up and import are outside the
-figure), copies the outputs (each capped in size) out of the tmpfs into the job's directory, and writes one line
-to the zygote: ``{"code", "cpu_s", "wall_s"}``.  When the session ends (the zygote closes its pipe) or its
+paths, times the conversion, copies the outputs (each capped in size) out of the tmpfs into the job's directory,
+and writes one line to the zygote: ``{"code", "cpu_s", "wall_s"}``.  **The times are the trusted side's alone**:
+the pass process runs the pass's import-time code, so nothing it or a conversion writes is taken as a time.  The
+supervisor waits until the pass process has a child (the conversion it pre-forks before saying it is ready and
+before each end line), opens pidfds to its children, then writes the request; the wall clock stops when the pass
+process's ``E code`` / ``S signal`` line has arrived *and* every one of those children has exited, so a forged
+line cannot end it before the conversion process really does.  CPU seconds are the change, between the request
+and that moment, of the kernel's account of every process of the sandbox: the ``cpu.stat`` of a cgroup v2 group
+the pass process is put in before it runs anything (:class:`_Cgroup`: microseconds, auto-reaped processes
+included; where this process may make one), else the user + system time (with reaped children's) of every
+process below the supervisor in the host's /proc (clock ticks: 10 ms steps; descendants before parents): work
+the pass moves into the pass process's threads or other processes is counted.  The conversion process closes the protocol
+pipes before the pass's code runs; the next conversion's fork lies inside each window (a constant per
+conversion); the end line's only use is the exit code (anything else on the pipe, or a line over
+:data:`MAX_LINE` bytes, is dropped).  Not covered: the pass's import-time code in the pass process may keep state
+across a job's conversions (say, a cache of the first conversion's output for its repeats); without a cgroup,
+the CPU time of a process auto-reaped by the kernel (its parent ignores ``SIGCHLD``) is in no account.  When the session ends (the zygote closes its pipe) or its
 supervisor is killed (a timeout), the pass process dies, and with it, being the namespace's init, every process
 left in the namespace: no process of the pass outlives its job's conversions, and nothing of one job's pass
 reaches another's.
 
 ``best-effort`` mode (no namespaces: a container without the permission) keeps the environment allowlist,
-the descriptor closing, the limits, a scratch home and the process-group kill, and says so (:func:`probe`).
+the descriptor closing, the limits, a scratch home and the process-group kill, and says so (:func:`probe`).  Its
+supervisor is a child subreaper, so the timing above holds there too (orphans of the pass are its children).
 """
 
 import ctypes
@@ -44,7 +61,7 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 
 #: Where the pass sees its world inside the sandbox (a tmpfs over /tmp).
 BASE = "/tmp/.ampci"
@@ -168,14 +185,65 @@ def _readable_by(path, uid):
             "make it world-readable (chmod o+rx)")
 
 
-def _build_mounts(spec, libs):
+def _within(path, top):
+    """Whether ``path`` is ``top`` or lies below it (both absolute, resolved)."""
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def import_roots(spec, search_path=None):
+    """Every directory (or zip file) this interpreter imports from -- the existing entries of ``sys.path`` (the
+    standard library, ``site-packages``, what ``.pth`` files and editable installs added) and the interpreter's
+    trees of ``spec["interpreter"]`` (its prefixes) -- resolved, as ``(covered, kept)``: ``covered``, those the
+    sandbox's mounts would hide (under /tmp, which becomes an empty tmpfs, or under a ``hide`` directory), to be
+    bound back read-only at the same path, outermost only; ``kept``, the others.  A tree that holds /tmp or a
+    ``hide`` directory is never bound back (it would show what is hidden)."""
+    hidden = [os.path.realpath(h) for h in spec["hide"]]
+    roots = set()
+    for entry in [*(sys.path if search_path is None else search_path), *spec["interpreter"]]:
+        if isinstance(entry, str) and os.path.isabs(entry) and os.path.exists(entry):
+            roots.add(os.path.realpath(entry))
+    covered, kept = [], []
+    for root in sorted(roots):
+        if any(_within(h, root) for h in [*hidden, "/tmp"]):
+            continue
+        if _within(root, "/tmp") or any(_within(root, h) for h in hidden):
+            if not any(_within(root, c) for c in covered):
+                covered.append(root)
+        else:
+            kept.append(root)
+    return covered, kept
+
+
+def open_import_roots(spec):
+    """O_PATH descriptors of :func:`import_roots`' ``covered`` roots, by path (opened in the sandbox's mount
+    namespace before anything is hidden, as bind sources must be)."""
+    return {root: os.open(root, os.O_PATH) for root in import_roots(spec)[0]}
+
+
+def _bind_back(roots):
+    """Bind each import root (path -> O_PATH descriptor) read-only at its own path, over the tmpfs that hid it
+    (the directories leading to it are made, mode 755, in that tmpfs)."""
+    for root, fd in sorted(roots.items()):
+        os.makedirs(os.path.dirname(root), mode=0o755, exist_ok=True)
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(root, mode=0o755, exist_ok=True)
+        elif not os.path.exists(root):
+            os.close(os.open(root, os.O_CREAT | os.O_WRONLY, 0o444))
+        _bind(fd, root)
+        os.close(fd)
+
+
+def _build_mounts(spec, libs, roots=None):
     """In the supervisor, after unsharing the mount namespace: see the module doc.  ``libs``: O_PATH
-    descriptors of the import roots, opened before anything was hidden."""
+    descriptors of the pass roots, ``roots``: of the interpreter's import roots that the mounts hide
+    (:func:`open_import_roots`), all opened before anything was hidden."""
     uid = spec["uid"]
+    roots = roots or {}
     # the interpreter's own trees must stay readable for the sandbox uid: an untraversable ancestor
     # (e.g. /root, 0700, holding a pyenv) is replaced by an empty tmpfs with just that tree bound back
     keep = {}
-    for tree in {os.path.realpath(p) for p in spec["interpreter"]}:
+    covered, kept = import_roots(spec)
+    for tree in [*kept, *(c for c in covered if not _within(c, "/tmp"))]:  # /tmp's dirs are remade, 755
         blocked = _blocked_ancestor(os.path.join(tree, "x"), uid)
         if blocked:
             child = os.path.join(blocked, os.path.relpath(tree, blocked).split("/")[0])
@@ -194,10 +262,9 @@ def _build_mounts(spec, libs):
             _bind(fd, child)
             os.close(fd)
         _mount(None, blocked, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    for hidden in spec["hide"]:
-        if os.path.isdir(hidden) and not any(t == hidden or t.startswith(hidden.rstrip("/") + "/")
-                                             for t in map(os.path.realpath, spec["interpreter"])):
-            _mount("tmpfs", hidden, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
+    hides = [h for h in spec["hide"] if os.path.isdir(h)]
+    for hidden in hides:  # made read-only once the import roots inside are bound back
+        _mount("tmpfs", hidden, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
     dev_fds = {n: os.open(f"/dev/{n}", os.O_PATH) for n in DEV_NODES if os.path.exists(f"/dev/{n}")}
     gpu = [n for n in os.listdir("/dev") if n.startswith("nvidia")] if os.path.isdir("/dev") else []
     dev_fds.update({n: os.open(f"/dev/{n}", os.O_PATH) for n in gpu})
@@ -220,6 +287,13 @@ def _build_mounts(spec, libs):
     for sub in ("out", "home"):
         os.chown(f"{BASE}/{sub}", uid, spec["gid"])
         os.chmod(f"{BASE}/{sub}", 0o700)
+    _bind_back(roots)
+    for hidden in hides:
+        try:
+            _mount(None, hidden, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        except SandboxError:
+            if not _within(hidden, "/tmp"):  # under /tmp it is covered by /tmp's tmpfs anyway
+                raise
 
 
 def _limits(spec):
@@ -284,12 +358,6 @@ def _init_namespace(spec, full):
     _drop_privileges(spec, full)
 
 
-def _cpu(since=None):
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    spent = ru.ru_utime + ru.ru_stime
-    return spent - since if since is not None else spent
-
-
 def _read_all(fd):
     chunks = []
     while True:
@@ -331,8 +399,9 @@ def _pass_main(spec, lib_paths, req_r, ready_w, full):
 
 def _pass_zygote(spec, lib_paths, req_r, ready_w, full):
     """The pass process of one sandbox session: its environment, import roots and import (once), then one forked
-    child per request line (the conversions of one job), each reported as ``code cpu_s`` or ``S signal`` on
-    ``ready_w``.  Never returns."""
+    child per request line (the conversions of one job), each ended with ``E code`` or ``S signal`` on
+    ``ready_w`` (after the next conversion is pre-forked).  The import runs the pass's code in this process, so
+    the line is untrusted: the supervisor takes from it only the exit code, never a time.  Never returns."""
     try:
         os.environ.clear()
         os.environ.update(spec["env"])
@@ -362,9 +431,9 @@ def _pass_zygote(spec, lib_paths, req_r, ready_w, full):
 
         gc.collect()
         gc.freeze()  # the conversions inherit the imported pass without the collector copying its pages
-        os.write(ready_w, b"r")
         lines = _Lines(req_r)
-        child = _prefork_conversion(req_r, failed, ready_w)
+        child = _prefork_conversion(req_r, failed, ready_w)  # before "ready": the supervisor watches it
+        os.write(ready_w, b"r")
         while True:
             line = lines.next()
             if line is None:
@@ -374,35 +443,58 @@ def _pass_zygote(spec, lib_paths, req_r, ready_w, full):
             os.close(to_child)
             _, status = os.waitpid(pid, 0)
             end = f"S {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"E {os.WEXITSTATUS(status)}"
+            _reap()  # orphans the conversion left (this is their init): no zombie holds the process limit
+            # the next conversion is forked before the end line, so its fork always lies inside the
+            # supervisor's window (a constant per conversion), never partly in, partly out
+            try:
+                child = _prefork_conversion(req_r, failed, ready_w)
+            except OSError:  # the pass's processes hold the process limit: no further conversion here
+                child = None
             os.write(ready_w, f"{end}\n".encode())  # always the last line of a conversion
-            child = _prefork_conversion(req_r, failed, ready_w)  # off the next request's path
+            if child is None:
+                os._exit(0)
     finally:
         os._exit(1)
 
 
+def _reap():
+    """Reap every child that has exited (without waiting)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def _prefork_conversion(req_r, failed, ready_w):
     """Fork the next conversion now: it waits for its request on a pipe of its own (EOF: exit quietly).
-    Returns (its pid, the pipe's write end)."""
+    The child closes the pass process's protocol descriptors first (``req_r``, ``ready_w``): the conversion's
+    code holds no channel to the supervisor.  Returns (its pid, the pipe's write end)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(w)
-        os.close(req_r)
-        data = _read_all(r)
-        os.close(r)
-        if not data.strip():
-            os._exit(0)
-        _run_conversion(json.loads(data), failed, ready_w)
+        try:
+            os.close(w)
+            os.close(req_r)
+            os.close(ready_w)
+            data = _read_all(r)
+            os.close(r)
+            if not data.strip():
+                os._exit(0)
+            _run_conversion(json.loads(data), failed)
+        finally:
+            os._exit(1)
     os.close(r)
     return pid, w
 
 
-def _run_conversion(req, failed, ready_w):
-    """One conversion, in a child of the pass process: its limits, streams and ``python -m MODULE ARGV``; writes
-    ``code cpu_s`` (CPU seconds from the request) on ``ready_w``.  Never returns."""
+def _run_conversion(req, failed):
+    """One conversion, in a child of the pass process: its limits, streams and ``python -m MODULE ARGV``; exits
+    with the module's exit code.  It reports nothing: its time is the supervisor's to measure.  Never returns."""
     code = 1
     try:
-        started = _cpu()
         memory = int(req["memory"])
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         for fd, path in ((1, req["stdout"]), (2, req["stderr"])):
@@ -426,13 +518,255 @@ def _run_conversion(req, failed, ready_w):
             except BaseException:  # noqa: BLE001 - report like the interpreter would, then exit 1
                 traceback.print_exc()
                 code = 1
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os.write(ready_w, f"{code & 0xFF} {max(0.0, _cpu(started)):.6f}\n".encode())
+        sys.stdout.flush()
+        sys.stderr.flush()
     finally:
         os._exit(code & 0xFF if isinstance(code, int) else 1)
+
+#: The longest protocol line the supervisor reads from the pass process (longer: garbage, dropped).
+MAX_LINE = 64
+
+
+class _EndLines:
+    """The pass process's ``E code`` / ``S signal`` lines on a pipe, read without blocking once readable.
+    Untrusted: anything else, or a line over :data:`MAX_LINE` bytes, is dropped; the buffer never grows past it."""
+
+    def __init__(self, fd):
+        self.fd, self.buf, self.eof = fd, b"", False
+        os.set_blocking(fd, False)
+
+    def read(self):
+        """The valid end lines readable now, as ("E" | "S", int); sets ``eof`` at end of file."""
+        got = []
+        while not self.eof:
+            try:
+                chunk = os.read(self.fd, 1 << 12)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self.eof = True
+                break
+            self.buf += chunk
+            *lines, self.buf = self.buf.split(b"\n")
+            if len(self.buf) > MAX_LINE:
+                self.buf = b""
+            for line in lines:
+                words = line.split()
+                if (len(line) <= MAX_LINE and len(words) == 2 and words[0] in (b"E", b"S")
+                        and words[1].isdigit() and len(words[1]) <= 3):
+                    got.append((words[0].decode(), int(words[1])))
+        return got
+
+    def drain(self):
+        """Drop whatever is readable now."""
+        self.read()
+
+
+def _children(proc, pid):
+    """Host pids of ``pid``'s children (of every thread; zombies included), read through the host's /proc
+    (``proc``).  Empty when ``pid`` is gone."""
+    out = []
+    try:
+        tasks = os.open(f"{pid}/task", os.O_RDONLY | os.O_DIRECTORY, dir_fd=proc)
+    except OSError:
+        return out
+    try:
+        tids = os.listdir(tasks)
+    finally:
+        os.close(tasks)
+    for tid in tids:
+        try:
+            out.extend(int(c) for c in _read_small(proc, f"{pid}/task/{tid}/children").split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _read_small(proc, path):
+    fd = os.open(path, os.O_RDONLY, dir_fd=proc)
+    try:
+        return os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+
+
+#: Processes of a sandbox whose CPU time one snapshot reads at most (the sandbox uid's RLIMIT_NPROC is less).
+MAX_TREE = 4096
+
+
+def _tree_cpu(proc, root):
+    """CPU seconds (user + system, with those of reaped children) of every descendant of ``root``, from the
+    kernel's accounting in the host's /proc: the pass process, its threads, every process of the sandbox
+    (zombies included).  Descendants are read before their parents, so a process reaped during the read is
+    counted at worst twice (in itself and in its parent), never lost."""
+    order, stack = [], _children(proc, root)
+    while stack and len(order) < MAX_TREE:
+        pid = stack.pop()
+        order.append(pid)
+        stack.extend(_children(proc, pid))
+    ticks = 0
+    for pid in reversed(order):
+        try:
+            fields = _read_small(proc, f"{pid}/stat").rsplit(b")", 1)[1].split()
+            ticks += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        except (OSError, IndexError, ValueError):
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _session_cpu(cgroup, proc):
+    """CPU seconds the session's processes spent so far: its cgroup's account (microseconds) where it has one,
+    else :func:`_tree_cpu` (clock ticks)."""
+    return cgroup.cpu_s() if cgroup is not None else _tree_cpu(proc, os.getpid())
+
+
+def _pidfds(pids):
+    """Descriptors that become readable when each of ``pids`` exits (those already gone are left out)."""
+    fds = []
+    for pid in pids:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except OSError:
+            continue
+    return fds
+
+
+def _await_child(proc, pid1, pid1_fd):
+    """``pid1``'s children once it has one (the conversion it pre-forks before it says it is ready and before
+    each end line; a line alone, which the pass's code may forge, is not taken as a sign of it); empty when
+    ``pid1`` exited first (``pid1_fd``: its pidfd)."""
+    import select
+
+    while True:
+        children = _children(proc, pid1)
+        if children or select.select([pid1_fd], [], [], 0.001)[0]:
+            return children
+
+
+def _await_end(said, watched):
+    """Wait until the pass process's end line arrived *and* every process in ``watched`` (pidfds of the
+    conversion it had pre-forked) has exited; returns (the line or None at end of file, the time.perf_counter()
+    then).  A line alone, forged by the pass's code, cannot end the wait before the conversion process ends.
+    Closes ``watched``."""
+    import select
+
+    poller = select.poll()
+    poller.register(said.fd, select.POLLIN)
+    for fd in watched:
+        poller.register(fd, select.POLLIN)
+    pending, end = set(watched), None
+    try:
+        while (end is None or pending) and not said.eof:
+            for fd, _ in poller.poll():
+                if fd == said.fd:
+                    lines = said.read()
+                    end = end or (lines[0] if lines else None)
+                    if said.eof:
+                        poller.unregister(fd)
+                elif fd in pending:
+                    pending.discard(fd)
+                    poller.unregister(fd)
+        return (end if not pending else None), time.perf_counter()
+    finally:
+        for fd in watched:
+            os.close(fd)
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+#: The cgroup v2 group of a session is named for its supervisor's pid, under the supervisor's own group.
+CGROUP_PREFIX = "ampci-sandbox-"
+
+
+def _own_cgroup_dir():
+    """The path of this process's cgroup v2 group (None: no cgroup v2 here)."""
+    mount = None
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            parts = line.split()
+            if "-" in parts and parts[parts.index("-") + 1:][:1] == ["cgroup2"]:
+                mount = parts[4]
+                break
+    if mount is None:
+        return None
+    with open("/proc/self/cgroup") as fh:
+        rel = next((ln.split("::", 1)[1].strip() for ln in fh if ln.startswith("0::")), None)
+    return None if rel is None else os.path.join(mount, rel.lstrip("/"))
+
+
+class _Cgroup:
+    """A cgroup v2 group of one session (where this process may make one: root, a writable cgroup2): every
+    process of the sandbox is put in it from its start, so its ``cpu.stat`` is the kernel's microsecond account
+    of all of them, those auto-reaped included.  Its descriptors are opened before the sandbox's mounts (which
+    make /sys read-only in the supervisor's namespace)."""
+
+    def __init__(self):
+        base = _own_cgroup_dir()
+        if base is None:
+            raise OSError("no cgroup v2")
+        sweep_session_cgroups(base)
+        self.parent = os.open(base, os.O_PATH | os.O_DIRECTORY)
+        self.name = f"{CGROUP_PREFIX}{os.getpid()}"
+        try:
+            os.mkdir(self.name, 0o755, dir_fd=self.parent)
+            self.procs = os.open(f"{self.name}/cgroup.procs", os.O_WRONLY, dir_fd=self.parent)
+            self.stat = os.open(f"{self.name}/cpu.stat", os.O_RDONLY, dir_fd=self.parent)
+        except OSError:
+            self.remove()
+            raise
+
+    def add(self, pid):
+        os.write(self.procs, str(pid).encode())
+
+    def cpu_s(self):
+        """user + system seconds of every process that was in the group (microseconds)."""
+        for line in os.pread(self.stat, 4096, 0).split(b"\n"):
+            if line.startswith(b"usage_usec "):
+                return int(line.split()[1]) / 1e6
+        raise OSError("no usage_usec in cpu.stat")
+
+    def remove(self):
+        """Remove the group (once its processes are gone; a few tries) and close its descriptors."""
+        for name in ("procs", "stat"):
+            fd = self.__dict__.pop(name, None)
+            if fd is not None:
+                os.close(fd)
+        for _ in range(50):
+            try:
+                os.rmdir(self.name, dir_fd=self.parent)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.01)
+        os.close(self.parent)
+
+
+def sweep_session_cgroups(base=None):
+    """Remove the session cgroups (beside this process's own) whose supervisor is gone: a supervisor killed on
+    a timeout, or idle when its zygote was stopped, cannot remove its own.  Empty groups only (the kernel
+    refuses others).  Never raises."""
+    try:
+        base = base or _own_cgroup_dir()
+        for name in os.listdir(base) if base else ():
+            if name.startswith(CGROUP_PREFIX) and name[len(CGROUP_PREFIX):].isdigit():
+                try:
+                    os.kill(int(name[len(CGROUP_PREFIX):]), 0)
+                except ProcessLookupError:
+                    try:
+                        os.rmdir(os.path.join(base, name))
+                    except OSError:
+                        pass
+                except OSError:
+                    pass
+    except OSError:
+        pass
+
 
 
 def _copy_out(src, host_root, dest, cap):
@@ -467,19 +801,27 @@ def supervise(spec, req_fd, done_fd):
     makes the sandbox and its pass process, then serves request lines on ``req_fd`` (JSON; the conversions of one
     job), answering each with one JSON line on ``done_fd``.  End of file on ``req_fd`` ends the session: the
     sandbox's init is killed, and with it every process of the pass.  Never returns."""
-    code, pid1, full, home = 1, None, spec["mode"] == "full", None
+    code, pid1, full, home, cgroup = 1, None, spec["mode"] == "full", None, None
     try:
         os.setsid()
         _close_fds([req_fd, done_fd])
         host_root = os.open("/", os.O_PATH | os.O_DIRECTORY)  # the worker's view, for inputs and outputs
+        proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY)  # the host's, before the pass mounts its own
+        if not full:  # orphans of the pass become this process's children, so they are still counted
+            _prctl(PR_SET_CHILD_SUBREAPER, 1)
         if full:
+            try:
+                cgroup = _Cgroup()
+            except OSError:  # no writable cgroup v2: the CPU figure comes from /proc, in clock ticks
+                cgroup = None
             spec = _enter_namespaces(spec)
             for path in [*spec["lib"], *[os.path.join(p, "amp_pass") for p in spec["lib"][-1:]]]:
                 why = os.path.isdir(path) and _readable_by(path, spec["uid"])
                 if why:
                     raise SandboxError(why)
             # opened in the new namespace (a bind mount's source must be in the caller's namespace)
-            _build_mounts(spec, [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in spec["lib"]])
+            _build_mounts(spec, [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in spec["lib"]],
+                          open_import_roots(spec))
             lib_paths = [f"{BASE}/lib/{i}" for i in range(len(spec["lib"]))]
         else:  # best effort: a scratch home of its own, removed when the session ends
             import tempfile
@@ -489,17 +831,32 @@ def supervise(spec, req_fd, done_fd):
             spec = dict(spec, home=home)
         req_r, req_w = os.pipe()
         ready_r, ready_w = os.pipe()
+        go_r, go_w = os.pipe()
         pid1 = os.fork()
         if pid1 == 0:
             os.close(req_w)
             os.close(ready_r)
-            for fd in (req_fd, done_fd, host_root):
+            os.close(go_w)
+            for fd in (req_fd, done_fd, host_root, proc):
                 os.close(fd)
+            if not os.read(go_r, 1):  # in its cgroup (when there is one) before anything runs
+                os._exit(1)
+            os.close(go_r)
             _pass_main(spec, lib_paths, req_r, ready_w, full)
         os.close(req_r)
         os.close(ready_w)
+        os.close(go_r)
+        if cgroup is not None:
+            try:
+                cgroup.add(pid1)
+            except OSError:
+                cgroup.remove()
+                cgroup = None
+        os.write(go_w, b"g")
+        os.close(go_w)
+        pid1_fd = os.pidfd_open(pid1)
         ready = os.read(ready_r, 1)
-        requests, said = _Lines(req_fd), _Lines(ready_r)
+        requests, said = _Lines(req_fd), _EndLines(ready_r)
         copied = {}  # host input -> its copy inside (a job's conversions read the same input)
         while True:
             line = requests.next()
@@ -524,35 +881,30 @@ def supervise(spec, req_fd, done_fd):
                 mapping.update({p: lib_paths[i] for i, p in enumerate(spec["lib"])})
                 inside.update(argv=[mapping.get(a, a) for a in req["argv"]], stdout=f"{BASE}/out/.stdout",
                               stderr=f"{BASE}/out/.stderr")
+            said.drain()  # lines left from an earlier conversion (or forged) say nothing about this one
+            children = _await_child(proc, pid1, pid1_fd)  # the conversion pid1 pre-forked
+            cpu_before = _session_cpu(cgroup, proc)
             start = time.perf_counter()
-            os.write(req_w, (json.dumps(inside) + "\n").encode())
-            # the conversion's own ``code cpu_s`` line (when it got that far), then the pass process's
-            # ``E code`` / ``S signal`` line once the conversion process has ended; the first ends the timing
-            words, end, wall = [], None, None
-            while end is None:
-                answer = said.next()
-                if answer is None:
-                    break
-                got = answer.decode(errors="replace").split()
-                if wall is None:
-                    wall = time.perf_counter() - start
-                if got[:1] in (["E"], ["S"]) and len(got) > 1 and got[1].isdigit():
-                    end = got
-                else:
-                    words = got
-            reply = {"wall_s": wall if wall is not None else time.perf_counter() - start}
-            if end is None:  # the pass process (or its init) is gone: this session ends here
+            if children:
+                watched = _pidfds(children)
+                os.write(req_w, (json.dumps(inside) + "\n").encode())
+                end, wall = _await_end(said, watched)
+            else:  # the pass process ended (it could fork no further conversion): so does the session
+                end, wall = None, start
+            wall -= start
+            reply = {"wall_s": wall}
+            if end is None:  # the pass process closed its pipe or died: this session ends here
+                _kill(pid1)
                 _, status = os.waitpid(pid1, 0)
                 pid1 = None
                 reply["signal"] = os.WTERMSIG(status) if os.WIFSIGNALED(status) else signal.SIGKILL
-            elif end[0] == "S":
-                reply["signal"] = int(end[1])
             else:
-                reply["code"] = int(end[1]) & 0xFF
-                try:
-                    reply["cpu_s"] = min(float(words[1]), reply["wall_s"] * (os.cpu_count() or 1) + 1.0)
-                except (IndexError, ValueError):
-                    pass
+                cpu = _session_cpu(cgroup, proc) - cpu_before
+                if end[0] == "S":
+                    reply["signal"] = end[1]
+                else:
+                    reply["code"] = end[1] & 0xFF
+                    reply["cpu_s"] = round(min(max(0.0, cpu), wall * (os.cpu_count() or 1) + 1.0), 6)
             if full:
                 cap = int(spec["max_file_bytes"])
                 too_big = [os.path.basename(host) for host, name in
@@ -578,6 +930,8 @@ def supervise(spec, req_fd, done_fd):
             if pid1 is not None:  # the session's end: its init, hence every process of the pass
                 os.kill(pid1, signal.SIGKILL)
                 os.waitpid(pid1, 0)
+            if cgroup is not None:
+                cgroup.remove()
             if not full:  # no PID namespace: what the pass left in this process group goes with it
                 os.killpg(os.getpgrp(), signal.SIGKILL)
         finally:
@@ -614,7 +968,7 @@ def probe(spec):
         why = ""
         try:
             spec = _enter_namespaces(spec)
-            _build_mounts(spec, [])
+            _build_mounts(spec, [], open_import_roots(spec))
             inner_r, inner_w = os.pipe()
             child = os.fork()
             if child == 0:  # PID 1 of the new PID namespace, as the pass's init: its /proc, then the drop

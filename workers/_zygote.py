@@ -11,7 +11,9 @@ nothing from ``workers`` and loads ``_sandbox.py`` (beside it) by file path.  Pr
 - worker -> zygote: ``{"end": SESSION}`` when a job's conversions are done; zygote -> worker ``{"ended": SESSION}``
   once that session's sandbox is gone;
 - zygote -> worker: ``{"pid": SUPERVISOR}`` at once, then ``{"pid", "code", "cpu_s", "wall_s"}`` or
-  ``{"pid", "signal", "wall_s"}`` (or ``{"pid", "sandbox_error"}``) when the conversion ended.
+  ``{"pid", "signal", "wall_s"}`` (or ``{"pid", "sandbox_error"}``) when the conversion ended; ``wall_s`` and
+  ``cpu_s`` are the supervisor's clock and the kernel's accounting of the sandbox's processes, never a figure the
+  pass wrote (:mod:`workers._sandbox`).
 
 Each conversion's supervisor is forked ahead of its request (:func:`workers._sandbox.supervise`): it makes the
 namespaces and mounts and starts the sandboxed pass process, which imports the pass, all before the request

@@ -60,7 +60,8 @@ class ConvertOutcome:
     samples_s: list[float] = field(default_factory=list)  # wall time of each successful conversion
     # wall time of the reference workload timed right after each sample (:func:`reference_workload`)
     reference_s: list[float] = field(default_factory=list)
-    # user + system CPU seconds of the conversion process (all its threads; None: not known, e.g. killed)
+    # user + system CPU seconds of the sandbox's processes during the conversion, from the kernel's accounting
+    # (all threads and processes of the pass; None: not known, e.g. killed)
     cpu_s: float | None = None
     # the CPU seconds of each sample of ``samples_s`` (empty unless known for every one: kept paired)
     cpu_samples_s: list[float] = field(default_factory=list)
@@ -102,9 +103,9 @@ def convert_in_subprocess(src: Path, dst: Path, report: Path, dtype: str, policy
     to ``dst``, removed after; ``dst`` and ``report`` stay the first conversion's) until ``repeats``
     conversions ran or their wall times add up to more than ``repeat_budget_s``; a repeat that fails
     ends the repeating.  ``ConvertOutcome.samples_s`` holds the wall time of every successful one, as
-    the sandbox's supervisor timed it (the pass's own ``seconds`` is not used), and ``cpu_samples_s`` the user + system CPU
-    seconds the conversion process itself spent in each (from its request to its exit; empty unless known for
-    every sample).  ``sandbox``: the worker's sandbox policy (default: ``auto``)."""
+    the sandbox's supervisor timed it (from the request until the conversion process exited; nothing the pass
+    writes, its own ``seconds`` included, is used), and ``cpu_samples_s`` the user + system CPU seconds the
+    kernel accounted to the sandbox's processes in each (empty unless known for every sample).  ``sandbox``: the worker's sandbox policy (default: ``auto``)."""
     policy_ = sandbox or SandboxPolicy()
     try:
         mode = resolve_mode(policy_)

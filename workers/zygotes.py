@@ -334,11 +334,14 @@ def zygote_of(root: Path) -> Zygote | None:
 
 
 def shutdown() -> None:
-    """Stop every zygote of this process."""
+    """Stop every zygote of this process (and remove the cgroups their killed supervisors leave)."""
     with _LOCK:
         for z in _ZYGOTES.values():
             z.close()
         _ZYGOTES.clear()
+    from workers.sandbox import loader
+
+    loader().sweep_session_cgroups()
 
 
 atexit.register(shutdown)

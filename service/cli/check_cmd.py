@@ -202,6 +202,9 @@ def _check(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     policy = validated_policy(args.dtype, args.policy, args.target)
+    from service.cli.sandbox_check import start_canary
+
+    canary = start_canary(settings)  # beside the model's checks below
     entry = None
     if Path(args.model).expanduser().is_dir():
         raise UserError(f"{args.model} is a directory; give an ONNX model file (PATH.onnx) or a zoo name "
@@ -219,6 +222,7 @@ def _check(args: argparse.Namespace) -> int:
     spec = JobSpec(model=entry.name if entry else args.model, dtype=args.dtype, policy=policy, target=args.target,
                    revision=args.revision, pass_root=args.pass_root, seed=args.seed, steps=args.steps,
                    zoo_path=args.zoo, entry=entry)
+    canary()  # a sandbox that cannot convert stops here, in one line (exit 3), before the job
     result = run_job(spec, settings.worker_config())
     memory = AutoMemory(settings.data_dir)
     if policy == "auto":

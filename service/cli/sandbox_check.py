@@ -1,9 +1,14 @@
-"""Start-up check of the pass sandbox for the commands that run jobs as a service (``serve``, ``worker``).
+"""Start-up check of the pass sandbox for the commands that run jobs (``serve``, ``worker``, ``sweep``, ``check``).
 
 Their default is ``AMPCI_SANDBOX=require``: on a machine that cannot make the sandbox's namespaces they refuse to
 start with one line saying what to enable (:class:`service.errors.ConfigError`, exit 2), instead of running a
 pull request's code unisolated.  ``best-effort`` starts with one warning line; the mode is set in the
 environment so that every process the command starts (pool workers, Celery children) uses the same.
+
+Then the canary (:mod:`workers.canary`): one conversion of a tiny model through the real sandbox.  Where it
+fails (the sandbox cannot import the pass's dependencies, cannot be made, cannot fork) every job would fail
+the same way, so ``serve``/``worker`` refuse to start and embedded commands stop before their first job, with
+its one line (:class:`SandboxCanaryFailed`, exit 3: ampci's own environment is broken, not the pass).
 """
 
 from __future__ import annotations
@@ -12,10 +17,19 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from service.errors import ConfigError
+from service.errors import ConfigError, ServiceError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from service.settings import Settings
+    from workers.canary import CanaryResult
+
+
+class SandboxCanaryFailed(ServiceError):
+    """The canary conversion failed: no job could convert here (the message is the canary's one line)."""
+
+    exit_code = 3
 
 
 def require_sandbox_by_default() -> str:
@@ -37,3 +51,39 @@ def check_sandbox(settings: Settings) -> str:
         print("ampci: warning: the pass sandbox is best-effort on this machine (environment, descriptors and "
               "limits only: no network, mount or PID isolation)", file=sys.stderr, flush=True)
     return mode
+
+
+def check_canary(settings: Settings) -> CanaryResult:
+    """Run the sandbox canary with ``settings``' sandbox policy; :class:`SandboxCanaryFailed` (one line) when it
+    fails."""
+    from workers.canary import run_canary
+
+    result = run_canary(settings.worker_config().sandbox_policy())
+    if not result.ok:
+        raise SandboxCanaryFailed(result.reason)
+    return result
+
+
+def start_canary(settings: Settings) -> Callable[[], CanaryResult]:
+    """Start :func:`check_canary` in a thread (so it overlaps the command's own start-up); returns the function
+    that waits for it and raises its :class:`SandboxCanaryFailed`."""
+    import threading
+
+    got: list[CanaryResult | BaseException] = []
+
+    def run() -> None:
+        try:
+            got.append(check_canary(settings))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            got.append(exc)
+
+    thread = threading.Thread(target=run, name="ampci-canary", daemon=True)
+    thread.start()
+
+    def wait() -> CanaryResult:
+        thread.join()
+        if isinstance(got[0], BaseException):
+            raise got[0]
+        return got[0]
+
+    return wait

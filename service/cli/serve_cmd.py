@@ -15,7 +15,7 @@ def _run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.api.app import create_app
-    from service.cli.sandbox_check import check_sandbox, require_sandbox_by_default
+    from service.cli.sandbox_check import check_canary, check_sandbox, require_sandbox_by_default
     from service.db import Store
     from service.github.webhook import check_webhook_config
     from service.settings import Settings
@@ -25,6 +25,7 @@ def _run(args: argparse.Namespace) -> int:
     check_webhook_config(settings)  # refuse to start without a secret (ConfigError, exit 2)
     if settings.embedded:
         check_sandbox(settings)  # jobs run in this process's pool: refuse without the sandbox (ConfigError)
+        check_canary(settings)  # ... or where it cannot convert (SandboxCanaryFailed); /healthz shows the result
     from service.db.engine import make_engine
 
     store = Store(make_engine(settings.effective_database_url, **settings.db_pool()))  # bounded connections

@@ -88,13 +88,18 @@ def run(args: argparse.Namespace) -> int:
     from service.orchestration.sweeps import load_sweep
 
     config = load_sweep(args.config, args.sweep)  # a bad sweep is refused before anything starts
+    canary = None
     if settings.embedded:  # the pool's workers start (fork server preload, job code: the longest chain of the
+        from service.cli.sandbox_check import start_canary
         from service.orchestration.localpool import warm_up  # sweep's start) while this process imports the
 
         warm_up(args.workers)  # scheduler and stores the run
+        canary = start_canary(settings)  # the sandbox converts here, checked beside the rest of start-up
     from service.orchestration import scheduler
     store = scheduler.open_store(settings)
     sha, baseline = scheduler.sweep_revisions(settings, args.revision, args.baseline)  # stores nothing
+    if canary is not None:
+        canary()  # before the first job: a sandbox that cannot convert stops the sweep with one line (exit 3)
     baseline_run = None
     if baseline is not None and baseline != sha and not args.no_baseline_run:
         baseline_run = _run_baseline(settings, config, store, baseline, args)

@@ -142,14 +142,16 @@ def _app() -> tuple[Settings, CeleryProgram]:
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run the worker in this process until it is stopped (refused where the pass sandbox its
-    ``AMPCI_SANDBOX`` asks for cannot be made: :mod:`service.cli.sandbox_check`, and where a cuda queue is asked
-    for on a machine without a usable CUDA device: :func:`refuse_device_queues_without_device`)."""
-    from service.cli.sandbox_check import check_sandbox, require_sandbox_by_default
+    ``AMPCI_SANDBOX`` asks for cannot be made, or where its canary conversion fails:
+    :mod:`service.cli.sandbox_check`; and where a cuda queue is asked for on a machine without a usable CUDA
+    device: :func:`refuse_device_queues_without_device`)."""
+    from service.cli.sandbox_check import check_canary, check_sandbox, require_sandbox_by_default
 
     require_sandbox_by_default()
     refuse_device_queues_without_device([q.strip() for q in args.queues.split(",") if q.strip()])
     settings, app = _app()
     check_sandbox(settings)
+    check_canary(settings)  # a sandbox that cannot convert would fail every job: refuse (one line)
     argv = worker_argv(args.queues, args.concurrency, args.name, args.loglevel or settings.log_level,
                        args.max_tasks_per_child)
     orphans = queues_without_producer(argv[argv.index("-Q") + 1].split(","), settings)

@@ -1,4 +1,5 @@
-"""``/healthz`` says how the pass under test is isolated where this process runs it (issue 31)."""
+"""``/healthz`` says how the pass under test is isolated where this process runs it (issue 31), and how its sandbox
+canary went (issue 39)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from workers import canary
 from workers import sandbox as sb
 
 
@@ -32,3 +34,26 @@ def test_served_healthz_leaves_the_sandbox_to_the_workers(make_settings: Any) ->
     settings = make_settings(broker_url="redis://127.0.0.1:1/0")
     with TestClient(create_app(settings, background=False), raise_server_exceptions=False) as c:
         assert c.get("/healthz").json()["sandbox"] == "workers"
+
+
+@pytest.mark.parametrize("max_procs", [64, 1], ids=["healthy", "failed"])
+@pytest.mark.skipif(sb.full_sandbox_error(sb.SandboxPolicy()) is not None, reason="no full sandbox here")
+def test_healthz_shows_the_canary(make_settings: Any, max_procs: int) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.api.app import create_app
+
+    """A canary that failed (its sandbox cannot fork a conversion: ``sandbox_max_procs=1``) makes ``/healthz``
+    503 with ``sandbox`` down and its one line; a healthy one is 200 with it ``ok``."""
+    settings = make_settings(broker_url="", sandbox="require", sandbox_max_procs=max_procs)
+    try:
+        ran = canary.run_canary(settings.worker_config().sandbox_policy())
+        assert ran.ok is (max_procs > 1), ran
+        with TestClient(create_app(settings, background=False), raise_server_exceptions=False) as c:
+            got = c.get("/healthz")
+        body = got.json()
+        assert body["canary"]["ok"] is ran.ok and body["canary"]["reason"] == ran.reason
+        assert body["canary"]["ran_at"].startswith("20") and body["canary"]["sandbox"] == "full"
+        assert got.status_code == (200 if ran.ok else 503) and ("sandbox" in body["down"]) is not ran.ok
+    finally:
+        canary.forget()
