@@ -32,7 +32,7 @@ LABELS = {"regression": ("❌", "regression", "regressions"), "improvement": ("�
           "flaky": ("〰️", "flaky", "flaky"), "suspected": ("🔎", "suspected", "suspected"),
           "unchanged": ("✅", "unchanged", "unchanged"), "new": ("🆕", "new", "new"),
           "not_measured": ("⚠️", "not measured", "not measured"),
-          "known_failure": ("➖", "known failure", "known failures")}
+          "known_failure": ("➖", "cell failing as at the baseline", "cells failing as at the baseline")}
 SUMMARY_ORDER = ("regression", "improvement", "flaky", "unchanged", "new", "not_measured")
 #: The longest commit subject the head line shows (characters before escaping).
 SUBJECT_CHARS = 120
@@ -50,11 +50,12 @@ def _who(report: PullRequestReport) -> str:
 
 
 def _quiet(report: PullRequestReport) -> str:
-    """What a passing headline must add: flaky cells and known failures (``; 2 flaky, 1 known failure``)."""
+    """What a passing headline must add: flaky cells and cells failing as at the baseline (``; 2 flaky, 1 cell
+    fails as at the baseline``): shown as failing cells, never as passes."""
     c = report.counts
     parts = [f"{c['flaky']} flaky"] if c.get("flaky") else []
     if c.get("known_failure"):
-        parts.append(f"{_plural(c['known_failure'], 'known failure', 'known failures')} (failing as at baseline)")
+        parts.append(f"{_plural(c['known_failure'], 'cell fails', 'cells fail')} as at the baseline")
     return "; " + ", ".join(parts) if parts else ""
 
 

@@ -205,9 +205,9 @@ def test_a_best_effort_sandbox_is_said_in_the_comment_and_the_check_run():
     ({"unchanged": 2}, "failed", "⚠️ Merging #7: the run failed"),
     ({"unchanged": 44, "flaky": 2}, "complete", "✅ Merging #7: no regression in 46 cells; 2 flaky"),
     ({"unchanged": 45, "known_failure": 1}, "complete",
-     "✅ Merging #7: no regression in 46 cells; 1 known failure (failing as at baseline)"),
+     "✅ Merging #7: no regression in 46 cells; 1 cell fails as at the baseline"),
     ({"improvement": 1, "flaky": 1, "known_failure": 2}, "complete",
-     "⚡ Merging #7: no regression in 4 cells, improves 1 cell; 1 flaky, 2 known failures"),
+     "⚡ Merging #7: no regression in 4 cells, improves 1 cell; 1 flaky, 2 cells fail as at the baseline"),
     ({"improvement": 1, "unchanged": 3}, "complete", "⚡ Merging #7: no regression in 4 cells, improves 1 cell"),
     ({}, "complete", "⚠️ Merging #7: no cells ran"),
 ])
@@ -225,7 +225,7 @@ def test_summary_line_counts_every_bucket_and_acknowledged_findings_show_as_such
     assert ack.endswith("| acknowledged ✔ |") and fp.endswith("| false positive |") and "~~" in fp and "~~" not in ack
     # empty buckets are not listed
     assert summary_line(_report(counts={"regression": 1, "unchanged": 3, "known_failure": 2})) == (
-        "❌ 1 regression · ✅ 3 unchanged · ➖ 2 known failures")
+        "❌ 1 regression · ✅ 3 unchanged · ➖ 2 cells failing as at the baseline")
     assert summary_line(_report(counts={})) == "no cells"
 
 
