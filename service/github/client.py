@@ -85,8 +85,9 @@ REPORT_KINDS = frozenset(REPORT_PERMISSIONS)
 
 
 def report_permissions(reports: frozenset[str]) -> dict[str, str]:
-    """The permissions a reporter sending ``reports`` (``status``, ``comment``, ``check``) needs, no more."""
-    return dict(REPORT_PERMISSIONS[r] for r in sorted(reports) if r in REPORT_PERMISSIONS)
+    """The permissions a reporter sending ``reports`` (``status``, ``comment``, ``check``) needs, no more, and
+    ``metadata: read`` (every App holds it): asking who may approve (:mod:`service.github.permissions`)."""
+    return {**dict(REPORT_PERMISSIONS[r] for r in sorted(reports) if r in REPORT_PERMISSIONS), "metadata": "read"}
 
 
 def backoff_delay(attempt: int, base: float = 1.0, cap: float = 300.0,
