@@ -18,14 +18,13 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from service import run_meta
 from service.db.store import Store
 from service.errors import UserError
-from service.github.approval import Approval, Approved
+from service.github.approval import Approval, Approved, head_when_written
 from service.github.events import RunRequest, check_repository
 from service.github.webhook import Submitted
 from service.json_types import JsonObject
@@ -368,18 +367,9 @@ class RunDispatcher:
         if approval.via != "comment":
             return self.store.newest_pull_request_run(repo=approval.repo, pr=approval.pr_number,
                                                       head_sha=approval.head_sha), None
-        if approval.written_at is None:
-            return None, "no run awaits approval: the comment's time is unknown"
-        written = _utc(datetime.fromisoformat(approval.written_at))
-        before = [r for r in self.store.pull_request_runs(repo=approval.repo, pr=approval.pr_number)
-                  if _pushed_at(r) < written]
-        if not before:
-            return None, "no run awaits approval: no head of the pull request was pushed before the comment"
-        head = max(before, key=lambda r: (_pushed_at(r), r.id))
-        if approval.named is not None and not head.revision_sha.startswith(approval.named):
-            return None, (f"refused: the comment names {approval.named[:12]}, but the head when it was written was "
-                          f"{head.revision_sha[:12]} (a stale or unknown sha)")
-        return head, None
+        runs = self.store.pull_request_runs(repo=approval.repo, pr=approval.pr_number)
+        chosen, refusal = head_when_written([(r.meta, r.created_at, r.id, r.revision_sha) for r in runs], approval)
+        return next((r for r in runs if r.id == chosen), None), refusal
 
     def approval_head(self, approval: Approval) -> tuple[int, str] | None:
         """(run id, head sha) of the run ``approval`` concerns, None when it concerns none."""
@@ -444,18 +434,3 @@ def _same_pass_repo(meta: JsonObject) -> JsonObject:
     """The pass repository entry of ``meta`` (a baseline run tests the same repository as the run it serves)."""
     return {PASS_REPO: meta[PASS_REPO]} if meta.get(PASS_REPO) else {}
 
-
-def _utc(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def _pushed_at(run: RunInfo) -> datetime:
-    """When GitHub saw ``run``'s head pushed (``meta.github.pushed_at``), else when the run was created."""
-    github = run.meta.get("github")
-    stamp = github.get("pushed_at") if isinstance(github, dict) else None
-    if isinstance(stamp, str):
-        try:
-            return _utc(datetime.fromisoformat(stamp))
-        except ValueError:
-            pass
-    return _utc(run.created_at)

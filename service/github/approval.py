@@ -36,8 +36,9 @@ This module is pure: rules over plain values, no database and no network.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from service.github.sanitize import AUTHOR_MAX, free_text
 from service.json_types import JsonObject
@@ -176,6 +177,45 @@ class Approval:
         return cls(repo=repo, pr_number=pr, via=via, by=free_text(by, AUTHOR_MAX) if isinstance(by, str) else None,
                    head_sha=head, request=request, body_sha256=body,
                    written_at=str(written) if written is not None else None, named=named, installation=installation)
+
+
+def pushed_time(meta: JsonObject, created_at: datetime) -> datetime:
+    """When GitHub saw a pull request run's head pushed: its ``meta.github.pushed_at`` (the event's
+    ``pull_request.updated_at``), else ``created_at`` (when ampci stored the run; naive: UTC)."""
+    github = meta.get("github")
+    stamp = github.get("pushed_at") if isinstance(github, dict) else None
+    if isinstance(stamp, str):
+        try:
+            return _utc(datetime.fromisoformat(stamp))
+        except ValueError:
+            pass
+    return _utc(created_at)
+
+
+def head_when_written(runs: Sequence[tuple[JsonObject, datetime, int, str]],
+                      approval: Approval) -> tuple[int | None, str | None]:
+    """(the run id of the head a comment ``approval`` approves, None), or (None, why none: one line).
+
+    ``runs``: the pull request's runs as (meta, created_at, id, head sha).  The head is the one pushed last
+    (:func:`pushed_time`; ties: the newer run) strictly before the comment's ``written_at``, so a head pushed
+    after the comment is never chosen, even one ampci heard of first; a sha the comment names must be a
+    prefix of it (module docstring)."""
+    if approval.written_at is None:
+        return None, "no run awaits approval: the comment's time is unknown"
+    written = _utc(datetime.fromisoformat(approval.written_at))
+    before = [(pushed_time(meta, created), run_id, sha) for meta, created, run_id, sha in runs
+              if pushed_time(meta, created) < written]
+    if not before:
+        return None, "no run awaits approval: no head of the pull request was pushed before the comment"
+    _, run_id, sha = max(before)
+    if approval.named is not None and not sha.startswith(approval.named):
+        return None, (f"refused: the comment names {approval.named[:12]}, but the head when it was written was "
+                      f"{sha[:12]} (a stale or unknown sha)")
+    return run_id, None
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
