@@ -164,6 +164,7 @@ class Settings:
     allowed_repos: str = ""           # comma-separated owner/name list for webhooks
     tracked_branches: str = "main,master"
     trusted_authors: str = ""         # comma list of GitHub logins whose pull requests run at once, even from forks
+    approvers: str = ""               # comma list of logins who may approve when ampci has no GitHub identity to ask
     fork_policy: str = "approve"      # untrusted pull requests: approve (wait for a maintainer), always, never
     convert_timeout: float = 600.0    # seconds for the conversion subprocess
     convert_memory: int = 8 * 1024**3  # bytes (RLIMIT_AS) for the conversion subprocess
@@ -209,6 +210,7 @@ class Settings:
         if self.sandbox:
             parse_choice(f"{PREFIX}SANDBOX", self.sandbox, SANDBOX_MODES)
         parse_logins(f"{PREFIX}TRUSTED_AUTHORS", self.trusted_authors)
+        parse_logins(f"{PREFIX}APPROVERS", self.approvers)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -243,7 +245,7 @@ class Settings:
                 kwargs[f.name] = parse_choice(var, raw, SANDBOX_MODES)
             elif f.name == "fork_policy":
                 kwargs[f.name] = parse_choice(var, raw, FORK_POLICIES)
-            elif f.name == "trusted_authors":
+            elif f.name in ("trusted_authors", "approvers"):
                 kwargs[f.name] = parse_logins(var, raw)
             else:
                 kwargs[f.name] = raw.strip()
@@ -312,6 +314,11 @@ class Settings:
         """Lower-cased GitHub logins (``AMPCI_TRUSTED_AUTHORS``) whose pull requests are trusted even from forks
         (GitHub logins are case-insensitive)."""
         return frozenset(login.lower() for login in self.trusted_authors.split(",") if login)
+
+    def approver_set(self) -> frozenset[str]:
+        """Lower-cased GitHub logins (``AMPCI_APPROVERS``) who may approve a pull request's run when ampci has no
+        GitHub identity to ask for permissions with (:mod:`service.github.permissions`)."""
+        return frozenset(login.strip().lower() for login in self.approvers.split(",") if login.strip())
 
     def tracked_branch_set(self) -> set[str]:
         """Branches whose pushes trigger a run."""

@@ -57,6 +57,11 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "says why; approvals are refused)"),
     "trusted_authors": SettingDoc("empty",
                                   "comma-separated GitHub logins whose pull requests run at once, even from forks"),
+    "approvers": SettingDoc(
+        "empty",
+        "comma-separated GitHub logins who may approve an untrusted pull request's run (`/ampci run`, the "
+        "`ampci:run` label) when ampci has no GitHub identity (no App, no token) to ask for their permission; "
+        "ignored when it has one (GitHub's write, maintain or admin decides): see [Security](security.md)"),
     "github_token": SettingDoc(
         "none",
         "a personal or bot token for commit statuses and the PR comment, used when no App is configured (check "

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, cast
 from service import run_meta
 from service.db.store import Store
 from service.errors import UserError
-from service.github.approval import Approval, Approved
+from service.github.approval import Approval, Approved, head_when_written
 from service.github.events import RunRequest, check_repository
 from service.github.webhook import Submitted
 from service.json_types import JsonObject
@@ -34,7 +34,7 @@ from service.vocabulary import AWAITING_APPROVAL
 
 if TYPE_CHECKING:
     from service.db.engine import Connection
-    from service.db.records import Cell, JobInfo, NewRun, RunSpec
+    from service.db.records import Cell, JobInfo, NewRun, RunInfo, RunSpec
     from service.orchestration.localpool import LocalPool
     from service.orchestration.sweeps import PlannedCell
 
@@ -211,6 +211,8 @@ class RunDispatcher:
                 github["installation"] = request.installation
             if request.pr_number is not None:
                 github["pr"] = request.pr_number
+                if request.pushed_at is not None:  # when GitHub saw this head pushed: what a comment approves
+                    github["pushed_at"] = request.pushed_at
                 github["baseline_is_base_tip"] = True  # the merge base is resolved by the worker
             awaiting = request.approval == "required"
             if awaiting:
@@ -309,8 +311,9 @@ class RunDispatcher:
         from service.db.records import NewRun, RunSpec
 
         what = f"PR #{approval.pr_number} ({approval.via} by {approval.by or 'unknown'})"
-        run = self.store.newest_pull_request_run(repo=approval.repo, pr=approval.pr_number,
-                                                 head_sha=approval.head_sha)
+        run, refusal = self.approved_run(approval)
+        if refusal is not None:
+            return Approved(None, False, None, f"{what}: {refusal}")
         if run is None and approval.request is not None:  # the approved head has no run yet: start one
             request = replace(RunRequest.from_payload(approval.request), approval="trusted", untrusted=None,
                               body_sha256=approval.body_sha256)
@@ -352,6 +355,26 @@ class RunDispatcher:
         self._dispatch(run.revision_sha, new, False)
         return Approved(run.id, True, run.revision_sha,
                         f"{what}: approved head {run.revision_sha[:12]}; run {run.id} started")
+
+    def approved_run(self, approval: Approval) -> tuple[RunInfo | None, str | None]:
+        """(the run of the head ``approval`` approves, None), or (None, why it approves none: one line).
+
+        A label approves its event's head.  A comment approves the head the pull request had when it was
+        written: of the pull request's runs, the one whose head was pushed last strictly before the comment's
+        ``written_at`` (``meta.github.pushed_at``, GitHub's clock; for rows without it, the run's creation);
+        a head pushed after the comment is never chosen, even one ampci heard of first.  A sha the comment
+        names must be a prefix of that head (:mod:`service.github.approval`)."""
+        if approval.via != "comment":
+            return self.store.newest_pull_request_run(repo=approval.repo, pr=approval.pr_number,
+                                                      head_sha=approval.head_sha), None
+        runs = self.store.pull_request_runs(repo=approval.repo, pr=approval.pr_number)
+        chosen, refusal = head_when_written([(r.meta, r.created_at, r.id, r.revision_sha) for r in runs], approval)
+        return next((r for r in runs if r.id == chosen), None), refusal
+
+    def approval_head(self, approval: Approval) -> tuple[int, str] | None:
+        """(run id, head sha) of the run ``approval`` concerns, None when it concerns none."""
+        run, _ = self.approved_run(approval)
+        return (run.id, run.revision_sha) if run is not None else None
 
     def _dispatch(self, sha: str, new: NewRun, redispatch: bool) -> Submitted:
 
@@ -410,3 +433,4 @@ def manual_pass_repo(settings: Settings, store: Store, repository: str) -> JsonO
 def _same_pass_repo(meta: JsonObject) -> JsonObject:
     """The pass repository entry of ``meta`` (a baseline run tests the same repository as the run it serves)."""
     return {PASS_REPO: meta[PASS_REPO]} if meta.get(PASS_REPO) else {}
+

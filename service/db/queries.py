@@ -241,6 +241,16 @@ class QueriesMixin:
             r = conn.execute(q).first()
         return run_info(r) if r is not None else None
 
+    def pull_request_runs(self, *, repo: str, pr: int, limit: int = 200) -> list[RunInfo]:
+        """The ``pull_request`` runs of pull request ``pr`` of ``repo`` (compared case-insensitively), newest
+        (highest id) first, at most ``limit``."""
+        q = (sa.select(*RUN_COLUMNS).where(t_run.c.trigger == "pull_request",
+                                            t_run.c.meta[("github", "pr")].as_integer() == int(pr),
+                                            sa.func.lower(t_run.c.meta[("github", "repo")].as_string()) == repo.lower())
+             .order_by(t_run.c.id.desc()).limit(limit))
+        with self.transaction() as conn:
+            return [run_info(r) for r in conn.execute(q)]
+
     def recorded_pass_repo(self, repo: str) -> dict[str, object] | None:
         """The ``meta.pass_repo`` entry (``{"url", "repo", "installation"}``: the clone URL an allow-listed webhook
         delivery of ``repo`` named, no credential) of the newest run that tests repository ``repo``

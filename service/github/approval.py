@@ -11,12 +11,24 @@ opened or pushed to (GitHub Actions likewise waits for approval before running a
   commit status ``pending`` with :data:`AWAITING_DESCRIPTION`); ``always`` runs it at once anyway; ``never``
   stores no run, posts the ``error`` status :data:`REFUSED_DESCRIPTION` and refuses approvals.
 
-An approval (:class:`Approval`) starts the run of **one head**: the label :data:`APPROVE_LABEL` being added
-(GitHub lets only people with triage or write access label; the event carries the head of that moment), or
-a comment whose first line is :data:`APPROVE_COMMAND` on the pull request by an ``OWNER``/``MEMBER``/
-``COLLABORATOR`` (the newest run of that pull request, when it is awaiting approval).  A later push makes a
-new run that awaits approval again.  Payloads are HMAC-signed by GitHub, so these fields cannot be forged;
-anything else (another label, a comment by someone else) starts nothing.
+An approval (:class:`Approval`) starts the run of **one head**, and only when the person behind it holds
+``write``, ``maintain`` or ``admin`` on the repository (:mod:`service.github.permissions` asks GitHub, as
+GitHub Actions requires write access to approve a fork's workflow run; triage and read do not approve):
+
+* the label :data:`APPROVE_LABEL` being added, by the event's ``sender``: it approves the head the event
+  carries (the head of that moment);
+* a comment whose first line is :data:`APPROVE_COMMAND`, optionally followed by a 7-40 hex prefix of a
+  commit (``/ampci run 1a2b3c4``), by its author (``author_association`` ``OWNER``/``MEMBER``/
+  ``COLLABORATOR`` is a cheap first filter, never enough).  It approves **the head the pull request had when
+  the comment was written**: of the pull request's runs, the newest whose head was pushed strictly before the
+  comment's ``created_at`` (the push time is ``pull_request.updated_at`` of the opened/synchronize event,
+  GitHub's own clock; for rows without it, when ampci received it).  A head pushed after the comment, even
+  one that reached ampci before the comment did, is never approved by it.  A named sha must be a prefix of
+  that head, else the comment is refused (one line in the delivery's reason): it names a stale or unknown
+  head, and the maintainer comments again on what they reviewed.
+
+A later push makes a new run that awaits approval again.  Payloads are HMAC-signed by GitHub, so these
+fields cannot be forged; anything else (another label, a comment by someone else) starts nothing.
 
 This module is pure: rules over plain values, no database and no network.
 """
@@ -24,7 +36,9 @@ This module is pure: rules over plain values, no database and no network.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from service.github.sanitize import AUTHOR_MAX, free_text
 from service.json_types import JsonObject
@@ -33,6 +47,9 @@ from service.settings import Settings
 TRUSTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 APPROVE_LABEL = "ampci:run"
 APPROVE_COMMAND = "/ampci run"
+#: Repository roles that may approve (``role_name`` of GitHub's collaborator permission answer).
+APPROVING_ROLES = frozenset({"admin", "maintain", "write"})
+_COMMAND = re.compile(r"^/ampci run(?:[ \t]+([0-9a-fA-F]{7,40}))?$")
 #: The commit status description of a run awaiting approval.
 AWAITING_DESCRIPTION = f"waiting for a maintainer: add the label {APPROVE_LABEL}"
 #: The commit status description of an untrusted pull request under ``AMPCI_FORK_POLICY=never``.
@@ -66,12 +83,34 @@ def approval_for(reason: str | None, settings: Settings) -> str:
 
 
 def is_approve_command(body: object) -> bool:
-    """True when a comment's first line, trimmed, is :data:`APPROVE_COMMAND`."""
-    return isinstance(body, str) and body.split("\n", 1)[0].strip() == APPROVE_COMMAND
+    """True when a comment's first line, trimmed, is :data:`APPROVE_COMMAND`, alone or followed by a sha
+    prefix (:func:`named_sha`)."""
+    return isinstance(body, str) and _COMMAND.match(body.split("\n", 1)[0].strip()) is not None
+
+
+def named_sha(body: object) -> str | None:
+    """The lower-case 7-40 hex prefix an approve command names (``/ampci run 1a2b3c4``); None when it names none."""
+    found = _COMMAND.match(body.split("\n", 1)[0].strip()) if isinstance(body, str) else None
+    return found.group(1).lower() if found is not None and found.group(1) else None
+
+
+def role_approves(answer: object) -> bool:
+    """Whether GitHub's answer to ``GET /repos/{repo}/collaborators/{user}/permission`` lets that user approve.
+
+    ``role_name`` decides when present (``admin``, ``maintain``, ``write`` approve; ``triage``, ``read`` and
+    anything else do not): ``permission`` reports maintain as ``write`` and triage as ``read``.  Without a
+    ``role_name``, ``permission`` ``admin`` or ``write`` approves.  Anything malformed does not."""
+    if not isinstance(answer, dict):
+        return False
+    role = answer.get("role_name")
+    if isinstance(role, str) and role:
+        return role.lower() in APPROVING_ROLES
+    return answer.get("permission") in ("admin", "write")
 
 
 def may_approve(association: object) -> bool:
-    """Whether a commenter with this ``author_association`` may approve (missing: no)."""
+    """Whether a commenter with this ``author_association`` may be asked about (missing: no); necessary to
+    approve, never enough (:mod:`service.github.permissions` decides)."""
     return association in TRUSTED_ASSOCIATIONS
 
 
@@ -85,9 +124,11 @@ class Approval:
     """A maintainer's approval of a pull request's head, decided from a verified delivery.
 
     ``head_sha``: the head approved (label: the head at that moment); None for a comment, which approves the
-    newest run of the pull request when it awaits approval.  ``request``: for a label, the stored form
-    (``RunRequest.to_payload()``) of that head's run, created at once when the head has no run yet.
-    ``body_sha256``: of the signed raw body (the dedup key of a run created from ``request``).
+    head of the pull request when it was written (``written_at``, ISO 8601) if that head's run awaits approval,
+    and only if it starts with ``named`` (the sha prefix the comment names) when given.  ``request``: for a
+    label, the stored form (``RunRequest.to_payload()``) of that head's run, created at once when the head has
+    no run yet.  ``body_sha256``: of the signed raw body (the dedup key of a run created from ``request``).
+    ``installation``: the App installation that sent it (to ask GitHub about ``by`` with).
     """
 
     repo: str
@@ -97,11 +138,15 @@ class Approval:
     head_sha: str | None = None
     request: JsonObject | None = None
     body_sha256: str | None = None
+    written_at: str | None = None
+    named: str | None = None
+    installation: int | None = None
 
     def to_payload(self) -> JsonObject:
         """The compact JSON form stored with a pending delivery (:meth:`from_payload` reads it back)."""
         return {"v": 1, "kind": "approval", "repo": self.repo, "pr": self.pr_number, "via": self.via,
-                "by": self.by, "head_sha": self.head_sha, "request": self.request, "body": self.body_sha256}
+                "by": self.by, "head_sha": self.head_sha, "request": self.request, "body": self.body_sha256,
+                "written_at": self.written_at, "named": self.named, "installation": self.installation}
 
     @classmethod
     def from_payload(cls, data: object) -> Approval:
@@ -122,8 +167,55 @@ class Approval:
             raise ValueError("approval: body hash is not 64 hex")
         if request is not None and not isinstance(request, dict):
             raise ValueError("approval: bad request")
+        written, named, installation = data.get("written_at"), data.get("named"), data.get("installation")
+        if written is not None:
+            datetime.fromisoformat(str(written))  # ValueError for anything else
+        if named is not None and not (isinstance(named, str) and re.fullmatch(r"[0-9a-f]{7,40}", named)):
+            raise ValueError("approval: named sha is not 7-40 lower-case hex")
+        if installation is not None and not (type(installation) is int and 0 < installation < 2**63):
+            raise ValueError("approval: installation id is not a positive integer")
         return cls(repo=repo, pr_number=pr, via=via, by=free_text(by, AUTHOR_MAX) if isinstance(by, str) else None,
-                   head_sha=head, request=request, body_sha256=body)
+                   head_sha=head, request=request, body_sha256=body,
+                   written_at=str(written) if written is not None else None, named=named, installation=installation)
+
+
+def pushed_time(meta: JsonObject, created_at: datetime) -> datetime:
+    """When GitHub saw a pull request run's head pushed: its ``meta.github.pushed_at`` (the event's
+    ``pull_request.updated_at``), else ``created_at`` (when ampci stored the run; naive: UTC)."""
+    github = meta.get("github")
+    stamp = github.get("pushed_at") if isinstance(github, dict) else None
+    if isinstance(stamp, str):
+        try:
+            return _utc(datetime.fromisoformat(stamp))
+        except ValueError:
+            pass
+    return _utc(created_at)
+
+
+def head_when_written(runs: Sequence[tuple[JsonObject, datetime, int, str]],
+                      approval: Approval) -> tuple[int | None, str | None]:
+    """(the run id of the head a comment ``approval`` approves, None), or (None, why none: one line).
+
+    ``runs``: the pull request's runs as (meta, created_at, id, head sha).  The head is the one pushed last
+    (:func:`pushed_time`; ties: the newer run) strictly before the comment's ``written_at``, so a head pushed
+    after the comment is never chosen, even one ampci heard of first; a sha the comment names must be a
+    prefix of it (module docstring)."""
+    if approval.written_at is None:
+        return None, "no run awaits approval: the comment's time is unknown"
+    written = _utc(datetime.fromisoformat(approval.written_at))
+    before = [(pushed_time(meta, created), run_id, sha) for meta, created, run_id, sha in runs
+              if pushed_time(meta, created) < written]
+    if not before:
+        return None, "no run awaits approval: no head of the pull request was pushed before the comment"
+    _, run_id, sha = max(before)
+    if approval.named is not None and not sha.startswith(approval.named):
+        return None, (f"refused: the comment names {approval.named[:12]}, but the head when it was written was "
+                      f"{sha[:12]} (a stale or unknown sha)")
+    return run_id, None
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)

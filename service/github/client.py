@@ -85,8 +85,9 @@ REPORT_KINDS = frozenset(REPORT_PERMISSIONS)
 
 
 def report_permissions(reports: frozenset[str]) -> dict[str, str]:
-    """The permissions a reporter sending ``reports`` (``status``, ``comment``, ``check``) needs, no more."""
-    return dict(REPORT_PERMISSIONS[r] for r in sorted(reports) if r in REPORT_PERMISSIONS)
+    """The permissions a reporter sending ``reports`` (``status``, ``comment``, ``check``) needs, no more, and
+    ``metadata: read`` (every App holds it): asking who may approve (:mod:`service.github.permissions`)."""
+    return {**dict(REPORT_PERMISSIONS[r] for r in sorted(reports) if r in REPORT_PERMISSIONS), "metadata": "read"}
 
 
 def backoff_delay(attempt: int, base: float = 1.0, cap: float = 300.0,
@@ -194,6 +195,24 @@ class GitHubStatusClient:
         made = self._request("POST", f"{base}/{int(comment.pr)}/comments", {"body": body[:MAX_COMMENT]},
                              repo=comment.repo)
         return _made_id(made)
+
+    def collaborator_permission(self, repo: str, login: str) -> JsonObject | None:
+        """GitHub's answer to ``GET /repos/{repo}/collaborators/{login}/permission`` (``permission``,
+        ``role_name``); None when GitHub answers 404 (not a collaborator: no permission).  Errors as
+        :meth:`post_status` (a 5xx, a timeout or a rate limit: :class:`TransientStatusError` kinds)."""
+        from urllib.parse import quote
+
+        url = f"{self.api_url}/repos/{repo}/collaborators/{quote(login, safe='')}/permission"
+        try:
+            answer = self._request("GET", url, repo=repo)
+        except PermanentStatusError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        data = _json(answer, f"GET {url}", {})
+        if not isinstance(data, dict):
+            raise MalformedAnswerError(f"GET {url}: expected an object")
+        return data
 
     def post_check_run(self, check: CheckRun) -> None:
         """Create a check run (needs a token with the ``checks: write`` permission, i.e. a GitHub App

@@ -36,6 +36,7 @@ from service.github.approval import (
     association_text,
     is_approve_command,
     may_approve,
+    named_sha,
     untrusted_reason,
 )
 from service.github.installations import InstallationChange, parse_installation_event
@@ -212,6 +213,12 @@ class _Comment(_Model):
     body: JsonValue = None  # only compared with approval.APPROVE_COMMAND: never stored or logged
     user: _User | None = None
     author_association: JsonValue = None
+    created_at: datetime | None = None  # the head it approves is the pull request's head at this time
+
+    @field_validator("created_at")
+    @classmethod
+    def _time(cls, v: datetime | None) -> datetime | None:
+        return sane_time(v)
 
 
 class _IssueComment(_Model):
@@ -219,6 +226,7 @@ class _IssueComment(_Model):
     issue: _Issue
     comment: _Comment
     repository: _Repository
+    installation: _Installation | None = None
 
 
 class _Ping(_Model):
@@ -343,11 +351,13 @@ def _pull_request_run(event: _PullRequest, approval: str, untrusted: str | None)
                         committed_at=None)
     return RunRequest(repo=event.repository.full_name, trigger="pull_request", head_sha=pr.head.sha,
                       baseline_sha=pr.base.sha, branch=pr.head.ref, pr_number=pr.number,
-                      revisions=[base, head], approval=approval, untrusted=untrusted)
+                      revisions=[base, head], approval=approval, untrusted=untrusted,
+                      pushed_at=pr.updated_at.isoformat() if pr.updated_at is not None else None)
 
 
 def _approval_by_label(event: _PullRequest, settings: Settings) -> Decision:
-    """The label ampci:run approves the head of that moment (only people with triage or write access label)."""
+    """The label ampci:run approves the head of that moment, when its sender may approve (asked of GitHub in
+    the intake: triage may label, but does not approve)."""
     if event.label is None or event.label.name != APPROVE_LABEL:
         return Ignored(f"pull_request label is not {APPROVE_LABEL}")
     if settings.fork_policy == "never":
@@ -358,12 +368,13 @@ def _approval_by_label(event: _PullRequest, settings: Settings) -> Decision:
                       clone_url=_clone_url(event.repository, settings))
     return Approval(repo=event.repository.full_name, pr_number=pr.number, via="label",
                     by=event.sender.login if event.sender else None, head_sha=pr.head.sha,
-                    request=request.to_payload())
+                    request=request.to_payload(), installation=request.installation)
 
 
 def _parse_issue_comment(data: JsonObject, settings: Settings) -> Decision:
-    """An ``issue_comment`` matters only as an approval: ``/ampci run`` on a pull request by an
-    OWNER/MEMBER/COLLABORATOR.  The comment's body is compared, never stored or logged."""
+    """An ``issue_comment`` matters only as an approval: ``/ampci run [SHA]`` on a pull request by an
+    OWNER/MEMBER/COLLABORATOR (a first filter: the intake asks GitHub for the author's permission), with the
+    time it was written.  The comment's body is compared, never stored or logged (a named sha is kept)."""
     try:
         event = _IssueComment.model_validate(data)
     except ValidationError as exc:
@@ -383,7 +394,11 @@ def _parse_issue_comment(data: JsonObject, settings: Settings) -> Decision:
         return Ignored(f"{APPROVE_COMMAND} by a commenter who may not approve (author_association {association})")
     if settings.fork_policy == "never":
         return Ignored("approval refused: AMPCI_FORK_POLICY=never")
-    return Approval(repo=event.repository.full_name, pr_number=event.issue.number, via="comment", by=who)
+    if event.comment.created_at is None:
+        return Ignored(f"{APPROVE_COMMAND} comment without created_at: the head it approves is unknown")
+    return Approval(repo=event.repository.full_name, pr_number=event.issue.number, via="comment", by=who,
+                    written_at=event.comment.created_at.isoformat(), named=named_sha(event.comment.body),
+                    installation=event.installation.id if event.installation else None)
 
 
 def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
@@ -395,8 +410,9 @@ def parse_event(event: str, body: bytes, settings: Settings) -> Decision:
     repositories produce a :class:`RunRequest` (``approval`` says whether a pull request's run may
     start: :mod:`service.github.approval`), and a ``check_run`` ``rerequested`` of an ampci check run or a
     ``check_suite`` ``rerequested`` of ampci's suite (:mod:`service.github.rerequest`); only the label
-    ampci:run being added to a pull request, or a ``/ampci run`` comment on one by an
-    OWNER/MEMBER/COLLABORATOR, produces an :class:`Approval` (none under ``AMPCI_FORK_POLICY=never``).
+    ampci:run being added to a pull request, or a ``/ampci run [SHA]`` comment on one by an
+    OWNER/MEMBER/COLLABORATOR, produces an :class:`Approval` (none under ``AMPCI_FORK_POLICY=never``); whether
+    its author may approve is asked of GitHub in the intake (:mod:`service.github.permissions`).
     """
     data = _load(body)
     if event == "ping":

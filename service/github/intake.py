@@ -47,12 +47,15 @@ from service.errors import UserError
 from service.github.approval import Approval
 from service.github.events import PayloadError, RunRequest, stored_request
 from service.github.intake_ports import ConnT, DeliveryQueue, StatusQueue, SubmittedRun, Submitter
+from service.github.permissions import ApproverCheck, PermissionUnknownError
 
 if TYPE_CHECKING:
     from service.db.deliveries import PendingDelivery, Settlement
 
 log = logging.getLogger(__name__)
 
+#: The commit status of a run whose approval waits because GitHub could not be asked for the approver's permission.
+UNCHECKED_DESCRIPTION = "approval received; waiting: GitHub did not answer whether its author has write access"
 _INFRA_MODULES = ("kombu", "redis", "amqp", "celery", "socket", "ssl")
 
 
@@ -90,10 +93,12 @@ class WebhookIntake(Generic[ConnT]):
 
     ``store`` is a :class:`service.db.Store`; ``submitter`` has ``submit_many`` like
     :class:`service.api.dispatch.RunDispatcher`; ``reporter`` (optional) gets ``queued(run_id,
-    repo, sha)`` for every accepted delivery.
+    repo, sha)`` for every accepted delivery.  ``approvers`` decides who may approve
+    (:mod:`service.github.permissions`); without one no approval starts anything.
     """
 
-    def __init__(self, store: DeliveryQueue[ConnT], submitter: Submitter, reporter: StatusQueue | None = None, *, batch_size: int = 50,
+    def __init__(self, store: DeliveryQueue[ConnT], submitter: Submitter, reporter: StatusQueue | None = None, *,
+                 approvers: ApproverCheck | None = None, batch_size: int = 50,
                  busy_batch_size: int = 4, idle_s: float = 0.25, max_delay_s: float = 2.0,
                  poll_s: float = 2.0, retry_base_s: float = 1.0, retry_cap_s: float = 60.0,
                  max_attempts: int = 5) -> None:
@@ -108,6 +113,8 @@ class WebhookIntake(Generic[ConnT]):
         self.retry_base_s = retry_base_s
         self.retry_cap_s = retry_cap_s
         self.max_attempts = max_attempts
+        self.approvers = approvers
+        self._unchecked: set[str] = set()  # approvals whose "could not be checked" status was queued
         self._attempts: dict[str, int] = {}  # failed attempts of deliveries not settled yet (this process)
         self._batch_lock = threading.Lock()
         self._work = threading.Event()
@@ -231,9 +238,28 @@ class WebhookIntake(Generic[ConnT]):
         return settlements, retry
 
     def _approve(self, delivery: str, approval: Approval) -> Settlement | None:
-        """Settle an approval (``submitter.approve``); None to retry it later."""
+        """Settle an approval (``submitter.approve``) when its author may approve (asked of GitHub:
+        :mod:`service.github.permissions`); None to retry it later (GitHub could not be asked: the run
+        keeps waiting, and its status says why, once per delivery)."""
         from service.db.deliveries import Settlement
 
+        what = f"PR #{approval.pr_number} ({approval.via} by {approval.by or 'unknown'})"
+        try:
+            if self.approvers is None:
+                allowed, why = False, "no approver check configured"
+            else:
+                verdict = self.approvers.check(approval.repo, approval.by, approval.installation)
+                allowed, why = verdict.allowed, verdict.why
+        except PermissionUnknownError as exc:
+            self._say_unchecked(delivery, approval)
+            self._back_off(delivery, exc)
+            return None
+        except Exception as exc:  # noqa: BLE001 - settled or retried as a run request's failure is
+            return self._failure(delivery, exc)
+        if not allowed:
+            self._forget(delivery)
+            log.info("%s not approved: %s", what, why)
+            return Settlement(delivery, "accepted", reason=f"{what}: not approved: {why}"[:300])
         try:
             got = self.submitter.approve(approval, delivery)
         except Exception as exc:  # noqa: BLE001 - settled or retried as a run request's failure is
@@ -242,6 +268,24 @@ class WebhookIntake(Generic[ConnT]):
         if got.started and self.reporter is not None and got.run_id is not None and got.sha is not None:
             self.reporter.queued(got.run_id, approval.repo, got.sha)
         return Settlement(delivery, "accepted", run_id=got.run_id, reason=got.reason[:300])
+
+    def _say_unchecked(self, delivery: str, approval: Approval) -> None:
+        """Queue, once per delivery, the ``pending`` status of the run ``approval`` concerns saying that the
+        approver's permission could not be asked of GitHub yet (best effort: a failure is logged)."""
+        if self.reporter is None or delivery in self._unchecked:
+            return
+        try:
+            head = self.submitter.approval_head(approval)
+        except Exception as exc:  # noqa: BLE001 - the status is a courtesy; the approval is retried anyway
+            log.warning("approval %s: its run not found for the status: %s", delivery, type(exc).__name__)
+            return
+        if head is None:
+            return
+        if len(self._unchecked) > 1000:
+            self._unchecked.clear()
+        self._unchecked.add(delivery)
+        self.reporter.awaiting(head[0], approval.repo, head[1], installation=approval.installation,
+                               description=UNCHECKED_DESCRIPTION)
 
     def _refuse(self, delivery: str, request: RunRequest) -> Settlement:
         """Settle an untrusted pull request under ``AMPCI_FORK_POLICY=never``: no run, an ``error`` status."""

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from service.github import live_checks as live
 from service.github.client import (
+    MAX_DESCRIPTION,
     CheckRun,
     CommitStatus,
     GitHubStatusClient,
@@ -201,18 +202,21 @@ class StatusReporter(OutboxPoster):
         if "comment" in self.reports and self.store is not None:
             self.report_pending(self.store, run_id)
 
-    def awaiting(self, run_id: int, repo: str, sha: str, installation: int | None = None) -> None:
+    def awaiting(self, run_id: int, repo: str, sha: str, installation: int | None = None,
+                 description: str | None = None) -> None:
         """Queue the ``pending`` status of a pull request run awaiting a maintainer's approval
-        (:data:`service.github.approval.AWAITING_DESCRIPTION`); its approval calls :meth:`queued`."""
+        (``description``, default :data:`service.github.approval.AWAITING_DESCRIPTION`, cut to GitHub's
+        140 characters); its approval calls :meth:`queued`."""
         from service.github.approval import AWAITING_DESCRIPTION
 
+        text = (description or AWAITING_DESCRIPTION)[:MAX_DESCRIPTION]
         self.note_installation(repo, installation)
         if self.enabled and "status" in self.reports and (context := self._run_context(run_id)) is not None:
-            self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=AWAITING_DESCRIPTION,
+            self._put(CommitStatus(repo=repo, sha=sha, state="pending", description=text,
                                    target_url=self.run_url(run_id), context=context))
         if self.live_checks:
             self._put_check(run_id, repo, sha, lambda sweep: live.awaiting_approval(
-                repo, sha, sweep, run_id, self.run_url(run_id), AWAITING_DESCRIPTION))
+                repo, sha, sweep, run_id, self.run_url(run_id), text))
 
     def refused(self, repo: str, sha: str, sweep: str = "smoke") -> None:
         """Queue the ``error`` status of an untrusted pull request that is never run

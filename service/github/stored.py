@@ -81,6 +81,8 @@ class RunRequest:
     #: a re-run ("Re-run" on GitHub) of a tracked branch's head: run only if ampci saw that head pushed there
     #: (:meth:`service.db.store.Store.pushed_head`); a fork's pull request names its own branch, maybe ``main``
     rerun_of_push: bool = False
+    #: a pull request's ``updated_at`` (ISO 8601) in the event that named this head: when GitHub saw it pushed
+    pushed_at: str | None = None
 
     @property
     def dedup_key(self) -> str | None:
@@ -97,7 +99,7 @@ class RunRequest:
                 "baseline_sha": self.baseline_sha, "branch": self.branch, "sweep": self.sweep,
                 "pr_number": self.pr_number, "body": self.body_sha256, "approval": self.approval,
                 "untrusted": self.untrusted, "change": self.change_sha256, "installation": self.installation,
-                "clone_url": self.clone_url, "rerun_of_push": self.rerun_of_push,
+                "clone_url": self.clone_url, "rerun_of_push": self.rerun_of_push, "pushed_at": self.pushed_at,
                 "revisions": [[r.sha, r.parents, r.branch, r.author, r.message,
                                r.committed_at.isoformat() if r.committed_at else None] for r in self.revisions]}
 
@@ -134,6 +136,9 @@ class RunRequest:
             rerun_of_push = data.get("rerun_of_push", False)  # absent in rows stored before: not a re-run
             if type(rerun_of_push) is not bool:
                 raise ValueError("rerun_of_push is not a boolean")
+            pushed = data.get("pushed_at")  # absent in rows stored before
+            pushed_time = sane_time(datetime.fromisoformat(str(pushed))) if pushed is not None else None
+            pushed_at = pushed_time.isoformat() if pushed_time is not None else None
             return cls(repo=name_text(str(data["repo"]), REPOSITORY_MAX), trigger=str(data["trigger"]),
                        head_sha=check_commit_sha(data["head_sha"]), baseline_sha=check_commit_sha(base) if base else None,
                        branch=name_text(str(data["branch"]), BRANCH_MAX), sweep=name_text(str(data["sweep"]), 100),
@@ -141,7 +146,7 @@ class RunRequest:
                        body_sha256=body, approval=approval,
                        untrusted=free_text(untrusted, 200) if isinstance(untrusted, str) else None,
                        change_sha256=change, installation=installation, clone_url=clone_url,
-                       rerun_of_push=rerun_of_push)
+                       rerun_of_push=rerun_of_push, pushed_at=pushed_at)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise PayloadError(f"stored payload unreadable: {exc}"[:200]) from None
 

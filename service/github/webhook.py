@@ -110,6 +110,10 @@ class RunSubmitter(Protocol):
         """Start the run ``approval`` approves (:mod:`service.github.approval`); idempotent per run."""
         ...
 
+    def approval_head(self, approval: Approval) -> tuple[int, str] | None:
+        """(run id, head sha) of the run ``approval`` concerns; None when it concerns none."""
+        ...
+
 
 class DeliveryLog(Protocol):
     """The ``webhook_deliveries`` part of :class:`service.db.Store` (see :mod:`service.db.deliveries`)."""
@@ -188,8 +192,10 @@ class WebhookProcessor:
         self.reporter = reporter
         if intake is None:
             from service.github.intake import WebhookIntake
+            from service.github.permissions import ApproverCheck
 
-            intake = WebhookIntake(deliveries, submitter, reporter)
+            intake = WebhookIntake(deliveries, submitter, reporter,
+                                   approvers=ApproverCheck(settings, reporter.client if reporter is not None else None))
         self.intake: Intake = intake
 
     def handle(self, headers: Mapping[str, str], body: bytes | None, too_large: bool = False) -> Outcome:

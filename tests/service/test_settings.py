@@ -56,3 +56,14 @@ def test_require_names_variable() -> None:
 
 def test_redact_url() -> None:
     assert redact_url("postgresql+psycopg://u:secret@h:5432/db") == "postgresql+psycopg://u:***@h:5432/db"
+
+
+def test_approvers_are_logins_compared_case_insensitively() -> None:
+    """``AMPCI_APPROVERS`` (who approves when ampci cannot ask GitHub) is a comma list of GitHub logins."""
+    from service.settings import Settings
+
+    got = Settings.from_env({"AMPCI_APPROVERS": " Alice, bob-2 ,,"})
+    assert got.approvers == "Alice,bob-2" and got.approver_set() == frozenset({"alice", "bob-2"})
+    assert Settings.from_env({}).approver_set() == frozenset()
+    with pytest.raises(ConfigError, match="AMPCI_APPROVERS"):
+        Settings.from_env({"AMPCI_APPROVERS": "alice,evil user"})

@@ -22,6 +22,12 @@ each such early request is counted in ``early``.  Sizes follow the REST referenc
 ``output.summary`` or ``output.text`` over ``output_limit`` bytes (65,535; GitHub counts bytes) and a comment
 over 65,536 characters are refused with 422.
 
+Collaborators' permissions follow "Get repository permissions for a user": ``roles`` maps a login (lower case)
+to its repository role (``admin``, ``maintain``, ``write``, ``triage``, ``read``); the answer's ``permission`` is
+``admin``/``write``/``read`` (maintain shows as write, triage as read) with ``role_name`` the role, and a login
+with no role is not a collaborator: 404.  Any token may ask (GitHub Apps always hold ``metadata: read``);
+``permission_asked`` counts the questions.
+
 ``hostile`` makes one repository's GitHub misbehave (:data:`HOSTILE`), to prove the reporter cannot
 be stalled: a trickled answer, an endless body, a gzip bomb, a rate limit with any ``Retry-After``,
 invalid JSON, an id no integer holds.  Serve it from a threaded server to see two repositories at once.
@@ -64,7 +70,10 @@ _LEVEL = {"none": 0, "read": 1, "write": 2}
 #: the permission each request kind needs (GitHub's "Permissions required for GitHub Apps"): level, any of names
 NEEDS = {"list": ("read", ("pull_requests", "issues")), "create": ("write", ("pull_requests", "issues")),
          "edit": ("write", ("pull_requests", "issues")), "status": ("write", ("statuses",)),
-         "check": ("read", ("checks",)), "check_write": ("write", ("checks",)), "other": ("read", ("contents",))}
+         "check": ("read", ("checks",)), "check_write": ("write", ("checks",)), "other": ("read", ("contents",)),
+         "permission": ("read", ("metadata",))}
+#: GitHub's ``permission`` field for each repository role (``role_name``)
+ROLE_PERMISSION = {"admin": "admin", "maintain": "write", "write": "write", "triage": "read", "read": "read"}
 CHECK_STATUSES = ("queued", "in_progress", "completed")
 CHECK_CONCLUSIONS = ("action_required", "cancelled", "failure", "neutral", "success", "skipped", "timed_out")
 
@@ -137,6 +146,8 @@ class GitHubStandIn:
         self.scopes: dict[str, tuple[set[str] | None, dict[str, str] | None]] = {}  # token -> (repo names, perms)
         self.mints: list[dict[str, Any]] = []            # the body of every installation token minted
         self.narrowed: list[tuple[str, str]] = []        # (path, why) of every 403 for a token's narrowing
+        self.roles: dict[str, str] = {"maintainer": "write"}  # login (lower case) -> repository role
+        self.permission_asked: list[str] = []            # the login of every permission question answered
         self._next = 1000
         self._lock = threading.Lock()
         server.expect_request(re.compile(r"^/.*")).respond_with_handler(self.handle)
@@ -279,7 +290,8 @@ class GitHubStandIn:
             why = f"token not minted for {repo}"
         elif permissions is not None and kind in NEEDS:
             level, choices = NEEDS[kind]
-            if not any(_LEVEL.get(permissions.get(name, "none"), 0) >= _LEVEL[level] for name in choices):
+            held = {"metadata": "read", **permissions}  # GitHub: every installation token reads metadata
+            if not any(_LEVEL.get(held.get(name, "none"), 0) >= _LEVEL[level] for name in choices):
                 why = f"{kind} needs {level} on one of {', '.join(choices)}"
         if not why:
             return None
@@ -349,7 +361,8 @@ class GitHubStandIn:
             return limited
         kind = ("list" if method == "GET" else "create") if re.fullmatch(r"/issues/(\d+)/comments", rest) else \
             "edit" if rest.startswith("/issues/comments/") else "status" if rest.startswith("/statuses/") else \
-            ("check" if method == "GET" else "check_write") if "check-runs" in rest else "other"
+            ("check" if method == "GET" else "check_write") if "check-runs" in rest else \
+            "permission" if re.fullmatch(r"/collaborators/[^/]+/permission", rest) else "other"
         if (narrow := self._outside_scope(request, repo, kind)) is not None:
             return narrow
         if (scripted := self._scripted(kind, who)) is not None:
@@ -381,6 +394,16 @@ class GitHubStandIn:
                 return _json({"message": "Resource not accessible by integration"}, 403)
             comment["body"] = request.json["body"]
             return _json(comment)
+        if m := re.fullmatch(r"/collaborators/([^/]+)/permission", rest):
+            if (bad := self._failing("permission")) is not None:
+                return bad
+            login = m.group(1).lower()
+            with self._lock:
+                self.permission_asked.append(login)
+            role = self.roles.get(login)
+            if role is None:  # GitHub: not a collaborator
+                return _json({"message": "Not Found"}, 404)
+            return _json({"permission": ROLE_PERMISSION[role], "role_name": role, "user": {"login": m.group(1)}})
         if rest.startswith("/statuses/"):
             if (bad := self._failing("status")) is not None:
                 return bad

@@ -128,8 +128,24 @@ def _comment(body: str, settings: Settings = APPROVE, **kw: Any) -> Any:
 
 @pytest.mark.parametrize("body", ["/ampci run", "  /ampci run\t", "/ampci run\r\nlooks fine", "/ampci run\n\n/x"])
 def test_a_maintainers_command_is_an_approval_of_the_pull_request(body: str) -> None:
-    got = _comment(body)
+    got = _comment(body, created_at="2026-03-04T05:06:07Z")
     assert isinstance(got, Approval) and (got.via, got.pr_number, got.head_sha, got.request) == ("comment", 7, None, None)
+    assert (got.written_at, got.named) == ("2026-03-04T05:06:07+00:00", None)  # the head then is approved
+
+
+@pytest.mark.parametrize(("body", "named"), [("/ampci run 1a2b3c4", "1a2b3c4"), ("/ampci run\t" + "AB" * 20, "ab" * 20),
+                                             ("  /ampci run 0123456789abc  \nreviewed", "0123456789abc")])
+def test_a_command_may_name_the_sha_it_approves(body: str, named: str) -> None:
+    got = _comment(body)
+    assert isinstance(got, Approval) and got.named == named
+    assert stored_request(got.to_payload()) == got
+
+
+def test_a_comment_without_its_time_approves_nothing() -> None:
+    payload = comment_payload(7, "/ampci run")
+    del payload["comment"]["created_at"]
+    got = parse_event("issue_comment", encode(payload), APPROVE)
+    assert isinstance(got, Ignored) and "created_at" in got.reason
 
 
 @pytest.mark.parametrize(("body", "kw", "why"), [
@@ -142,6 +158,9 @@ def test_a_maintainers_command_is_an_approval_of_the_pull_request(body: str) -> 
     ("/ampci run", {"action": "deleted"}, "needs no run"),
     ("/AMPCI RUN", {}, "not an ampci command"),
     ("/ampci runs", {}, "not an ampci command"),
+    ("/ampci run 1a2b3c", {}, "not an ampci command"),      # a sha prefix of fewer than 7 digits
+    ("/ampci run " + "a" * 41, {}, "not an ampci command"),  # more than 40
+    ("/ampci run main", {}, "not an ampci command"),        # not a sha
     ("lgtm\n/ampci run", {}, "not an ampci command"),
     ("", {}, "not an ampci command"),
 ])
@@ -180,7 +199,8 @@ def test_stored_requests_round_trip_and_old_rows_stay_trusted() -> None:
 
 
 @pytest.mark.parametrize("change", [{"via": "email"}, {"pr": 0}, {"pr": True}, {"head_sha": "x"},
-                                    {"repo": "no-slash"}, {"body": "zz"}, {"request": "x"}])
+                                    {"repo": "no-slash"}, {"body": "zz"}, {"request": "x"}, {"named": "abc"},
+                                    {"named": "G" * 7}, {"written_at": "yesterday"}, {"installation": 0}])
 def test_a_corrupt_stored_approval_is_a_payload_error(change: dict[str, Any]) -> None:
     with pytest.raises(PayloadError, match="stored payload unreadable"):
         stored_request({**_comment("/ampci run").to_payload(), **change})

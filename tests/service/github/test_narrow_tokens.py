@@ -62,7 +62,8 @@ def test_the_reporters_token_holds_what_its_reports_write(httpserver: HTTPServer
         reporter.drain()
         assert [s["repo"] for s in gh.statuses] == [REPO.lower(), OTHER.lower()] and gh.narrowed == []
         wanted = report_permissions(reports)
-        assert wanted == dict(REPORT_PERMISSIONS[r] for r in reports)
+        # what its reports write, and metadata: read to ask who may approve (service/github/permissions.py)
+        assert wanted == {**dict(REPORT_PERMISSIONS[r] for r in reports), "metadata": "read"}
         assert sorted(m["repositories"][0] for m in gh.mints) == ["amp-pass", "other"]
         assert all(m["permissions"] == wanted for m in gh.mints)
         assert reporter.client.permissions == wanted
