@@ -25,7 +25,8 @@ affects the run.
 Check runs (``check`` in ``reports``, and only as a GitHub App: GitHub refuses them from a token) are
 live (:mod:`service.github.live_checks`): ``queued`` with the pending status, ``in_progress`` when the
 watch sees the run's first job start, ``completed`` when it finishes with the conclusion mapped from
-the state the run's verdict decided (``_final_check``), ``action_required`` while a fork's run awaits approval.
+the state the run's verdict decided (``_final_check``; completed all the same, saying so, when the report cannot
+be built), ``action_required`` while a fork's run awaits approval.
 
 Posting (lanes per repository, rate-limit pauses, one log line per failure) is
 :class:`~service.github.poster.OutboxPoster`'s, which this class extends.
@@ -288,13 +289,24 @@ class StatusReporter(OutboxPoster):
                      self._final_check(run, report) if self.live_checks else None]
         except Exception as exc:  # noqa: BLE001 - a report that cannot be built never affects the run
             self._failed(f"could not build the pull-request report of run {run.id}", exc)
-            return False
+            return self._complete_unreported(run, verdict, exc)
         queued = False
         for item in items:
             if item is not None:
                 self._put(item)
                 queued = True
         return queued
+
+    def _complete_unreported(self, run: RunInfo, verdict: RunVerdict | None, exc: BaseException) -> bool:
+        """Queue the completion of ``run``'s check run when its report could not be built
+        (:func:`service.github.live_checks.unreported`), so it never stays in progress; True when queued."""
+        target = github_target(run)
+        if not self.live_checks or target is None:
+            return False
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc).strip() else ''}"
+        self._put(live.unreported(target[0], target[1], run.sweep, run.id, self.run_url(run.id),
+                                  verdict.state if verdict is not None else None, run.status, why))
+        return True
 
     @staticmethod
     def _final_check(run: RunInfo, report: PullRequestReport) -> CheckRun | None:

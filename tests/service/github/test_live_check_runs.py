@@ -144,6 +144,32 @@ def test_a_check_run_lives_with_its_run(world: World):
 
 @pytest.mark.postgres
 @pytest.mark.redis
+def test_a_report_that_cannot_be_built_still_completes_the_check_run(world: World,
+                                                                     monkeypatch: pytest.MonkeyPatch):
+    """A bug in building the final report (here the builder raises) never leaves the check run in progress: it
+    completes with the verdict's conclusion and says why, linking the run page."""
+    from service.github import pr_report
+
+    head = sha("live-unbuilt")
+    run_id = run_of(world.client, world.post("pull_request", pr_payload(head, world.base, number=PR)))
+    [check] = world.settle()
+    assert _stages(check) == ("queued", None)
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("the report builder has a bug\nand a second line")
+
+    monkeypatch.setattr(pr_report, "build_report", broken)
+    world.finish(run_id, head, {("mlp_small", "fp16")})
+    [check] = world.settle()
+    url = f"https://ci.example.com/runs/{run_id}"
+    assert _stages(check) == ("completed", "failure") and check["details_url"] == url
+    assert check["output"]["summary"] == ("ampci could not build its report: RuntimeError: the report builder has a "
+                                          f"bug; see [the run page]({url}).")
+    assert world.gh.statuses[-1]["state"] == "failure"
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_cancelled_and_not_compared_runs_conclude_as_such(world: World):
     head = sha("live-cancelled")
     run_id = run_of(world.client, world.post("pull_request", pr_payload(head, world.base, number=PR)))
