@@ -21,7 +21,8 @@ from service.db.records import RegressionInfo
 from service.db.store import Store
 from service.errors import UserError
 from service.json_types import JsonObject
-from service.orchestration.pass_repo import PASS_REPO, pass_repo_of, record_run_ancestry
+from service.orchestration.pass_repo import PASS_REPO, pass_repo_of
+from service.orchestration.pass_repo import record_run_ancestry as record_run_ancestry  # re-exported
 from service.regressions.bisect import (
     AUTO_START_TRIGGERS,
     BisectState,
