@@ -150,7 +150,18 @@ class OutboxPoster:
             self._retry_later(item, exc, self.client.limit_scope(item.status.repo))  # the installation is known now
             return False
         self.outbox.complete(item, ok=True, next_due=0.0)
+        self._note_check(item.status)
         return True
+
+    def _note_check(self, report: Report) -> None:
+        """After a check run of an ampci run landed: note whether GitHub now holds it open (a stage) or not (a
+        completion), for the sweep of check runs left open.  Never raises."""
+        if not isinstance(report, CheckRun) or not report.external_id.isdigit():
+            return
+        try:
+            self.outbox.mark_check(int(report.external_id), open=report.conclusion is None)
+        except Exception as exc:  # noqa: BLE001 - the report landed; the sweep is a safety net
+            self._failed(f"could not note check run {report.key}", exc)
 
     def _last_resort(self, item: OutboxItem, why: str) -> bool:
         """Before a check run's completion is dropped: put its minimal form (:func:`~service.github.fallback.

@@ -12,7 +12,8 @@ the outbox's watch list, and the background thread (:meth:`check_watched`, every
 seconds) queues the outcome of each watched run once it reaches a final state, so no hook into the
 workers is needed; a run-finished hook may call :meth:`finished` directly as well (idempotent: the
 newer status for a commit supersedes the older).  :meth:`recover` re-watches unfinished webhook runs
-after a restart.
+after a restart.  Every ``sweep_interval`` seconds the thread also completes check runs GitHub still holds
+open after their run ended (:meth:`complete_open_checks`: a completion dropped after all its forms).
 
 Pull requests also get the report people read (``reports`` holds ``comment`` and/or ``check``, from
 ``AMPCI_GITHUB_REPORT``): when a run of a PR finishes, one comment per pull request
@@ -48,7 +49,7 @@ from service.github.client import (
     report_permissions,
 )
 from service.github.outbox import MemoryOutbox, RedisOutbox, StatusOutbox
-from service.github.poster import OutboxPoster, log_failure
+from service.github.poster import OutboxPoster, log, log_failure
 from service.settings import Settings
 from service.vocabulary import FINAL_RUN_STATES
 
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
     from service.github.pr_report import PullRequestReport
     from service.regressions.verdict import RunVerdict
 
+#: How many sweeps re-queue a completion that did not land before its check run is given up (one log line).
+SWEEP_TRIES = 3
 CONTEXT = live.status_context("smoke")  # the smoke sweep's context (each sweep has its own: status_context)
 
 
@@ -101,7 +104,7 @@ class StatusReporter(OutboxPoster):
     def __init__(self, outbox: StatusOutbox, client: GitHubStatusClient | None, *, public_url: str,
                  context: str | None = None, max_attempts: int = 12, backoff_base: float = 2.0,
                  backoff_cap: float = 600.0, lease: float = 60.0, poll_interval: float = 1.0,
-                 store: Store | None = None, watch_interval: float = 5.0,
+                 store: Store | None = None, watch_interval: float = 5.0, sweep_interval: float = 300.0,
                  reports: frozenset[str] = frozenset({"status"}), workers: int = 4) -> None:
         super().__init__(outbox, client, max_attempts=max_attempts, backoff_base=backoff_base,
                          backoff_cap=backoff_cap, lease=lease, poll_interval=poll_interval, workers=workers)
@@ -112,6 +115,10 @@ class StatusReporter(OutboxPoster):
         self.reports = frozenset(reports)
         self._last_watch = 0.0
         self._started: set[int] = set()  # runs whose in_progress check run is queued (this process)
+        self.sweep_interval = sweep_interval  # seconds between sweeps of check runs left open
+        self._last_sweep = time.monotonic()
+        self._ended_open: set[int] = set()  # ended runs whose check run was open at the last sweep
+        self._sweeps: dict[int, int] = {}  # run id -> how many sweeps re-queued its completion (this process)
 
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: object) -> StatusReporter:
@@ -387,6 +394,46 @@ class StatusReporter(OutboxPoster):
             done += 1
         return done
 
+    def complete_open_checks(self, store: Store) -> int:
+        """The sweep of check runs left open: re-queue the final report (:meth:`report_pull_request`: the
+        completion, or its fallback when the report cannot be built) of each run whose check run GitHub holds
+        open (``outbox.open_checks()``) while the run has ended -- once it was so at the sweep before too (a
+        completion queued meanwhile lands first) and it is no longer watched; after :data:`SWEEP_TRIES` sweeps the
+        check run is given up, in one log line.  Returns how many were re-queued.  Never raises."""
+        from service.errors import NotFoundError
+
+        if not self.live_checks:
+            return 0
+        requeued = 0
+        try:
+            watched = set(self.outbox.watched())
+            ended: set[int] = set()
+            for run_id in self.outbox.open_checks():
+                try:
+                    run = store.get_run(run_id)
+                except NotFoundError:
+                    self.outbox.mark_check(run_id, open=False)
+                    continue
+                if run.status not in FINAL_RUN_STATES or run_id in watched:
+                    continue
+                ended.add(run_id)
+                if run_id not in self._ended_open:
+                    continue
+                tries = self._sweeps.get(run_id, 0)
+                if tries >= SWEEP_TRIES:
+                    log.error("check run of run %s left open: its completion did not land in %d sweeps", run_id,
+                              tries)
+                    self.outbox.mark_check(run_id, open=False)
+                    ended.discard(run_id)
+                    continue
+                self._sweeps[run_id] = tries + 1
+                if self.report_pull_request(run, store):
+                    requeued += 1
+            self._ended_open = ended
+        except Exception as exc:  # noqa: BLE001 - the sweep runs again next time
+            self._failed("could not sweep the check runs left open", exc)
+        return requeued
+
     def recover(self, store: Store, limit: int = 500) -> int:
         """Watch again the unfinished webhook runs among the newest ``limit`` (after a restart)."""
         if not self.enabled:
@@ -403,3 +450,6 @@ class StatusReporter(OutboxPoster):
         if self.store is not None and time.monotonic() - self._last_watch >= self.watch_interval:
             self._last_watch = time.monotonic()
             self.check_watched(self.store)
+        if self.store is not None and time.monotonic() - self._last_sweep >= self.sweep_interval:
+            self._last_sweep = time.monotonic()
+            self.complete_open_checks(self.store)
