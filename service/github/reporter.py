@@ -49,7 +49,7 @@ from service.github.client import (
     report_permissions,
 )
 from service.github.outbox import MemoryOutbox, RedisOutbox, StatusOutbox
-from service.github.poster import OutboxPoster, log, log_failure
+from service.github.poster import OutboxPoster, log_failure
 from service.settings import Settings
 from service.vocabulary import FINAL_RUN_STATES
 
@@ -61,8 +61,6 @@ if TYPE_CHECKING:
     from service.github.pr_report import PullRequestReport
     from service.regressions.verdict import RunVerdict
 
-#: How many sweeps re-queue a completion that did not land before its check run is given up (one log line).
-SWEEP_TRIES = 3
 CONTEXT = live.status_context("smoke")  # the smoke sweep's context (each sweep has its own: status_context)
 
 
@@ -117,8 +115,8 @@ class StatusReporter(OutboxPoster):
         self._started: set[int] = set()  # runs whose in_progress check run is queued (this process)
         self.sweep_interval = sweep_interval  # seconds between sweeps of check runs left open
         self._last_sweep = time.monotonic()
-        self._ended_open: set[int] = set()  # ended runs whose check run was open at the last sweep
-        self._sweeps: dict[int, int] = {}  # run id -> how many sweeps re-queued its completion (this process)
+        self.ended_open: set[int] = set()  # ended runs whose check run was open at the last sweep (open_checks)
+        self.sweeps: dict[int, int] = {}  # run id -> how many sweeps re-queued its completion (this process)
 
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: object) -> StatusReporter:
@@ -395,44 +393,11 @@ class StatusReporter(OutboxPoster):
         return done
 
     def complete_open_checks(self, store: Store) -> int:
-        """The sweep of check runs left open: re-queue the final report (:meth:`report_pull_request`: the
-        completion, or its fallback when the report cannot be built) of each run whose check run GitHub holds
-        open (``outbox.open_checks()``) while the run has ended -- once it was so at the sweep before too (a
-        completion queued meanwhile lands first) and it is no longer watched; after :data:`SWEEP_TRIES` sweeps the
-        check run is given up, in one log line.  Returns how many were re-queued.  Never raises."""
-        from service.errors import NotFoundError
+        """The sweep of check runs left open (:func:`service.github.open_checks.sweep`); how many final reports
+        it re-queued.  Never raises."""
+        from service.github.open_checks import sweep
 
-        if not self.live_checks:
-            return 0
-        requeued = 0
-        try:
-            watched = set(self.outbox.watched())
-            ended: set[int] = set()
-            for run_id in self.outbox.open_checks():
-                try:
-                    run = store.get_run(run_id)
-                except NotFoundError:
-                    self.outbox.mark_check(run_id, open=False)
-                    continue
-                if run.status not in FINAL_RUN_STATES or run_id in watched:
-                    continue
-                ended.add(run_id)
-                if run_id not in self._ended_open:
-                    continue
-                tries = self._sweeps.get(run_id, 0)
-                if tries >= SWEEP_TRIES:
-                    log.error("check run of run %s left open: its completion did not land in %d sweeps", run_id,
-                              tries)
-                    self.outbox.mark_check(run_id, open=False)
-                    ended.discard(run_id)
-                    continue
-                self._sweeps[run_id] = tries + 1
-                if self.report_pull_request(run, store):
-                    requeued += 1
-            self._ended_open = ended
-        except Exception as exc:  # noqa: BLE001 - the sweep runs again next time
-            self._failed("could not sweep the check runs left open", exc)
-        return requeued
+        return sweep(self, store)
 
     def recover(self, store: Store, limit: int = 500) -> int:
         """Watch again the unfinished webhook runs among the newest ``limit`` (after a restart)."""

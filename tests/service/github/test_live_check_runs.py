@@ -187,7 +187,7 @@ def test_the_sweep_completes_a_check_run_whose_completion_never_landed(world: Wo
     GitHub takes it, else the sweep gives up after ``SWEEP_TRIES`` sweeps with one line."""
     import logging
 
-    from service.github.reporter import SWEEP_TRIES
+    from service.github.open_checks import SWEEP_TRIES
 
     caplog.set_level(logging.WARNING, "service.github.reporter")
     head = sha(f"live-left-open-{recovers}")
