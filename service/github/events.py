@@ -7,10 +7,12 @@ whose message is the one-line reason recorded for the rejected delivery.
 
 What the payloads carry (and what they do not):
 
-* ``push`` lists at most 20 commits, oldest first, without their parents.  We record the parent
-  chain the payload implies: commit *i*'s first parent is commit *i-1*, the first commit's parent is
-  ``before`` (unless the push is forced or creates the branch, where it is unknown and left empty).
-  Second parents of merge commits are not in the payload; the worker fills them from git.
+* ``push`` lists at most 2,048 commits (a longer push lists only part of them), oldest first, without their
+  parents -- a pushed merge lists the merged branch's commits too.  So no parent link is taken from the payload:
+  its commits are recorded with their authors and messages only, the run's baseline is ``before`` (the old tip;
+  for a fast-forward push an ancestor of ``after``, not necessarily its parent), and the run's first-parent
+  history with every parent link is read from git before it is judged
+  (:func:`service.orchestration.pass_repo.record_run_ancestry`, in the worker that finishes the run).
 * ``pull_request`` carries the base branch tip (``base.sha``), not the merge base.  We record the
   base tip as the run's baseline; the worker resolves ``git merge-base head base`` when it checks out
   the revision (see docs/api.md, "Webhook and HTTP API").
@@ -300,13 +302,9 @@ def _parse_push(data: JsonObject, settings: Settings) -> Decision:
         return Ignored(f"branch {branch[:100]} is not tracked")
     if len(branch) > BRANCH_MAX:
         raise PayloadError(f"invalid payload: ref: branch name longer than {BRANCH_MAX} characters")
-    before_known = push.before != ZERO_SHA and not push.forced and not push.created
-    revisions: list[RevisionInfo] = []
-    previous: str | None = push.before if before_known else None
-    for c in push.commits:
-        revisions.append(RevisionInfo(sha=c.id, parents=[previous] if previous else [], branch=branch,
-                                      author=_author(c.author), message=c.message, committed_at=c.timestamp))
-        previous = c.id
+    # no parents: the payload does not give them, and a chain of its commits is wrong for merges and truncated lists
+    revisions = [RevisionInfo(sha=c.id, parents=[], branch=branch, author=_author(c.author), message=c.message,
+                              committed_at=c.timestamp) for c in push.commits]
     if not any(r.sha == push.after for r in revisions):
         head = push.head_commit
         revisions.append(RevisionInfo(

@@ -9,6 +9,9 @@ its marker (so the next report edits it again).
 
 * check run: (1) the title, the summary cut to :data:`FALLBACK_SUMMARY_BYTES` and a note linking the run page,
   no text; (2) a fixed title and summary, no link (the link itself may be what GitHub refused);
+* a check run's completion GitHub refused otherwise (another permanent error, or ``max_attempts`` failed posts):
+  :func:`last_resort`, the minimal form (a fixed title and summary, no text, no link), tried once before the
+  completion is dropped;
 * commit status: (1) a fixed description with the run page link; (2) the same without the link;
 * comment: (1) the start of the body, cut on a line to :data:`FALLBACK_COMMENT_CHARS`, and a note; (2) the
   marker and a fixed line.
@@ -32,6 +35,7 @@ FALLBACK_COMMENT_CHARS = 8000
 REFUSED = "GitHub refused ampci's full report (HTTP 422)"
 CHECK_MINIMAL_TITLE = "ampci"
 CHECK_MINIMAL = "GitHub refused ampci's report (HTTP 422): ampci's run page has it."
+CHECK_UNDELIVERED = "GitHub refused ampci's report: ampci's run page has it."
 COMMENT_MINIMAL = "GitHub refused ampci's report (HTTP 422): ampci's run page (the commit status's link) has it."
 
 
@@ -78,3 +82,15 @@ def shortened(report: Report) -> Report | None:
     if isinstance(report, PullRequestComment):
         return _comment(report)
     return _status(report)
+
+
+def last_resort(report: Report) -> Report | None:
+    """The minimal form of a check run's completion (a conclusion set) that GitHub refused other than with 422
+    or that failed ``max_attempts`` times: a fixed title and summary, no text, no link, its status and
+    conclusion kept; None for another report or when ``report`` is a minimal form already (then it is dropped
+    and the check run stays open)."""
+    if not isinstance(report, CheckRun) or report.conclusion is None:
+        return None
+    if report.summary in (CHECK_MINIMAL, CHECK_UNDELIVERED) and report.details_url is None and not report.text:
+        return None
+    return replace(report, title=CHECK_MINIMAL_TITLE, summary=CHECK_UNDELIVERED, text="", details_url=None)

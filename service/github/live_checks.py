@@ -3,7 +3,9 @@
 * ``queued`` when the run is created, ``in_progress`` when its first job starts, both with
   ``details_url`` the run page, so a required check never sits at "Expected" while ampci works;
 * ``completed`` with the gate's conclusion (:func:`conclusion`) when it finishes, or
-  ``action_required`` while a fork's run awaits a maintainer's approval.
+  ``action_required`` while a fork's run awaits a maintainer's approval;
+* ``completed`` all the same when ampci could not build the run's report (:func:`unreported`): a bug of
+  ampci's never leaves a check run in progress.
 
 Every stage of one ampci run carries the run id as ``external_id`` and the name
 :func:`check_name` (``ampci <sweep>``: never the commit status context ``ampci/<sweep>``, so a pull
@@ -59,3 +61,18 @@ def awaiting_approval(repo: str, sha: str, sweep: str, run_id: int, run_url: str
     return CheckRun(repo=repo, sha=sha, name=check_name(sweep), conclusion="action_required",
                     title="Awaiting a maintainer's approval", summary=why, details_url=run_url,
                     external_id=str(int(run_id)))
+
+
+def unreported(repo: str, sha: str, sweep: str, run_id: int, run_url: str, verdict_state: str | None,
+               run_status: str, why: str) -> CheckRun:
+    """The completed check run of a finished run whose report could not be built (``why``: one line of the
+    error): the conclusion from the verdict's state when it was decided (:func:`conclusion`), else ``neutral``
+    (``cancelled`` for a cancelled run); the summary says so and links the run page."""
+    if verdict_state in ("success", "failure", "error"):
+        concluded = conclusion(verdict_state, run_status)
+    else:
+        concluded = "cancelled" if run_status == "cancelled" else "neutral"
+    line = " ".join(why.split())[:300]
+    return CheckRun(repo=repo, sha=sha, name=check_name(sweep), conclusion=concluded, title="Report not built",
+                    summary=f"ampci could not build its report: {line}; see [the run page]({run_url}).",
+                    details_url=run_url, status="completed", external_id=str(int(run_id)))

@@ -19,6 +19,9 @@ Contract:
 * ``drop(item, reason)`` gives up on an item and keeps it in a bounded dead list for inspection.
 * ``watch(run_id)`` / ``watched()`` / ``unwatch(run_id)`` keep the ids of runs whose final status is
   still to be reported (the reporter checks them until they finish).
+* ``mark_check(run_id, open)`` / ``open_checks()`` keep the ids of runs whose check run GitHub holds open
+  (a ``queued`` or ``in_progress`` stage landed, no completion yet): the reporter's sweep completes those
+  whose run ended (:meth:`service.github.reporter.StatusReporter.complete_open_checks`).
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ class StatusOutbox(Protocol):
     def watch(self, run_id: int) -> None: ...
     def watched(self) -> list[int]: ...
     def unwatch(self, run_id: int) -> None: ...
+    def mark_check(self, run_id: int, open: bool) -> None: ...
+    def open_checks(self) -> list[int]: ...
 
 
 class MemoryOutbox:
@@ -71,6 +76,7 @@ class MemoryOutbox:
         self._leased: set[str] = set()
         self._dead: list[JsonObject] = []
         self._watched: set[int] = set()
+        self._open_checks: set[int] = set()
 
     def put(self, status: Report) -> None:
         with self._lock:
@@ -162,6 +168,17 @@ class MemoryOutbox:
         with self._lock:
             self._watched.discard(int(run_id))
 
+    def mark_check(self, run_id: int, open: bool) -> None:
+        with self._lock:
+            if open:
+                self._open_checks.add(int(run_id))
+            else:
+                self._open_checks.discard(int(run_id))
+
+    def open_checks(self) -> list[int]:
+        with self._lock:
+            return sorted(self._open_checks)
+
 
 _PUT = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
@@ -236,6 +253,7 @@ class RedisOutbox:
         self._leases = f"{prefix}:status:leases"
         self._dead_key = f"{prefix}:status:dead"
         self._watch_key = f"{prefix}:status:watched"
+        self._open_key = f"{prefix}:status:open_checks"
         self._put = self._r.register_script(_PUT)
         self._claim = self._r.register_script(_CLAIM)
         self._complete = self._r.register_script(_COMPLETE)
@@ -290,3 +308,12 @@ class RedisOutbox:
 
     def unwatch(self, run_id: int) -> None:
         self._r.srem(self._watch_key, str(int(run_id)))
+
+    def mark_check(self, run_id: int, open: bool) -> None:
+        if open:
+            self._r.sadd(self._open_key, str(int(run_id)))
+        else:
+            self._r.srem(self._open_key, str(int(run_id)))
+
+    def open_checks(self) -> list[int]:
+        return sorted(int(x) for x in self._r.smembers(self._open_key))

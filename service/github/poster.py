@@ -15,6 +15,7 @@ import threading
 import time
 
 from service.github.client import (
+    CheckRun,
     GitHubStatusClient,
     MalformedAnswerError,
     PermanentStatusError,
@@ -24,7 +25,7 @@ from service.github.client import (
     UnexpectedStatusError,
     backoff_delay,
 )
-from service.github.fallback import shortened
+from service.github.fallback import last_resort, shortened
 from service.github.installations import Installations
 from service.github.lanes import RateLimits, RepositoryLanes
 from service.github.outbox import OutboxItem, StatusOutbox
@@ -117,9 +118,12 @@ class OutboxPoster:
         counting an attempt.  Every failure is one log line (no traceback): permanent ones drop the item
         at once (so is one to a deleted or suspended installation, or a repository removed from its
         installation, without a request: :mod:`service.github.installations`; one refused with 422 is replaced by its shortened form, :func:`service.github.fallback.shortened`,
-        until none is left), the others (outage, deadline, rate limit, malformed answer, or an unexpected error)
+        until none is left; a check run's completion then gets its minimal form once,
+        :func:`service.github.fallback.last_resort`, before it is dropped with a line naming the check run left
+        open), the others (outage, deadline, rate limit, malformed answer, or an unexpected error)
         count an attempt and drop it after ``max_attempts`` (an undocumented 4xx: after
-        :data:`~service.github.refusals.UNEXPECTED_ATTEMPTS`)."""
+        :data:`~service.github.refusals.UNEXPECTED_ATTEMPTS`; a check run's completion: after its minimal form
+        had as many)."""
         assert self.client is not None
         stopped = self.installations.stopped(item.status.repo, self.client.installation_of(item.status.repo))
         if stopped is not None:  # one log line said so when the installation changed
@@ -139,14 +143,45 @@ class OutboxPoster:
                 log.warning("commit status %s refused, %s: %s", item.status.key,
                             "a shortened form follows" if sent else "a newer report follows", exc)
                 return False
-            log.error("commit status %s dropped: %s", item.status.key, exc)
-            self.outbox.drop(item, str(exc))
+            if not self._last_resort(item, str(exc)):
+                self._drop(item, str(exc), str(exc))
             return False
         except Exception as exc:  # noqa: BLE001 - transient, or an answer nobody foresaw: an attempt, one line
             self._retry_later(item, exc, self.client.limit_scope(item.status.repo))  # the installation is known now
             return False
         self.outbox.complete(item, ok=True, next_due=0.0)
+        self._note_check(item.status)
         return True
+
+    def _note_check(self, report: Report) -> None:
+        """After a check run of an ampci run landed: note whether GitHub now holds it open (a stage) or not (a
+        completion), for the sweep of check runs left open.  Never raises."""
+        if not isinstance(report, CheckRun) or not report.external_id.isdigit():
+            return
+        try:
+            self.outbox.mark_check(int(report.external_id), open=report.conclusion is None)
+        except Exception as exc:  # noqa: BLE001 - the report landed; the sweep is a safety net
+            self._failed(f"could not note check run {report.key}", exc)
+
+    def _last_resort(self, item: OutboxItem, why: str) -> bool:
+        """Before a check run's completion is dropped: put its minimal form (:func:`~service.github.fallback.
+        last_resort`) in its place, once; True when it did (or a newer report took the place).  One log line."""
+        last = last_resort(item.status)
+        if last is None:
+            return False
+        sent = self.outbox.replace(item, last)
+        log.warning("check run %s not completed (%s), %s", item.status.key, why,
+                    "its minimal form follows" if sent else "a newer report follows")
+        return True
+
+    def _drop(self, item: OutboxItem, reason: str, line: str) -> None:
+        """Drop ``item`` with one ERROR line; a check run's completion says the check run is left open."""
+        if isinstance(item.status, CheckRun) and item.status.conclusion is not None:
+            log.error("check run %s left open: GitHub refused every form of its completion: %s",
+                      item.status.key, line)
+        else:
+            log.error("commit status %s dropped: %s", item.status.key, line)
+        self.outbox.drop(item, reason)
 
     def _retry_later(self, item: OutboxItem, exc: Exception, scope: str) -> None:
         """Count a failed attempt of ``item``: reschedule it (GitHub's clamped delay, else backoff) or,
@@ -161,8 +196,9 @@ class OutboxPoster:
         limit = min(self.max_attempts, UNEXPECTED_ATTEMPTS) if isinstance(exc, UnexpectedStatusError) \
             else self.max_attempts
         if item.attempts + 1 >= limit:
-            log.error("commit status %s dropped after %d attempts: %s", item.status.key, item.attempts + 1, what)
-            self.outbox.drop(item, f"gave up after {item.attempts + 1} attempts: {what}")
+            gave_up = f"gave up after {item.attempts + 1} attempts: {what}"
+            if not self._last_resort(item, gave_up):
+                self._drop(item, gave_up, f"after {item.attempts + 1} attempts: {what}")
             return
         retry_after = exc.retry_after if isinstance(exc, TransientStatusError) else None
         delay = backoff_delay(item.attempts, self.backoff_base, self.backoff_cap)

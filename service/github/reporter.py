@@ -12,7 +12,8 @@ the outbox's watch list, and the background thread (:meth:`check_watched`, every
 seconds) queues the outcome of each watched run once it reaches a final state, so no hook into the
 workers is needed; a run-finished hook may call :meth:`finished` directly as well (idempotent: the
 newer status for a commit supersedes the older).  :meth:`recover` re-watches unfinished webhook runs
-after a restart.
+after a restart.  Every ``sweep_interval`` seconds the thread also completes check runs GitHub still holds
+open after their run ended (:meth:`complete_open_checks`: a completion dropped after all its forms).
 
 Pull requests also get the report people read (``reports`` holds ``comment`` and/or ``check``, from
 ``AMPCI_GITHUB_REPORT``): when a run of a PR finishes, one comment per pull request
@@ -25,7 +26,8 @@ affects the run.
 Check runs (``check`` in ``reports``, and only as a GitHub App: GitHub refuses them from a token) are
 live (:mod:`service.github.live_checks`): ``queued`` with the pending status, ``in_progress`` when the
 watch sees the run's first job start, ``completed`` when it finishes with the conclusion mapped from
-the state the run's verdict decided (``_final_check``), ``action_required`` while a fork's run awaits approval.
+the state the run's verdict decided (``_final_check``; completed all the same, saying so, when the report cannot
+be built), ``action_required`` while a fork's run awaits approval.
 
 Posting (lanes per repository, rate-limit pauses, one log line per failure) is
 :class:`~service.github.poster.OutboxPoster`'s, which this class extends.
@@ -101,7 +103,7 @@ class StatusReporter(OutboxPoster):
     def __init__(self, outbox: StatusOutbox, client: GitHubStatusClient | None, *, public_url: str,
                  context: str | None = None, max_attempts: int = 12, backoff_base: float = 2.0,
                  backoff_cap: float = 600.0, lease: float = 60.0, poll_interval: float = 1.0,
-                 store: Store | None = None, watch_interval: float = 5.0,
+                 store: Store | None = None, watch_interval: float = 5.0, sweep_interval: float = 300.0,
                  reports: frozenset[str] = frozenset({"status"}), workers: int = 4) -> None:
         super().__init__(outbox, client, max_attempts=max_attempts, backoff_base=backoff_base,
                          backoff_cap=backoff_cap, lease=lease, poll_interval=poll_interval, workers=workers)
@@ -112,6 +114,10 @@ class StatusReporter(OutboxPoster):
         self.reports = frozenset(reports)
         self._last_watch = 0.0
         self._started: set[int] = set()  # runs whose in_progress check run is queued (this process)
+        self.sweep_interval = sweep_interval  # seconds between sweeps of check runs left open
+        self._last_sweep = time.monotonic()
+        self.ended_open: set[int] = set()  # ended runs whose check run was open at the last sweep (open_checks)
+        self.sweeps: dict[int, int] = {}  # run id -> how many sweeps re-queued its completion (this process)
 
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: object) -> StatusReporter:
@@ -292,13 +298,24 @@ class StatusReporter(OutboxPoster):
                      self._final_check(run, report) if self.live_checks else None]
         except Exception as exc:  # noqa: BLE001 - a report that cannot be built never affects the run
             self._failed(f"could not build the pull-request report of run {run.id}", exc)
-            return False
+            return self._complete_unreported(run, verdict, exc)
         queued = False
         for item in items:
             if item is not None:
                 self._put(item)
                 queued = True
         return queued
+
+    def _complete_unreported(self, run: RunInfo, verdict: RunVerdict | None, exc: BaseException) -> bool:
+        """Queue the completion of ``run``'s check run when its report could not be built
+        (:func:`service.github.live_checks.unreported`), so it never stays in progress; True when queued."""
+        target = github_target(run)
+        if not self.live_checks or target is None:
+            return False
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc).strip() else ''}"
+        self._put(live.unreported(target[0], target[1], run.sweep, run.id, self.run_url(run.id),
+                                  verdict.state if verdict is not None else None, run.status, why))
+        return True
 
     @staticmethod
     def _final_check(run: RunInfo, report: PullRequestReport) -> CheckRun | None:
@@ -379,6 +396,13 @@ class StatusReporter(OutboxPoster):
             done += 1
         return done
 
+    def complete_open_checks(self, store: Store) -> int:
+        """The sweep of check runs left open (:func:`service.github.open_checks.sweep`); how many final reports
+        it re-queued.  Never raises."""
+        from service.github.open_checks import sweep
+
+        return sweep(self, store)
+
     def recover(self, store: Store, limit: int = 500) -> int:
         """Watch again the unfinished webhook runs among the newest ``limit`` (after a restart)."""
         if not self.enabled:
@@ -395,3 +419,6 @@ class StatusReporter(OutboxPoster):
         if self.store is not None and time.monotonic() - self._last_watch >= self.watch_interval:
             self._last_watch = time.monotonic()
             self.check_watched(self.store)
+        if self.store is not None and time.monotonic() - self._last_sweep >= self.sweep_interval:
+            self._last_sweep = time.monotonic()
+            self.complete_open_checks(self.store)

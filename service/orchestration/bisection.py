@@ -7,9 +7,8 @@ cell and creates the next midpoint ``bisect`` runs (deduplicated by key, handed 
 A regression found in a run that tests its webhook's own repository (``meta.pass_repo``: ``AMPCI_PASS_REPO``
 unset, the repository reachable only by its clone URL) is bisected in that repository: its midpoint runs name
 the same repository, and before its bisection starts the regressed revision's first-parent history is read
-from that repository with git (:func:`record_run_ancestry`), so the path walked is git's and not only what the
-push payload implied (a payload lists at most a part of a large push, and a merge's commits in the order they
-were made, not as first parents).
+from that repository with git (:func:`record_run_ancestry`), so the path walked is git's (a push payload gives
+no parents: a push run's history is read the same way before it is judged).
 """
 
 from __future__ import annotations
@@ -22,7 +21,8 @@ from service.db.records import RegressionInfo
 from service.db.store import Store
 from service.errors import UserError
 from service.json_types import JsonObject
-from service.orchestration.pass_repo import PASS_REPO, pass_repo_of, record_ancestry
+from service.orchestration.pass_repo import PASS_REPO, pass_repo_of
+from service.orchestration.pass_repo import record_run_ancestry as record_run_ancestry  # re-exported
 from service.regressions.bisect import (
     AUTO_START_TRIGGERS,
     BisectState,
@@ -97,24 +97,6 @@ def regressed_options(store: Store, reg: RegressionInfo, meta: JsonObject | None
     read from the store when not given), so each midpoint is measured the way the regression was."""
     meta = meta if meta is not None else (store.get_run(reg.run_id).meta or {})
     return dict(meta.get("options", {}).get("|".join(reg.cell), meta.get("cell_defaults", {})))
-
-
-def record_run_ancestry(settings: Settings, store: Store, run_id: int) -> bool:
-    """Before a bisection of run ``run_id``'s regressions starts: when the run tests its webhook's own repository
-    (its meta's :data:`PASS_REPO`), record its revision's first-parent history read from that repository with git
-    (:func:`service.orchestration.pass_repo.record_ancestry`: cloned or fetched with the run's installation
-    token), replacing the links its push payload implied.  True when recorded; False for a run without such a
-    repository, or when git cannot read it (one log line; the links recorded so far are walked).  Never raises."""
-    try:
-        run = store.get_run(run_id)
-        source = pass_repo_of(run.meta)
-        if source is None:
-            return False
-        record_ancestry(settings, store, run.revision_sha, source=source)
-        return True
-    except Exception as exc:  # noqa: BLE001 - a repository that cannot be read must not stop the run's finish
-        log.warning("ancestry of run %s from its repository not recorded: %s", run_id, str(exc)[:300])
-        return False
 
 
 def continue_bisection(store: Store, run_id: int, enqueue: Enqueue | None, auto_start: bool = False,

@@ -19,6 +19,7 @@ from service.orchestration.confirm_run import advance, confirmed_run
 from service.orchestration.judge import detect_run, record_verdict, run_verdict
 from service.orchestration.pass_repo import PASS_REPO as PASS_REPO  # re-exported: the run meta key
 from service.orchestration.pass_repo import job_worker_config as job_worker_config  # re-exported
+from service.orchestration.pass_repo import record_run_ancestry
 from service.regressions.confirm_caps import ConfirmCaps
 from service.settings import Settings
 
@@ -142,7 +143,8 @@ def finish_if_complete(store: Store, run_id: int, settings: Settings | None = No
     (:func:`service.orchestration.confirm_run.advance`: while a confirmation run is pending the run stays
     unfinished and this returns False; it confirms within ``settings``' ``AMPCI_CONFIRM_MAX_CELLS`` and
     ``AMPCI_CONFIRM_MAX_PER_PR``, their defaults without ``settings``), then finish the run (all idempotent).
-    Returns True once the run is finished.
+    Returns True once the run is finished.  With ``settings``, a webhook ``push`` run's history is read from git
+    before it is judged (:func:`_record_push_history`).
 
     With ``settings`` (the worker paths: Celery tasks and the embedded pool) bisection continues
     too (:func:`service.orchestration.bisection.continue_bisection`): a finished ``bisect`` run advances its
@@ -156,6 +158,8 @@ def finish_if_complete(store: Store, run_id: int, settings: Settings | None = No
         return False
     if baseline_runs.waiting(store, run_id):  # judged once its baseline's missing cells are in
         return False
+    if settings is not None:
+        _record_push_history(settings, store, run_id)
     detect_run(store, run_id)
     send = dispatch if dispatch is not None else dispatcher(settings, store) if settings is not None else None
     caps = ConfirmCaps.from_settings(settings) if settings is not None else None  # default caps otherwise
@@ -177,6 +181,15 @@ def finish_if_complete(store: Store, run_id: int, settings: Settings | None = No
     for waiting in baseline_runs.dependents(store, run_id):  # runs judged against this run's cells
         finish_if_complete(store, waiting, settings, dispatch)
     return True
+
+
+def _record_push_history(settings: Settings, store: Store, run_id: int) -> None:
+    """Before a webhook ``push`` run is judged (its drift line, the nearest baselines past ``before``): its
+    revision's first-parent history with all parent links, read with git from the repository it tests
+    (:func:`record_run_ancestry`; a failure is one log line).  Runs here, in the
+    worker or the finisher, never in the webhook request: the payload links none of its commits."""
+    if store.get_run(run_id).trigger == "push":
+        record_run_ancestry(settings, store, run_id)
 
 
 def dispatcher(settings: Settings, store: Store, pool: JobSubmitter | None = None) -> Callable[[int], object] | None:

@@ -11,6 +11,7 @@ the same repository, which is what baselines, bisection and resolution walk.
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from service.db.records import RevisionRow
 from service.db.store import Store
@@ -23,6 +24,8 @@ from workers.config import WorkerConfig
 #: The run meta key (and job option) naming the run's pass repository when it is its webhook's own
 #: (``{"url", "repo", "installation"}``: :class:`service.api.dispatch.RunDispatcher`).  No credential.
 PASS_REPO = "pass_repo"
+
+log = logging.getLogger(__name__)
 
 
 def pass_repo_of(meta: JsonObject | None) -> JsonObject | None:
@@ -67,3 +70,24 @@ def record_ancestry(settings: Settings, store: Store, sha: str, depth: int | Non
     except rv.RevisionError as exc:
         raise UserError(str(exc)) from None
     return int(store.upsert_revisions([RevisionRow(c, parents) for c, parents in chain]))
+
+
+def record_run_ancestry(settings: Settings, store: Store, run_id: int) -> bool:
+    """Record run ``run_id``'s revision's first-parent history read with git (:func:`record_ancestry`) when the run
+    tests its webhook's own repository (its meta's :data:`PASS_REPO`: cloned or fetched with the run's installation
+    token) or is a webhook run under ``AMPCI_PASS_REPO``, replacing whatever links were recorded before for those
+    commits.  Called before a bisection starts and before a webhook ``push`` run is judged (a push payload lists
+    commits without their parents: ampci links none of them itself).  True when recorded; False for another run,
+    or when git cannot read it (one log line; the links recorded so far are walked, and a push run still has its
+    payload's ``before`` as its baseline).  Never raises."""
+    try:
+        run = store.get_run(run_id)
+        source = pass_repo_of(run.meta)
+        if source is None and not (settings.pass_repo and isinstance((run.meta or {}).get("github"), dict)):
+            return False
+        record_ancestry(settings, store, run.revision_sha, source=source)
+        return True
+    except Exception as exc:  # noqa: BLE001 - a repository that cannot be read must not stop the run's finish
+        log.warning("ancestry of run %s not read from its repository (the links recorded so far stand): %s", run_id,
+                    str(exc)[:300])
+        return False

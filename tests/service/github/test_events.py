@@ -33,11 +33,14 @@ def test_signature_matches_githubs_documented_example():
     assert not verify_signature(secret, body, "sha256=ä")
 
 
-def test_push_records_the_parent_chain_the_payload_implies():
+def test_push_records_its_commits_without_inventing_parent_links():
+    """A payload lists commits without parents (a pushed merge lists its branch's commits in line, a long push
+    only part of them): none is linked; the finisher reads the links from git (test_push_history.py)."""
     c1, c2 = sha("1"), sha("2")
     got = parse_event("push", encode(push_payload(c2, before=sha("0"), commits=[c1, c2])), SETTINGS)
     assert isinstance(got, RunRequest)
-    assert [(r.sha, r.parents) for r in got.revisions] == [(c1, [sha("0")]), (c2, [c1])]
+    assert [(r.sha, r.parents, r.message) for r in got.revisions] == [(c1, [], f"commit {c1[:7]}"),
+                                                                      (c2, [], f"commit {c2[:7]}")]
     assert (got.trigger, got.head_sha, got.baseline_sha, got.branch, got.sweep) == ("push", c2, sha("0"), "main", "smoke")
 
 

@@ -144,6 +144,80 @@ def test_a_check_run_lives_with_its_run(world: World):
 
 @pytest.mark.postgres
 @pytest.mark.redis
+def test_a_report_that_cannot_be_built_still_completes_the_check_run(world: World,
+                                                                     monkeypatch: pytest.MonkeyPatch):
+    """A bug in building the final report (here the builder raises) never leaves the check run in progress: it
+    completes with the verdict's conclusion and says why, linking the run page."""
+    from service.github import pr_report
+
+    head = sha("live-unbuilt")
+    run_id = run_of(world.client, world.post("pull_request", pr_payload(head, world.base, number=PR)))
+    [check] = world.settle()
+    assert _stages(check) == ("queued", None)
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("the report builder has a bug\nand a second line")
+
+    monkeypatch.setattr(pr_report, "build_report", broken)
+    world.finish(run_id, head, {("mlp_small", "fp16")})
+    [check] = world.settle()
+    url = f"https://ci.example.com/runs/{run_id}"
+    assert _stages(check) == ("completed", "failure") and check["details_url"] == url
+    assert check["output"]["summary"] == ("ampci could not build its report: RuntimeError: the report builder has a "
+                                          f"bug; see [the run page]({url}).")
+    assert world.gh.statuses[-1]["state"] == "failure"
+
+
+def _drain(world: World) -> None:
+    for _ in range(60):
+        world.reporter.drain()
+        if world.reporter.outbox.pending_count() == 0:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"outbox not drained: {world.reporter.outbox.dead()}")
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.parametrize("recovers", [True, False])
+def test_the_sweep_completes_a_check_run_whose_completion_never_landed(world: World, recovers: bool,
+                                                                       caplog: pytest.LogCaptureFixture):
+    """GitHub refuses the completion in every form (400): the check run stays in progress, one line says so;
+    the reporter's sweep finds it open after its run ended and queues the completion again -- it lands once
+    GitHub takes it, else the sweep gives up after ``SWEEP_TRIES`` sweeps with one line."""
+    import logging
+
+    from service.github.open_checks import SWEEP_TRIES
+
+    caplog.set_level(logging.WARNING, "service.github.reporter")
+    head = sha(f"live-left-open-{recovers}")
+    run_id = run_of(world.client, world.post("pull_request", pr_payload(head, world.base, number=PR)))
+    world.reporter.check_watched(world.store)
+    _drain(world)
+    assert world.reporter.outbox.open_checks() == [run_id]
+    world.finish(run_id, head)
+    world.gh.script["check_write"] = [400, 400] if recovers else [400] * (2 + 2 * SWEEP_TRIES)
+    world.reporter.check_watched(world.store)
+    _drain(world)
+    [check] = [c for c in world.gh.checks if c["head_sha"] == head]
+    assert check["status"] == "queued"
+    assert len([r for r in caplog.records if "left open: GitHub refused" in r.getMessage()]) == 1
+    assert world.reporter.complete_open_checks(world.store) == 0  # ended, but not yet at the sweep before
+    for _ in range(SWEEP_TRIES + 1):
+        world.reporter.complete_open_checks(world.store)
+        _drain(world)
+    [check] = [c for c in world.gh.checks if c["head_sha"] == head]
+    assert world.reporter.outbox.open_checks() == []
+    given_up = [r.getMessage() for r in caplog.records if "did not land" in r.getMessage()]
+    if recovers:
+        assert _stages(check) == ("completed", "success") and given_up == []
+    else:
+        assert check["status"] == "queued" and world.gh.script["check_write"] == []
+        assert len(given_up) == 1 and f"run {run_id}" in given_up[0]
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_cancelled_and_not_compared_runs_conclude_as_such(world: World):
     head = sha("live-cancelled")
     run_id = run_of(world.client, world.post("pull_request", pr_payload(head, world.base, number=PR)))

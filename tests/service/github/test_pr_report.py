@@ -231,10 +231,10 @@ def test_github_failing_never_affects_the_run(pr_world: dict[str, Any], failure:
     assert replace(after, verdict=None) == replace(run, verdict=None) and store.run_summary(run_id) == summary
     assert after.verdict == run_verdict(store, run_id).brief()
     assert gh.pr_comments() == []
-    if failure in (403, 422):  # permanent: dropped to the dead list (after 422, its shortened forms first)
-        if failure == 422:
-            wait_until(lambda: reporter.drain() == 0 and reporter.outbox.pending_count() == 0,
-                       "every shortened form refused and dropped")
+    if failure in (403, 422):  # permanent: dropped to the dead list (after 422, its shortened forms first; a
+        # check run's completion: after its minimal form)
+        wait_until(lambda: reporter.drain() == 0 and reporter.outbox.pending_count() == 0,
+                   "every shortened form refused and dropped")
         dead = reporter.outbox.dead()
         assert {d.get("kind", "status") for d in dead} >= {"status", "comment", "check"}
         assert reporter.outbox.pending_count() == 0

@@ -15,7 +15,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 
 from service.github.client import COMMENT_MARKER, CheckRun, CommitStatus, PullRequestComment
-from service.github.fallback import CHECK_MINIMAL, REFUSED, shortened, status_minimal
+from service.github.fallback import CHECK_MINIMAL, CHECK_UNDELIVERED, REFUSED, shortened, status_minimal
 from service.github.outbox import MemoryOutbox, RedisOutbox, StatusOutbox
 from service.github.refusals import (
     KNOWN_REFUSALS,
@@ -175,6 +175,35 @@ def test_a_check_run_whose_completion_was_refused_still_completes(world: tuple[G
         assert REFUSED in check["output"]["summary"] and f"({PUBLIC}/runs/118)" in check["output"]["summary"]
         assert check["output"]["summary"].startswith("Head 3f9c2e1a7b4d")
     assert reporter.outbox.dead() == []
+
+
+@pytest.mark.parametrize(("refusals", "lands"), [
+    ([400], True),                          # another permanent refusal: the minimal form follows once
+    ([418] * UNEXPECTED_ATTEMPTS, True),    # the most attempts of an undocumented 4xx: likewise
+    ([400, 400], False),                    # GitHub refuses the minimal form too: left open, one line
+    ([422, 422, 422], False),               # every shortened form refused
+])
+def test_a_completion_is_dropped_only_after_its_minimal_form(world: tuple[GitHubStandIn, StatusReporter],
+                                                             caplog: pytest.LogCaptureFixture,
+                                                             refusals: list[int], lands: bool):
+    gh, reporter = world
+    caplog.set_level(logging.WARNING, "service.github.reporter")
+    reporter.outbox.put(_check("in_progress"))
+    _settle(reporter)
+    gh.script["check_write"] = list(refusals)
+    reporter.outbox.put(_check("completed", text="| row |\n" * 20))
+    _settle(reporter)
+    assert gh.script["check_write"] == []  # every scripted refusal met a write
+    [check] = gh.checks
+    left_open = [r.getMessage() for r in caplog.records if "left open" in r.getMessage()]
+    if lands:
+        assert check["status"] == "completed" and check["conclusion"] == "failure"
+        assert check["output"]["summary"] == CHECK_UNDELIVERED and not check["output"].get("text")
+        assert reporter.outbox.dead() == [] and left_open == []
+    else:
+        assert check["status"] == "in_progress"
+        assert len(left_open) == 1 and str(_check("completed").key) in left_open[0] and "\n" not in left_open[0]
+        assert len(reporter.outbox.dead()) == 1
 
 
 def test_a_refused_status_and_comment_land_shortened(world: tuple[GitHubStandIn, StatusReporter]):

@@ -135,7 +135,10 @@ def test_a_malformed_answer_is_an_attempt_with_one_line(server: HTTPServer, mode
     [dead] = reporter.outbox.dead()
     assert dead["attempts"] == 2 and "gave up after 3 attempts: malformed answer" in dead["reason"]
     lines = [r for r in caplog.records if r.name.startswith("service.github")]
-    assert len(lines) == 3 and all(r.exc_info is None and "\n" not in r.getMessage() for r in lines)
+    # a completion: three attempts, then its minimal form three more (fallback.last_resort), one line each
+    assert len(lines) == 6 and all(r.exc_info is None and "\n" not in r.getMessage() for r in lines)
+    assert ["minimal form follows" in r.getMessage() for r in lines].count(True) == 1
+    assert "left open" in lines[-1].getMessage()
     assert "Traceback" not in caplog.text
 
 
