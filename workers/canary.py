@@ -122,7 +122,8 @@ def stand_in_pass(root: Path, modules: list[str]) -> Path:
 def reason_for(status: str, message: str) -> str:
     """The one line a failed canary says: what could not be imported, when that is the cause."""
     text = " ".join(message.split())[:400]
-    missing = re.search(r"No module named '([\w.]+)'", text)
+    missing = (re.search(r"No module named '([\w.]+)'", text)
+               or re.search(r"sandbox cannot import ([\w.]+)", text))  # as workers.infra words it
     if missing:
         return (f"the pass sandbox cannot import {missing.group(1)}, which this interpreter imports (a directory "
                 f"it imports from is not visible inside the sandbox?): {text}")

@@ -53,12 +53,12 @@ def check_sandbox(settings: Settings) -> str:
     return mode
 
 
-def check_canary(settings: Settings) -> CanaryResult:
-    """Run the sandbox canary with ``settings``' sandbox policy; :class:`SandboxCanaryFailed` (one line) when it
-    fails."""
+def check_canary(settings: Settings, modules: list[str] | None = None) -> CanaryResult:
+    """Run the sandbox canary with ``settings``' sandbox policy (importing ``modules``, default
+    :func:`workers.canary.pass_imports`); :class:`SandboxCanaryFailed` (one line) when it fails."""
     from workers.canary import run_canary
 
-    result = run_canary(settings.worker_config().sandbox_policy())
+    result = run_canary(settings.worker_config().sandbox_policy(), modules)
     if not result.ok:
         raise SandboxCanaryFailed(result.reason)
     return result
@@ -69,11 +69,17 @@ def start_canary(settings: Settings) -> Callable[[], CanaryResult]:
     that waits for it and raises its :class:`SandboxCanaryFailed`."""
     import threading
 
+    from workers.canary import pass_imports
+
+    # read here, not in the thread: CPython 3.11's ast module keeps its recursion depth in interpreter-wide state,
+    # so ast.parse in a thread beside the main thread's own ast use raised "AST constructor recursion depth
+    # mismatch" (seen in sweeps whose start-up parses source meanwhile)
+    modules = pass_imports()
     got: list[CanaryResult | BaseException] = []
 
     def run() -> None:
         try:
-            got.append(check_canary(settings))
+            got.append(check_canary(settings, modules))
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             got.append(exc)
 

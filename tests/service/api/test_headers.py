@@ -74,9 +74,12 @@ def test_healthz_hides_details_from_anonymous_callers_when_reads_need_a_token(ma
         wrong = c.get("/healthz", headers={"Authorization": "Bearer nope"})
         allowed = c.get("/healthz", headers=AUTH)
     for resp in (anonymous, wrong):
-        assert resp.status_code == 503 and resp.json() == {"status": "unavailable", "down": ["broker"],
-                                                         "sandbox": resp.json().get("sandbox")}, resp.text
-        assert resp.json()["sandbox"] in {"full", "best-effort", "refused", "workers"}
+        body = resp.json()
+        assert resp.status_code == 503 and body == {"status": "unavailable", "down": ["broker"],
+                                                    "sandbox": body.get("sandbox"), "canary": body.get("canary")}
+        assert body["sandbox"] in {"full", "best-effort", "refused", "workers"}
+        # the canary's verdict only (null where this process ran none), never its reason, paths or timing
+        assert body["canary"] is None or set(body["canary"]) == {"ok"}, resp.text
     assert allowed.status_code == 503 and allowed.json()["broker"]["ok"] is False
     assert "127.0.0.1" in allowed.json()["database"]["detail"] and "s3cret-pw" not in allowed.text
     settings = make_settings(broker_url="redis://:s3cret-pw@127.0.0.1:1/0", github_token="")

@@ -19,7 +19,8 @@ from workers import sandbox as sb
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(sb.full_sandbox_error(sb.SandboxPolicy()) is not None,
                                 reason=f"no full sandbox here: {sb.full_sandbox_error(sb.SandboxPolicy())}")
-LINE = "ampci: error: the pass sandbox failed its canary conversion (crash): the pass sandbox could not be made"
+LINE = ("ampci: error: the pass sandbox failed its canary conversion (error): infrastructure: the pass sandbox "
+        "could not be made")
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -11,10 +11,11 @@ from service.regressions.gate import CellOutcome, GateDecision
 from service.regressions.verdict import RunFacts, decide_run
 from service.regressions.verdict_stored import VERSION, from_stored, to_stored
 
-A, B = ("m", "fp16", "default", "cpu"), ("m", "bf16", "default", "cpu")
+A, B, C = ("m", "fp16", "default", "cpu"), ("m", "bf16", "default", "cpu"), ("m", "fp16", "conservative", "cpu")
 FACTS = RunFacts(7, "partial", 3, pending=1,
                  outcomes=(CellOutcome(A, "convert_error", "boom", "convert_error", "abc"),
-                           CellOutcome(B, "timeout", "slow", None, "abc")),
+                           CellOutcome(B, "timeout", "slow", None, "abc"),
+                           CellOutcome(C, "pass", "", "pass", "abc")),  # measured: the gate counts it
                  with_baseline=frozenset({A}), regressions={"latency": 2}, others={"flaky": {"accuracy": 1}},
                  waiting_for=(5, 6), errored_jobs=1)
 
