@@ -70,6 +70,20 @@ DEV_NODES = ("null", "zero", "full", "random", "urandom")
 _libc = None
 
 
+def _load_seccomp():
+    """:mod:`workers._seccomp`, loaded by file path from beside this file (never through ``sys.path``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_ampci_seccomp", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_seccomp.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_seccomp = _load_seccomp()
+
+
 class SandboxError(Exception):
     """The sandbox could not be made (the message says which step and why)."""
 
@@ -340,6 +354,10 @@ def _drop_privileges(spec, full):
         _own_user_namespace("nested user namespace")
     _limits(spec)
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    try:  # after the drop, before any code of the pass: see workers/_seccomp.py for what it denies
+        _seccomp.install()
+    except OSError as exc:
+        raise SandboxError(f"system-call filter: {exc}") from exc
 
 
 def _init_namespace(spec, full):
