@@ -63,6 +63,11 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 
+#: A root supervisor runs its session's pass as ``SESSION_UID_BASE + its own pid`` (a uid no other live session
+#: has): the kernel's per-uid state -- ``RLIMIT_NPROC``'s count, keyrings, inotify and signal quotas -- is then
+#: per job, so one job's pass at its process limit never stops another's from forking.
+SESSION_UID_BASE = 0x20000000
+
 #: Where the pass sees its world inside the sandbox (a tmpfs over /tmp).
 BASE = "/tmp/.ampci"
 DEV_NODES = ("null", "zero", "full", "random", "urandom")
@@ -308,6 +313,23 @@ def _build_mounts(spec, libs, roots=None):
         except SandboxError:
             if not _within(hidden, "/tmp"):  # under /tmp it is covered by /tmp's tmpfs anyway
                 raise
+
+
+def _session_uid(spec):
+    """The uid of this session's pass (see :data:`SESSION_UID_BASE`) where this process is root and that uid
+    is mapped in its user namespace (a remapped container maps fewer); else ``spec["uid"]``, shared."""
+    uid = SESSION_UID_BASE + os.getpid()
+    if os.geteuid() != 0:
+        return spec["uid"]
+    try:
+        with open("/proc/self/uid_map") as fh:
+            for line in fh:
+                inside, _, count = (int(x) for x in line.split())
+                if inside <= uid < inside + count:
+                    return uid
+    except (OSError, ValueError):
+        pass
+    return spec["uid"]
 
 
 def _limits(spec):
@@ -823,6 +845,7 @@ def supervise(spec, req_fd, done_fd):
     try:
         os.setsid()
         _close_fds([req_fd, done_fd])
+        spec = dict(spec, uid=_session_uid(spec))
         host_root = os.open("/", os.O_PATH | os.O_DIRECTORY)  # the worker's view, for inputs and outputs
         proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY)  # the host's, before the pass mounts its own
         if not full:  # orphans of the pass become this process's children, so they are still counted
