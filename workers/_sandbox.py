@@ -266,7 +266,9 @@ def _build_mounts(spec, libs, roots=None):
         blocked = _blocked_ancestor(os.path.join(tree, "x"), uid)
         if blocked:
             child = os.path.join(blocked, os.path.relpath(tree, blocked).split("/")[0])
-            keep.setdefault(blocked, {})[child] = os.open(child, os.O_PATH)
+            children = keep.setdefault(blocked, {})
+            if child not in children:  # two trees under one child: one descriptor, never one overwritten
+                children[child] = os.open(child, os.O_PATH)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     for point in reversed(_mountpoints()):
         try:
@@ -811,15 +813,24 @@ def sweep_session_cgroups(base=None):
 
 def _copy_out(src, host_root, dest, cap):
     """Copy ``src`` (inside the sandbox's tmpfs) to ``dest`` (a host path, opened from ``host_root``), at
-    most ``cap`` bytes; False when it is larger (nothing copied) or not a regular file."""
+    most ``cap`` bytes.  Returns None when copied (or not written: the worker sees no file), else why not:
+    only a regular file is read -- opened without following a symlink and without blocking (a FIFO never
+    stalls the supervisor), then checked with ``fstat`` -- and a sparse one (far fewer blocks than bytes: it
+    cost the pass nothing and would cost the host its size) is refused."""
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return True  # not written: the worker sees no file
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None  # not written: the worker sees no file
+    except OSError as exc:  # a symlink (ELOOP), a device it may not open, ...
+        return f"not a regular file: {os.strerror(exc.errno or 0)}"
     try:
         st = os.fstat(fd)
-        if not os.path.stat.S_ISREG(st.st_mode) or st.st_size > cap:
-            return False
+        if not os.path.stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_size > cap:
+            return "over the size limit"
+        if st.st_size > SPARSE_SLACK and st.st_blocks * 512 < st.st_size // 2:
+            return "sparse"
         out = os.open(dest.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644,
                       dir_fd=host_root)
         try:
@@ -831,9 +842,13 @@ def _copy_out(src, host_root, dest, cap):
                 left -= sent
         finally:
             os.close(out)
-        return True
+        return None
     finally:
         os.close(fd)
+
+
+#: A file this small is never called sparse (tmpfs may allocate a small file's pages lazily).
+SPARSE_SLACK = 1 << 20
 
 
 def supervise(spec, req_fd, done_fd):
@@ -878,8 +893,9 @@ def supervise(spec, req_fd, done_fd):
             os.close(req_w)
             os.close(ready_r)
             os.close(go_w)
-            for fd in (req_fd, done_fd, host_root, proc):
-                os.close(fd)
+            # every descriptor of the supervisor's but this process's own pipes (the protocol's, the worker's
+            # view of / and /proc, the cgroup's files, any O_PATH descriptor of the mounts)
+            _close_fds([req_r, ready_w, go_r])
             if not os.read(go_r, 1):  # in its cgroup (when there is one) before anything runs
                 os._exit(1)
             os.close(go_r)
@@ -948,9 +964,9 @@ def supervise(spec, req_fd, done_fd):
                     reply["cpu_s"] = round(min(max(0.0, cpu), wall * (os.cpu_count() or 1) + 1.0), 6)
             if full:
                 cap = int(spec["max_file_bytes"])
-                too_big = [os.path.basename(host) for host, name in
-                           [*outs.items(), (req["stdout"], ".stdout"), (req["stderr"], ".stderr")]
-                           if not _copy_out(f"{BASE}/out/{name}", host_root, host, cap)]
+                refused = [(os.path.basename(host), _copy_out(f"{BASE}/out/{name}", host_root, host, cap))
+                           for host, name in [*outs.items(), (req["stdout"], ".stdout"), (req["stderr"], ".stderr")]]
+                too_big = [f"{name} ({why})" for name, why in refused if why]
                 if too_big:
                     reply["oversized"] = too_big
             os.write(done_fd, (json.dumps(reply) + "\n").encode())
