@@ -827,10 +827,10 @@ def _copy_out(src, host_root, dest, cap):
         st = os.fstat(fd)
         if not os.path.stat.S_ISREG(st.st_mode):
             return "not a regular file"
-        if st.st_size > cap:
-            return "over the size limit"
         if st.st_size > SPARSE_SLACK and st.st_blocks * 512 < st.st_size // 2:
             return "sparse"
+        if st.st_size > cap:
+            return "over the size limit"
         out = os.open(dest.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644,
                       dir_fd=host_root)
         try:
@@ -846,6 +846,9 @@ def _copy_out(src, host_root, dest, cap):
     finally:
         os.close(fd)
 
+
+#: The bytes one conversion's outputs may bring out together: ``OUTPUT_FACTOR`` x its inputs + ``OUTPUT_SLACK``.
+OUTPUT_FACTOR, OUTPUT_SLACK = 4, 64 << 20
 
 #: A file this small is never called sparse (tmpfs may allocate a small file's pages lazily).
 SPARSE_SLACK = 1 << 20
@@ -964,8 +967,15 @@ def supervise(spec, req_fd, done_fd):
                     reply["cpu_s"] = round(min(max(0.0, cpu), wall * (os.cpu_count() or 1) + 1.0), 6)
             if full:
                 cap = int(spec["max_file_bytes"])
-                refused = [(os.path.basename(host), _copy_out(f"{BASE}/out/{name}", host_root, host, cap))
-                           for host, name in [*outs.items(), (req["stdout"], ".stdout"), (req["stderr"], ".stderr")]]
+                # the outputs of one conversion together: a small multiple of its inputs (stdout/stderr: cap each)
+                left = [OUTPUT_FACTOR * sum(os.stat(copied[h]).st_size for h in req["inputs"]) + OUTPUT_SLACK]
+                refused = []
+                for host, name in [*outs.items(), (req["stdout"], ".stdout"), (req["stderr"], ".stderr")]:
+                    src, total = f"{BASE}/out/{name}", name in outs.values()
+                    refused.append((os.path.basename(host),
+                                    _copy_out(src, host_root, host, min(cap, left[0]) if total else cap)))
+                    if total and refused[-1][1] is None and os.path.lexists(src):
+                        left[0] -= os.lstat(src).st_size
                 too_big = [f"{name} ({why})" for name, why in refused if why]
                 if too_big:
                     reply["oversized"] = too_big

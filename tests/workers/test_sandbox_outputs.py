@@ -33,6 +33,7 @@ BODIES = {
     "fifo": 'os.mkfifo(dst)\n',
     "sparse": 'fd = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644)\nos.ftruncate(fd, 512 * 2**20)\nos.close(fd)\n',
     "symlink": 'os.symlink("/etc/passwd", dst)\n',
+    "total": 'with open(dst, "wb") as f:\n    f.write(b"x" * (70 * 2**20))\n',  # dense, over 4 x input + 64 MiB
     "descriptors": ('fds = {}\nfor fd in os.listdir("/proc/self/fd"):\n'
                     '    try:\n        fds[fd] = os.readlink(f"/proc/self/fd/{fd}")\n'
                     '    except OSError:\n        pass\n'
@@ -56,7 +57,7 @@ def _convert(tmp_path: Path, body: str, mode: str = "require") -> ConvertOutcome
 
 @needs_full
 @pytest.mark.parametrize("kind,why", [("fifo", "not a regular file"), ("sparse", "sparse"),
-                                      ("symlink", "not a regular file")])
+                                      ("symlink", "not a regular file"), ("total", "over the size limit")])
 def test_an_output_that_is_not_plain_data_is_refused_by_name(tmp_path: Path, kind: str, why: str) -> None:
     out = _convert(tmp_path, kind)
     assert out.status == "convert_error" and f"out.onnx ({why}" in out.message, out  # a FIFO: not a timeout
