@@ -63,11 +63,30 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 
+#: A root supervisor runs its session's pass as ``SESSION_UID_BASE + its own pid`` (a uid no other live session
+#: has): the kernel's per-uid state -- ``RLIMIT_NPROC``'s count, keyrings, inotify and signal quotas -- is then
+#: per job, so one job's pass at its process limit never stops another's from forking.
+SESSION_UID_BASE = 0x20000000
+
 #: Where the pass sees its world inside the sandbox (a tmpfs over /tmp).
 BASE = "/tmp/.ampci"
 DEV_NODES = ("null", "zero", "full", "random", "urandom")
 
 _libc = None
+
+
+def _load_seccomp():
+    """:mod:`workers._seccomp`, loaded by file path from beside this file (never through ``sys.path``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_ampci_seccomp", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_seccomp.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_seccomp = _load_seccomp()
 
 
 class SandboxError(Exception):
@@ -247,7 +266,9 @@ def _build_mounts(spec, libs, roots=None):
         blocked = _blocked_ancestor(os.path.join(tree, "x"), uid)
         if blocked:
             child = os.path.join(blocked, os.path.relpath(tree, blocked).split("/")[0])
-            keep.setdefault(blocked, {})[child] = os.open(child, os.O_PATH)
+            children = keep.setdefault(blocked, {})
+            if child not in children:  # two trees under one child: one descriptor, never one overwritten
+                children[child] = os.open(child, os.O_PATH)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     for point in reversed(_mountpoints()):
         try:
@@ -296,6 +317,23 @@ def _build_mounts(spec, libs, roots=None):
                 raise
 
 
+def _session_uid(spec):
+    """The uid of this session's pass (see :data:`SESSION_UID_BASE`) where this process is root and that uid
+    is mapped in its user namespace (a remapped container maps fewer); else ``spec["uid"]``, shared."""
+    uid = SESSION_UID_BASE + os.getpid()
+    if os.geteuid() != 0:
+        return spec["uid"]
+    try:
+        with open("/proc/self/uid_map") as fh:
+            for line in fh:
+                inside, _, count = (int(x) for x in line.split())
+                if inside <= uid < inside + count:
+                    return uid
+    except (OSError, ValueError):
+        pass
+    return spec["uid"]
+
+
 def _limits(spec):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     size = int(spec["max_file_bytes"])
@@ -340,6 +378,10 @@ def _drop_privileges(spec, full):
         _own_user_namespace("nested user namespace")
     _limits(spec)
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    try:  # after the drop, before any code of the pass: see workers/_seccomp.py for what it denies
+        _seccomp.install()
+    except OSError as exc:
+        raise SandboxError(f"system-call filter: {exc}") from exc
 
 
 def _init_namespace(spec, full):
@@ -771,15 +813,24 @@ def sweep_session_cgroups(base=None):
 
 def _copy_out(src, host_root, dest, cap):
     """Copy ``src`` (inside the sandbox's tmpfs) to ``dest`` (a host path, opened from ``host_root``), at
-    most ``cap`` bytes; False when it is larger (nothing copied) or not a regular file."""
+    most ``cap`` bytes.  Returns None when copied (or not written: the worker sees no file), else why not:
+    only a regular file is read -- opened without following a symlink and without blocking (a FIFO never
+    stalls the supervisor), then checked with ``fstat`` -- and a sparse one (far fewer blocks than bytes: it
+    cost the pass nothing and would cost the host its size) is refused."""
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return True  # not written: the worker sees no file
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None  # not written: the worker sees no file
+    except OSError as exc:  # a symlink (ELOOP), a device it may not open, ...
+        return f"not a regular file: {os.strerror(exc.errno or 0)}"
     try:
         st = os.fstat(fd)
-        if not os.path.stat.S_ISREG(st.st_mode) or st.st_size > cap:
-            return False
+        if not os.path.stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_size > SPARSE_SLACK and st.st_blocks * 512 < st.st_size // 2:
+            return "sparse"
+        if st.st_size > cap:
+            return "over the size limit"
         out = os.open(dest.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644,
                       dir_fd=host_root)
         try:
@@ -791,9 +842,16 @@ def _copy_out(src, host_root, dest, cap):
                 left -= sent
         finally:
             os.close(out)
-        return True
+        return None
     finally:
         os.close(fd)
+
+
+#: The bytes one conversion's outputs may bring out together: ``OUTPUT_FACTOR`` x its inputs + ``OUTPUT_SLACK``.
+OUTPUT_FACTOR, OUTPUT_SLACK = 4, 64 << 20
+
+#: A file this small is never called sparse (tmpfs may allocate a small file's pages lazily).
+SPARSE_SLACK = 1 << 20
 
 
 def supervise(spec, req_fd, done_fd):
@@ -805,6 +863,7 @@ def supervise(spec, req_fd, done_fd):
     try:
         os.setsid()
         _close_fds([req_fd, done_fd])
+        spec = dict(spec, uid=_session_uid(spec))
         host_root = os.open("/", os.O_PATH | os.O_DIRECTORY)  # the worker's view, for inputs and outputs
         proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY)  # the host's, before the pass mounts its own
         if not full:  # orphans of the pass become this process's children, so they are still counted
@@ -837,8 +896,9 @@ def supervise(spec, req_fd, done_fd):
             os.close(req_w)
             os.close(ready_r)
             os.close(go_w)
-            for fd in (req_fd, done_fd, host_root, proc):
-                os.close(fd)
+            # every descriptor of the supervisor's but this process's own pipes (the protocol's, the worker's
+            # view of / and /proc, the cgroup's files, any O_PATH descriptor of the mounts)
+            _close_fds([req_r, ready_w, go_r])
             if not os.read(go_r, 1):  # in its cgroup (when there is one) before anything runs
                 os._exit(1)
             os.close(go_r)
@@ -907,9 +967,16 @@ def supervise(spec, req_fd, done_fd):
                     reply["cpu_s"] = round(min(max(0.0, cpu), wall * (os.cpu_count() or 1) + 1.0), 6)
             if full:
                 cap = int(spec["max_file_bytes"])
-                too_big = [os.path.basename(host) for host, name in
-                           [*outs.items(), (req["stdout"], ".stdout"), (req["stderr"], ".stderr")]
-                           if not _copy_out(f"{BASE}/out/{name}", host_root, host, cap)]
+                # the outputs of one conversion together: a small multiple of its inputs (stdout/stderr: cap each)
+                left = [OUTPUT_FACTOR * sum(os.stat(copied[h]).st_size for h in req["inputs"]) + OUTPUT_SLACK]
+                refused = []
+                for host, name in [*outs.items(), (req["stdout"], ".stdout"), (req["stderr"], ".stderr")]:
+                    src, total = f"{BASE}/out/{name}", name in outs.values()
+                    refused.append((os.path.basename(host),
+                                    _copy_out(src, host_root, host, min(cap, left[0]) if total else cap)))
+                    if total and refused[-1][1] is None and os.path.lexists(src):
+                        left[0] -= os.lstat(src).st_size
+                too_big = [f"{name} ({why})" for name, why in refused if why]
                 if too_big:
                     reply["oversized"] = too_big
             os.write(done_fd, (json.dumps(reply) + "\n").encode())

@@ -392,7 +392,7 @@ def _outcome(rc: int, err: str, timed_out: bool, wall: float, dst: Path, report:
         return ConvertOutcome("timeout", f"conversion exceeded its time limit of {timeout_s:g}s and was killed",
                               wall_s=wall, returncode=rc)
     if oversized:
-        return ConvertOutcome("convert_error", f"the pass wrote outputs over the size limit: {', '.join(oversized)}",
+        return ConvertOutcome("convert_error", f"the pass wrote outputs ampci does not take: {', '.join(oversized)}",
                               wall_s=wall, returncode=rc)
     if rc == 0:
         try:

@@ -29,6 +29,7 @@ from workers.convergence import loop_convergence, loop_feeds, rollout, stateful_
 from workers.convert import DEFAULT_PASS_ROOT, convert_in_subprocess
 from workers.emulation import EmulationError
 from workers.environment import fingerprint
+from workers.external_data import external_locations
 from workers.graph_facts import attach_report, measure_graph
 from workers.infra import infra_message
 from workers.latency import measure_latency
@@ -283,6 +284,10 @@ class _Job:
             converted = onnx.load_from_string(self.converted_bytes)
         except Exception as exc:  # noqa: BLE001
             raise JobFailed("convert_error", f"the pass wrote an unreadable model: {_line(exc)}") from None
+        named = external_locations(converted)  # before anything could resolve them against our directory
+        if named:
+            raise JobFailed("convert_error", "the pass's model names external data outside its output (only the "
+                            f"model file is taken): {'; '.join(named[:5])[:500]}")
         self.converted_sha = hashlib.sha256(self.converted_bytes).hexdigest()
         try:  # emulation widens every type to fp32, so it must not be what finds type errors
             self._check_once(converted, self.converted_sha, full=True)

@@ -8,13 +8,18 @@ pull-request comment.  :func:`redact` replaces anything that looks like a creden
 * the password of a URL (``scheme://user:PASSWORD@host``) and ``Bearer``/``token``/``Basic`` authorization values;
 * the value of any ``NAME=value`` or ``NAME: value`` whose name ends in secret, token, password, pwd,
   credential(s), api/private/access key or authorization (``tokenizer=`` is not one), and of every ``AMPCI_*`` setting;
-* any of the ``known`` strings (the service passes its own secrets' values).
+* any of the ``known`` strings (the service passes its own secrets' values; :func:`encoded_forms` adds their
+  base64, URL-safe base64 and hex spellings).
+
+:func:`redact_tree` applies it to every string (and key) of a JSON-like value: a job result's report fields
+(``kept_fp32`` entries, notes, names), not only its error text.
 
 It never raises and is idempotent; it is a second line: the sandbox already keeps secrets away from the pass.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterable
 
@@ -49,3 +54,30 @@ def redact(text: str, known: Iterable[str] = ()) -> str:
     out = _NAMED.sub(lambda m: m.group(1) + MARK, out)
     out = _AMPCI.sub(lambda m: m.group(1) + MARK, out)
     return out
+
+
+def encoded_forms(values: Iterable[str]) -> list[str]:
+    """``values`` and their base64 (standard and URL-safe, with and without padding) and hex (lower and upper
+    case) spellings: a pass that read a secret may print it encoded."""
+    out = []
+    for v in values:
+        if not v:
+            continue
+        raw = v.encode()
+        b64 = base64.b64encode(raw).decode()
+        url = base64.urlsafe_b64encode(raw).decode()
+        out += [v, b64, b64.rstrip("="), url, url.rstrip("="), raw.hex(), raw.hex().upper()]
+    return out
+
+
+def redact_tree(value: object, known: Iterable[str] = ()) -> object:
+    """``value`` (str, list, tuple, dict: JSON-like) with :func:`redact` applied to every string in it, keys
+    included; other values are returned as they are."""
+    known = list(known)
+    if isinstance(value, str):
+        return redact(value, known)
+    if isinstance(value, list | tuple):
+        return [redact_tree(v, known) for v in value]
+    if isinstance(value, dict):
+        return {(redact(k, known) if isinstance(k, str) else k): redact_tree(v, known) for k, v in value.items()}
+    return value

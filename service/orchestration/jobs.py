@@ -80,14 +80,18 @@ def cell_options(run: JobRun, cell: Cell) -> JsonObject:
 
 
 def redact_result(result: JobResult) -> JobResult:
-    """``result`` with its message redacted (:func:`workers.redact.redact`) before it is stored: credential
-    shapes and the exact values of this process's own secrets (webhook secret, tokens, the passwords in its
-    database and broker URLs) -- the message may carry what the pass under test wrote."""
+    """``result`` with every string it holds redacted (:func:`workers.redact.redact_tree`) before it is stored:
+    the message, the stderr tail and every string of the pass's report (``kept_fp32`` entries, notes, names) --
+    credential shapes and the exact values, and their base64/hex spellings, of this process's own secrets
+    (webhook secret, tokens, the passwords in its database and broker URLs).  Changes ``result`` in place and
+    returns it."""
+    import dataclasses
     import os
     from urllib.parse import urlsplit
 
     from service.settings import CREDENTIALS
-    from workers.redact import redact
+    from workers.redact import encoded_forms, redact_tree
+    from workers.result import JobResult as _JobResult
 
     known = [os.environ.get(name, "") for name in CREDENTIALS if not name.endswith("_FILE")]
     key = os.environ.get("AMPCI_GITHUB_PRIVATE_KEY", "")
@@ -97,8 +101,12 @@ def redact_result(result: JobResult) -> JobResult:
             known.append(urlsplit(os.environ.get(f"AMPCI_{name}", "")).password or "")
         except ValueError:
             pass
-    if result.message:
-        result.message = redact(result.message, known)
+    data: JsonObject = result.to_dict()
+    clean = redact_tree(data, encoded_forms(known))
+    if clean != data and isinstance(clean, dict):
+        fresh = _JobResult.from_dict(clean)
+        for f in dataclasses.fields(result):
+            setattr(result, f.name, getattr(fresh, f.name))
     return result
 
 

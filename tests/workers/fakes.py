@@ -65,6 +65,19 @@ for i, t in enumerate(m.graph.initializer):
 onnx.save(m, a.dst)
 report()
 ''',
+    # The model with its first float initializer's data moved to "external data" at a location the pass names
+    # (PASS_EXTERNAL_LOCATION, default ../secret): the worker must never read that file for it.
+    "external_secret": '''
+import onnx
+m = onnx.load(a.src)
+t = next(i for i in m.graph.initializer if i.data_type == onnx.TensorProto.FLOAT)
+t.ClearField("raw_data"); t.ClearField("float_data")
+t.data_location = onnx.TensorProto.EXTERNAL
+for k, v in (("location", os.environ.get("PASS_EXTERNAL_LOCATION", "../secret")), ("offset", "0"), ("length", "4")):
+    e = t.external_data.add(); e.key, e.value = k, v
+onnx.save(m, a.dst)
+report()
+''',
     "reject": '''
 print("amp_pass: error: policy 'nope' does not exist", file=sys.stderr)
 sys.exit(2)

@@ -281,3 +281,27 @@ def test_an_unwritable_cache_is_ampcis_failure(tmp_path: Path, zoo: Path, settin
     blocked.write_text("not a directory")
     r = _job("conv", zoo, dataclasses.replace(settings, cache_dir=blocked), fake_pass(tmp_path / "n", "naive_fp16"))
     assert r.status == "error" and r.message.startswith("infrastructure: internal worker error"), r.message
+
+
+@pytest.mark.parametrize("where", ["beside", "relative", "absolute"])
+def test_external_data_the_pass_names_is_never_read_by_the_worker(tmp_path: Path, zoo: Path, settings: WorkerConfig,
+                                                                   monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Issue 40: a converted model whose initializer's external data is ``secret`` (a file in the worker's working
+    directory: onnx.checker accepts it), ``../secret`` or an absolute path is a convert_error naming it; the
+    secret's bytes appear nowhere in the result."""
+    import struct
+
+    work = tmp_path / "work"
+    work.mkdir()
+    secret = (work if where == "beside" else tmp_path) / "secret"
+    secret.write_bytes(struct.pack("<f", 1234.5678))
+    secret.chmod(0o600)
+    monkeypatch.chdir(work)  # the worker's working directory: ../secret is beside it
+    root = fake_pass(tmp_path / "ext", "external_secret")
+    location = {"beside": "secret", "relative": "../secret", "absolute": str(secret)}[where]
+    main = root / "amp_pass" / "__main__.py"  # the pass's code is the test's to write: the location baked in
+    main.write_text(main.read_text().replace('"../secret"', repr(location)))
+    r = _job("conv", zoo, settings, root)
+    assert r.status == "convert_error", r
+    assert "external data" in r.message and repr(location) in r.message, r.message
+    assert "1234.56" not in r.to_json()

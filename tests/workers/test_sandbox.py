@@ -76,7 +76,8 @@ def test_a_hostile_pass_gets_nothing_and_the_job_ends_cleanly(tmp_path: Path, li
     assert got["ampci_env"] == [] and got["self_environ_ampci"] in (False, "error")  # unreadable or clean
     assert got["parent_environ_ampci"] is False
     assert set(got["env"]) <= {*sb.ENV_ALLOWED, "HOME", "TMPDIR", "PYTHONDONTWRITEBYTECODE"}, got["env"]
-    assert got["uid"] == sb.SANDBOX_UID if os.geteuid() == 0 else True
+    # a root worker runs each session's pass as a uid of its own (per-uid kernel state is per job)
+    assert got["uid"] >= sb.loader().SESSION_UID_BASE if os.geteuid() == 0 else True
     assert got["sockets_inherited"] == 0
     assert got["connected"] == []  # no PostgreSQL, no Redis, not even the test's own loopback listener
     assert got["wrote"] == [] and all(v.read_bytes() == before[v] for v in victims)
@@ -192,4 +193,5 @@ def test_a_pass_root_the_sandbox_uid_cannot_read_is_a_one_line_error(tmp_path: P
     out = convert_in_subprocess(src, tmp_path / "out.onnx", tmp_path / "report.json", "fp16", "default", "cpu",
                                 root, timeout_s=60, memory_bytes=2 * 2**30, warm=False,
                                 sandbox=sb.SandboxPolicy(mode="require"))
-    assert out.status == "error" and "is not readable by the sandbox's uid 65534 (mode 700)" in out.message, out
+    assert out.status == "error" and "is not readable by the sandbox's uid" in out.message, out
+    assert "(mode 700)" in out.message, out
