@@ -43,6 +43,7 @@ NO_LISTING = {
     "db": "one line", "ack": "one line", "bisect": "progress lines (emit wraps them)",
     "check": "one job's report (workers)", "reconcile": "one summary (emit wraps it)",
     "github": "create-app prints a URL and next steps (lines, no table)",
+    "completion": "prints the shell code argcomplete makes (tests/service/cli/test_completion.py)",
 }
 
 
