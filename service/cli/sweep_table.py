@@ -26,7 +26,8 @@ _FIGURES: tuple[Column, ...] = (("cosine", "num"), ("max_abs", "num"), ("p50 ms"
 
 
 def _num(value: float | None, fmt: str) -> str:
-    return "" if value is None else format(value, fmt)
+    """``value`` in ``fmt``; ``-`` when it was not measured (a record reads ``cosine -``, not ``cosine``)."""
+    return "-" if value is None else format(value, fmt)
 
 
 def low_compute_cell(r: ResultRow) -> str:
@@ -48,7 +49,7 @@ def results_rows(results: Sequence[ResultRow]) -> list[dict[str, str]]:
     return [{"model": r.model, "dtype": r.dtype, "policy": r.policy, "target": r.target, "cell": _cell(*r.cell),
              "status": r.status, "cosine": _num(r.cosine, ".5f"), "max_abs": _num(r.max_abs, ".3g"),
              "p50 ms": _num(r.latency_p50_ms, ".2f"), "speedup": _num(r.speedup, ".2f"),
-             "low %": low_compute_cell(r), "message": r.message or ""} for r in results]
+             "low %": low_compute_cell(r) or "-", "message": r.message or ""} for r in results]
 
 
 def sweep_tables(run: RunInfo, revision: str, results: Sequence[ResultRow], regressions: Sequence[RegressionInfo],
