@@ -16,16 +16,15 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
-from service import vocabulary
-from service.vocabulary import EARLIEST, LATEST, UnknownNameError
+from service import since, vocabulary
+from service.vocabulary import UnknownNameError
 
 MAX_ID = 2**31 - 1               # the database's integer ids
 MAX_DIGITS = 18                  # longer digit strings are refused unread
-MAX_SINCE_DAYS = 36_500          # `--since 100y` is the most a finding list can mean
 MAX_SECONDS = 30 * 86_400.0      # durations on the command line: at most 30 days
 _INT = re.compile(rf"-?[0-9]{{1,{MAX_DIGITS}}}", re.ASCII)
 _SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?", re.ASCII)
@@ -115,25 +114,11 @@ def bounded_float(low: float, high: float) -> Callable[[str], float]:
 
 def since_time(raw: str) -> datetime:
     """An argparse ``type``: ``Nd``/``Nh`` ago (at most 100 years) or an ISO date/datetime (UTC when no
-    zone is given) from 1970 to 2100; the aware UTC datetime."""
-    text = raw.strip() if isinstance(raw, str) else ""
-    bad = argparse.ArgumentTypeError(f"expected a date like 2026-11-01, a datetime, or 7d/12h (at most "
-                                     f"{MAX_SINCE_DAYS}d), got {_shown(raw)}")
-    if not text.isascii() or _UNSAFE.search(text):
-        raise bad
-    if text[-1:] in ("d", "h") and text[:-1].isdigit() and len(text) <= 12:
-        amount = int(text[:-1])
-        days = amount if text[-1] == "d" else amount / 24
-        if days > MAX_SINCE_DAYS:
-            raise bad
-        return datetime.now(UTC) - timedelta(days=days)
-    try:
-        value = datetime.fromisoformat(text)
-        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    except (ValueError, OverflowError):
-        raise bad from None
-    if not EARLIEST <= value < LATEST:
-        raise bad
+    zone is given) from 1970 to 2100; the aware UTC datetime (:func:`service.since.since_time`, as the
+    dashboard's ``?since=`` reads it)."""
+    value = since.since_time(raw)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected {since.SINCE_FORMS}, got {_shown(raw)}")
     return value
 
 

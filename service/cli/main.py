@@ -40,6 +40,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "service.cli.deliveries_cmd",
     "service.cli.baseline_cmd",
     "service.cli.github_cmd",
+    "service.cli.completion_cmd",
 )
 
 
@@ -74,6 +75,7 @@ COMMANDS: dict[str, Command] = {
     "deliveries": Command("service.cli.deliveries_cmd", "recorded webhook deliveries (why one made no run)"),
     "baseline": Command("service.cli.baseline_cmd", "pin the older reference drift is judged against"),
     "github": Command("service.cli.github_cmd", "the GitHub App: create it from its manifest"),
+    "completion": Command("service.cli.completion_cmd", "print shell code that completes commands, options and models"),
 }
 
 
@@ -185,6 +187,10 @@ def _expected_exit_code(exc: BaseException) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one ampci command; return its exit code (0 ok, 1 gate failed, 2 bad input, 3 unavailable)."""
+    if argv is None and "_ARGCOMPLETE" in os.environ:  # a TAB in a shell that ran `ampci completion`
+        from service.cli.completion import complete
+
+        complete(lambda words: build_parser(command_modules(words)))  # prints the candidates and exits
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(command_modules(argv))
     _ask_json_usage(parser, argv)

@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from service.cli.argtypes import bounded_int, dtype_name, one_of, policy_name, target_name
 from service.cli.startup import startup_complete
-from service.errors import ConfigError, UserError
+from service.errors import ConfigError
 from service.vocabulary import RUN_STATES, TRIGGERS
 
 if TYPE_CHECKING:
@@ -113,21 +112,6 @@ def emit(args: argparse.Namespace, data: JsonValue, *renderables: RenderableType
             print(wrap_lines(printable(r), console_.width), flush=True)
         else:
             console_.print(r)
-
-
-def parse_since(text: str) -> datetime:
-    """An ISO date or datetime (UTC if no zone) or ``Nd``/``Nh`` ago."""
-    from datetime import timedelta
-
-    t = text.strip()
-    try:
-        if t[-1:] in ("d", "h") and t[:-1].isdigit():
-            delta = timedelta(days=int(t[:-1])) if t[-1] == "d" else timedelta(hours=int(t[:-1]))
-            return datetime.now(UTC) - delta
-        dt = datetime.fromisoformat(t)
-    except ValueError:
-        raise UserError(f"--since: expected a date like 2026-11-01, a datetime, or 7d/12h; got {text!r}") from None
-    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
 
 
 #: The help of a --revision option.
@@ -291,7 +275,7 @@ def cmd_regressions(args: argparse.Namespace) -> int:
     store = open_store()
     if args.run_id is not None:
         store.get_run(args.run_id)
-    since = args.since if isinstance(args.since, datetime) or args.since is None else parse_since(args.since)
+    since = args.since  # a datetime: --since's type (service.cli.argtypes.since_time) parsed it
     regs = store.regressions(state="open" if args.open else None, since=since, revision=args.revision,
                              run_id=args.run_id, category=args.category, limit=args.limit)
     out = console(args)

@@ -375,60 +375,16 @@ SweepTable: TypeAlias = "tuple[RunInfo, Sequence[ResultRow], Sequence[Regression
 
 
 def _emit(args: argparse.Namespace, payload: JsonObject, table: SweepTable | None) -> None:
+    """``payload`` as JSON (``--json``, or nothing to tabulate), else the finished run's tables fitted to the
+    console (:func:`service.cli.sweep_table.sweep_tables`)."""
     if args.json or table is None:
         print(json.dumps(payload, indent=None if not args.json else 2, sort_keys=True))
         return
-    from rich.table import Table
-
     from service.cli.query_cmd import console as table_console
-    from service.cli.tables import NARROW
+    from service.cli.query_cmd import emit
+    from service.cli.sweep_table import sweep_tables
 
     run_info, results, regressions, started, comparison = table
     console = table_console(args)
-    narrow = console.width < NARROW  # 80 columns: one cell column, no low %, messages below; text folds
-    t = Table(title=f"run {run_info.id} · {run_info.sweep} · {started.revision[:12]} · {run_info.status}")
-    for col in (("cell", "status") if narrow else ("model", "dtype", "policy", "target", "status")):
-        t.add_column(col, overflow="fold")
-    for col in ("cosine", "max_abs", "p50 ms", "speedup", *(() if narrow else ("low %",))):
-        t.add_column(col, no_wrap=True, min_width=len(col))
-    if not narrow:
-        t.add_column("message", overflow="fold", min_width=12)
-    for r in results:
-        status = f"[green]{r.status}[/]" if r.status == "pass" else f"[red]{r.status}[/]"
-        cell = [f"{r.model} {r.dtype}/{r.policy}/{r.target}"] if narrow else [r.model, r.dtype, r.policy, r.target]
-        message = r.message or ""
-        t.add_row(*cell, status, _num(r.cosine, ".5f"), _num(r.max_abs, ".3g"), _num(r.latency_p50_ms, ".2f"),
-                  _num(r.speedup, ".2f"),
-                  *(() if narrow else (low_compute_cell(r), message if len(message) <= 200 else message[:199] + "…")))
-    console.print(t)
-    if narrow:
-        for r in results:
-            if r.message:
-                console.print(f"{r.model} {r.dtype}/{r.policy}/{r.target} {r.status}: {r.message}", markup=False)
-    elif any(len(r.message or "") > 200 for r in results):
-        console.print(f"full messages: ampci run {run_info.id}")
-    if regressions:
-        rt = Table(title=comparison["message"])
-        for col in ("model", "dtype", "policy", "target", "kind", "severity", "metric", "baseline", "value",
-                    "detail"):
-            rt.add_column(col, overflow="fold")
-        for g in regressions:
-            rt.add_row(g.model, g.dtype, g.policy, g.target, g.kind, g.severity, g.metric,
-                       _num(g.baseline_value, ".4g"), _num(g.value, ".4g"), g.detail)
-        console.print(rt)
-    else:
-        console.print(comparison["message"])
-
-
-def low_compute_cell(r: ResultRow) -> str:
-    """The "low %" cell: the measured low-precision share of the compute nodes (workers.graph_facts), ``n/a``
-    for a converted model without compute nodes, empty when the model was not converted."""
-    from workers.result import CONVERSION_OK_STATUSES
-
-    if r.low_precision_fraction is not None:
-        return format(100 * r.low_precision_fraction, ".0f")
-    return "n/a" if r.status in CONVERSION_OK_STATUSES else ""
-
-
-def _num(value: float | None, fmt: str) -> str:
-    return "" if value is None else format(value, fmt)
+    emit(args, payload, *sweep_tables(run_info, started.revision, results, regressions, comparison["message"],
+                                      console.width), out=console)

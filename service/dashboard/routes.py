@@ -12,7 +12,7 @@ Routes (not in the OpenAPI schema):
   cell (a run started from the CLI has no branch); ``branch=all`` (or empty) is every branch.  Without
   ``policy`` or ``target`` it lists every policy/target of the model and dtype that has results (one
   of them: that cell's history).  Matrix and diff links of a run keep the run's branch;
-- ``GET /regressions[?state=open|all|STATE&kind=&category=&model=&dtype=&limit=200]`` — findings across
+- ``GET /regressions[?state=open|all|STATE&kind=&category=&model=&dtype=&since=7d|DATE&limit=200]`` — findings across
   runs, newest first (the open ones unless ``state`` says otherwise), each linking to its run and its
   cell's history;
 - ``GET /regressions/{id}`` — one finding, baseline vs offending numbers, bisection state;
@@ -59,7 +59,7 @@ from service.regressions.rules import CATEGORIES
 from service.settings import Settings
 from service.vocabulary import AWAITING_APPROVAL, TRIGGERS
 from service.web.auth import require_read
-from service.web.params import path_id, query_int
+from service.web.params import path_id, query_int, query_since
 
 HERE = Path(__file__).parent
 CSS = views.stylesheet((HERE / "static" / "dashboard.css").read_text(encoding="utf-8"))  # with the kinds' styles
@@ -172,9 +172,11 @@ def deliveries_page(request: Request, status: str = "", limit: str = "100") -> R
 @read.get("/regressions", response_class=HTMLResponse)
 @html_errors
 def regressions_page(request: Request, state: str = "open", kind: str = "", category: str = "", model: str = "",
-                     dtype: str = "", limit: str = "200") -> Response:
+                     dtype: str = "", since: str = "", limit: str = "200") -> Response:
     """Findings across runs, newest first (default: the open ones; ``state=all`` every state), filtered by
-    kind, category, model and dtype; each links to its finding page, its run and its cell's history."""
+    kind, category, model, dtype and ``since`` (found at or after: ``7d``/``12h`` ago or an ISO date, as
+    ``ampci regressions --since``; anything else a 400 page); each links to its finding page, its run and
+    its cell's history."""
     chosen = None if state in ("", "all") else state
     kinds = [k.name for k in all_kinds()]
     if kind and kind not in kinds:
@@ -185,10 +187,11 @@ def regressions_page(request: Request, state: str = "open", kind: str = "", cate
         if value and not _NAME.match(value):
             raise UserError(f"{name}: letters, digits and ._:+/- only")
     n = query_int(limit, "limit", 1, 1000, 200)
+    after = query_since(since)
     rows = queries.findings(_store(request), state=chosen, kind=kind or None, category=category or None,
-                            model=model or None, dtype=dtype or None, limit=n)
+                            model=model or None, dtype=dtype or None, since=after, limit=n)
     return render("regressions.html", rows=rows, state=chosen or "", kind=kind, category=category, model=model,
-                  dtype=dtype, limit=n, states_all=REG_STATES, kinds=kinds,
+                  dtype=dtype, since=since.strip() if after else "", limit=n, states_all=REG_STATES, kinds=kinds,
                   categories=CATEGORIES, magnitude=views.magnitude)
 
 

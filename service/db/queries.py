@@ -273,6 +273,11 @@ class QueriesMixin:
         with self.transaction() as conn:
             return conn.execute(q).first() is not None
 
+    def model_names(self, limit: int = 10_000) -> list[str]:
+        """The distinct model names of stored jobs and results (at most ``limit`` of each), sorted."""
+        with self.transaction() as conn:
+            return _model_names(conn, limit)
+
     def list_runs(self, limit: int = 50, revision: str | None = None, trigger: str | None = None,
                   status: str | None = None) -> list[RunInfo]:
         """Runs newest first, optionally for one revision / trigger / status."""
@@ -348,9 +353,7 @@ class QueriesMixin:
         if hit is None and conn.execute(sa.select(t_job.c.id).where(t_job.c.model == model).limit(1)).first() is None:
             import difflib
 
-            known = {str(m) for (m,) in conn.execute(sa.select(t_res.c.model).distinct().limit(10_000))}
-            known |= {str(m) for (m,) in conn.execute(sa.select(t_job.c.model).distinct().limit(10_000))}
-            close = difflib.get_close_matches(model, sorted(known), n=3, cutoff=0.6)
+            close = difflib.get_close_matches(model, _model_names(conn, 10_000), n=3, cutoff=0.6)
             hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             raise NotFoundError(f"unknown model {model!r} (no job or result has it){hint}")
 
@@ -484,3 +487,10 @@ def ancestors(conn: Connection, sha: str, max_depth: int = 1000, include_self: b
     rows = conn.execute(_ANCESTORS, {"sha": sha, "max_depth": max_depth}).all()
     out = [(r.sha, int(r.d)) for r in rows if r.sha != sha]
     return [(sha, 0), *out] if include_self else out
+
+
+def _model_names(conn: Connection, limit: int) -> list[str]:
+    """The distinct model names of stored results and jobs (at most ``limit`` of each), sorted."""
+    names = {str(m) for (m,) in conn.execute(sa.select(t_res.c.model).distinct().limit(limit))}
+    names |= {str(m) for (m,) in conn.execute(sa.select(t_job.c.model).distinct().limit(limit))}
+    return sorted(names)

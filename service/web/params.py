@@ -11,9 +11,15 @@ NotFoundError (404) / UserError (400) for hand-parsed ones (the dashboard's HTML
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BeforeValidator
 
 from service.errors import NotFoundError, UserError
+from service.since import SINCE_FORMS, since_time
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 MAX_DIGITS = 18            # every such number fits an int64; longer input is refused unread
 MAX_ID = 2**31 - 1         # the database's integer ids
@@ -27,6 +33,17 @@ def strict_int(raw: str, lo: int = 0, hi: int = MAX_ID) -> int | None:
         return None
     value = int(raw)
     return value if lo <= value <= hi else None
+
+
+def query_since(raw: str, name: str = "since") -> datetime | None:
+    """A query parameter's time (:func:`service.since.since_time`: ``7d``, ``12h``, an ISO date or
+    datetime), None when it is empty, else UserError (400)."""
+    if raw == "":
+        return None
+    value = since_time(raw)
+    if value is None:
+        raise UserError(f"{name}: expected {SINCE_FORMS}, got {raw[:40]!r}")
+    return value
 
 
 def path_id(raw: str, what: str) -> int:

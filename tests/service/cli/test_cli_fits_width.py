@@ -3,10 +3,12 @@
 printed whole wherever it appears (a word cut to fit a bounded message ends in ``…``; ``--json`` has it all).
 
 The commands are enumerated from :data:`service.cli.main.COMMANDS`: each one either has an invocation here
-or is named in :data:`NO_LISTING` with the reason, so a new command is classified by whoever adds it."""
+(``sweep``: its printing function on stored runs, :func:`sweep_output` -- an embedded sweep is slow) or is
+named in :data:`NO_LISTING` with the reason, so a new command is classified by whoever adds it."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import re
 from contextlib import redirect_stderr, redirect_stdout
@@ -16,7 +18,10 @@ import pytest
 
 from service.cli.fit import CUT_NOTE, wrap_words
 from service.cli.main import COMMANDS, main
+from service.cli.sweep_cmd import _emit, compared_cells
 from service.db import pins
+from service.db.store import Store
+from service.orchestration.scheduler import StartedRun
 from tests.service.factories import chain, make_result, migrated_store, run_with
 
 LONG_MODEL = "mini_resnet_block_with_a_long_name"
@@ -34,11 +39,11 @@ HEADER_WORDS = {"conv"}
 #: Commands without a listing of stored rows (they print one line or their own progress), with why.
 NO_LISTING = {
     "convert": "one report line per conversion",
-    "sweep": "its table is service/cli/sweep_cmd.py's own (tests/service/cli/test_cli_rough_edges.py)",
     "worker": "a long-running process", "beat": "a long-running process", "serve": "a long-running process",
     "db": "one line", "ack": "one line", "bisect": "progress lines (emit wraps them)",
     "check": "one job's report (workers)", "reconcile": "one summary (emit wraps it)",
     "github": "create-app prints a URL and next steps (lines, no table)",
+    "completion": "prints the shell code argcomplete makes (tests/service/cli/test_completion.py)",
 }
 
 
@@ -76,9 +81,42 @@ def store_url(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]
     return url, shas
 
 
+def sweep_output(url: str) -> list[tuple[list[str], str]]:
+    """What ``ampci sweep`` prints after each stored run (its own printing function, ``_emit``, on the run's
+    results and open regressions against the run before): (a label, the text) per run."""
+    store = Store.from_url(url)
+    out = []
+    try:
+        for run in store.list_runs():
+            results = store.results(run_id=run.id)
+            regs = [r for r in store.regressions(run_id=run.id, category="regression") if r.state == "open"]
+            comparison = compared_cells(store, run.id, len(results), run.baseline_sha, len(regs))
+            started = StartedRun(run.id, run.revision_sha, run.baseline_sha, len(results), created=True)
+            text = io.StringIO()
+            with redirect_stdout(text):
+                _emit(argparse.Namespace(json=False), {}, (run, results, regs, started, comparison))
+            out.append((["sweep", f"(run {run.id})"], text.getvalue()))
+    finally:
+        store.dispose()
+    return out
+
+
+#: Commands whose printed output is made by calling their printing function (command -> url -> outputs).
+RENDERED = {"sweep": sweep_output}
+
+
 def test_every_command_is_classified(store_url: tuple[str, list[str]]) -> None:
-    listed = set(listings(store_url[1]))
+    listed = set(listings(store_url[1])) | set(RENDERED)
     assert listed.isdisjoint(NO_LISTING) and listed | set(NO_LISTING) == set(COMMANDS)
+    assert len(listed) == len(listings(store_url[1])) + len(RENDERED)
+
+
+def test_the_sweep_output_shows_its_findings(store_url: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stored runs give the sweep's table something to fit: a long message and a regression table."""
+    monkeypatch.setenv("COLUMNS", "80")
+    texts = [text for _, text in sweep_output(store_url[0])]
+    assert len(texts) == 3 and any("regression(s) against baseline" in t and "fail_accuracy" in t for t in texts)
+    assert any("convert_error: NotImplementedError:" in " ".join(t.split()) for t in texts)  # below the table
 
 
 def _no_fragment(token: str, out: str) -> None:
@@ -101,22 +139,25 @@ def test_listings_fit_and_break_no_word(store_url: tuple[str, list[str]], width:
     monkeypatch.setenv("AMPCI_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("AMPCI_BROKER_URL", raising=False)
     monkeypatch.setenv("COLUMNS", str(width))
+    printed = []
     for command, argvs in listings(shas).items():
         for argv in argvs:
             out, err = io.StringIO(), io.StringIO()
             with redirect_stdout(out), redirect_stderr(err):
                 code = main(argv)
-            text = out.getvalue()
-            assert code in (0, 1) and text, (argv, err.getvalue())
-            limit = max(width, 200) if "--wide" in argv else width  # --wide: at least 200 columns
-            wider = [line for line in text.splitlines() if len(line) > limit]
-            assert not wider, (argv, limit, wider)
-            for token in TOKENS:
-                _no_fragment(token, text)
-            if command in ("run", "results", "compare", "regressions") or LONG_MODEL in argv:
-                assert LONG_MODEL in text, argv
-            if command == "regressions":
-                assert "bf16/conservative/cuda-a100" in text and "fp16/default/cpu" in text
+            assert code in (0, 1) and out.getvalue(), (argv, err.getvalue())
+            printed.append((command, argv, out.getvalue()))
+    printed.extend((command, argv, text) for command, render in RENDERED.items() for argv, text in render(url))
+    for command, argv, text in printed:
+        limit = max(width, 200) if "--wide" in argv else width  # --wide: at least 200 columns
+        wider = [line for line in text.splitlines() if len(line) > limit]
+        assert not wider, (argv, limit, wider)
+        for token in TOKENS:
+            _no_fragment(token, text)
+        if command in ("run", "results", "compare", "regressions", "sweep") or LONG_MODEL in argv:
+            assert LONG_MODEL in text, argv
+        if command == "regressions":
+            assert "bf16/conservative/cuda-a100" in text and "fp16/default/cpu" in text
 
 
 def test_bounded_text_is_cut_at_words_and_marked() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from service.cli.check_cmd import graph_lines
-from service.cli.sweep_cmd import low_compute_cell
+from service.cli.sweep_table import low_compute_cell
 from service.db.extract import result_columns
 from tests.service.factories import make_result
 from workers.result import GraphFacts

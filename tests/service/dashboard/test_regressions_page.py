@@ -4,6 +4,8 @@ filters, and the JSON twin at ``/api/regressions``."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -66,3 +68,51 @@ def test_json_twin(client: Any, seeded_db: tuple[str, Any, Seeded]) -> None:
                                                            "Accept": "application/json"})
     assert r.status_code == 200
     assert [f["id"] for f in r.json()["regressions"]] == [f.id for f in store.regressions(state="open")]
+
+
+@pytest.fixture
+def spread(seeded_db: tuple[str, Any, Seeded]) -> Iterator[None]:
+    """The seed's findings (stored in one transaction: one time) found 12 h, 36 h, 60 h, ... ago, oldest
+    first by id (the page's order is unchanged); their stored times are put back after the test."""
+    import sqlalchemy as sa
+
+    from service.db.findings import t_reg
+
+    _, store, _ = seeded_db
+    with store.transaction() as conn:
+        before = dict(conn.execute(sa.select(t_reg.c.id, t_reg.c.created_at)).tuples().all())
+        now = datetime.now(UTC)
+        for n, reg_id in enumerate(sorted(before, reverse=True)):
+            conn.execute(sa.update(t_reg).where(t_reg.c.id == reg_id).values(created_at=now - timedelta(days=n, hours=12)))
+    yield
+    with store.transaction() as conn:
+        for reg_id, at in before.items():
+            conn.execute(sa.update(t_reg).where(t_reg.c.id == reg_id).values(created_at=at))
+
+
+@pytest.mark.usefixtures("spread")
+def test_since_filter_reads_dates_and_days_like_the_cli(client: Any, seeded_db: tuple[str, Any, Seeded]) -> None:
+    """``since`` keeps the findings found at or after it: an ISO date/datetime (UTC) or ``Nd``/``Nh`` ago,
+    the forms ``ampci regressions --since`` takes (service/since.py reads both)."""
+    _, store, _ = seeded_db
+    every = store.regressions()
+    times = sorted({f.created_at for f in every})
+    assert len(times) >= 3
+    cut = times[len(times) // 2]
+    html = client.get(f"/regressions?state=all&since={cut.isoformat().replace('+', '%2B')}").text
+    kept = [f.id for f in every if f.created_at >= cut]
+    assert _ids(html) == kept and 0 < len(kept) < len(every)
+    assert f'name="since" value="{cut.isoformat()}"' in html  # the form keeps the filter
+    for value, found in (("1d", 1), ("2d", 2), ("48h", 2), ("1h", 0)):  # 12 h from every boundary
+        want = [f.id for f in every][:found]
+        assert _ids(client.get(f"/regressions?state=all&since={value}").text) == want, value
+    assert _ids(client.get("/regressions?state=all&since=2099-12-31").text) == []
+    assert _ids(client.get("/regressions?state=all&since=").text) == [f.id for f in every]  # empty: no filter
+
+
+@pytest.mark.parametrize("value", ["yesterday", "7w", "36501d", "2026-13-01", "%00", "٣d"])
+def test_a_bad_since_is_a_400_page_with_one_line(client: Any, value: str) -> None:
+    r = client.get(f"/regressions?since={value}")
+    assert r.status_code == 400 and r.headers["content-type"].startswith("text/html")
+    message = re.findall(r"since: expected [^<]*", r.text)
+    assert len(message) == 1 and "7d/12h" in message[0] and "\n" not in message[0]
