@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from service.regressions.findings import CAPPED_BY, EXPLAINED
+from service.vocabulary import CellColumns
 
 #: The lines, in the order printed.
 LINES = ("regressions", "confirmed improvements", "flaky", "resolved", "dismissed", "not confirmed")
@@ -24,17 +25,10 @@ FEW = 3
 NOT_COUNTED = frozenset({"dismissed", "false_positive", EXPLAINED})
 
 
-class ListedFinding(Protocol):
-    """What a line reads of a finding (a :class:`~service.db.records.RegressionInfo`)."""
+class ListedFinding(CellColumns, Protocol):
+    """What a line reads of a finding (a :class:`~service.db.records.RegressionInfo`): its cell's columns and
+    these."""
 
-    @property
-    def model(self) -> str: ...
-    @property
-    def dtype(self) -> str: ...
-    @property
-    def policy(self) -> str: ...
-    @property
-    def target(self) -> str: ...
     @property
     def kind(self) -> str: ...
     @property
