@@ -70,3 +70,17 @@ def test_unknown_convergence_error_unit_rejected() -> None:
     d["convergence"]["error_unit"] = "percent"
     with pytest.raises(ValueError, match="unknown convergence error unit"):
         JobResult.from_dict(d)
+
+
+def test_a_result_with_metric_keys_of_a_newer_worker_still_reads() -> None:
+    """A stored result whose output metrics carry a key this version does not know (a newer worker wrote it)
+    reads back with the known figures intact instead of failing the whole page."""
+    from workers.result import JobResult, OutputMetrics
+
+    metrics = {"max_abs": 0.5, "cosine": 0.99, "a_future_figure": 3}
+    data = {"status": "pass", "model": "m", "dtype": "fp16", "policy": "default", "target": "cpu",
+            "accuracy": {"mode": "emulation", "provider": "cpu", "per_output": {"y": metrics}, "worst": metrics}}
+    result = JobResult.from_dict(data)
+    assert result.accuracy is not None
+    assert result.accuracy.worst == OutputMetrics(max_abs=0.5, cosine=0.99)
+    assert result.accuracy.per_output["y"].max_abs == 0.5

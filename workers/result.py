@@ -68,6 +68,12 @@ class OutputMetrics:
     task_metric: float | None = None  # e.g. top-1 agreement for classifiers
     task_metric_name: str | None = None
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OutputMetrics:
+        """Inverse of ``asdict``; unknown keys (written by a newer worker) are ignored, missing ones default."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
 
 @dataclass
 class AccuracyReport:
@@ -268,8 +274,8 @@ class JobResult:
                 return None
             return AccuracyReport(
                 mode=x["mode"], provider=x["provider"],
-                per_output={k: OutputMetrics(**v) for k, v in x.get("per_output", {}).items()},
-                worst=OutputMetrics(**x.get("worst", {})), passed=x.get("passed", True),
+                per_output={k: OutputMetrics.from_dict(v) for k, v in x.get("per_output", {}).items()},
+                worst=OutputMetrics.from_dict(x.get("worst", {})), passed=x.get("passed", True),
                 reason=x.get("reason", ""), not_judged=dict(x.get("not_judged", {})),
                 limits={k: dict(v) for k, v in x.get("limits", {}).items()})
 
