@@ -310,7 +310,9 @@ def _parse_push(data: JsonObject, settings: Settings) -> Decision:
         revisions.append(RevisionInfo(
             sha=push.after, parents=[], branch=branch, author=_author(head.author) if head else None,
             message=head.message if head else "", committed_at=head.timestamp if head else None))
-    baseline = push.before if push.before != ZERO_SHA else None
+    # a forced push's `before` is the branch's old tip, which the new head need not descend from: the baseline is
+    # then the nearest swept ancestor of the head (git's links, recorded when the run finishes), as for a new branch
+    baseline = push.before if push.before != ZERO_SHA and not push.forced else None
     return RunRequest(repo=push.repository.full_name, trigger="push", head_sha=push.after,
                       baseline_sha=baseline, branch=branch, revisions=revisions,
                       change_sha256=change_key("push", push.repository.full_name.lower(), push.ref,

@@ -51,6 +51,17 @@ def test_first_parent_is_unknown_for_forced_pushes_and_new_branches(flag: str):
     assert isinstance(got, RunRequest) and got.revisions[0].parents == []
 
 
+def test_a_forced_push_is_compared_with_its_nearest_swept_ancestor_not_the_old_tip():
+    """After a forced push the old tip (``before``) may be on no path to the new head: comparing with it would
+    charge the pass with whatever the rewritten commits changed.  No baseline is named, so detection takes the
+    nearest ancestor of the head with results (as for a new branch)."""
+    head, old_tip = sha("new"), sha("rewritten")
+    forced = parse_event("push", encode(push_payload(head, before=old_tip, commits=[head], forced=True)), SETTINGS)
+    plain = parse_event("push", encode(push_payload(head, before=old_tip, commits=[head])), SETTINGS)
+    assert isinstance(forced, RunRequest) and isinstance(plain, RunRequest)
+    assert (forced.baseline_sha, plain.baseline_sha) == (None, old_tip)
+
+
 def test_push_moving_a_branch_to_an_existing_commit_records_the_head():
     head = sha("existing")
     got = parse_event("push", encode(push_payload(head, commits=[])), SETTINGS)
