@@ -212,7 +212,7 @@ class RunWritesMixin:
             ins = dialect_insert(conn, t_run)
             stmt = ins.on_conflict_do_nothing(index_elements=[t_run.c.dedup_key]).returning(
                 t_run.c.dedup_key, t_run.c.id)
-            got: dict[str | None, int] = dict(conn.execute(stmt, [row(specs[i]) for i in keyed]).tuples().all())
+            got: dict[str | None, int] = dict(conn.execute(stmt, [row(specs[i]) for i in keyed]).all())
             for i in keyed:
                 if specs[i].dedup_key in got:
                     ids[i] = int(got[specs[i].dedup_key])

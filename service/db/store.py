@@ -416,7 +416,7 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
             if row.status == AWAITING_APPROVAL:
                 return run_info(row)  # no jobs until approved: nothing to derive
             counts: dict[str, int] = dict(conn.execute(sa.select(t_job.c.status, sa.func.count()).where(
-                t_job.c.run_id == run_id).group_by(t_job.c.status)).tuples().all())
+                t_job.c.run_id == run_id).group_by(t_job.c.status)).all())
             total = sum(counts.values())
             pending = counts.get("queued", 0) + counts.get("running", 0)
             finished_at = None
@@ -471,9 +471,9 @@ class Store(RunWritesMixin, QueriesMixin, DeliveriesMixin):
         with self.transaction() as conn:
             run = self.run_row(conn, run_id)
             jobs: dict[str, int] = dict(conn.execute(sa.select(t_job.c.status, sa.func.count()).where(
-                t_job.c.run_id == run_id).group_by(t_job.c.status)).tuples().all())
+                t_job.c.run_id == run_id).group_by(t_job.c.status)).all())
             res: dict[str, int] = dict(conn.execute(sa.select(t_res.c.status, sa.func.count()).where(
-                t_res.c.run_id == run_id).group_by(t_res.c.status)).tuples().all())
+                t_res.c.run_id == run_id).group_by(t_res.c.status)).all())
             found = conn.execute(sa.select(t_reg.c.category, t_reg.c.kind, sa.func.count()).where(
                 t_reg.c.run_id == run_id, t_reg.c.state.in_(("open", "acknowledged")))
                 .group_by(t_reg.c.category, t_reg.c.kind)).all()
