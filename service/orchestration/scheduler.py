@@ -55,7 +55,7 @@ from service.settings import Settings
 if TYPE_CHECKING:
     from service.db.records import RunInfo
     from service.db.store import Store
-    from workers.revisions import RevisionCache
+    from workers.revision.revisions import RevisionCache
 
 ProgressCallback = Callable[[Mapping[str, int]], None]
 Cell = tuple[str, str, str, str]
@@ -85,8 +85,7 @@ def zoo_catalog(path: Path | None = None, data_dir: Path | None = None) -> dict[
 
 
 def _cache(settings: Settings, source: JsonValue = None) -> RevisionCache:
-    from workers import revisions as rv
-
+    from workers.revision import revisions as rv
     return rv.RevisionCache.from_config(job_worker_config(settings, source))
 
 
@@ -94,8 +93,7 @@ def resolve_revision(settings: Settings, revision: str, source: JsonValue = None
     """The full sha of ``revision`` (branch, tag, full or short sha, ``HEAD``) of the pass repository (the one
     ``source`` names, a run's :data:`~service.orchestration.pass_repo.PASS_REPO` entry, when given);
     ``WORKTREE`` is returned unchanged.  Stores nothing; an unknown revision is a one-line UserError."""
-    from workers import revisions as rv
-
+    from workers.revision import revisions as rv
     if revision == rv.WORKTREE:
         return revision
     try:
@@ -105,8 +103,7 @@ def resolve_revision(settings: Settings, revision: str, source: JsonValue = None
 
 
 def _worktree_dir(settings: Settings) -> Path:
-    from workers import revisions as rv
-
+    from workers.revision import revisions as rv
     if settings.pass_repo and Path(settings.pass_repo).is_dir():
         return Path(settings.pass_repo)
     return Path(rv.default_pass_repo())
@@ -132,7 +129,7 @@ class RevisionFields:
 
     @classmethod
     def from_git(cls, info: Mapping[str, object]) -> RevisionFields:
-        """The fields of :func:`workers.revisions.describe`'s answer (parents a list of shas, the others
+        """The fields of :func:`workers.revision.revisions.describe`'s answer (parents a list of shas, the others
         text or None); a value of another type counts as unknown."""
         parents = info.get("parents")
 
@@ -146,8 +143,7 @@ class RevisionFields:
 
 def _describe_revision(settings: Settings, revision: str) -> tuple[str, str | None, RevisionFields]:
     """(sha-or-worktree-key, default baseline, revision fields) for ``REV`` or ``WORKTREE``."""
-    from workers import revisions as rv
-
+    from workers.revision import revisions as rv
     cache = _cache(settings)
     if revision == rv.WORKTREE:
         local = _worktree_dir(settings)
@@ -207,7 +203,7 @@ def _start_run(settings: Settings, store: Store, config: SweepConfig, cells: lis
     """The rest of :func:`start_sweep`, with its (prestarted) local pool, if any."""
     sha, parent, info = _describe_revision(settings, revision)
     base = resolve_revision(settings, baseline) if baseline else parent
-    from workers.revisions import SHA_RE
+    from workers.revision.revisions import SHA_RE
 
     # a commit's own chain covers its parents; a WORKTREE key's parent is HEAD
     roots = [sha] if SHA_RE.match(sha) else list(info.parents[:1])

@@ -1,5 +1,5 @@
 """Celery app for the soft-time-limit test: the real app and tasks, where a ``stuck_*`` model runs the
-real job (``workers.job.run_job``) whose fetch step hangs, so the soft limit fires inside job code that
+real job (``workers.jobs.job.run_job``) whose fetch step hangs, so the soft limit fires inside job code that
 turns every exception into a result.  Started as ``celery -A tests.distributed.soft_limit_app worker``."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from service.orchestration import tasks
 from service.orchestration.celery_app import app  # noqa: F401  - `celery -A` looks for `app`
-from workers import job as job_module
+from workers.jobs import job as job_module
 from workers.result import JobResult
 
 _real_run_cell = tasks.run_cell

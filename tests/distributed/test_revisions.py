@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from workers.revisions import RevisionCache, RevisionError, content_key, describe, repo_key, validate_sha
+from workers.revision.revisions import (
+    RevisionCache,
+    RevisionError,
+    content_key,
+    describe,
+    repo_key,
+    validate_sha,
+)
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -1,5 +1,5 @@
 """A job past Celery's soft time limit ends ``timeout`` (naming the limit), not ``crash``, even though
-the job code (``workers.job.run_job``) turns the ``SoftTimeLimitExceeded`` it gets into a result."""
+the job code (``workers.jobs.job.run_job``) turns the ``SoftTimeLimitExceeded`` it gets into a result."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from service.orchestration import scheduler, tasks
 from service.orchestration.scheduler import SweepConfig, open_store, start_sweep, wait_for_run
 from service.settings import Settings
-from workers import job as job_module
+from workers.jobs import job as job_module
 from workers.result import JobResult
 
 SHA = "cd" * 20
