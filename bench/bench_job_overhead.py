@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.settings import Settings  # noqa: E402
-from workers.jobs.job import JobSpec, run_job  # noqa: E402
+from workers.jobs.job import run_job  # noqa: E402
+from workers.jobs.spec import JobSpec  # noqa: E402
 from workers.zoo.manifest import load_zoo  # noqa: E402
 
 

@@ -22,7 +22,8 @@ from service.regressions.rules import CellSample, coverage_rule
 from service.regressions.thresholds import Thresholds
 from tests.auto.conftest import assert_valid
 from tests.auto.models import feeds_for, overflow_chain
-from workers.jobs.job import JobSpec, run_job
+from workers.jobs.job import run_job
+from workers.jobs.spec import JobSpec
 from workers.result import JobResult
 from workers.revision.config import WorkerConfig
 
@@ -164,7 +165,7 @@ def test_job_policy_auto_searches_to_the_jobs_own_acceptance_rule(tmp_path: Path
     """No overflow here: the default fp16 painting meets the search's default cosine, but not this zoo
     entry's strict max-abs tolerance.  The job hands its own rule to the search, so ``auto`` keeps
     enough nodes fp32 to pass the job, where a cosine-only search would have stopped at the default."""
-    from workers.jobs.job import search_tolerance
+    from workers.jobs.tolerance_search import search_tolerance
     from workers.measure.autosearch import Tolerance
     from workers.measure.metrics import Tolerance as JobTolerance
     from workers.measure.metrics import compare_outputs, judge

@@ -11,6 +11,7 @@ from typing import Any
 from service.orchestration import tasks
 from service.orchestration.celery_app import app  # noqa: F401  - `celery -A` looks for `app`
 from workers.jobs import job as job_module
+from workers.jobs.spec import JobSpec
 from workers.result import JobResult
 
 _real_run_cell = tasks.run_cell
@@ -28,7 +29,7 @@ def run_cell(cell: tuple[str, str, str, str], revision: str, settings: Any,
     import os
 
     if cell[0].startswith("stuck_"):  # the real job, on a one-model zoo written by the test
-        spec = job_module.JobSpec(*cell, revision=revision, zoo_path=Path(os.environ["AMPCI_TEST_ZOO"]))
+        spec = JobSpec(*cell, revision=revision, zoo_path=Path(os.environ["AMPCI_TEST_ZOO"]))
         return job_module.run_job(spec, settings.worker_config())
     return _real_run_cell(cell, revision, settings, options)
 

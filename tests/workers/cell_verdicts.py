@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from service.regressions.rules import CellSample
-from workers.jobs.job import state_outputs_not_judged
+from workers.jobs.stateful import state_outputs_not_judged
 from workers.measure.metrics import compare_outputs, judge
 from workers.measure.runners import EmulatedRunner, SessionRunner
 from workers.revision.config import WorkerConfig

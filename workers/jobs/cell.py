@@ -35,7 +35,8 @@ def run_cell(cell: tuple[str, str, str, str], revision: str, config: WorkerConfi
     except RevisionError as exc:
         return JobResult(model=model, dtype=dtype, policy=policy, target=target, status="bad_spec",
                          revision=revision, message=f"revision: {exc}")
-    from workers.jobs.job import JobSpec, run_job  # lazy: onnxruntime only in the process that runs jobs
+    from workers.jobs.job import run_job  # lazy: onnxruntime only in the process that runs jobs
+    from workers.jobs.spec import JobSpec
     if not (options or {}).get("confirm"):  # (a confirmation still checks out its baseline: confirm_job)
         config = config.without_credentials()  # the pass is checked out: nothing after this needs the token
 

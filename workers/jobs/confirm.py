@@ -22,7 +22,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workers.measure.latency import cpu_time_measures_work, fastest_alternating, timed_run, timing_slot
+from workers.jobs.spec import target_kind
+from workers.measure.latency import (
+    TIMING_LOCK,
+    cpu_time_measures_work,
+    fastest_alternating,
+    timed_run,
+    timing_slot,
+)
 from workers.revision.config import WorkerConfig
 from workers.revision.convert import convert_in_subprocess
 from workers.zoo.fetch import fetch_entry
@@ -48,8 +55,6 @@ def confirm_cell(cell: tuple[str, str, str, str], roots: dict[str, Path], kinds:
     """Measure ``kinds`` of ``cell`` with the pass at ``roots["baseline"]`` and ``roots["candidate"]``
     interleaved (see module doc).  Returns ``{"pairs": n, "kinds": {kind: {"baseline": [...], "candidate":
     [...], "unit": "s"|"ms"}}, "seconds": wall}``; raises :class:`ConfirmError`."""
-    from workers.jobs.job import target_kind  # lazy: onnxruntime only where jobs run
-
     model, dtype, policy, target = cell
     unknown = [k for k in kinds if k not in CONFIRMABLE]
     if unknown or not kinds:
@@ -100,7 +105,6 @@ def _latency_pairs(converted: dict[str, Path], entry: Any, target: str, n: int,
     :data:`LATENCY_RUNS_PER_PAIR` runs alternating with the other side's: in CPU ms of the timing thread
     where that is the model's work (:func:`workers.measure.latency.cpu_time_measures_work`; unit ``ms of CPU``: what
     other load on the machine does not inflate), else wall ms (unit ``ms``)."""
-    from workers.jobs.job import TIMING_LOCK, target_kind
     from workers.measure.runners import SessionRunner
     from workers.measure.sessions import SessionError, cuda_usable
     from workers.timing import JobClock

@@ -7,29 +7,34 @@ also ends as a result, so a job never takes a worker down: it is ampci's failure
 ``error``, message ``infrastructure: internal worker error: ...``; :mod:`workers.infra`), as is a sandbox that
 could not be made or could not import a dependency of the pass.  A ``cuda`` job on a worker without a usable CUDA
 device runs nothing: status ``unmeasured`` ("no CUDA device"), never ``pass``.
+
+What a job is asked is a :class:`workers.jobs.spec.JobSpec`; the stateful entries' rollout cache and unjudged
+state outputs are :mod:`workers.jobs.stateful`, the tolerance a ``policy auto`` conversion searches against
+:mod:`workers.jobs.tolerance_search`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
 import tempfile
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnx
 
 from workers.infra import infra_message
+from workers.jobs.spec import DTYPES, TARGETS, JobSpec, target_kind
+from workers.jobs.stateful import flatten_steps, rollout_step_feeds, state_outputs_not_judged, unflatten_steps
+from workers.jobs.tolerance_search import search_tolerance
 from workers.measure import reference as refcache
 from workers.measure.convergence import loop_convergence, loop_feeds, rollout, stateful_convergence
 from workers.measure.emulation import EmulationError
 from workers.measure.environment import fingerprint
 from workers.measure.graph_facts import attach_report, measure_graph
-from workers.measure.latency import measure_latency
+from workers.measure.latency import TIMING_LOCK, latency_error, measure_latency
 from workers.measure.metrics import compare_outputs, judge, limits
 from workers.measure.runners import EmulatedRunner, Runner, SessionRunner
 from workers.measure.sessions import CPU, SessionError, cuda_usable
@@ -50,32 +55,8 @@ from workers.zoo.inputs import SpecError, check_spec, describe_inputs, feeds_dig
 from workers.zoo.manifest import ZooEntry, ZooError, load_zoo
 from workers.zoo.registry import FetchError
 
-DTYPES = ("fp16", "bf16")
-#: File under the cache dir whose lock makes the jobs of one machine time their models one at a time.
-TIMING_LOCK = "timing.lock"
-TARGETS = ("cpu", "cuda")
 #: The message of a ``cuda`` job on a worker without a usable CUDA device (status ``unmeasured``).
 NO_CUDA = "no CUDA device: this worker has no usable CUDA device, so nothing of the cell was measured"
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One cell at one revision.  ``pass_root``: a directory whose ``amp_pass`` package the
-    conversion subprocess imports first (default: this repository).  ``seed``/``steps`` override
-    the zoo entry's input seed and the settings' convergence steps; ``zoo_path`` another manifest
-    (default: the built-in zoo merged with the user zoo under ``WorkerConfig.data_dir``); ``entry`` an
-    entry to run instead of looking ``model`` up (a model file checked by path)."""
-
-    model: str
-    dtype: str
-    policy: str = "default"
-    target: str = "cpu"
-    revision: str | None = None
-    pass_root: Path | None = None
-    seed: int | None = None
-    steps: int | None = None
-    zoo_path: Path | None = None
-    entry: ZooEntry | None = None
 
 
 class JobFailed(Exception):
@@ -357,12 +338,12 @@ class _Job:
         try:
             if e.stateful:
                 key = self.cache.key(self.sha, self.seed, digest, "rollout", extra)
-                arrays, hit = self.cache.get_or_compute(key, lambda: _flatten_steps(
+                arrays, hit = self.cache.get_or_compute(key, lambda: flatten_steps(
                     rollout(lambda f: self._run_ref(self.fp32(), f), e, self.seed, steps)))
-                ref_steps = _unflatten_steps(arrays, steps)
+                ref_steps = unflatten_steps(arrays, steps)
                 if hit:  # rerun the first step and one other, each from the cached state before it
                     for t in sorted({0, 1 + secrets.randbelow(steps - 1) if steps > 1 else 0}):
-                        feeds = _rollout_step_feeds(e, self.seed, ref_steps, t)
+                        feeds = rollout_step_feeds(e, self.seed, ref_steps, t)
                         self._check_rerun("fp32 rerun", f"reference (step {t})", key, ref_steps[t],
                                           self._run_ref(self.fp32(), feeds))
                 self.result.convergence = stateful_convergence(ref_steps, self.emulated, e, self.seed)
@@ -404,91 +385,6 @@ class _Job:
             r.status = "pass"
         if r.latency is not None and r.latency.error and not r.latency.error.startswith(LATENCY_UNSUPPORTED):
             r.message = f"{r.message}; latency: {r.latency.error}" if r.message else f"latency: {r.latency.error}"
-
-
-def latency_error(exc: BaseException, target: str, dtype: str) -> str:
-    """Why the converted model was not timed.  onnxruntime's CPU provider has no bf16 kernels for most ops
-    (NOT_IMPLEMENTED): that is information (:data:`workers.result.LATENCY_UNSUPPORTED`), said once, not a
-    failure of the model; anything else is the session's error."""
-    text = str(exc)
-    if target == "cpu" and dtype == "bf16" and "NOT_IMPLEMENTED" in text:
-        ops = sorted(set(re.findall(r"implementation for (\w+)\(", text)))
-        first = f" (first missing: {', '.join(ops)})" if ops else ""
-        return (f"{LATENCY_UNSUPPORTED}onnxruntime's CPU provider has no bf16 kernels for these ops{first}; "
-                "bf16 latency is measured on CUDA workers (--target cuda)")
-    return f"converted model not timed: {text}"
-
-
-def target_kind(target: str) -> str:
-    """The device kind of a job target: ``cpu``/``cuda``, also for a queue of one (``cuda-a100`` -> ``cuda``),
-    as ``AMPCI_EXTRA_QUEUES`` and sweeps name them; the cell keeps the queue name."""
-    return target.partition("-")[0]
-
-
-def search_tolerance(entry: ZooEntry, dtype: str, k: float, ref: Mapping[str, np.ndarray],
-                     baseline: Mapping[str, np.ndarray]) -> str:
-    """The job's acceptance rule as a ``policy auto`` tolerance string (``workers.measure.autosearch.Tolerance``).
-
-    Per judged float output (see :func:`state_outputs_not_judged`): ``max_abs[NAME]`` = k x fp32 rerun
-    noise + atol + rtol x max|ref|, exactly the bound :func:`workers.measure.metrics.judge` applies on the same
-    inputs, and the entry's minimum cosine.  (A task metric such as top-1 is not part of the search; the
-    job still judges it afterwards.)
-    """
-    tol = entry.tolerance_for(dtype)
-    skip = state_outputs_not_judged(entry, ref)
-    parts = [f"cosine={tol.min_cosine!r}"]
-    for name, r in ref.items():
-        if name in skip or np.asarray(r).dtype.kind != "f" or any(c in name for c in ",=]"):
-            continue
-        r64 = np.asarray(r, np.float64)
-        both = np.isfinite(r64)
-        scale = float(np.abs(r64[both]).max()) if both.any() else 0.0
-        b64 = np.asarray(baseline.get(name, r), np.float64)
-        fin = both & np.isfinite(b64)
-        noise = float(np.abs(r64 - b64)[fin].max()) if fin.any() else 0.0
-        parts.append(f"max_abs[{name}]={k * noise + tol.atol + tol.rtol * scale!r}")
-    return ",".join(parts)
-
-
-def state_outputs_not_judged(entry: ZooEntry, outputs: Mapping[str, object]) -> dict[str, str]:
-    """The state outputs of a stateful entry that the accuracy verdict leaves to the convergence check.
-
-    Empty unless the entry is stateful with ``judge_state`` false and at least one output is not a
-    state output (a model whose only outputs are state is judged on them).  A recurrent state is
-    internal: bf16 moves single LSTM cell elements by up to ~0.1 at one step while the task output
-    stays within 3e-4 (silero VAD), so its health is judged by whether its error stays bounded,
-    relative to its own magnitude, over the whole rollout.
-    """
-    if entry.stateful is None or entry.stateful.judge_state:
-        return {}
-    state = set(entry.stateful.state.values()) & set(outputs)
-    if not state or not set(outputs) - state:
-        return {}
-    return {name: "state output: judged by the convergence check" for name in sorted(state)}
-
-
-def _flatten_steps(steps: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """One array per output, stacked over steps (a rollout is stored as few large arrays)."""
-    return {f"rollout/{k}": np.stack([outs[k] for outs in steps]) for k in steps[0]}
-
-
-def _unflatten_steps(arrays: dict[str, np.ndarray], steps: int) -> list[dict[str, np.ndarray]]:
-    stacked = refcache.split(arrays, "rollout")
-    return [{k: v[t] for k, v in stacked.items()} for t in range(steps)]
-
-
-def _rollout_step_feeds(entry: ZooEntry, seed: int, ref_steps: list[dict[str, np.ndarray]],
-                        step: int) -> dict[str, np.ndarray]:
-    """The feeds :func:`workers.measure.convergence.rollout` gives the model at ``step``, its state taken from
-    ``ref_steps[step - 1]`` (so one cached transition can be rerun alone)."""
-    assert entry.stateful is not None
-    fresh = make_feeds(entry, seed, step=step)
-    if not step:
-        return fresh
-    feeds = {k: v for k, v in fresh.items() if k not in entry.stateful.state}
-    for inp, out in entry.stateful.state.items():
-        feeds[inp] = ref_steps[step - 1][out].astype(fresh[inp].dtype)
-    return feeds
 
 
 def _line(exc: BaseException) -> str:

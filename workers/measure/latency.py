@@ -23,15 +23,19 @@ slowdown; block minima of wall time narrowed that only a little at load average 
 models run.
 
 Jobs on one machine (the embedded pool's worker processes, several Celery workers sharing a cache
-dir) time one at a time: :func:`timing_slot` holds an exclusive ``flock`` on a file for the timed
-section, so two jobs' onnxruntime thread pools never compete for the cores while either is timed (on
-two cores such overlap swung a 0.2 ms model's converted/fp32 ratio by 2x between A/A jobs).
+dir) time one at a time: :func:`timing_slot` holds an exclusive ``flock`` on a file (:data:`TIMING_LOCK` under
+the cache dir) for the timed section, so two jobs' onnxruntime thread pools never compete for the cores while
+either is timed (on two cores such overlap swung a 0.2 ms model's converted/fp32 ratio by 2x between A/A jobs).
+
+A converted model that cannot be timed is not a failed job: :func:`latency_error` says why, as information
+(:data:`workers.result.LATENCY_UNSUPPORTED`) where the provider lacks the kernels, else the session's error.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -43,13 +47,15 @@ import numpy as np
 import psutil
 
 from workers.measure.runners import SessionRunner
-from workers.result import LatencyStats
+from workers.result import LATENCY_UNSUPPORTED, LatencyStats
 
 _PROC: psutil.Process | None = None
 #: Wall-time budget of one block (one stored sample of each model): ``k`` alternating pairs fit in it.
 BLOCK_BUDGET_MS = 200.0
 #: Most timed runs of each model per block (the fastest of them is the sample).
 BLOCK_MAX_RUNS = 5
+#: File under the cache dir whose lock makes the jobs of one machine time their models one at a time.
+TIMING_LOCK = "timing.lock"
 
 
 def _this_process() -> psutil.Process:
@@ -188,3 +194,16 @@ def _timed(runner: SessionRunner, feeds: Mapping[str, np.ndarray]) -> tuple[floa
     of wall time, and per-run converted/fp32 ratios spread 0.26-2.7 in wall time, 0.82-1.21 in CPU time)."""
     with runner.clock.executing():
         return timed_run(runner.session, feeds)
+
+
+def latency_error(exc: BaseException, target: str, dtype: str) -> str:
+    """Why the converted model was not timed.  onnxruntime's CPU provider has no bf16 kernels for most ops
+    (NOT_IMPLEMENTED): that is information (:data:`workers.result.LATENCY_UNSUPPORTED`), said once, not a
+    failure of the model; anything else is the session's error."""
+    text = str(exc)
+    if target == "cpu" and dtype == "bf16" and "NOT_IMPLEMENTED" in text:
+        ops = sorted(set(re.findall(r"implementation for (\w+)\(", text)))
+        first = f" (first missing: {', '.join(ops)})" if ops else ""
+        return (f"{LATENCY_UNSUPPORTED}onnxruntime's CPU provider has no bf16 kernels for these ops{first}; "
+                "bf16 latency is measured on CUDA workers (--target cuda)")
+    return f"converted model not timed: {text}"

@@ -95,7 +95,7 @@ def test_bf16_on_the_cpu_provider_says_once_why_latency_is_not_measured(capsys: 
 
 
 def test_latency_error_keeps_other_session_errors():
-    from workers.jobs.job import latency_error
+    from workers.measure.latency import latency_error
 
     exc = RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for Conv(22) "
                        "node with name ''")

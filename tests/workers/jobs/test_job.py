@@ -12,7 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.conftest import test_cache_dir
 from tests.workers.fakes import fake_pass, write_manifest
-from workers.jobs.job import JobSpec, run_job
+from workers.jobs.job import run_job
+from workers.jobs.spec import JobSpec
 from workers.result import JobResult
 from workers.revision.config import WorkerConfig
 
@@ -248,7 +249,7 @@ def test_real_stateful_model_in_bf16_judges_its_state_by_convergence(tmp_path: P
 
 
 def test_state_outputs_left_to_convergence_only_when_other_outputs_exist(tmp_path: Path) -> None:
-    from workers.jobs.job import state_outputs_not_judged
+    from workers.jobs.stateful import state_outputs_not_judged
     from workers.zoo.manifest import load_zoo
 
     base = 'source = { synthetic = "stateful_rnn" }\ninputs.x = { shape = [1, 8] }\ninputs.h = { shape = [1, 32] }\n'

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from tests.workers.fakes import fake_pass, write_manifest
 from tests.workers.jobs.test_job import MANIFEST
-from workers.jobs.job import JobSpec, run_job, target_kind
+from workers.jobs.job import run_job
+from workers.jobs.spec import JobSpec, target_kind
 from workers.revision.config import WorkerConfig
 
 

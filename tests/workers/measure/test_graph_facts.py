@@ -181,7 +181,8 @@ def test_old_result_json_without_measured_fields_still_loads() -> None:
 
 def test_job_result_carries_measured_facts_not_the_report(tmp_path: Path) -> None:
     from tests.workers.fakes import write_manifest
-    from workers.jobs.job import JobSpec, run_job
+    from workers.jobs.job import run_job
+    from workers.jobs.spec import JobSpec
     from workers.revision.config import WorkerConfig
 
     zoo = write_manifest(tmp_path / "zoo.toml", '''

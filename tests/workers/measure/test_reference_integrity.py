@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tests.workers.fakes import fake_pass, write_manifest
-from workers.jobs.job import JobSpec, run_job
+from workers.jobs.job import run_job
+from workers.jobs.spec import JobSpec
 from workers.measure import reference as refcache
 from workers.measure.reference import ReferenceCache, rerun_mismatch
 from workers.result import JobResult

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from tests.workers.fakes import fake_pass, write_manifest
 from tests.workers.jobs.test_job import MANIFEST
-from workers.jobs.job import TIMING_LOCK, JobSpec, run_job
-from workers.measure.latency import timing_slot
+from workers.jobs.job import run_job
+from workers.jobs.spec import JobSpec
+from workers.measure.latency import TIMING_LOCK, timing_slot
 from workers.revision.config import WorkerConfig
 
 HOLD = ("import fcntl, sys, time, pathlib; p = pathlib.Path(sys.argv[1]); p.parent.mkdir(parents=True, exist_ok=True)\n"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.workers.fakes import write_manifest
-from workers.jobs.job import JobSpec, run_job
+from workers.jobs.job import run_job
+from workers.jobs.spec import JobSpec
 from workers.revision.config import WorkerConfig
 from workers.zoo import s3 as s3mod
 from workers.zoo.fetch import cached_download_path, fetch_entry

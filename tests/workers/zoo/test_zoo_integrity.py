@@ -15,7 +15,8 @@ import pytest
 
 from tests.workers.fakes import write_manifest
 from workers.jobs import job as jobmod
-from workers.jobs.job import JobSpec, run_job
+from workers.jobs.job import run_job
+from workers.jobs.spec import JobSpec
 from workers.revision.config import WorkerConfig
 from workers.zoo import materialise, registry
 from workers.zoo.fetch import FetchedModel, fetch_entry
