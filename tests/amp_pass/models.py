@@ -220,7 +220,7 @@ def assert_valid(model: onnx.ModelProto, dtype: str) -> None:
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if dtype == "bf16":
-        from workers.measure.emulation import emulate_model
+        from workers.measure.emulation_rewrite import emulate_model
 
         model = emulate_model(model)
         # the emulation is run with graph optimizations off (workers.measure.emulation.EmulatedSession): its

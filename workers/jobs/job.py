@@ -31,7 +31,7 @@ from workers.jobs.stateful import flatten_steps, rollout_step_feeds, state_outpu
 from workers.jobs.tolerance_search import search_tolerance
 from workers.measure import reference as refcache
 from workers.measure.convergence import loop_convergence, loop_feeds, rollout, stateful_convergence
-from workers.measure.emulation import EmulationError
+from workers.measure.emulation_rewrite import EmulationError
 from workers.measure.environment import fingerprint
 from workers.measure.graph_facts import attach_report, measure_graph
 from workers.measure.latency import TIMING_LOCK, latency_error, measure_latency

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 
-from workers.measure.emulation import EmulatedSession, emulate_model, emulated_bytes, low_precision_inputs
+from workers.measure.emulation import EmulatedSession, emulated_bytes
+from workers.measure.emulation_rewrite import emulate_model, low_precision_inputs
 from workers.measure.sessions import make_session, numpy_dtype, output_names, run_session
 from workers.timing import JobClock
 

@@ -9,7 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from workers.measure.emulation import LOW_TYPES, EmulatedSession, emulate_model, run_emulated
+from workers.measure.emulation import EmulatedSession, run_emulated
+from workers.measure.emulation_rewrite import LOW_TYPES, emulate_model
 
 F, H, B = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16
 NP_LOW = {H: np.float16, B: ml_dtypes.bfloat16}
