@@ -62,11 +62,12 @@ def record_ancestry(settings: Settings, store: Store, sha: str, depth: int | Non
     revision cache with its token), else ``AMPCI_PASS_REPO`` or this checkout; return how many revisions were
     written.  Links recorded before for these commits (e.g. what a push payload implied) are replaced by git's.
     Baselines, bisection and resolution walk these links.  UserError when git cannot read the commit."""
-    from workers.revision import revisions as rv
+    from workers.revision.git_commands import RevisionError
+    from workers.revision.revisions import RevisionCache
     depth = depth or (store.thresholds or Thresholds()).ancestor_depth
     try:
-        chain = rv.RevisionCache.from_config(job_worker_config(settings, source)).first_parents(sha, depth)
-    except rv.RevisionError as exc:
+        chain = RevisionCache.from_config(job_worker_config(settings, source)).first_parents(sha, depth)
+    except RevisionError as exc:
         raise UserError(str(exc)) from None
     return int(store.upsert_revisions([RevisionRow(c, parents) for c, parents in chain]))
 

@@ -93,12 +93,13 @@ def resolve_revision(settings: Settings, revision: str, source: JsonValue = None
     """The full sha of ``revision`` (branch, tag, full or short sha, ``HEAD``) of the pass repository (the one
     ``source`` names, a run's :data:`~service.orchestration.pass_repo.PASS_REPO` entry, when given);
     ``WORKTREE`` is returned unchanged.  Stores nothing; an unknown revision is a one-line UserError."""
-    from workers.revision import revisions as rv
-    if revision == rv.WORKTREE:
+    from workers.revision.git_commands import RevisionError
+    from workers.revision.snapshots import WORKTREE
+    if revision == WORKTREE:
         return revision
     try:
         return str(_cache(settings, source).resolve(revision))
-    except rv.RevisionError as exc:
+    except RevisionError as exc:
         raise UserError(str(exc)) from None
 
 
@@ -144,22 +145,24 @@ class RevisionFields:
 def _describe_revision(settings: Settings, revision: str) -> tuple[str, str | None, RevisionFields]:
     """(sha-or-worktree-key, default baseline, revision fields) for ``REV`` or ``WORKTREE``."""
     from workers.revision import revisions as rv
+    from workers.revision.git_commands import SHA_RE, RevisionError, git
+    from workers.revision.snapshots import WORKTREE
     cache = _cache(settings)
-    if revision == rv.WORKTREE:
+    if revision == WORKTREE:
         local = _worktree_dir(settings)
         key = cache.snapshot(local)
         try:
-            head = rv.git(["rev-parse", "--verify", "HEAD^{commit}"], cwd=local).strip()
-        except rv.RevisionError:
+            head = git(["rev-parse", "--verify", "HEAD^{commit}"], cwd=local).strip()
+        except RevisionError:
             head = ""
-        base = resolve_revision(settings, head) if rv.SHA_RE.match(head) else None
-        return key, base, RevisionFields(parents=(base,) if base else (), branch=rv.WORKTREE,
+        base = resolve_revision(settings, head) if SHA_RE.match(head) else None
+        return key, base, RevisionFields(parents=(base,) if base else (), branch=WORKTREE,
                                          message=f"uncommitted working tree of {local}")
     sha = resolve_revision(settings, revision)
     try:
         cache.checkout(sha)  # fails early for a commit that cannot be checked out
         info = RevisionFields.from_git(rv.describe(cache, sha))
-    except rv.RevisionError as exc:
+    except RevisionError as exc:
         raise UserError(str(exc)) from None
     return sha, (info.parents[0] if info.parents else None), info
 
@@ -203,7 +206,7 @@ def _start_run(settings: Settings, store: Store, config: SweepConfig, cells: lis
     """The rest of :func:`start_sweep`, with its (prestarted) local pool, if any."""
     sha, parent, info = _describe_revision(settings, revision)
     base = resolve_revision(settings, baseline) if baseline else parent
-    from workers.revision.revisions import SHA_RE
+    from workers.revision.git_commands import SHA_RE
 
     # a commit's own chain covers its parents; a WORKTREE key's parent is HEAD
     roots = [sha] if SHA_RE.match(sha) else list(info.parents[:1])

@@ -14,7 +14,8 @@ from typing import Any
 from workers.infra import infra_message
 from workers.result import INFRA_ERROR, JobResult
 from workers.revision.config import WorkerConfig
-from workers.revision.revisions import RevisionCache, RevisionError
+from workers.revision.git_commands import RevisionError
+from workers.revision.revisions import RevisionCache
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

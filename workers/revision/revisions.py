@@ -9,8 +9,8 @@ Guarantees:
 * A commit sha is validated (exactly 40 lower-case hex digits) before any git command sees it, so a
   revision string can never become a git option or a path.
 * Git runs with hooks disabled (``-c core.hooksPath=/dev/null``), no credential prompts, no
-  ``fsmonitor``, and never executes anything from the checkout; only the pass module is imported
-  later, by the conversion subprocess.
+  ``fsmonitor``, and never executes anything from the checkout (:mod:`workers.revision.git_commands`); only
+  the pass module is imported later, by the conversion subprocess.
 * One bare clone per pass repository: ``root/<key>/repo.git`` where ``key`` is a hash of the
   repository's resolved absolute path (or its URL), and a clone whose ``remote.origin.url`` is not
   that repository is never used (RevisionError), so two checkouts sharing one cache directory each
@@ -23,8 +23,9 @@ Guarantees:
 * At most ``size`` worktrees are kept; the least recently used one is removed first.  The cache is
   safe to share between processes on one machine (an exclusive ``flock`` serialises git calls).
 * ``WORKTREE`` revisions (a developer's uncommitted tree) are content-addressed snapshots of the
-  ``amp_pass`` directory, keyed by the sha256 (64 hex digits) of its paths and bytes; the same
-  content always gives the same key, and a snapshot is written atomically (temp dir + rename).
+  ``amp_pass`` directory, keyed by the sha256 (64 hex digits) of its paths and bytes
+  (:mod:`workers.revision.snapshots`); the same content always gives the same key, and a snapshot is
+  written atomically (temp dir + rename).
   Snapshots are shared by all repositories (``root/trees/<key>``): their key is their content.
 * A cached tree is verified on every use, since code under test may be able to write the cache (the
   whole tree is on the conversion's import path): a worktree must hold exactly the files of its commit's
@@ -34,8 +35,8 @@ Guarantees:
   worktree's index (an edit marked ``--assume-unchanged`` there is invisible to it); see
   :mod:`workers.revision.tree_verify`.  A worktree that differs is removed and checked out afresh (one log
   line).  A snapshot must hash to its key and hold nothing but ``amp_pass/`` without bytecode or
-  symbolic links (:func:`snapshot_problems`); one that differs is removed and refused (RevisionError),
-  or made again by :meth:`RevisionCache.snapshot`.
+  symbolic links (:func:`workers.revision.snapshots.snapshot_problems`); one that differs is removed and
+  refused (RevisionError), or made again by :meth:`RevisionCache.snapshot`.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -54,81 +54,27 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from workers.revision.git_commands import SHA_RE, RevisionError, commit_tree, git, validate_sha
 from workers.revision.pass_source import GitCredential, check_clone_url
-from workers.revision.tree_verify import remove_tree, snapshot_layout_problems, tree_problems
+from workers.revision.snapshots import (
+    LAST_USED,
+    PASS_PACKAGE,
+    WORKTREE_KEY_RE,
+    content_key,
+    snapshot_files,
+    snapshot_problems,
+)
+from workers.revision.tree_verify import remove_tree, tree_problems
 
 if TYPE_CHECKING:
     from workers.revision.config import WorkerConfig
 
 log = logging.getLogger(__name__)
 
-SHA_RE = re.compile(r"\A[0-9a-f]{40}\Z")
-WORKTREE_KEY_RE = re.compile(r"\A[0-9a-f]{64}\Z")  # sha256 content hash; git commit shas are 40 hex
-WORKTREE = "WORKTREE"
-PASS_PACKAGE = "amp_pass"
-_GIT_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
-               "-c", "protocol.ext.allow=never", "-c", "advice.detachedHead=false")
-_LAST_USED = ".ampci-last-used"
-
-
-class RevisionError(Exception):
-    """A revision is malformed, unknown to the pass repository, or cannot be checked out."""
-
-    exit_code = 2
-
-
-def validate_sha(sha: str) -> str:
-    """Return ``sha`` if it is exactly 40 lower-case hex digits, else raise RevisionError."""
-    if not isinstance(sha, str) or not SHA_RE.match(sha):
-        raise RevisionError(f"not a full commit sha (40 hex digits): {sha!r}")
-    return sha
-
 
 def default_pass_repo() -> str:
     """The repository this code was installed from (the default ``AMPCI_PASS_REPO``)."""
     return str(Path(__file__).resolve().parents[1])
-
-
-def git(args: list[str], cwd: Path | None = None, timeout: float = 300.0,
-        credential: GitCredential | None = None) -> str:
-    """Run git without hooks or prompts; return stdout; raise RevisionError with stderr on failure.
-
-    ``credential`` reaches this one git call through its environment only (:meth:`GitCredential.env`),
-    and is scrubbed from the error message."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1", GIT_ASKPASS="/bin/false",
-               GIT_CONFIG_GLOBAL="/dev/null")
-    if credential is not None:
-        env.update(credential.env())
-    try:
-        proc = subprocess.run(["git", *_GIT_CONFIG, *args], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise RevisionError(f"git {args[0]} timed out after {timeout:.0f}s") from None
-    if proc.returncode != 0:
-        msg = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
-        if credential is not None:
-            msg = credential.scrub(msg)
-        raise RevisionError(f"git {args[0]} failed: {msg}")
-    return proc.stdout
-
-
-def content_key(tree: Path) -> str:
-    """sha256 (64 hex) over the relative paths and bytes of ``tree/amp_pass`` (caches excluded)."""
-    pkg = tree / PASS_PACKAGE
-    if not pkg.is_dir():
-        raise RevisionError(f"{tree} has no {PASS_PACKAGE}/ directory to snapshot")
-    h = hashlib.sha256()
-    for path in _snapshot_files(pkg):
-        rel = path.relative_to(tree).as_posix()
-        h.update(rel.encode() + b"\0")
-        h.update(hashlib.sha256(path.read_bytes()).digest())
-    return h.hexdigest()
-
-
-def _snapshot_files(pkg: Path) -> list[Path]:
-    return sorted(p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                  and p.suffix not in {".pyc", ".pyo"})
 
 
 def repo_identity(repo: str) -> str:
@@ -217,7 +163,7 @@ class RevisionCache:
             path = self.trees / sha
             # complete only once `worktree add` returned: its .git file appears before the files are
             # checked out, and the use stamp is written after (a worker killed in between left it half made)
-            if (path / ".git").exists() and (path / _LAST_USED).exists():
+            if (path / ".git").exists() and (path / LAST_USED).exists():
                 problems = self._worktree_problems(path, sha)
                 if not problems:
                     _touch(path)
@@ -257,7 +203,7 @@ class RevisionCache:
         tmp.chmod(0o755)  # mkdtemp's 0700 would keep the sandboxed pass (another uid) from reading it
         try:
             src = tree / PASS_PACKAGE
-            for path in _snapshot_files(src):
+            for path in snapshot_files(src):
                 target = tmp / path.relative_to(tree)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)
@@ -337,7 +283,7 @@ class RevisionCache:
     def _worktree_problems(self, path: Path, sha: str) -> list[str]:
         """:func:`tree_problems` of the worktree ``path`` against commit ``sha``, plus its ``.git`` file,
         which must be a file naming this clone's administrative folder for it."""
-        problems = tree_problems(path, _commit_tree(self.bare, sha), skip=(".git", _LAST_USED))
+        problems = tree_problems(path, commit_tree(self.bare, sha), skip=(".git", LAST_USED))
         dotgit = path / ".git"
         try:
             link = dotgit.read_text().strip() if dotgit.is_file() and not dotgit.is_symlink() else ""
@@ -409,7 +355,7 @@ def _remove(path: Path) -> None:
 
 def _touch(path: Path) -> None:
     """Write the use stamp; never through a symbolic link planted in its place."""
-    stamp = path / _LAST_USED
+    stamp = path / LAST_USED
     if stamp.is_symlink() or (stamp.exists() and not stamp.is_file()):
         _remove(stamp)
     fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
@@ -419,38 +365,9 @@ def _touch(path: Path) -> None:
 
 def _last_used(path: Path) -> float:
     try:
-        return float((path / _LAST_USED).read_text().strip())
+        return float((path / LAST_USED).read_text().strip())
     except (OSError, ValueError):
         return 0.0
-
-
-#: ``git ls-tree`` of commits, by (bare clone, sha): a commit's tree never changes.
-_TREES: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
-
-
-def _commit_tree(bare: Path, sha: str) -> dict[str, tuple[str, str]]:
-    """``{path: (mode, object id)}`` of every entry of commit ``sha``'s tree, recursively."""
-    key = (str(bare), validate_sha(sha))
-    if key not in _TREES:
-        entries = {}
-        for record in git(["ls-tree", "-r", "-z", "--full-tree", sha], cwd=bare).split("\0"):
-            if record:
-                meta, rel = record.split("\t", 1)
-                mode, _kind, obj = meta.split()
-                entries[rel] = (mode, obj)
-        _TREES[key] = entries
-    return _TREES[key]
-
-
-def snapshot_problems(path: Path, key: str) -> list[str]:
-    """How the snapshot ``path`` differs from its key: anything besides ``amp_pass/`` and the use stamp,
-    bytecode, ``__pycache__`` or links inside (a snapshot is copied as plain files without them:
-    :func:`workers.revision.tree_verify.snapshot_layout_problems`), or content whose :func:`content_key` is not
-    ``key``; empty when it is intact."""
-    problems = snapshot_layout_problems(path, PASS_PACKAGE, skip=(_LAST_USED,))
-    if not problems and content_key(path) != key:
-        problems.append(f"{PASS_PACKAGE}/ content hashes to another key")
-    return problems
 
 
 def describe(cache: RevisionCache, sha: str) -> dict[str, object]:

@@ -1,4 +1,5 @@
-"""Checks that a cached tree of files is exactly what it should be (used by :mod:`workers.revision.revisions`).
+"""Checks that a cached tree of files is exactly what it should be (used by :mod:`workers.revision.revisions`
+and :mod:`workers.revision.snapshots`).
 
 The revision cache may be written by code under test; these functions find what differs from a commit's
 tree or from a snapshot's rules, and remove a tree that does, so a changed tree is never imported from.

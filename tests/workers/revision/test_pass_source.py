@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from workers.revision.config import WorkerConfig
+from workers.revision.git_commands import RevisionError, git
 from workers.revision.pass_source import CloneUrlError, GitCredential, check_clone_url
-from workers.revision.revisions import RevisionCache, RevisionError, git
+from workers.revision.revisions import RevisionCache
 
 TOKEN = "ghs_" + "T0kEn" * 8
 REPO = "acme/amp-pass"

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.revision.revisions import RevisionCache, RevisionError
+from workers.revision.git_commands import RevisionError
+from workers.revision.revisions import RevisionCache
 
 EVIL = "open({marker!r}, 'w').write('ran')\nVALUE = 'evil'\n"
 
