@@ -17,7 +17,7 @@ from workers.revision.config import WorkerConfig
 from workers.revision.git_commands import RevisionError
 from workers.revision.revisions import RevisionCache
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cell(cell: tuple[str, str, str, str], revision: str, config: WorkerConfig,

@@ -29,7 +29,7 @@ from workers.result import INFRA_ERROR
 from workers.sandbox.policy import SandboxPolicy, SandboxUnavailable, resolve_mode, spec_for
 
 #: The repository that holds this checkout's ``amp_pass`` (the default pass root).
-DEFAULT_PASS_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PASS_ROOT = Path(__file__).resolve().parents[2]
 
 _TAIL = 2000
 #: Largest report the pass may write (bytes); a larger one is refused.

@@ -74,7 +74,7 @@ log = logging.getLogger(__name__)
 
 def default_pass_repo() -> str:
     """The repository this code was installed from (the default ``AMPCI_PASS_REPO``)."""
-    return str(Path(__file__).resolve().parents[1])
+    return str(Path(__file__).resolve().parents[2])
 
 
 def repo_identity(repo: str) -> str:
