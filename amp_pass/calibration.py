@@ -1,8 +1,8 @@
 """Data-driven precision decisions: stable node identities, calibration rules and forced-fp32 nodes.
 
-Pure graph code (no onnxruntime).  The *measurement* of ranges lives in ``workers.calibrate``; this
+Pure graph code (no onnxruntime).  The *measurement* of ranges lives in ``workers.measure.calibrate``; this
 module only decides, from measured :class:`CalibrationRanges`, which nodes must stay fp32, and lets
-a caller (the accuracy search of ``workers.autosearch``) force a given set of nodes to fp32.
+a caller (the accuracy search of ``workers.measure.autosearch``) force a given set of nodes to fp32.
 
 **Node keys.**  A node is identified by ``scope + first named output`` where the main graph's scope
 is ``""`` and a subgraph's scope is ``"<owner key>::<attribute>::"`` (``<attribute>[i]`` for a

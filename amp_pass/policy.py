@@ -150,7 +150,7 @@ def load_policy(policy: str, target: str, opset: int) -> Policy:
     base = policy
     if policy == "auto":
         raise PolicyError("policy 'auto' measures the model (onnxruntime), which the pure pass does not do: "
-                          "run it with `ampci convert --policy auto` or `python -m workers.autoconvert`")
+                          "run it with `ampci convert --policy auto` or `python -m workers.revision.autoconvert`")
     if policy not in NAMED_POLICIES:
         path = Path(policy)
         if not (path.suffix.lower() in (".toml", ".yaml", ".yml") or path.exists()):

@@ -28,7 +28,7 @@ import onnx  # noqa: E402
 
 from amp_pass import ConversionOptions  # noqa: E402
 from service.settings import Settings  # noqa: E402
-from workers.autosearch import DEFAULT_TOLERANCE, Tolerance, auto_search  # noqa: E402
+from workers.measure.autosearch import DEFAULT_TOLERANCE, Tolerance, auto_search  # noqa: E402
 from workers.zoo.fetch import fetch_entry  # noqa: E402
 from workers.zoo.inputs import make_feeds  # noqa: E402
 from workers.zoo.manifest import load_zoo  # noqa: E402

@@ -3,7 +3,7 @@
 Prints one table: conversion seconds (load + convert + save, best of N repeats in each of 3 fresh
 subprocesses per converter, so that every converter runs with the same small heap), casts inserted, low-precision
 compute coverage, valid (full ONNX checker + onnxruntime CPU load), accuracy (worst cosine over float
-outputs under faithful emulation, see workers/emulation.py), plus the bare ``onnx.load``+``onnx.save``
+outputs under faithful emulation, see workers/measure/emulation_rewrite.py), plus the bare ``onnx.load``+``onnx.save``
 time and ampci's ratio to it (target <= 1.5x), the "check floor" (load + checker + strict type inference
 + save, see ``checked_copy``: a conforming converter's least time; when it is over 1.5x load+save the
 target cannot be met), ampci's time without the input checker
@@ -97,7 +97,7 @@ def validity(model: onnx.ModelProto) -> str:
         opts.log_severity_level = 4
         if onnx.TensorProto.BFLOAT16 in {t.data_type for g in proto_graphs(model.graph) for t in g.initializer} | {
                 v.type.tensor_type.elem_type for g in proto_graphs(model.graph) for v in g.value_info}:
-            from workers.emulation import emulate_model
+            from workers.measure.emulation_rewrite import emulate_model
 
             model = emulate_model(model)
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -110,7 +110,7 @@ def validity(model: onnx.ModelProto) -> str:
 def accuracy(fp32: onnx.ModelProto, converted: onnx.ModelProto) -> str:
     """Worst cosine over float outputs between fp32 and the faithful emulation of ``converted``."""
     try:
-        from workers.emulation import run_emulated
+        from workers.measure.emulation import run_emulated
     except ImportError:
         return "n/a"
     feeds = random_feeds(fp32, dims=DIMS, ints=INTS)

@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.settings import Settings  # noqa: E402
-from workers.job import JobSpec, run_job  # noqa: E402
+from workers.jobs.job import run_job  # noqa: E402
+from workers.jobs.spec import JobSpec  # noqa: E402
 from workers.zoo.manifest import load_zoo  # noqa: E402
 
 
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="seconds: smoke models, invariants only")
     args = p.parse_args(argv)
     settings = Settings.from_env()
-    from workers.zygotes import start_forkserver
+    from workers.sandbox.zygotes import start_forkserver
 
     start_forkserver()  # as a pool worker does at start: the revision's zygote is forked, not a fresh interpreter
     pass_root = args.pass_root or _snapshot_pass()

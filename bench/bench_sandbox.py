@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workers import zygotes  # noqa: E402
-from workers.convert import convert_in_subprocess  # noqa: E402
-from workers.sandbox import SandboxPolicy, full_sandbox_error  # noqa: E402
+from workers.revision.convert import convert_in_subprocess  # noqa: E402
+from workers.sandbox import zygotes  # noqa: E402
+from workers.sandbox.policy import SandboxPolicy, full_sandbox_error  # noqa: E402
 from workers.zoo.synthetic import synthetic_model_path  # noqa: E402
 
 MODELS = ("conv_net", "transformer_block", "loop_if")

@@ -26,7 +26,7 @@ Every sweep process may write and reuse bytecode (``PYTHONDONTWRITEBYTECODE`` cl
 processes do: an installed ampci runs from compiled bytecode, and where the environment forbids writing
 it (as the CI machine's does) the CLI and each worker would otherwise compile the checkout's own modules
 from source in every sweep.  The pass at the revision under test is never written to (its conversions
-run with ``PYTHONDONTWRITEBYTECODE=1``, :func:`workers.sandbox.pass_env`).
+run with ``PYTHONDONTWRITEBYTECODE=1``, :func:`workers.sandbox.policy.pass_env`).
 
 ``--quick`` (seconds: a warm-up and a measured one-cell sweep, no 12-cell pairs) checks the
 invariants only: the sweeps exit 0, every cell ``pass``, every result carries its timings; exit 1

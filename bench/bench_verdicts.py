@@ -79,7 +79,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from _creep import ACCURACY_CELL, CreepPlan, accuracy_step, creep_lines, creep_source, score  # noqa: E402
-from _injected_bugs import REDUNDANT_LOOP_FN  # noqa: E402 - shared with tests/workers/test_confirm_job.py
+from _injected_bugs import REDUNDANT_LOOP_FN  # noqa: E402 - shared with tests/workers/jobs/test_confirm_job.py
 
 AMPCI = str(Path(sys.executable).with_name("ampci"))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from service.errors import ConfigError
-from workers.config import WorkerConfig
+from workers.revision.config import WorkerConfig
 
 PREFIX = "AMPCI_"
 
@@ -102,7 +102,7 @@ def redact_url(url: str) -> str:
 #: api service only), never given to the pass, and their values redacted from any stored error text.
 CREDENTIALS = ("AMPCI_WEBHOOK_SECRET", "AMPCI_API_TOKEN", "AMPCI_GITHUB_TOKEN", "AMPCI_GITHUB_PRIVATE_KEY",
                "AMPCI_GITHUB_PRIVATE_KEY_FILE")
-#: AMPCI_SANDBOX: how the pass under test is isolated (:mod:`workers.sandbox`).
+#: AMPCI_SANDBOX: how the pass under test is isolated (:mod:`workers.sandbox.policy`).
 SANDBOX_MODES = ("require", "best-effort", "auto")
 #: What a GitHub run can report: the commit status, the PR comment, a check run (AMPCI_GITHUB_REPORT).
 GITHUB_REPORTS = frozenset({"status", "comment", "check"})
@@ -274,7 +274,7 @@ class Settings:
         return not self.broker_url
 
     def worker_config(self) -> WorkerConfig:
-        """What the worker layer needs of these settings (:class:`workers.config.WorkerConfig`)."""
+        """What the worker layer needs of these settings (:class:`workers.revision.config.WorkerConfig`)."""
         return WorkerConfig(cache_dir=self.cache_dir, data_dir=self.data_dir, pass_repo=self.pass_repo,
                             pass_repo_allow_file=self.pass_repo_allow_file,
                             convert_timeout=self.convert_timeout, convert_memory=self.convert_memory,

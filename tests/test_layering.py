@@ -54,6 +54,23 @@ SERVICE_FLOORS: dict[str, frozenset[str]] = {
     "cli": frozenset({ROOT_FLOOR, "regressions", "github_auth", "db", "orchestration", "github", "web",
                       "dashboard", "api"}),
 }
+#: The floors of ``workers/``, bottom to top, as :data:`SERVICE_FLOORS` is for ``service/``: ``workers`` stands for
+#: the root modules (``result``, ``infra``, ``redact``, ``timing``, ``tolerance``: what a job returns and whose failure
+#: it is); ``sandbox`` is the sandbox and its zygotes; ``zoo`` the models; ``measure`` onnxruntime sessions, faithful
+#: emulation, latency, references, convergence and metrics; ``revision`` the pass at a revision (its tree, its
+#: sandboxed conversion, the canary); ``jobs`` the job that composes them.
+WORKERS_FLOORS: dict[str, frozenset[str]] = {
+    "workers": frozenset(),
+    "sandbox": frozenset({"workers"}),
+    "zoo": frozenset({"workers"}),
+    "measure": frozenset({"workers", "zoo"}),
+    "revision": frozenset({"workers", "sandbox", "zoo", "measure"}),
+    "jobs": frozenset({"workers", "sandbox", "zoo", "measure", "revision"}),
+}
+#: package -> its floor table (the root floor is named as the package).
+FLOOR_TABLES: dict[str, dict[str, frozenset[str]]] = {"service": SERVICE_FLOORS, "workers": WORKERS_FLOORS}
+#: Largest module (lines) of a floored package.
+MAX_MODULE_LINES = 400
 #: Where ``sqlalchemy`` may be imported: path prefixes relative to the project root.
 SQLALCHEMY_HOMES = ("service/db/", "migrations/")
 
@@ -210,22 +227,22 @@ def _tree(tmp_path: Path, files: Mapping[str, str]) -> Path:
     return tmp_path
 
 
-# -- the floors of service/ -----------------------------------------------------------------------
-def floors(root: Path) -> dict[str, str]:
-    """``service`` module -> its floor: the sub-folder of ``service/`` it lives in, or :data:`ROOT_FLOOR` for
-    the root modules (``service/*.py``)."""
+# -- the floors of service/ and workers/ ----------------------------------------------------------
+def floors(root: Path, package: str = ROOT_FLOOR) -> dict[str, str]:
+    """``package`` module -> its floor: the sub-folder of ``package/`` it lives in, or ``package`` itself for
+    the root modules (``package/*.py``)."""
     out = {}
     for module, path in source_modules(root).items():
         parts = path.relative_to(root).parts
-        if parts[0] == "service":
-            out[module] = parts[1] if len(parts) > 2 else ROOT_FLOOR
+        if parts[0] == package:
+            out[module] = parts[1] if len(parts) > 2 else package
     return out
 
 
-def floor_graph(root: Path) -> dict[str, dict[str, list[str]]]:
+def floor_graph(root: Path, package: str = ROOT_FLOOR) -> dict[str, dict[str, list[str]]]:
     """Floor -> floor it imports -> the module imports (``a -> b``) that make that edge, from every import
     statement of the source under ``root``."""
-    floor = floors(root)
+    floor = floors(root, package)
     edges: dict[str, dict[str, list[str]]] = {f: {} for f in set(floor.values())}
     for src, targets in import_graph(root).items():
         for dst in targets:
@@ -234,11 +251,12 @@ def floor_graph(root: Path) -> dict[str, dict[str, list[str]]]:
     return edges
 
 
-def floor_violations(edges: Mapping[str, Mapping[str, list[str]]]) -> list[str]:
-    """Every module import that crosses floors against :data:`SERVICE_FLOORS` (a floor it lacks included)."""
+def floor_violations(edges: Mapping[str, Mapping[str, list[str]]],
+                     table: Mapping[str, frozenset[str]] = SERVICE_FLOORS) -> list[str]:
+    """Every module import that crosses floors against ``table`` (a floor it lacks included)."""
     bad = []
     for a, targets in sorted(edges.items()):
-        allowed = SERVICE_FLOORS.get(a)
+        allowed = table.get(a)
         for b, why in sorted(targets.items()):
             if allowed is None or b not in allowed:
                 bad += [f"{a} -> {b}: {w}" for w in sorted(why)]
@@ -265,23 +283,33 @@ def sqlalchemy_imports(root: Path) -> list[str]:
     return found
 
 
-def test_the_floor_table_is_a_dag_and_names_every_folder() -> None:
-    folders = {p.name for p in (ROOT / "service").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert folders | {ROOT_FLOOR} == set(SERVICE_FLOORS), "place every folder of service/ in SERVICE_FLOORS"
-    table = {a: set(b) for a, b in SERVICE_FLOORS.items()}
+@pytest.mark.parametrize("package", sorted(FLOOR_TABLES))
+def test_the_floor_table_is_a_dag_and_names_every_folder(package: str) -> None:
+    folders = {p.name for p in (ROOT / package).iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders | {package} == set(FLOOR_TABLES[package]), f"place every folder of {package}/ in its floor table"
+    table = {a: set(b) for a, b in FLOOR_TABLES[package].items()}
     assert cycles(table) == [] and all(a not in b for a, b in table.items())
 
 
-def test_service_floors_import_downward_only() -> None:
-    edges = floor_graph(ROOT)
-    assert set(edges) == set(SERVICE_FLOORS), "the scan found other floors than the table's"
-    bad = floor_violations(edges)
-    assert bad == [], "imports against SERVICE_FLOORS:\n" + "\n".join(bad)
+@pytest.mark.parametrize("package", sorted(FLOOR_TABLES))
+def test_floors_import_downward_only(package: str) -> None:
+    edges = floor_graph(ROOT, package)
+    assert set(edges) == set(FLOOR_TABLES[package]), "the scan found other floors than the table's"
+    bad = floor_violations(edges, FLOOR_TABLES[package])
+    assert bad == [], f"imports against the floors of {package}/:\n" + "\n".join(bad)
 
 
-def test_service_floors_form_no_cycle() -> None:
-    edges = floor_graph(ROOT)
+@pytest.mark.parametrize("package", sorted(FLOOR_TABLES))
+def test_floors_form_no_cycle(package: str) -> None:
+    edges = floor_graph(ROOT, package)
     assert cycles({a: set(targets) for a, targets in edges.items()}) == []
+
+
+def test_workers_modules_fit_the_line_guideline() -> None:
+    """Every module of ``workers/`` is at most :data:`MAX_MODULE_LINES` lines."""
+    long = {path.relative_to(ROOT).as_posix(): n for path in sorted((ROOT / "workers").rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
 def test_sqlalchemy_is_imported_only_by_the_database_layer() -> None:
@@ -314,7 +342,7 @@ def test_the_floor_checks_catch_an_upward_import_a_cycle_and_sql(tmp_path: Path)
 
 def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
     root = _tree(tmp_path, {
-        "workers/job.py": "def f():\n    from service.settings import Settings\n",
+        "workers/jobs/job.py": "def f():\n    from service.settings import Settings\n",
         "service/settings.py": "import typing\nif typing.TYPE_CHECKING:\n    from service.a import X\n",
         "service/a.py": "from service import settings\n",
         "service/db/__init__.py": "",
@@ -324,7 +352,7 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
         "amp_pass/y.py": "from amp_pass.x import thing\n",
     })
     graph = import_graph(root)
-    assert upward_imports(graph) == [("migrations.env", "service.a"), ("workers.job", "service.settings")]
+    assert upward_imports(graph) == [("migrations.env", "service.a"), ("workers.jobs.job", "service.settings")]
     assert cycles(graph) == [["amp_pass.x", "amp_pass.y"], ["service.a", "service.settings"]]
 
 
@@ -332,9 +360,9 @@ def test_the_real_tree_had_the_problems_this_test_guards(tmp_path: Path) -> None
     """Sanity of the scan on this tree: a copy with one worker module importing the service again
     and one module pair importing each other is caught (so the two tests above can fail)."""
     graph = import_graph(ROOT)
-    graph["workers.cell"] = graph["workers.cell"] | {"service.settings"}
+    graph["workers.jobs.cell"] = graph["workers.jobs.cell"] | {"service.settings"}
     graph["service.regressions.thresholds"] = graph["service.regressions.thresholds"] | {"service.db.store"}
-    assert ("workers.cell", "service.settings") in upward_imports(graph)
+    assert ("workers.jobs.cell", "service.settings") in upward_imports(graph)
     assert ["service.db.store", "service.regressions.thresholds"] in cycles(graph)
 
 
@@ -349,6 +377,14 @@ def test_amp_pass_public_names_load_lazily() -> None:
     code = "import sys, amp_pass.policy, amp_pass.errors; print('onnx_ir' in sys.modules or 'amp_pass.converter' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_the_tests_mirror_the_workers_floors() -> None:
+    """``tests/workers/<floor>/`` exists for every floor of :data:`WORKERS_FLOORS` but the root, and every folder
+    of ``tests/workers/`` names a floor."""
+    floors = {name for name in WORKERS_FLOORS if name != "workers"}
+    test_dirs = {p.name for p in (ROOT / "tests" / "workers").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert test_dirs == floors, f"tests/workers/ folders {sorted(test_dirs)} against floors {sorted(floors)}"
 
 
 def test_the_tests_mirror_the_service_floors() -> None:

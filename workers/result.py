@@ -88,7 +88,7 @@ class AccuracyReport:
     # outputs measured (in per_output and worst) but not held to the tolerance, with why
     # (a stateful model's state outputs are judged by the convergence check)
     not_judged: dict[str, str] = field(default_factory=dict)
-    # the limit each judged output's figures were held to (workers.metrics.limits): output -> {"max_abs",
+    # the limit each judged output's figures were held to (workers.measure.metrics.limits): output -> {"max_abs",
     # "min_cosine", "task_min"}; empty in results stored before it was recorded
     limits: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -103,7 +103,7 @@ class LatencyStats:
     """Latency of the converted and fp32 models on the job's target provider, in milliseconds.
 
     Each sample (``samples_ms[i]``, ``fp32_samples_ms[i]``) is the fastest of ``runs_per_sample`` runs of that
-    model, the two models' runs alternating within the block (:func:`workers.latency.measure_latency`), so
+    model, the two models' runs alternating within the block (:func:`workers.measure.latency.measure_latency`), so
     ``p50_ms``/``p90_ms``/``min_ms``/``fp32_p50_ms`` are percentiles of those block minima (wall time); results
     stored before blocks existed have one run per sample (the default)."""
 
@@ -130,7 +130,7 @@ class ConvergenceStats:
     """Error per step of a stateful (or Loop) model rolled forward in fp32 and converted precision.
 
     ``error_unit`` names what the errors measure: ``relative`` (what this code computes) is
-    ``max|diff| / max(1, max|fp32|)`` of the outputs at a step (see ``workers.convergence``);
+    ``max|diff| / max(1, max|fp32|)`` of the outputs at a step (see ``workers.measure.convergence``);
     ``absolute`` is plain ``max|diff|``, the unit of results written before the field existed
     (:meth:`JobResult.from_dict` reads a convergence result without it as ``absolute``).  Errors in
     different units are not comparable."""
@@ -153,7 +153,7 @@ class ConvergenceStats:
 @dataclass
 class GraphFacts:
     """Facts of the converted model.  ``source == "measured"``: every count is measured by the worker
-    from the converted file itself (:func:`workers.graph_facts.measure_graph`, compute ops of version
+    from the converted file itself (:func:`workers.measure.graph_facts.measure_graph`, compute ops of version
     ``compute_ops_version``), the figures verdicts use.  ``source == "report"``: a result stored before
     that, whose counts are the pass's own report (read back as such; compare with care).
 
@@ -187,7 +187,7 @@ class GraphFacts:
     pass_iterations: int | None = None
     pass_converged: bool | None = None
     convert_samples_s: list[float] = field(default_factory=list)
-    # the reference workload timed right after each conversion sample (workers.convert.reference_workload)
+    # the reference workload timed right after each conversion sample (workers.revision.convert.reference_workload)
     convert_reference_s: list[float] = field(default_factory=list)
     # user + system CPU seconds of the conversion process in each sample of convert_samples_s (paired one to
     # one; empty when the worker could not measure it: the conversion-time rule then has wall time only)
@@ -234,10 +234,10 @@ class JobResult:
     # the feeds, by input name: shape, dtype, values (how made), note (where the spec came from);
     # empty in results from before it was recorded
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # a confirmation job's interleaved timings (workers.confirm.confirm_cell); None for every other job
+    # a confirmation job's interleaved timings (workers.jobs.confirm.confirm_cell); None for every other job
     confirmation: dict[str, Any] | None = None
     # the last lines the pass wrote on stderr when its conversion failed (bounded, credentials redacted:
-    # workers.convert.stderr_tail); empty otherwise and in results from before it was recorded
+    # workers.revision.convert.stderr_tail); empty otherwise and in results from before it was recorded
     stderr_tail: str = ""
     schema_version: int = SCHEMA_VERSION
 

@@ -2,7 +2,7 @@
 
 The zoo manifest (:mod:`workers.zoo.manifest`) validates entries against these, and ``ampci zoo list``
 reads the manifest, so this module imports the standard library only: listing the zoo loads no numpy.
-:mod:`workers.metrics` computes the metrics and re-exports :class:`Tolerance`; its ``TASK_METRICS`` has
+:mod:`workers.measure.metrics` computes the metrics and re-exports :class:`Tolerance`; its ``TASK_METRICS`` has
 exactly the names in :data:`TASK_METRIC_NAMES` (tests/service/cli/test_cli_imports.py holds them equal).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: Task metrics a zoo entry may declare (``task = "top1"``); :data:`workers.metrics.TASK_METRICS` computes them.
+#: Task metrics a zoo entry may declare (``task = "top1"``); :data:`workers.measure.metrics.TASK_METRICS` computes them.
 TASK_METRIC_NAMES: tuple[str, ...] = ("top1",)
 
 

@@ -412,7 +412,7 @@ def manual_pass_repo(settings: Settings, store: Store, repository: str) -> JsonO
     Refused, with a one-line error: under ``AMPCI_PASS_REPO`` (every run tests that repository: UserError, 400);
     a repository outside ``AMPCI_ALLOWED_REPOS`` (RepositoryNotAllowedError, 403); one no delivery has named
     (UserError, 400); a recorded URL these settings no longer let workers clone (UserError, 400)."""
-    from workers.pass_source import CloneUrlError, check_clone_url
+    from workers.revision.pass_source import CloneUrlError, check_clone_url
 
     if settings.pass_repo:
         raise UserError("repository: this deployment tests AMPCI_PASS_REPO in every run; leave repository out")

@@ -5,7 +5,7 @@ none) in every answer, so a load balancer or ``docker compose ps`` user sees whi
 without the details.
 
 ``sandbox`` says how the pass is isolated where this process runs it, and ``canary`` how this process's sandbox
-canary conversion went (:mod:`workers.canary`: ``ok``, the one-line ``reason``, ``ran_at``, ``seconds``; null
+canary conversion went (:mod:`workers.revision.canary`: ``ok``, the one-line ``reason``, ``ran_at``, ``seconds``; null
 where none ran in this process: a served API whose Celery workers check their own, or ``serve --workers N``);
 a failed canary makes the answer 503 with ``sandbox`` in ``down``: no job could convert.
 
@@ -69,7 +69,7 @@ def _sandbox_mode(ctx: object) -> str:
     ``best-effort``, or ``refused`` (AMPCI_SANDBOX=require on a host that cannot make it: jobs end as crashes
     saying so); ``workers`` when a broker is configured (the Celery workers run the pass, each result's
     ``environment.sandbox`` says how)."""
-    from workers.sandbox import SandboxUnavailable, resolve_mode
+    from workers.sandbox.policy import SandboxUnavailable, resolve_mode
 
     settings = getattr(ctx, "settings", None)
     if settings is None:
@@ -83,8 +83,8 @@ def _sandbox_mode(ctx: object) -> str:
 
 
 def _canary() -> JsonObject | None:
-    """This process's latest sandbox canary (:func:`workers.canary.last`) as JSON, or None when none ran."""
-    from workers.canary import last
+    """This process's latest sandbox canary (:func:`workers.revision.canary.last`) as JSON, or None when none ran."""
+    from workers.revision.canary import last
 
     got = last()
     if got is None:

@@ -198,7 +198,8 @@ def _check(args: argparse.Namespace) -> int:
     import sys
 
     from service.settings import Settings
-    from workers.job import JobSpec, run_job  # lazy: onnxruntime only when a job runs
+    from workers.jobs.job import run_job  # lazy: onnxruntime only when a job runs
+    from workers.jobs.spec import JobSpec
 
     settings = Settings.from_env()
     policy = validated_policy(args.dtype, args.policy, args.target)

@@ -1,8 +1,8 @@
 """``ampci convert MODEL -o OUT``: run the mixed-precision pass on one model (calls into amp_pass).
 
-The options are those of ``python -m amp_pass convert`` and ``workers.autoconvert``'s ``--policy auto``
+The options are those of ``python -m amp_pass convert`` and ``workers.revision.autoconvert``'s ``--policy auto``
 options, added from their standard-library-only declarations (:mod:`amp_pass.cli_args`,
-:mod:`workers.auto_args`): ``ampci convert --help`` and a usage error answer without loading the model
+:mod:`workers.revision.auto_args`): ``ampci convert --help`` and a usage error answer without loading the model
 stack, which is imported only when the command runs (issue 25).
 """
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def _run(args: argparse.Namespace) -> int:
     if args.policy == "auto" or args.calibration_data is not None:
-        from workers.autoconvert import run_auto_convert  # runs onnxruntime: imported only here
+        from workers.revision.autoconvert import run_auto_convert  # runs onnxruntime: imported only here
 
         return run_auto_convert(args)
     from amp_pass.cli import run_convert
@@ -27,10 +27,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add :func:`amp_pass.cli_args.add_convert_arguments`'s and :func:`workers.auto_args.add_auto_arguments`'s
+    """Add :func:`amp_pass.cli_args.add_convert_arguments`'s and :func:`workers.revision.auto_args.add_auto_arguments`'s
     options, in that order (both modules use the standard library only)."""
     from amp_pass.cli_args import add_convert_arguments
-    from workers.auto_args import add_auto_arguments
+    from workers.revision.auto_args import add_auto_arguments
 
     add_convert_arguments(parser)
     add_auto_arguments(parser)
@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Subcommands) -> None:
     """Add the ``convert`` command (as ``python -m amp_pass convert``, plus ``--policy auto`` and
-    ``--calibration-data``, which run models and are handled by ``workers.autoconvert``); registering it
-    imports neither amp_pass's converter nor workers.autoconvert."""
+    ``--calibration-data``, which run models and are handled by ``workers.revision.autoconvert``); registering it
+    imports neither amp_pass's converter nor workers.revision.autoconvert."""
     parser = subparsers.add_parser("convert", help="convert an fp32 ONNX model to fp16/bf16 mixed precision")
     add_arguments(parser)
     strict_types(parser)

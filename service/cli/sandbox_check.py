@@ -5,7 +5,7 @@ start with one line saying what to enable (:class:`service.errors.ConfigError`, 
 pull request's code unisolated.  ``best-effort`` starts with one warning line; the mode is set in the
 environment so that every process the command starts (pool workers, Celery children) uses the same.
 
-Then the canary (:mod:`workers.canary`): one conversion of a tiny model through the real sandbox.  Where it
+Then the canary (:mod:`workers.revision.canary`): one conversion of a tiny model through the real sandbox.  Where it
 fails (the sandbox cannot import the pass's dependencies, cannot be made, cannot fork) every job would fail
 the same way, so ``serve``/``worker`` refuse to start and embedded commands stop before their first job, with
 its one line (:class:`SandboxCanaryFailed`, exit 3: ampci's own environment is broken, not the pass).
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from service.settings import Settings
-    from workers.canary import CanaryResult
+    from workers.revision.canary import CanaryResult
 
 
 class SandboxCanaryFailed(ServiceError):
@@ -41,7 +41,7 @@ def require_sandbox_by_default() -> str:
 def check_sandbox(settings: Settings) -> str:
     """``full`` or ``best-effort`` for this machine under ``settings``; ConfigError (one line) for ``require``
     where the sandbox cannot be made."""
-    from workers.sandbox import SandboxUnavailable, resolve_mode
+    from workers.sandbox.policy import SandboxUnavailable, resolve_mode
 
     try:
         mode = resolve_mode(settings.worker_config().sandbox_policy())
@@ -55,8 +55,8 @@ def check_sandbox(settings: Settings) -> str:
 
 def check_canary(settings: Settings, modules: list[str] | None = None) -> CanaryResult:
     """Run the sandbox canary with ``settings``' sandbox policy (importing ``modules``, default
-    :func:`workers.canary.pass_imports`); :class:`SandboxCanaryFailed` (one line) when it fails."""
-    from workers.canary import run_canary
+    :func:`workers.revision.canary.pass_imports`); :class:`SandboxCanaryFailed` (one line) when it fails."""
+    from workers.revision.canary import run_canary
 
     result = run_canary(settings.worker_config().sandbox_policy(), modules)
     if not result.ok:
@@ -69,7 +69,7 @@ def start_canary(settings: Settings) -> Callable[[], CanaryResult]:
     that waits for it and raises its :class:`SandboxCanaryFailed`."""
     import threading
 
-    from workers.canary import pass_imports
+    from workers.revision.canary import pass_imports
 
     # read here, not in the thread: CPython 3.11's ast module keeps its recursion depth in interpreter-wide state,
     # so ast.parse in a thread beside the main thread's own ast use raised "AST constructor recursion depth

@@ -31,7 +31,7 @@ def _num(value: float | None, fmt: str) -> str:
 
 
 def low_compute_cell(r: ResultRow) -> str:
-    """The "low %" cell: the measured low-precision share of the compute nodes (workers.graph_facts), ``n/a``
+    """The "low %" cell: the measured low-precision share of the compute nodes (workers.measure.graph_facts), ``n/a``
     for a converted model without compute nodes, empty when the model was not converted."""
     from workers.result import CONVERSION_OK_STATUSES
 

@@ -93,8 +93,8 @@ def queues_without_producer(names: list[str], settings: Settings) -> list[str]:
 
 
 #: Asks a fresh interpreter whether this machine has a usable CUDA device (exit 0: yes), so that the worker's
-#: prefork parent initialises no CUDA (:func:`workers.sessions.cuda_usable`).
-CUDA_PROBE = "from workers.sessions import cuda_usable; raise SystemExit(0 if cuda_usable() else 1)"
+#: prefork parent initialises no CUDA (:func:`workers.measure.sessions.cuda_usable`).
+CUDA_PROBE = "from workers.measure.sessions import cuda_usable; raise SystemExit(0 if cuda_usable() else 1)"
 
 
 def cuda_device_here() -> bool:

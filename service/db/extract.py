@@ -5,7 +5,7 @@ SQLite cannot store NaN); a NaN cosine is stored as NULL.  The environment finge
 ``fingerprint`` entry of ``result.environment`` when the worker supplies one, otherwise the
 first 16 hex digits of the SHA-256 of the environment dict as sorted JSON.
 
-Graph columns hold what the worker *measured* from the converted model (``workers.graph_facts``):
+Graph columns hold what the worker *measured* from the converted model (``workers.measure.graph_facts``):
 ``low_precision_fraction`` is the measured low-precision share of the compute nodes (NULL when the model
 has no compute node: not applicable), ``casts_inserted`` the Cast nodes the conversion added.  The pass's
 own report figures, the measured compute counts, the conversion-time samples and the painting's

@@ -112,10 +112,10 @@ def check_repository(full_name: str, settings: Settings) -> None:
 
 def clone_url(repository: Repository, settings: Settings) -> str | None:
     """The delivery's clone URL when the run's pass repository is the delivery's own (``AMPCI_PASS_REPO`` unset):
-    checked by :func:`workers.pass_source.check_clone_url` (https at that ``owner/name``, or ``file://`` with
+    checked by :func:`workers.revision.pass_source.check_clone_url` (https at that ``owner/name``, or ``file://`` with
     ``AMPCI_PASS_REPO_ALLOW_FILE``); None when the settings name a pass repository or the delivery has none.
     A URL that may not be cloned rejects the delivery (PayloadError, its reason recorded)."""
-    from workers.pass_source import CloneUrlError, check_clone_url
+    from workers.revision.pass_source import CloneUrlError, check_clone_url
 
     if settings.pass_repo or repository.clone_url is None:
         return None

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # annotations only: a worker subprocess imports none of these
     from service.db.records import JobInfo
     from service.db.store import Store
     from service.json_types import JsonObject
-    from workers.config import WorkerConfig
+    from workers.revision.config import WorkerConfig
 
     #: One job for a worker subprocess: (cell, revision, the worker config, the job's options).
     Request: TypeAlias = tuple[tuple[str, str, str, str], str, WorkerConfig, JsonObject]
@@ -44,15 +44,14 @@ def _slot_main(conn: WorkerEnd) -> None:
     """Body of one local worker subprocess: run requested cells one at a time until told to stop.
 
     First, while it has one thread, it forks its conversion fork server (numpy, onnx and onnx_ir
-    imported once: :func:`workers.zygotes.start_forkserver`).  Then it imports the job code once for all
+    imported once: :func:`workers.sandbox.zygotes.start_forkserver`).  Then it imports the job code once for all
     its jobs, in a thread, while it waits for its first request, and starts that request's revision's
     conversion zygote in another (:func:`_prewarm`): the zygote imports the pass in its own process while
     this one imports onnxruntime and then runs the first job's steps before its conversion (fetch, load,
     reference), instead of after them, on the first job's path; the conversion finds the zygote up, or
-    waits for the start in progress (:func:`workers.zygotes.zygote_for` starts one per pass root).
+    waits for the start in progress (:func:`workers.sandbox.zygotes.zygote_for` starts one per pass root).
     When it ends (told to stop, or its parent gone) it stops its zygotes and its fork server by pid."""
-    from workers import zygotes
-
+    from workers.sandbox import zygotes
     zygotes.start_forkserver()
     try:
         _serve_requests(conn)
@@ -66,7 +65,7 @@ def _serve_requests(conn: WorkerEnd) -> None:
     import importlib
 
     # onnxruntime and the job code, once per worker, before its first job
-    importer = threading.Thread(target=importlib.import_module, args=("workers.job",), daemon=True)
+    importer = threading.Thread(target=importlib.import_module, args=("workers.jobs.job",), daemon=True)
     importer.start()
     try:
         request = conn.recv()
@@ -75,7 +74,7 @@ def _serve_requests(conn: WorkerEnd) -> None:
     if request is not None:  # the zygote starts while the first job loads its model and reference
         threading.Thread(target=_prewarm, args=(request,), daemon=True, name="ampci-prewarm").start()
     importer.join()
-    from workers.cell import run_cell  # the only place the service side reaches job code
+    from workers.jobs.cell import run_cell  # the only place the service side reaches job code
 
     while request is not None:
         (model, dtype, policy, target), revision, config, options = request
@@ -90,8 +89,8 @@ def _prewarm(request: Request) -> None:
     """Start the conversion zygote of ``request``'s revision (the first job's conversion then finds it up);
     any failure is left for the job to meet and report."""
     try:
-        from workers.convert import prewarm
-        from workers.revisions import RevisionCache
+        from workers.revision.convert import prewarm
+        from workers.revision.revisions import RevisionCache
 
         revision, config = request[1], request[2]
         prewarm(RevisionCache.from_config(config).checkout(revision), config.sandbox_policy())
@@ -107,7 +106,7 @@ def _context() -> ForkServerContext | SpawnContext:
     """The multiprocessing context of worker subprocesses: ``forkserver`` with the pass's heavy
     dependencies preloaded (imported once in the server, not once per worker; forked from it, a worker
     inherits none of this process's threads and sockets), ``spawn`` where there is no fork server."""
-    from workers.zygotes import PRELOAD
+    from workers.sandbox.zygotes import PRELOAD
 
     try:
         ctx = multiprocessing.get_context("forkserver")

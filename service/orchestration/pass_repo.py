@@ -19,7 +19,7 @@ from service.errors import UserError
 from service.json_types import JsonObject, JsonValue
 from service.regressions.thresholds import Thresholds
 from service.settings import Settings
-from workers.config import WorkerConfig
+from workers.revision.config import WorkerConfig
 
 #: The run meta key (and job option) naming the run's pass repository when it is its webhook's own
 #: (``{"url", "repo", "installation"}``: :class:`service.api.dispatch.RunDispatcher`).  No credential.
@@ -38,7 +38,7 @@ def pass_repo_of(meta: JsonObject | None) -> JsonObject | None:
 
 
 def job_worker_config(settings: Settings, source: JsonValue) -> WorkerConfig:
-    """The :class:`workers.config.WorkerConfig` a job runs with: ``settings.worker_config()``, and when
+    """The :class:`workers.revision.config.WorkerConfig` a job runs with: ``settings.worker_config()``, and when
     ``AMPCI_PASS_REPO`` is unset and the job names its webhook's repository (``source``: the
     :data:`PASS_REPO` entry of its options), that repository's clone URL with a token for it
     (:func:`service.github_auth.git_token.git_token`; '' when none).  The token lives in this config only, never
@@ -62,12 +62,12 @@ def record_ancestry(settings: Settings, store: Store, sha: str, depth: int | Non
     revision cache with its token), else ``AMPCI_PASS_REPO`` or this checkout; return how many revisions were
     written.  Links recorded before for these commits (e.g. what a push payload implied) are replaced by git's.
     Baselines, bisection and resolution walk these links.  UserError when git cannot read the commit."""
-    from workers import revisions as rv
-
+    from workers.revision.git_commands import RevisionError
+    from workers.revision.revisions import RevisionCache
     depth = depth or (store.thresholds or Thresholds()).ancestor_depth
     try:
-        chain = rv.RevisionCache.from_config(job_worker_config(settings, source)).first_parents(sha, depth)
-    except rv.RevisionError as exc:
+        chain = RevisionCache.from_config(job_worker_config(settings, source)).first_parents(sha, depth)
+    except RevisionError as exc:
         raise UserError(str(exc)) from None
     return int(store.upsert_revisions([RevisionRow(c, parents) for c, parents in chain]))
 

@@ -55,7 +55,7 @@ from service.settings import Settings
 if TYPE_CHECKING:
     from service.db.records import RunInfo
     from service.db.store import Store
-    from workers.revisions import RevisionCache
+    from workers.revision.revisions import RevisionCache
 
 ProgressCallback = Callable[[Mapping[str, int]], None]
 Cell = tuple[str, str, str, str]
@@ -85,8 +85,7 @@ def zoo_catalog(path: Path | None = None, data_dir: Path | None = None) -> dict[
 
 
 def _cache(settings: Settings, source: JsonValue = None) -> RevisionCache:
-    from workers import revisions as rv
-
+    from workers.revision import revisions as rv
     return rv.RevisionCache.from_config(job_worker_config(settings, source))
 
 
@@ -94,19 +93,18 @@ def resolve_revision(settings: Settings, revision: str, source: JsonValue = None
     """The full sha of ``revision`` (branch, tag, full or short sha, ``HEAD``) of the pass repository (the one
     ``source`` names, a run's :data:`~service.orchestration.pass_repo.PASS_REPO` entry, when given);
     ``WORKTREE`` is returned unchanged.  Stores nothing; an unknown revision is a one-line UserError."""
-    from workers import revisions as rv
-
-    if revision == rv.WORKTREE:
+    from workers.revision.git_commands import RevisionError
+    from workers.revision.snapshots import WORKTREE
+    if revision == WORKTREE:
         return revision
     try:
         return str(_cache(settings, source).resolve(revision))
-    except rv.RevisionError as exc:
+    except RevisionError as exc:
         raise UserError(str(exc)) from None
 
 
 def _worktree_dir(settings: Settings) -> Path:
-    from workers import revisions as rv
-
+    from workers.revision import revisions as rv
     if settings.pass_repo and Path(settings.pass_repo).is_dir():
         return Path(settings.pass_repo)
     return Path(rv.default_pass_repo())
@@ -132,7 +130,7 @@ class RevisionFields:
 
     @classmethod
     def from_git(cls, info: Mapping[str, object]) -> RevisionFields:
-        """The fields of :func:`workers.revisions.describe`'s answer (parents a list of shas, the others
+        """The fields of :func:`workers.revision.revisions.describe`'s answer (parents a list of shas, the others
         text or None); a value of another type counts as unknown."""
         parents = info.get("parents")
 
@@ -146,24 +144,25 @@ class RevisionFields:
 
 def _describe_revision(settings: Settings, revision: str) -> tuple[str, str | None, RevisionFields]:
     """(sha-or-worktree-key, default baseline, revision fields) for ``REV`` or ``WORKTREE``."""
-    from workers import revisions as rv
-
+    from workers.revision import revisions as rv
+    from workers.revision.git_commands import SHA_RE, RevisionError, git
+    from workers.revision.snapshots import WORKTREE
     cache = _cache(settings)
-    if revision == rv.WORKTREE:
+    if revision == WORKTREE:
         local = _worktree_dir(settings)
         key = cache.snapshot(local)
         try:
-            head = rv.git(["rev-parse", "--verify", "HEAD^{commit}"], cwd=local).strip()
-        except rv.RevisionError:
+            head = git(["rev-parse", "--verify", "HEAD^{commit}"], cwd=local).strip()
+        except RevisionError:
             head = ""
-        base = resolve_revision(settings, head) if rv.SHA_RE.match(head) else None
-        return key, base, RevisionFields(parents=(base,) if base else (), branch=rv.WORKTREE,
+        base = resolve_revision(settings, head) if SHA_RE.match(head) else None
+        return key, base, RevisionFields(parents=(base,) if base else (), branch=WORKTREE,
                                          message=f"uncommitted working tree of {local}")
     sha = resolve_revision(settings, revision)
     try:
         cache.checkout(sha)  # fails early for a commit that cannot be checked out
         info = RevisionFields.from_git(rv.describe(cache, sha))
-    except rv.RevisionError as exc:
+    except RevisionError as exc:
         raise UserError(str(exc)) from None
     return sha, (info.parents[0] if info.parents else None), info
 
@@ -207,7 +206,7 @@ def _start_run(settings: Settings, store: Store, config: SweepConfig, cells: lis
     """The rest of :func:`start_sweep`, with its (prestarted) local pool, if any."""
     sha, parent, info = _describe_revision(settings, revision)
     base = resolve_revision(settings, baseline) if baseline else parent
-    from workers.revisions import SHA_RE
+    from workers.revision.git_commands import SHA_RE
 
     # a commit's own chain covers its parents; a WORKTREE key's parent is HEAD
     roots = [sha] if SHA_RE.match(sha) else list(info.parents[:1])

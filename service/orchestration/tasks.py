@@ -1,6 +1,6 @@
 """Celery tasks (thin named adapters) and the plain functions they call.
 
-* :func:`run_cell` runs one cell at one revision in *this* process (:func:`workers.cell.run_cell`
+* :func:`run_cell` runs one cell at one revision in *this* process (:func:`workers.jobs.cell.run_cell`
   with the worker config of the settings) and returns its :class:`~workers.result.JobResult`.
 * :func:`execute_job` is one delivery of one job end to end (the Celery path): skip it if the job
   already finished, count the attempt in the database, mark a poison job ``crashed`` once it has
@@ -8,8 +8,8 @@
   idempotently; the last job of a run finishes the run.  Tests call it without a broker.
 
 Recording results, counting attempts, finishing runs and reconciling are the service's business;
-``workers`` only executes.  Job code (``workers.job``, onnxruntime) is imported inside
-:func:`workers.cell.run_cell`, never at module import, so a Celery prefork parent that imports this
+``workers`` only executes.  Job code (``workers.jobs.job``, onnxruntime) is imported inside
+:func:`workers.jobs.cell.run_cell`, never at module import, so a Celery prefork parent that imports this
 module initialises no CUDA.
 """
 
@@ -42,7 +42,7 @@ from service.orchestration.celery_app import (
 from service.orchestration.jobs import PASS_REPO, complete_job, job_worker_config
 from service.settings import Settings
 from service.vocabulary import FINAL_JOB_STATES
-from workers.cell import run_cell as _run_cell
+from workers.jobs.cell import run_cell as _run_cell
 from workers.result import JobResult
 
 if TYPE_CHECKING:
@@ -57,18 +57,18 @@ log = logging.getLogger(__name__)
 @worker_process_init.connect  # type: ignore[untyped-decorator]  # celery publishes no types
 def preload_job_code(**_: object) -> None:
     """In each Celery pool child, once, before its first job: fork the conversion fork server while
-    the child has one thread (:func:`workers.zygotes.start_forkserver`: numpy, onnx and onnx_ir
+    the child has one thread (:func:`workers.sandbox.zygotes.start_forkserver`: numpy, onnx and onnx_ir
     imported once, each revision's zygote forked from it), then import the job code, so no job of
     this child pays those imports.  The prefork parent imports none of it."""
-    from workers.zygotes import start_forkserver
+    from workers.sandbox.zygotes import start_forkserver
 
     start_forkserver()
-    import workers.job  # noqa: F401 - onnxruntime and the job code, kept for all this child's jobs
+    import workers.jobs.job  # noqa: F401 - onnxruntime and the job code, kept for all this child's jobs
 
 
 def run_cell(cell: tuple[str, str, str, str], revision: str, settings: Settings,
              options: JsonObject | None = None) -> JobResult:
-    """:func:`workers.cell.run_cell` with the worker config of ``settings`` for the job's pass repository
+    """:func:`workers.jobs.cell.run_cell` with the worker config of ``settings`` for the job's pass repository
     (:func:`~service.orchestration.jobs.job_worker_config`: the webhook's repository when ``options`` name one;
     a module-level name, so a test worker can wrap it)."""
     return _run_cell(cell, revision, job_worker_config(settings, (options or {}).get(PASS_REPO)), options)
@@ -122,7 +122,7 @@ def soft_limit_watch() -> Iterator[list[bool]]:
     """Yield a list that gets an entry if Celery's soft time limit fires during the block.
 
     billiard's pool child raises ``SoftTimeLimitExceeded`` from its SIGUSR1 handler wherever the job
-    happens to be, and job code that turns every exception into a result (``workers.job.run_job``
+    happens to be, and job code that turns every exception into a result (``workers.jobs.job.run_job``
     makes it a ``crash``) would hide it; this wraps that handler to note the signal first, then lets
     it raise as before.  Where no handler is installed (solo pool, a thread, no SIGUSR1) there is no
     soft limit to watch and the list stays empty.

@@ -6,7 +6,7 @@ regression with state ``suspected`` (when the run asked for confirmation: ``run.
 the ``AMPCI_CONFIRM_PAIRS`` setting at sweep time).  Then, before the run finishes,
 :func:`service.orchestration.confirm_run.advance` creates one *confirmation run* (trigger ``confirm``, dedup key ``confirm-<run id>``)
 whose jobs are the suspected cells only: each job times the cell at the finding's baseline revision
-and at the run's revision interleaved on one worker (:mod:`workers.confirm`), ``confirm_pairs`` pairs
+and at the run's revision interleaved on one worker (:mod:`workers.jobs.confirm`), ``confirm_pairs`` pairs
 per suspected kind (raised to :func:`min_pairs` of ``confirm_p``, 7 for 0.01).  When that run is over, :func:`paired_verdict` decides each finding from the
 per-pair ratios: ``open`` (confirmed: it fails the gate and reaches the commit status) or
 ``dismissed`` (kept, visible, with the paired figures in ``state_note``; never deleted).

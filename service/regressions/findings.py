@@ -47,7 +47,7 @@ class CellSample:
     casts_inserted: int | None = None
     latency_samples: tuple[float, ...] = ()
     fp32_latency_samples: tuple[float, ...] = ()  # the fp32 model timed interleaved with latency_samples
-    # the same blocks' CPU time of the timing thread (ms; workers.latency), paired like the wall-time samples;
+    # the same blocks' CPU time of the timing thread (ms; workers.measure.latency), paired like the wall-time samples;
     # empty where CPU time is not the model's work (CUDA, thread pools) and in results stored before
     cpu_latency_samples: tuple[float, ...] = ()
     fp32_cpu_latency_samples: tuple[float, ...] = ()
@@ -59,7 +59,7 @@ class CellSample:
     run_medians_cpu: tuple[float, ...] = ()
     env_fingerprint: str | None = None
     error_unit: str = CONVERGENCE_ERROR_UNIT  # unit of final_error (workers.result.ConvergenceStats)
-    # measured by the worker from the converted model (workers.graph_facts); None for results whose graph
+    # measured by the worker from the converted model (workers.measure.graph_facts); None for results whose graph
     # facts are the pass's own report (stored before measurement) or counted by another compute-op version
     compute_low: int | None = None
     compute_nodes: int | None = None

@@ -1,5 +1,5 @@
 """The paired decisions of confirmation (:mod:`service.regressions.confirm`): pure functions of the per-pair
-times a confirmation job measured interleaved (:mod:`workers.confirm`).
+times a confirmation job measured interleaved (:mod:`workers.jobs.confirm`).
 
 * :func:`paired_verdict`: a suspected slowdown is confirmed (candidate slower than baseline beyond the kind's
   ratio limit and floor, one-sided Wilcoxon signed-rank p < ``confirm_p`` on the log ratios);

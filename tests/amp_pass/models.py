@@ -220,10 +220,10 @@ def assert_valid(model: onnx.ModelProto, dtype: str) -> None:
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if dtype == "bf16":
-        from workers.emulation import emulate_model
+        from workers.measure.emulation_rewrite import emulate_model
 
         model = emulate_model(model)
-        # the emulation is run with graph optimizations off (workers.emulation.EmulatedSession): its
+        # the emulation is run with graph optimizations off (workers.measure.emulation.EmulatedSession): its
         # round-trip casts must all run; ORT's fusions (LayerNormFusion) also mis-type its Cast chains
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
@@ -232,7 +232,7 @@ def assert_valid(model: onnx.ModelProto, dtype: str) -> None:
 def emulated_cosines(fp32: onnx.ModelProto, converted: onnx.ModelProto,
                      feeds: dict[str, np.ndarray]) -> dict[str, float]:
     """Cosine per float output between the fp32 reference and the faithful emulation of ``converted``."""
-    from workers.emulation import run_emulated
+    from workers.measure.emulation import run_emulated
 
     ref = run_fp32(fp32, feeds)
     got = run_emulated(converted, feeds)

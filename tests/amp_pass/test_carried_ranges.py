@@ -54,7 +54,7 @@ def _scan_model(start: float) -> onnx.ModelProto:
 
 
 def _emulated(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    from workers.emulation import emulate_model
+    from workers.measure.emulation_rewrite import emulate_model
 
     return run_fp32(emulate_model(model), feeds)
 

@@ -154,7 +154,7 @@ def test_ir4_initializer_inputs_are_constants_too(convert) -> None:
 
 @pytest.mark.parametrize("net", sorted(NETS))
 def test_both_ir_readers_agree(net: str) -> None:
-    """``prepare_model`` through protoio (lean) and through onnx_ir.serde (what workers/autosearch.py
+    """``prepare_model`` through protoio (lean) and through onnx_ir.serde (what workers/measure/autosearch.py
     uses) makes the same inputs constants, or keeps the same ones."""
     m = NETS[net](3)
     weights = [t.name for t in m.graph.initializer]

@@ -200,7 +200,7 @@ def test_captured_value_is_cast_inside_the_subgraph_scope(convert) -> None:
     assert not [n for n in r.model.graph.node if n.op_type == "Cast"]
     feeds = {"C": np.array(True), "X": np.random.default_rng(0).uniform(-1, 1, (4, 4)).astype(np.float32)}
     from tests.amp_pass.models import cosine, run_fp32
-    from workers.emulation import run_emulated
+    from workers.measure.emulation import run_emulated
 
     assert cosine(run_fp32(m, feeds)["Y"], run_emulated(r.model, feeds)["Y"]) >= 0.999
 

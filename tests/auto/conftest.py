@@ -7,7 +7,7 @@ import onnx
 
 def assert_valid(model: onnx.ModelProto) -> None:
     """The converted model passes the full ONNX checker and loads in onnxruntime."""
-    from workers.sessions import make_session
+    from workers.measure.sessions import make_session
 
     onnx.checker.check_model(model, full_check=True)
     make_session(model, "cpu")

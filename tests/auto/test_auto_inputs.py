@@ -14,8 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.cli.main import main
 from tests.auto.conftest import assert_valid
-from workers import autoconvert
-from workers.autoconvert import DataError, choose_feeds
+from workers.revision import autoconvert
+from workers.revision.autoconvert import DataError, choose_feeds
 
 
 def _save(model: onnx.ModelProto, path: Path) -> Path:
@@ -100,7 +100,7 @@ def test_the_job_command_names_its_inputs_as_the_zoo_spec(tmp_path: Path) -> Non
     np.savez(npz, x=np.ones((2, 8), np.float32))
     cmd = autoconvert.command(src, tmp_path / "o.onnx", tmp_path / "r.json", "fp16", "cpu", Path("."), npz)
     assert cmd[cmd.index("--calibration-data") + 1] == str(npz)
-    argv = cmd[cmd.index("workers.autoconvert") + 1:]
+    argv = cmd[cmd.index("workers.revision.autoconvert") + 1:]
     argv = argv[:argv.index("--pass-root")] + argv[argv.index("--pass-root") + 2:]  # this checkout's pass
     assert autoconvert.main(argv) == 0
     data = json.loads((tmp_path / "r.json").read_text())

@@ -10,8 +10,8 @@ import pytest
 from amp_pass import ConversionOptions
 from tests.auto.conftest import assert_valid
 from tests.auto.models import feeds_for, loop_if_hot, overflow_chain
-from workers.autosearch import Tolerance, ToleranceError, auto_search
-from workers.calibrate import collect_ranges
+from workers.measure.autosearch import Tolerance, ToleranceError, auto_search
+from workers.measure.calibrate import collect_ranges
 
 
 def _search(model: onnx.ModelProto, **kw: object):  # type: ignore[no-untyped-def]

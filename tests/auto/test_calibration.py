@@ -12,9 +12,9 @@ from amp_pass.calibration import CalibrationRanges, ValueRange, graph_scopes, no
 from amp_pass.prepare import prepare
 from tests.auto.conftest import assert_valid
 from tests.auto.models import feeds_for, loop_if_hot, overflow_chain, scan_hot
-from workers.calibrate import collect_ranges
-from workers.emulation import run_emulated
-from workers.metrics import output_metrics
+from workers.measure.calibrate import collect_ranges
+from workers.measure.emulation import run_emulated
+from workers.measure.metrics import output_metrics
 
 
 def _kept(result: object) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""``ampci convert --policy auto / --calibration-data``, ``python -m workers.autoconvert``, and the job.
+"""``ampci convert --policy auto / --calibration-data``, ``python -m workers.revision.autoconvert``, and the job.
 
 A job with policy ``auto`` runs the search in its conversion subprocess; a pass revision that makes
 ``auto`` keep more nodes fp32 shows up as a coverage regression of that cell.
@@ -22,9 +22,10 @@ from service.regressions.rules import CellSample, coverage_rule
 from service.regressions.thresholds import Thresholds
 from tests.auto.conftest import assert_valid
 from tests.auto.models import feeds_for, overflow_chain
-from workers.config import WorkerConfig
-from workers.job import JobSpec, run_job
+from workers.jobs.job import run_job
+from workers.jobs.spec import JobSpec
 from workers.result import JobResult
+from workers.revision.config import WorkerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,7 +139,7 @@ def test_job_policy_auto_and_coverage_regression(hot: Path, tmp_path: Path) -> N
 
 
 def test_autoconvert_module_exit_codes(hot: Path, tmp_path: Path) -> None:
-    base = [sys.executable, "-m", "workers.autoconvert", str(hot), "-o", str(tmp_path / "o.onnx")]
+    base = [sys.executable, "-m", "workers.revision.autoconvert", str(hot), "-o", str(tmp_path / "o.onnx")]
     ok = subprocess.run([*base, "--policy", "auto", "--report", str(tmp_path / "r.json")], cwd=ROOT,
                         capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
@@ -149,7 +150,7 @@ def test_autoconvert_module_exit_codes(hot: Path, tmp_path: Path) -> None:
 
 
 def test_pass_revision_without_hooks_is_a_clean_convert_error(hot: Path, tmp_path: Path) -> None:
-    from workers.convert import convert_in_subprocess
+    from workers.revision.convert import convert_in_subprocess
 
     root = tmp_path / "old"
     shutil.copytree(ROOT / "amp_pass", root / "amp_pass", ignore=shutil.ignore_patterns("__pycache__"))
@@ -164,10 +165,10 @@ def test_job_policy_auto_searches_to_the_jobs_own_acceptance_rule(tmp_path: Path
     """No overflow here: the default fp16 painting meets the search's default cosine, but not this zoo
     entry's strict max-abs tolerance.  The job hands its own rule to the search, so ``auto`` keeps
     enough nodes fp32 to pass the job, where a cosine-only search would have stopped at the default."""
-    from workers.autosearch import Tolerance
-    from workers.job import search_tolerance
-    from workers.metrics import Tolerance as JobTolerance
-    from workers.metrics import compare_outputs, judge
+    from workers.jobs.tolerance_search import search_tolerance
+    from workers.measure.autosearch import Tolerance
+    from workers.measure.metrics import Tolerance as JobTolerance
+    from workers.measure.metrics import compare_outputs, judge
     from workers.zoo.manifest import load_zoo
 
     model = overflow_chain(layers=6, hot=99, width=64)  # no hot layer: plain MatMul+Tanh layers
@@ -203,7 +204,7 @@ def test_autoconvert_outputs_honour_the_umask(hot: Path, tmp_path: Path, umask: 
     """The auto path writes its model and report like a new file (0o666 & ~umask), not mkstemp's 0600."""
     out, rep = tmp_path / f"o{umask:o}.onnx", tmp_path / f"r{umask:o}.json"
     code = ("import os, runpy, sys; os.umask(int(sys.argv[1], 8)); sys.argv = ['autoconvert', *sys.argv[2:]]; "
-            "runpy.run_module('workers.autoconvert', run_name='__main__')")
+            "runpy.run_module('workers.revision.autoconvert', run_name='__main__')")
     proc = subprocess.run([sys.executable, "-c", code, oct(umask), str(hot), "-o", str(out), "--report", str(rep),
                            "--calibration-data", str(tmp_path / "hot.npz"), "--tolerance", "cosine=0.9995"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)

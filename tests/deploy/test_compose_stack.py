@@ -58,7 +58,7 @@ API_TOKEN = "deploy-test-api-token"
 GITHUB_TOKEN = "ghs_" + "D" * 36
 CREDENTIALS = set(settings_module.CREDENTIALS)
 #: Why the worker's pass sandbox cannot be made, with the worker's own policy ("None": it can).
-SANDBOX_PROBE = ("from service.settings import Settings; from workers.sandbox import full_sandbox_error; "
+SANDBOX_PROBE = ("from service.settings import Settings; from workers.sandbox.policy import full_sandbox_error; "
                  "print(full_sandbox_error(Settings.from_env().worker_config().sandbox_policy()))")
 TIMINGS: dict[str, float] = {}
 

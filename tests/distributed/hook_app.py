@@ -20,7 +20,7 @@ from celery.signals import worker_process_init
 from service.orchestration import tasks
 from service.orchestration.celery_app import app  # noqa: F401  - `celery -A` looks for `app`
 from workers.result import JobResult
-from workers.revisions import RevisionCache
+from workers.revision.revisions import RevisionCache
 
 _real_run_cell = tasks.run_cell
 

@@ -24,7 +24,7 @@ from service.orchestration.bisection import bisect_step
 from service.settings import Settings
 from tests.distributed import broker_queue
 from tests.service.factories import make_result
-from workers.revisions import RevisionCache
+from workers.revision.revisions import RevisionCache
 
 CELL = ("tiny_mlp", "fp16", "default", "cpu")
 N_COMMITS = 12

@@ -29,8 +29,9 @@ from service.settings import Settings
 from tests.distributed import broker_queue
 from tests.service.api.helpers import REPO, encode, push_payload
 from tests.service.factories import make_result
-from workers.config import WorkerConfig
-from workers.revisions import RevisionCache, RevisionError
+from workers.revision.config import WorkerConfig
+from workers.revision.git_commands import RevisionError
+from workers.revision.revisions import RevisionCache
 
 N_COMMITS = 12
 ZERO = "0" * 40

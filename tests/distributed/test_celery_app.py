@@ -58,7 +58,7 @@ def test_tasks_are_named_thin_adapters() -> None:
 def test_worker_parent_imports_no_job_code() -> None:
     """What the prefork parent imports (app, tasks, CLI) must not pull in onnxruntime (CUDA init)."""
     code = ("import sys, service.orchestration.celery_app, service.orchestration.tasks, service.orchestration.scheduler, service.cli.worker_cmd\n"
-            "print(','.join(m for m in ('onnxruntime', 'workers.job', 'onnx') if m in sys.modules))")
+            "print(','.join(m for m in ('onnxruntime', 'workers.jobs.job', 'onnx') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""

@@ -16,7 +16,7 @@ import pytest
 
 from service.orchestration import scheduler
 from service.settings import Settings
-from workers.revisions import RevisionCache
+from workers.revision.revisions import RevisionCache
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

@@ -25,7 +25,7 @@ from service.db import models as m
 from service.orchestration import orphans, scheduler
 from service.settings import Settings
 from tests.waiting import SAFETY_NET_S, wait_until
-from workers.revisions import RevisionCache
+from workers.revision.revisions import RevisionCache
 
 ROOT = Path(__file__).resolve().parents[2]
 CELLS = [("conv_net", "fp16", "default", "cpu"), ("conv_net", "bf16", "default", "cpu")]

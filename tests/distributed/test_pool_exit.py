@@ -19,7 +19,7 @@ import pytest
 
 from service.orchestration import scheduler
 from service.settings import Settings
-from workers.revisions import RevisionCache
+from workers.revision.revisions import RevisionCache
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -98,8 +98,8 @@ def test_a_stopped_worker_takes_its_zygotes_and_their_fork_server_with_it(tmp_pa
 FROZEN = textwrap.dedent('''
     import json, sys
     from pathlib import Path
-    from workers import zygotes
-    from workers.convert import convert_in_subprocess
+    from workers.sandbox import zygotes
+    from workers.revision.convert import convert_in_subprocess
     from workers.zoo.synthetic import synthetic_model_path
     assert zygotes.start_forkserver()
     root, tmp = Path(sys.argv[1]), Path(sys.argv[2])
@@ -131,7 +131,7 @@ def test_zygotes_are_forked_from_a_frozen_preloaded_heap(tmp_path: Path) -> None
 
 STOP_SERVER = textwrap.dedent('''
     import json, os
-    from workers import zygotes
+    from workers.sandbox import zygotes
     assert zygotes.start_forkserver()
     first = zygotes._FORKSERVER.pid
     zygotes.stop_forkserver()

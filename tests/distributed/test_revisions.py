@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from workers.revisions import RevisionCache, RevisionError, content_key, describe, repo_key, validate_sha
+from workers.revision.git_commands import RevisionError, validate_sha
+from workers.revision.revisions import RevisionCache, describe, repo_key
+from workers.revision.snapshots import content_key
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -22,8 +22,8 @@ from service.settings import Settings
 from tests.distributed.conftest import git
 from tests.distributed.procs import ROOT
 from tests.workers.hostile import FAKE_TOKEN, findings, hostile_pass, processes_with
-from workers import sandbox as sb
-from workers.revisions import RevisionCache
+from workers.revision.revisions import RevisionCache
+from workers.sandbox import policy as sb
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sb.full_sandbox_error(sb.SandboxPolicy()) is not None,
                                                     reason="no full sandbox on this machine")]

@@ -1,5 +1,5 @@
 """A job past Celery's soft time limit ends ``timeout`` (naming the limit), not ``crash``, even though
-the job code (``workers.job.run_job``) turns the ``SoftTimeLimitExceeded`` it gets into a result."""
+the job code (``workers.jobs.job.run_job``) turns the ``SoftTimeLimitExceeded`` it gets into a result."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pytest
 from service.orchestration import scheduler, tasks
 from service.orchestration.scheduler import SweepConfig, open_store, start_sweep, wait_for_run
 from service.settings import Settings
-from workers import job as job_module
+from workers.jobs import job as job_module
+from workers.jobs.spec import JobSpec
 from workers.result import JobResult
 
 SHA = "cd" * 20
@@ -44,7 +45,7 @@ def _job_run_cell(tmp_path: Path, fetch: Any, monkeypatch: pytest.MonkeyPatch) -
 
     def run_cell(cell: tuple[str, str, str, str], revision: str, settings: Settings,
                  options: dict[str, Any] | None = None) -> JobResult:
-        spec = job_module.JobSpec(*cell, revision=revision, zoo_path=zoo)
+        spec = JobSpec(*cell, revision=revision, zoo_path=zoo)
         return job_module.run_job(spec, settings.worker_config())
 
     monkeypatch.setattr(tasks, "run_cell", run_cell)

@@ -126,7 +126,7 @@ def test_a_sweep_adopts_a_killed_sweeps_jobs_but_never_a_live_owners(tmp_path: P
 def test_interrupting_a_sweep_hands_adopted_runs_back_instead_of_cancelling_them(tmp_path: Path) -> None:
     """Ctrl-C (``LocalPool.cancel``) ends the sweep's own run but leaves an adopted run's jobs ``queued``
     and released, for the next process."""
-    from workers.revisions import RevisionCache
+    from workers.revision.revisions import RevisionCache
 
     settings = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
     store = scheduler.open_store(settings)

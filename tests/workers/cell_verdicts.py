@@ -1,8 +1,8 @@
-"""Verdicts of converted zoo models, measured in-process the way ``workers.job.run_job`` measures them.
+"""Verdicts of converted zoo models, measured in-process the way ``workers.jobs.job.run_job`` measures them.
 
 Used by the policy-mutation test: the fp32 reference (optimized onnxruntime session) and its plain rerun
 (the noise floor), the converted model under faithful emulation, the zoo entry's tolerance and k-rule
-(``workers.metrics.judge``), and graph facts counted from the converted model itself (Cast nodes added,
+(``workers.measure.metrics.judge``), and graph facts counted from the converted model itself (Cast nodes added,
 low-precision compute nodes over every graph), with no use of the pass's own report.  The result is a
 ``service.regressions.rules.CellSample`` so the service's regression rules judge a change.
 """
@@ -16,10 +16,10 @@ import numpy as np
 import onnx
 
 from service.regressions.rules import CellSample
-from workers.config import WorkerConfig
-from workers.job import state_outputs_not_judged
-from workers.metrics import compare_outputs, judge
-from workers.runners import EmulatedRunner, SessionRunner
+from workers.jobs.stateful import state_outputs_not_judged
+from workers.measure.metrics import compare_outputs, judge
+from workers.measure.runners import EmulatedRunner, SessionRunner
+from workers.revision.config import WorkerConfig
 from workers.zoo.fetch import fetch_entry
 from workers.zoo.inputs import make_feeds
 from workers.zoo.manifest import ZooEntry

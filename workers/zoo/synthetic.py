@@ -153,7 +153,7 @@ def leaky_integrator(seed: int) -> onnx.ModelProto:
 
     In fp32 the leak keeps the state bounded; 0.9999 rounds to exactly 1.0 in fp16/bf16, so the
     converted state drifts away from fp32 without bound (absolute error grows ~ t^2 while the state
-    grows ~ t, so the relative step error of ``workers.convergence`` grows ~ t)."""
+    grows ~ t, so the relative step error of ``workers.measure.convergence`` grows ~ t)."""
     rng = np.random.default_rng(seed)
     n = helper.make_node
     dim = 8

@@ -1,7 +1,7 @@
 """Synthetic models that make each rule of the pass's default policy observable.
 
 Each model is small (a few KB, milliseconds to run) and deterministic for a seed.  Removing one rule of
-the default policy changes a verdict on at least one of them (``tests/workers/test_policy_mutation.py``
+the default policy changes a verdict on at least one of them (``tests/workers/revision/test_policy_mutation.py``
 proves it for every DENY entry and for the range check, pinned types, subgraph painting and cast sharing):
 
 - ``deny_*``: one branch per DENY op, ``x_<op> -> <op> -> y_<op>``, fed directly by its own graph input

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from workers import canary
-from workers import sandbox as sb
+from workers.revision import canary
+from workers.sandbox import policy as sb
 
 
 @pytest.mark.parametrize(("mode", "probe", "want"), [

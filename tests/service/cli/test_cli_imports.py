@@ -106,7 +106,7 @@ def test_help_paths_cover_every_command_and_verb() -> None:
 @pytest.mark.parametrize("path", HELP_PATHS, ids=lambda p: " ".join(p) or "ampci")
 def test_help_imports_no_model_stack(path: tuple[str, ...], tmp_path: Path) -> None:
     """``ampci [COMMAND [VERB]] --help`` imports none of FORBIDDEN (``convert`` included: its options are
-    declared without importing amp_pass.cli or workers.autoconvert)."""
+    declared without importing amp_pass.cli or workers.revision.autoconvert)."""
     rc, heavy = _imports([*path, "--help"], _env(tmp_path))
     assert rc == 0
     assert not heavy, f"`ampci {' '.join(path)} --help` imports {sorted(heavy)}"
@@ -130,13 +130,13 @@ def _signature(parser: argparse.ArgumentParser) -> list[tuple[object, ...]]:
 
 def test_convert_declares_the_options_of_amp_pass_and_autoconvert() -> None:
     """``ampci convert``'s options are exactly those of ``amp_pass.cli.add_convert_arguments`` +
-    ``workers.autoconvert.add_auto_arguments`` (which the command runs with), and the dtype names the
+    ``workers.revision.autoconvert.add_auto_arguments`` (which the command runs with), and the dtype names the
     numpy-free declaration offers are the pass's own ``amp_pass.options.DTYPES``."""
     from amp_pass.cli import add_convert_arguments
     from amp_pass.cli_args import DTYPE_NAMES
     from amp_pass.options import DTYPES
     from service.cli import convert_cmd
-    from workers.autoconvert import add_auto_arguments
+    from workers.revision.autoconvert import add_auto_arguments
 
     reference, declared = argparse.ArgumentParser(), argparse.ArgumentParser()
     add_convert_arguments(reference)
@@ -147,9 +147,9 @@ def test_convert_declares_the_options_of_amp_pass_and_autoconvert() -> None:
 
 
 def test_task_metric_names_are_the_computed_task_metrics() -> None:
-    """The zoo manifest validates ``task`` against workers.tolerance (numpy-free); workers.metrics computes
+    """The zoo manifest validates ``task`` against workers.tolerance (numpy-free); workers.measure.metrics computes
     exactly those."""
-    from workers.metrics import TASK_METRICS
+    from workers.measure.metrics import TASK_METRICS
     from workers.tolerance import TASK_METRIC_NAMES
 
     assert tuple(TASK_METRICS) == TASK_METRIC_NAMES

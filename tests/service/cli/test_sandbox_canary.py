@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from workers import sandbox as sb
+from workers.sandbox import policy as sb
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(sb.full_sandbox_error(sb.SandboxPolicy()) is not None,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from service.cli.main import main
-from tests.workers.test_byom import symbolic_model
+from tests.workers.jobs.test_byom import symbolic_model
 from workers.zoo.manifest import ZooError, load_zoo, user_zoo_path
 from workers.zoo.registry import sha256_file
 

@@ -91,7 +91,7 @@ def make_run(store: Store, revision: str, results: list, confirm_pairs: int, bas
 
 class StandInWorker:
     """Dispatch of a confirmation run: records it; ``work`` then answers its jobs with the given pairs
-    (what :mod:`workers.confirm` would have timed), as a worker delivering them would."""
+    (what :mod:`workers.jobs.confirm` would have timed), as a worker delivering them would."""
 
     def __init__(self, store: Store, pairs: dict[str, tuple[list[float], list[float]]]) -> None:
         self.store, self.pairs, self.sent = store, pairs, []

@@ -60,7 +60,7 @@ def make_run(store: Store, revision: str, models: list[str], slow: bool, seed: i
 
 class StandInWorker:
     """Dispatch of confirmation runs: records them; ``work`` answers their jobs with pairs that confirm a
-    slowdown (``slower``) or show none, as :mod:`workers.confirm` would have timed them."""
+    slowdown (``slower``) or show none, as :mod:`workers.jobs.confirm` would have timed them."""
 
     def __init__(self, store: Store, cfg: Settings, slower: float = 0.6) -> None:
         self.store, self.cfg, self.slower, self.sent = store, cfg, slower, []

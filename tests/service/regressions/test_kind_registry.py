@@ -20,7 +20,7 @@ from service.regressions.findings import CellSample
 from service.regressions.kinds.base import BISECT_VERDICTS, BISECTIONS, FindingKind
 from service.regressions.kinds.registry import UnknownKind, all_kinds, kind, names
 from service.regressions.thresholds import Thresholds
-from workers.confirm import CONFIRMABLE
+from workers.jobs.confirm import CONFIRMABLE
 
 KINDS = all_kinds()
 TH = Thresholds()

@@ -18,7 +18,7 @@ from service.regressions.stats import mann_whitney_p
 from service.regressions.thresholds import Thresholds
 from tests.docs_text import page
 from tests.service.factories import chain, make_result, migrated_store, run_with
-from workers.metrics import compare_outputs
+from workers.measure.metrics import compare_outputs
 from workers.result import AccuracyReport
 
 CELL = ("tiny_mlp", "fp16", "default", "cpu")

@@ -1,0 +1,162 @@
+"""The pass's system-call filter (issue 40): a hostile pass revision tries the kernel's shared state and a host
+socket by path, and gets ``EPERM`` for each; an honest conversion still converts.
+
+Driven through :func:`workers.revision.convert.convert_in_subprocess` (warm and cold), in the full sandbox and in
+best-effort mode (the filter is installed in both).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.workers.fakes import fake_pass
+from workers.revision.convert import convert_in_subprocess
+from workers.sandbox import policy as sb
+from workers.sandbox import zygotes
+from workers.zoo.synthetic import synthetic_model_path
+
+needs_full = pytest.mark.skipif(sb.full_sandbox_error(sb.SandboxPolicy()) is not None,
+                                reason=f"no full sandbox here: {sb.full_sandbox_error(sb.SandboxPolicy())}")
+x86_64 = pytest.mark.skipif(os.uname().machine != "x86_64", reason="the filter's numbers are x86_64's")
+
+#: What the hostile pass tries: each a system call by number through ctypes (x86_64), or a unix path socket.
+_MAIN = '''
+import ctypes, errno, json, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+buf = ctypes.create_string_buffer(512)
+found = {{
+    "add_key": call(248, ctypes.addressof(ctypes.create_string_buffer(b"user")),
+                    ctypes.addressof(ctypes.create_string_buffer(b"ampci-channel")),
+                    ctypes.addressof(ctypes.create_string_buffer(b"x")), 1, -4),  # the user keyring
+    "keyctl": call(250, 0, -4),  # KEYCTL_GET_KEYRING_ID of the user keyring
+    "io_uring_setup": call(425, 8, ctypes.addressof(buf)),
+    "bpf": call(321, 0, ctypes.addressof(buf), 72),
+    "unshare": call(272, 0x10000000),  # CLONE_NEWUSER
+    "clone_newuser": call(56, 0x10000000 | 17, 0, 0, 0, 0),
+    "clone3": call(435, ctypes.addressof(buf), 88),
+    "mount": call(165, 0, 0, 0, 0, 0),
+    "x32_getpid": call(0x40000000 | 39),
+    "socketpair_dgram": call(53, 1, 2, 0, ctypes.addressof(buf)),
+}}
+try:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect({path!r})
+    s.sendall(b"reached")
+    found["unix_connect"] = "ok"
+except OSError as exc:
+    found["unix_connect"] = errno.errorcode.get(exc.errno, str(exc.errno))
+a, b = socket.socketpair()  # multiprocessing's duplex pipe: still allowed
+a.sendall(b"x")
+found["socketpair_stream"] = "ok" if b.recv(1) == b"x" else "broken"
+pid = os.fork()  # plain fork (clone without namespace flags): allowed
+if pid == 0:
+    os._exit(7)
+found["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print("amp_pass: error: SECCOMP " + json.dumps(found), file=sys.stderr)
+sys.exit(2)
+'''
+
+
+@pytest.fixture
+def host_socket() -> Iterator[tuple[str, list[bytes]]]:
+    """A unix socket a host process listens on, in a world-writable directory outside /tmp, /run and /var/run
+    (the sandbox hides those): every connection's bytes are recorded."""
+    top = Path(tempfile.mkdtemp(prefix="ampci-sock-", dir="/var/tmp"))
+    top.chmod(0o777)
+    path = str(top / "host.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    os.chmod(path, 0o777)
+    srv.listen(8)
+    got: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                got.append(conn.recv(64) or b"connected")
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield path, got
+    srv.shutdown(socket.SHUT_RDWR)
+    srv.close()
+    t.join(5)
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def _run(tmp_path: Path, path: str, mode: str, warm: bool) -> tuple[dict[str, object], object]:
+    root = tmp_path / "pass"
+    (root / "amp_pass").mkdir(parents=True)
+    (root / "amp_pass" / "__init__.py").write_text('"""A hostile pass."""\n')
+    (root / "amp_pass" / "__main__.py").write_text(textwrap.dedent(_MAIN.format(path=path)))
+    src, _ = synthetic_model_path("conv_net", 0, tmp_path / "cache")
+    if warm:
+        zygotes.start_forkserver()
+    try:
+        out = convert_in_subprocess(src, tmp_path / "out.onnx", tmp_path / "report.json", "fp16", "default", "cpu",
+                                    root, timeout_s=120, memory_bytes=2 * 2**30, warm=warm,
+                                    sandbox=sb.SandboxPolicy(mode=mode))
+    finally:
+        zygotes.shutdown()
+        zygotes.stop_forkserver()
+    assert out.status == "convert_error" and "SECCOMP " in out.message, out
+    return json.loads(out.message.split("SECCOMP ", 1)[1].splitlines()[0]), out
+
+
+def _assert_filtered(found: dict[str, object], got: list[bytes]) -> None:
+    for name in ("add_key", "keyctl", "io_uring_setup", "bpf", "unshare", "clone_newuser", "mount", "x32_getpid",
+                 "socketpair_dgram", "unix_connect"):
+        assert found[name] == "EPERM", (name, found)
+    assert found["clone3"] == "ENOSYS", found
+    assert got == []  # the host's socket never saw the pass
+    # what honest code needs still works
+    assert found["socketpair_stream"] == "ok" and found["fork"] == 7, found
+
+
+@x86_64
+@needs_full
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_the_pass_gets_eperm_for_keyrings_io_uring_bpf_namespaces_and_host_sockets(
+        tmp_path: Path, host_socket: tuple[str, list[bytes]], warm: bool) -> None:
+    path, got = host_socket
+    found, out = _run(tmp_path, path, "require", warm)
+    assert out.sandbox == "full"  # type: ignore[attr-defined]
+    _assert_filtered(found, got)
+
+
+@x86_64
+def test_best_effort_installs_the_filter_too(tmp_path: Path, host_socket: tuple[str, list[bytes]]) -> None:
+    path, got = host_socket
+    found, out = _run(tmp_path, path, "best-effort", False)
+    assert out.sandbox == "best-effort"  # type: ignore[attr-defined]
+    _assert_filtered(found, got)
+
+
+@x86_64
+@needs_full
+def test_an_honest_pass_converts_under_the_filter(tmp_path: Path) -> None:
+    src, _ = synthetic_model_path("conv_net", 0, tmp_path / "cache")
+    root = fake_pass(tmp_path / "pass", "perturb")
+    out = convert_in_subprocess(src, tmp_path / "out.onnx", tmp_path / "report.json", "fp16", "default", "cpu",
+                                root, timeout_s=120, memory_bytes=2 * 2**30, warm=False,
+                                sandbox=sb.SandboxPolicy(mode="require"))
+    assert out.status == "ok", out.message
