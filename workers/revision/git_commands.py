@@ -52,11 +52,23 @@ def git(args: list[str], cwd: Path | None = None, timeout: float = 300.0,
     except subprocess.TimeoutExpired:
         raise RevisionError(f"git {args[0]} timed out after {timeout:.0f}s") from None
     if proc.returncode != 0:
-        msg = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+        msg = error_line(proc.stderr)
         if credential is not None:
             msg = credential.scrub(msg)
         raise RevisionError(f"git {args[0]} failed: {msg}")
     return proc.stdout
+
+
+def error_line(stderr: str) -> str:
+    """The line of git's ``stderr`` that says what went wrong: its first ``fatal:`` line, else its first
+    ``error:`` line, else its last line (git follows a fatal line with advice such as "Please make sure you have
+    the correct access rights / and the repository exists.", whose last line alone says nothing)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for prefix in ("fatal:", "error:"):
+        found = next((line for line in lines if line.startswith(prefix)), None)
+        if found is not None:
+            return found
+    return lines[-1] if lines else "(no message)"
 
 
 #: ``git ls-tree`` of commits, by (bare clone, sha): a commit's tree never changes.
