@@ -383,29 +383,8 @@ def cmd_ack(args: argparse.Namespace) -> int:
     from service.orchestration.judge import record_verdict
 
     record_verdict(store, reg.run_id)  # a false positive can turn the run's gate: `ampci runs` follows
+    from service.cli.pr_refresh import refresh_pr_report
+
     refresh_pr_report(store, reg.run_id)
     emit(args, reg.to_dict(), f"regression {reg.id} ({reg.kind} {'/'.join(reg.cell)}): {reg.state}")
     return 0
-
-
-def refresh_pr_report(store: Store, run_id: int) -> None:
-    """Queue the pull request's report again after a triage (GitHub configured): into the shared Redis
-    outbox the server posts from, or, without a broker, posted from here once.  Never fails the ack."""
-    from service.github.outbox import MemoryOutbox
-    from service.github.reporter import StatusReporter
-    from service.settings import Settings
-
-    try:
-        settings = Settings.from_env()
-        if not settings.github_token:
-            return
-        reporter = StatusReporter.from_settings(settings)
-        try:
-            if reporter.refresh(store, run_id) and isinstance(reporter.outbox, MemoryOutbox):
-                reporter.drain()
-        finally:
-            reporter.close()
-    except Exception as exc:  # noqa: BLE001 - the finding is acknowledged; the report follows later
-        import sys
-
-        print(f"note: the pull-request report was not updated: {exc}".splitlines()[0], file=sys.stderr)

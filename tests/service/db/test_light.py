@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from service.cli import query_cmd
 from service.cli.main import COMMANDS, build_parser, main
 from service.db import light, migrate
+from service.db.records import RunInfo
 from service.db.store import Store
 from tests.service.factories import CELL, chain, make_result, migrated_store, run_with
 
@@ -46,7 +47,10 @@ def history(db_url: str) -> Iterator[tuple[str, dict[str, str]]]:
                    "model": CELL[0]}
 
 
-def _read_both(url: str, **filters: object) -> tuple[object, object]:
+Listed = tuple[list[RunInfo], dict[int, tuple[int, tuple[int, ...]]]]
+
+
+def _read_both(url: str, **filters: object) -> tuple[Listed, Listed]:
     from service.orchestration.judge import listed_verdicts
 
     store = Store.from_url(url)
@@ -69,7 +73,7 @@ def test_runs_and_resolved_equal_the_stores(history: tuple[str, dict[str, str]],
     filters = {k: ids["rev"] if v == "REV" else v for k, v in filters.items()}
     heavy, lite = _read_both(url, **filters)
     assert lite == heavy
-    runs, resolved = lite  # type: ignore[misc]
+    runs, resolved = lite
     assert runs, "the filter matched nothing: the comparison says little"
     if not filters:
         assert resolved == {int(ids["regressed"]): (1, (int(ids["resolving"]),))}
@@ -95,7 +99,7 @@ def test_revision_errors_are_the_stores(history: tuple[str, dict[str, str]]) -> 
 def _format_flags(parser: argparse.ArgumentParser) -> list[list[str]]:
     """The table, and --json / --csv where the command has them."""
     options = {s for a in parser._actions for s in a.option_strings}
-    return [[], *([f] for f in ("--json", "--csv") if f in options)]
+    return [[]] + [[f] for f in ("--json", "--csv") if f in options]
 
 
 def _read_only_query_commands() -> dict[str, argparse.ArgumentParser]:
