@@ -243,8 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             if len(json.loads(last[EMBEDDED].stdout)) != min(50, args.revisions):
                 failures.append("`ampci runs --json` on the embedded SQLite does not list the seeded runs")
             for name in (RUNS_EMBEDDED, RUNS_PG):
-                if rev_b[:8] not in last[name].stdout:
-                    failures.append(f"`{name}` does not list revision {rev_b[:8]}")
+                if shas[-1][:8] not in last[name].stdout:  # the newest run's revision
+                    failures.append(f"`{name}` does not list revision {shas[-1][:8]}")
     finally:
         drop_database(args.admin_url, url)
         embedded_dir.cleanup()
