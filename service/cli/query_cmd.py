@@ -239,13 +239,18 @@ def _listed_runs(args: argparse.Namespace) -> tuple[list[RunInfo], dict[int, tup
     """The runs ``ampci runs`` lists and what later runs resolved of each: read through the light path when it
     can (none of the runs needs its verdict recorded: listing a finished run without one judges and stores it,
     which the store does), else through the store (:func:`service.orchestration.judge.listed_verdicts`)."""
+    from service.db.light import Unreadable
+
     reader = _light_reader()
     if reader is not None:
         with reader:
-            runs = reader.list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger,
-                                    status=args.status)
-            if not any(r.verdict is None and r.finished_at is not None for r in runs):
-                return runs, reader.resolved_since(r.id for r in runs)
+            try:
+                runs = reader.list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger,
+                                        status=args.status)
+                if not any(r.verdict is None and r.finished_at is not None for r in runs):
+                    return runs, reader.resolved_since(r.id for r in runs)
+            except Unreadable:
+                pass  # a value only the store reads (as it does)
     from service.orchestration.judge import listed_verdicts
 
     store = open_store()

@@ -17,8 +17,9 @@ Guarantees:
   one-line ConfigError the store gives (``run `ampci db upgrade```), or handed back to the store (None) when
   the store may upgrade it itself (the embedded SQLite); an unreachable database is a one-line
   :class:`~service.errors.DatabaseUnavailableError` naming the URL without its password;
-- :func:`open_light` answers None for any URL it does not read (another driver, URL options for SQLite): the
-  caller then uses the store, which reads them all.
+- :func:`open_light` answers None for any URL it does not read (another driver, URL options): the caller then
+  uses the store, which reads them all; a value it cannot read as the store does raises :class:`Unreadable`,
+  and the caller asks the store too.
 
 Only :mod:`service.db` speaks SQL (tests/test_layering.py); this module imports no SQLAlchemy, no Alembic
 and no model stack (tests/service/cli/test_cli_imports.py).
@@ -46,6 +47,11 @@ _PG_SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
 #: the columns of a runs row a RunInfo is made of (service.db.queries.RUN_COLUMNS less what RunInfo drops)
 _RUN_SELECT = ("SELECT id, revision_sha, baseline_sha, trigger, status, sweep, dedup_key, meta, created_at, "
                "finished_at, verdict FROM runs")
+
+
+class Unreadable(Exception):
+    """A value this path cannot read as the store does (the store's engine reads PostgreSQL timestamps outside
+    Python's range as None: :func:`service.db.engine._lenient_timestamps`): the caller asks the store instead."""
 
 
 class _Cursor(Protocol):
@@ -84,6 +90,8 @@ class LightReader:
         except Exception as exc:
             if self._postgres and type(exc).__name__ == "OperationalError":  # the server went away
                 raise _unavailable(self.url, exc) from None
+            if self._postgres and type(exc).__name__ == "DataError":  # e.g. a timestamp Python cannot hold,
+                raise Unreadable(str(exc)) from exc                   # which the store reads as None
             raise
 
     # -- the schema --------------------------------------------------------------------------------
@@ -221,7 +229,7 @@ def connect(url: str) -> LightReader | None:
             raise _unavailable(url, exc) from None
         return LightReader(conn, postgres=False, url=url)
     scheme = next((s for s in _PG_SCHEMES if url.startswith(s)), None)
-    if scheme is None:
+    if scheme is None or "?" in url:  # options SQLAlchemy and libpq might read differently: the store's
         return None
     try:
         import psycopg

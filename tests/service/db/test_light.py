@@ -215,6 +215,33 @@ def test_embedded_store_is_created_and_upgraded_then_read_light(tmp_path: Path, 
     assert _ampci(["runs", "--json"], capsys) == (0, "[]\n")
 
 
-@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///x.db?mode=ro", "mysql://h/db", "sqlite:///:memory:"])
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///x.db?mode=ro", "mysql://h/db", "sqlite:///:memory:",
+                                 "postgresql://u@127.0.0.1/db?sslmode=disable"])
 def test_urls_it_does_not_read_go_to_the_store(url: str) -> None:
     assert light.connect(url) is None
+
+
+def test_a_timestamp_python_cannot_hold_is_read_by_the_store(pg_url: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """PostgreSQL holds ``0001-01-01 00:00:00+14`` (another tool wrote it), which Python cannot: the store reads
+    it as None; the light path hands such a listing to the store, so ``ampci runs`` prints the same."""
+    store = migrated_store(pg_url)
+    (rev,) = chain(store, 1)
+    run_id = run_with(store, rev, [make_result(CELL)])
+    store.dispose()
+    engine = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE runs SET finished_at = '0001-01-01 00:00:00+14' WHERE id = :i"), {"i": run_id})
+    engine.dispose()
+    monkeypatch.setenv("AMPCI_DATABASE_URL", pg_url)
+    monkeypatch.setenv("AMPCI_DATA_DIR", str(tmp_path))
+    reader = light.open_light(pg_url, may_upgrade=False)
+    assert reader is not None
+    with reader, pytest.raises(light.Unreadable):
+        reader.list_runs()
+    monkeypatch.setattr(query_cmd, "LIGHT_READS", False)
+    heavy = _ampci(["runs", "--json"], capsys)
+    monkeypatch.setattr(query_cmd, "LIGHT_READS", True)
+    assert _ampci(["runs", "--json"], capsys) == heavy and heavy[0] == 0
+    assert json.loads(heavy[1])[0]["finished_at"] is None
