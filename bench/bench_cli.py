@@ -3,17 +3,20 @@
     python bench/bench_cli.py [--admin-url URL] [--revisions 200] [--cells 500] [--rounds 15] [--quick]
 
 Seeds a fresh PostgreSQL database (dropped at the end) with ``bench/bench_queries.py``'s history
-(200 revisions x 500 cells = 100,000 results by default), then times, round after round and in
+(200 revisions x 500 cells = 100,000 results by default) and the embedded SQLite (a temporary AMPCI_DATA_DIR)
+with the same revisions and their runs, each with a recorded verdict (what ``ampci runs`` reads), then times, round after round and in
 alternation so that load on the machine hits every command alike, the whole processes
 
     python -c pass                    (anchor of ``ampci --help``, ``convert --help`` and ``zoo list``)
     python -c "import sqlalchemy"     (anchor of the query commands)
+    python -c "import psycopg"        (anchor of ``ampci runs`` on PostgreSQL)
     ampci --help
     ampci convert --help              (its options are declared without importing onnx: issue 25)
     ampci zoo list                    (the manifests are read without numpy)
     ampci runs --json
     ampci compare REV_A REV_B
-    ampci runs --json                 (embedded mode: a new, empty SQLite under AMPCI_DATA_DIR)
+    ampci runs --json                 (embedded mode: the SQLite under AMPCI_DATA_DIR, nothing configured)
+    ampci runs                        (its table; embedded SQLite, and PostgreSQL: issue 42)
 
 and, in this process and in the same rounds, "the query itself" of each query command: the same command
 run in-process once its modules are imported (this process's heap frozen out of the collector, as the
@@ -22,6 +25,9 @@ output: JSON, or the rich table of 500 cells), output thrown away.  Prints media
 PASS/FAIL per target:
 
     ampci --help       <= 3 x (python -c pass) + 0.1 s   (and ``convert --help``, ``zoo list``, the same)
+    ampci runs         <= 3 x (python -c pass) + 0.1 s   (issue 42, the embedded SQLite: it reads through
+                                                          service/db/light.py, without SQLAlchemy)
+    ampci runs         <= 3 x (python -c "import psycopg") + 0.1 s   (on PostgreSQL: its driver is the floor)
     ampci runs --json  <= 1.5 x (python -c "import sqlalchemy") + the query itself
     ampci compare      <= 1.5 x (python -c "import sqlalchemy") + the query itself
     (and ``runs --json`` on the embedded SQLite, the same)
@@ -39,7 +45,7 @@ checkout's own modules would otherwise be compiled from source in every process,
 Exit 1 when a target is missed or a command fails.  ``--quick`` (seconds: 3 revisions x 10 cells, 3
 rounds) checks what must hold on any machine: each command exits 0, ``runs --json`` lists the seeded
 runs, ``compare`` names both revisions, ``--help`` lists every command, ``convert --help`` its auto options,
-``zoo list`` the smoke models; the timing table is printed
+``zoo list`` the smoke models, ``ampci runs`` the seeded runs on both stores; the timing table is printed
 but not judged (three rounds on a busy machine are not a measurement).
 """
 
@@ -57,22 +63,48 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_queries import seed  # noqa: E402
+from bench_queries import T0, seed  # noqa: E402
 
 from service.db.admin import create_database, drop_database  # noqa: E402
 from service.db.migrate import upgrade  # noqa: E402
 
 HELP_FACTOR, HELP_SLACK_S = 3.0, 0.1
 QUERY_FACTOR = 1.5
-EMBEDDED = "ampci runs --json (embedded SQLite, empty)"
-#: judged as ``ampci --help`` is: they answer from the parser or a manifest and import no model stack
-HELP_LIKE = ("ampci --help", "ampci convert --help", "ampci zoo list")
+EMBEDDED = "ampci runs --json (embedded SQLite)"
+RUNS_EMBEDDED, RUNS_PG = "ampci runs (embedded SQLite)", "ampci runs (PostgreSQL)"
+#: judged as ``ampci --help`` is: they answer from the parser, a manifest or (``ampci runs``, issue 42) the
+#: light read path, and import no model stack (nor SQLAlchemy)
+HELP_LIKE = ("ampci --help", "ampci convert --help", "ampci zoo list", RUNS_EMBEDDED)
+PSYCOPG = 'python -c "import psycopg"'  #: the floor of a command that reads PostgreSQL: its driver
+
+
+def seed_embedded(url: str, shas: list[str], cells: int) -> None:
+    """The embedded SQLite at ``url`` upgraded and holding ``shas`` and one finished run of each, its verdict
+    recorded (a run without one is judged by the first listing: round 0), as ``bench_queries.seed`` creates them."""
+    import sqlalchemy as sa
+
+    from service.db import models as m
+
+    upgrade(url)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(m.Revision.__table__.insert(), [
+            {"sha": s, "parents": [shas[i - 1]] if i else [], "branch": "main", "author": "bench",
+             "message": f"commit {i}", "committed_at": T0 + timedelta(hours=i), "created_at": T0}
+            for i, s in enumerate(shas)])
+        conn.execute(m.Run.__table__.insert(), [
+            {"revision_sha": s, "trigger": "push", "status": "complete", "sweep": "full", "meta": {},
+             "created_at": T0 + timedelta(hours=i, minutes=5), "finished_at": T0 + timedelta(hours=i, minutes=50),
+             "verdict": {"state": "success", "compared": cells, "regressions": 0}}
+            for i, s in enumerate(shas)])
+    engine.dispose()
 
 
 def ampci_argv() -> list[str]:
@@ -148,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         on_pg = {"AMPCI_DATABASE_URL": url, "COLUMNS": "200", **bytecode}
         embedded = {"AMPCI_DATABASE_URL": "", "AMPCI_DATA_DIR": str(Path(embedded_dir.name) / "data"), "COLUMNS": "200",
                     **bytecode}
+        seed_embedded(f"sqlite:///{Path(embedded['AMPCI_DATA_DIR']) / 'ampci.sqlite3'}", shas, args.cells)
         py = sys.executable
         commands: dict[str, tuple[list[str], dict[str, str]]] = {
             "python -c pass": ([py, "-c", "pass"], on_pg),
@@ -155,9 +188,12 @@ def main(argv: list[str] | None = None) -> int:
             "ampci convert --help": ([*ampci_argv(), "convert", "--help"], on_pg),
             "ampci zoo list": ([*ampci_argv(), "zoo", "list"], embedded),
             'python -c "import sqlalchemy"': ([py, "-c", "import sqlalchemy"], on_pg),
+            PSYCOPG: ([py, "-c", "import psycopg"], on_pg),
             "ampci runs --json": ([*ampci_argv(), "runs", "--json"], on_pg),
             "ampci compare A B": ([*ampci_argv(), "compare", rev_a, rev_b], on_pg),
             EMBEDDED: ([*ampci_argv(), "runs", "--json"], embedded),
+            RUNS_EMBEDDED: ([*ampci_argv(), "runs"], embedded),
+            RUNS_PG: ([*ampci_argv(), "runs"], on_pg),
         }
         # "the query itself": each query command called in this process, in the same rounds as the
         # processes (the same load), after round 0 imported its modules; this process's own heap (the
@@ -204,15 +240,19 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append("`ampci convert --help` does not list --calibration-data")
             if "smoke" not in last["ampci zoo list"].stdout:
                 failures.append("`ampci zoo list` lists no smoke model")
-            if json.loads(last[EMBEDDED].stdout) != []:
-                failures.append("`ampci runs --json` on a new embedded SQLite is not []")
+            if len(json.loads(last[EMBEDDED].stdout)) != min(50, args.revisions):
+                failures.append("`ampci runs --json` on the embedded SQLite does not list the seeded runs")
+            for name in (RUNS_EMBEDDED, RUNS_PG):
+                if shas[-1][:8] not in last[name].stdout:  # the newest run's revision
+                    failures.append(f"`{name}` does not list revision {shas[-1][:8]}")
     finally:
         drop_database(args.admin_url, url)
         embedded_dir.cleanup()
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     n_results = args.revisions * args.cells
-    print(f"{n_results:,} results on PostgreSQL (and an empty embedded SQLite); {args.rounds} alternating rounds, "
+    print(f"{n_results:,} results on PostgreSQL ({args.revisions} runs in the embedded SQLite); {args.rounds} "
+          f"alternating rounds, "
           f"medians; load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min) on {os.cpu_count()} CPUs")
     queries = {name: (statistics.median(w), statistics.median(c)) for name, (w, c) in q_times.items()}
     for kind, samples, index, judged in (("wall", times, 0, True), ("CPU (user + system)", cpu_times, 1, False)):
@@ -220,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         bare, sqla = med["python -c pass"], med['python -c "import sqlalchemy"']
         targets = [(name, "python -c pass", bare, HELP_FACTOR * bare + HELP_SLACK_S,
                     f"<= {HELP_FACTOR:g} x anchor + {HELP_SLACK_S:g} s") for name in HELP_LIKE]
+        targets.append((RUNS_PG, PSYCOPG, med[PSYCOPG], HELP_FACTOR * med[PSYCOPG] + HELP_SLACK_S,
+                        f"<= {HELP_FACTOR:g} x anchor + {HELP_SLACK_S:g} s"))
         targets += [(name, 'python -c "import sqlalchemy"', sqla, QUERY_FACTOR * sqla + q[index],
                      f"<= {QUERY_FACTOR:g} x anchor + query {q[index] * 1000:.0f} ms") for name, q in queries.items()]
         print(f"\n{kind} seconds{'' if judged else ' (printed, not judged: what the commands cost on a busy machine)'}")

@@ -115,3 +115,20 @@ def policy_name(raw: str) -> str:
         return raw
     raise UnknownNameError(f"unknown policy {raw!r}{did_you_mean(raw, POLICY_NAMES)}; expected one "
                            f"of {', '.join(POLICY_NAMES)} or a policy file path")
+
+
+# -- metrics -------------------------------------------------------------------------------------
+#: Metrics a history or comparison can show (``results`` column names; aliases accepted by :func:`metric_column`).
+METRICS = ("cosine", "max_abs", "error_ratio", "latency_p50_ms", "speedup", "low_precision_fraction",
+           "casts_inserted", "final_error", "convert_s", "convert_cpu_s", "pass_iterations")
+_ALIASES = {"latency_p50": "latency_p50_ms", "latency": "latency_p50_ms", "low_precision": "low_precision_fraction",
+            "casts": "casts_inserted", "convergence": "final_error", "conversion_time": "convert_s",
+            "conversion_cpu": "convert_cpu_s", "iterations": "pass_iterations"}
+
+
+def metric_column(name: str) -> str:
+    """The results column for a metric name or alias, or UserError listing the valid names."""
+    col = _ALIASES.get(name, name)
+    if col not in METRICS:
+        raise UserError(f"unknown metric {name!r}; expected one of {', '.join(METRICS)}")
+    return col

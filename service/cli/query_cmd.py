@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from rich.segment import Segment
 
     from service.cli.main import Subcommands
+    from service.db.light import LightReader
+    from service.db.records import RunInfo
     from service.db.store import Store
     from service.json_types import JsonList, JsonValue
 
@@ -135,7 +137,7 @@ def _result_statuses() -> tuple[str, ...]:
 
 
 def _metric_names() -> tuple[str, ...]:
-    from service.db.queries import METRICS
+    from service.vocabulary import METRICS
 
     return tuple(METRICS)
 
@@ -210,15 +212,58 @@ def register(subparsers: Subcommands) -> None:
     p.set_defaults(func=cmd_ack, startup_in_command=True)
 
 
+#: Whether the commands that can answer through :mod:`service.db.light` (without SQLAlchemy) do; tests turn it
+#: off to compare both paths' output (tests/service/db/test_light.py).
+LIGHT_READS = True
+#: The commands that read through :mod:`service.db.light` when they can (the others always open the store).
+LIGHT_COMMANDS = frozenset({"runs"})
+
+
+def _light_reader() -> LightReader | None:
+    """A read-only reader of this process's database whose schema is at head (:func:`service.db.light.open_light`),
+    or None where the store must answer (reads off, a URL the light path does not read, an embedded SQLite the
+    store creates or upgrades).  Ends start-up once it is open, as :func:`open_store` does."""
+    if not LIGHT_READS:
+        return None
+    from service.db.light import open_light
+    from service.settings import Settings
+
+    settings = Settings.from_env()
+    reader = open_light(settings.effective_database_url, may_upgrade=not settings.database_url)
+    if reader is not None:
+        startup_complete()
+    return reader
+
+
+def _listed_runs(args: argparse.Namespace) -> tuple[list[RunInfo], dict[int, tuple[int, tuple[int, ...]]]]:
+    """The runs ``ampci runs`` lists and what later runs resolved of each: read through the light path when it
+    can (none of the runs needs its verdict recorded: listing a finished run without one judges and stores it,
+    which the store does), else through the store (:func:`service.orchestration.judge.listed_verdicts`)."""
+    from service.db.light import Unreadable
+
+    reader = _light_reader()
+    if reader is not None:
+        with reader:
+            try:
+                runs = reader.list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger,
+                                        status=args.status)
+                if not any(r.verdict is None and r.finished_at is not None for r in runs):
+                    return runs, reader.resolved_since(r.id for r in runs)
+            except Unreadable:
+                pass  # a value only the store reads (as it does)
+    from service.orchestration.judge import listed_verdicts
+
+    store = open_store()
+    return listed_verdicts(store, store.list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger,
+                                                  status=args.status))
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     """List runs."""
     if not (args.json or args.csv):  # no table, no rich; a table's modules are imported during start-up
         from service.cli.tables import runs_table
-    from service.orchestration.judge import listed_verdicts
 
-    store = open_store()
-    runs = store.list_runs(limit=args.limit, revision=args.revision, trigger=args.trigger, status=args.status)
-    runs, resolved = listed_verdicts(store, runs)  # the stored verdicts, and later resolutions beside them
+    runs, resolved = _listed_runs(args)
     rows = [{**r.to_dict(), "resolved_since": ({"regressions": resolved[r.id][0], "runs": list(resolved[r.id][1])}
                                                if r.id in resolved else None)} for r in runs]
     if args.json or args.csv:
@@ -323,7 +368,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     (:mod:`service.cli.charts`)."""
     from service.cli.charts import history_charts
     from service.cli.tables import history_table
-    from service.db.queries import metric_column
+    from service.vocabulary import metric_column
 
     metric = metric_column(args.metric)
     points = open_store().history(args.model, args.dtype, policy=args.policy, target=args.target, metric=metric,
@@ -343,29 +388,8 @@ def cmd_ack(args: argparse.Namespace) -> int:
     from service.orchestration.judge import record_verdict
 
     record_verdict(store, reg.run_id)  # a false positive can turn the run's gate: `ampci runs` follows
+    from service.cli.pr_refresh import refresh_pr_report
+
     refresh_pr_report(store, reg.run_id)
     emit(args, reg.to_dict(), f"regression {reg.id} ({reg.kind} {'/'.join(reg.cell)}): {reg.state}")
     return 0
-
-
-def refresh_pr_report(store: Store, run_id: int) -> None:
-    """Queue the pull request's report again after a triage (GitHub configured): into the shared Redis
-    outbox the server posts from, or, without a broker, posted from here once.  Never fails the ack."""
-    from service.github.outbox import MemoryOutbox
-    from service.github.reporter import StatusReporter
-    from service.settings import Settings
-
-    try:
-        settings = Settings.from_env()
-        if not settings.github_token:
-            return
-        reporter = StatusReporter.from_settings(settings)
-        try:
-            if reporter.refresh(store, run_id) and isinstance(reporter.outbox, MemoryOutbox):
-                reporter.drain()
-        finally:
-            reporter.close()
-    except Exception as exc:  # noqa: BLE001 - the finding is acknowledged; the report follows later
-        import sys
-
-        print(f"note: the pull-request report was not updated: {exc}".splitlines()[0], file=sys.stderr)

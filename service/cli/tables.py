@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from service.cli.fit import Column, fit_table
 from service.db.records import CompareRow, HistoryPoint, JobInfo, RegressionInfo, ResultRow, RunInfo
+from service.regressions.listing import LIST_WORDS, list_verdict
 from service.regressions.render import fmt
-from service.regressions.verdict import LIST_WORDS, list_verdict
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -51,7 +51,7 @@ _CELL: tuple[Column, ...] = (("model", "token"), ("dtype", "token"), ("policy", 
 
 
 def verdict_cell(run: RunInfo, resolved: tuple[int, tuple[int, ...]] | None = None) -> str:
-    """A run's verdict as a list shows it (:func:`service.regressions.verdict.list_verdict`), e.g. ``fails: 2
+    """A run's verdict as a list shows it (:func:`service.regressions.listing.list_verdict`), e.g. ``fails: 2
     regressions, 1 not compared`` or ``fails: 6 regressions — resolved since by run 7``."""
     state, counts = list_verdict(run, resolved)
     return f"{LIST_WORDS[state]}: {counts}" if counts and state != "pending" else LIST_WORDS[state]

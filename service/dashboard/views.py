@@ -21,7 +21,7 @@ from service.db.records import Cell, JobInfo, RegressionInfo, ResultRow, RunInfo
 from service.regressions.findings import CONFIRMATION_STATES, EXPLAINED
 from service.regressions.kinds.registry import all_kinds
 from service.regressions.kinds.registry import kind as finding_kind
-from service.regressions.verdict import LIST_WORDS, list_verdict
+from service.regressions.listing import LIST_WORDS, list_verdict
 
 if TYPE_CHECKING:
     from workers.result import JobResult
@@ -143,7 +143,7 @@ def finding_lists(findings: Iterable[RegressionInfo], categories: Sequence[str])
     return out
 
 
-#: The badge of each state of a list verdict (:func:`service.regressions.verdict.list_verdict`).
+#: The badge of each state of a list verdict (:func:`service.regressions.listing.list_verdict`).
 VERDICT_BADGES = {"success": ("pass", "√"), "failure": ("error", "×"), "error": ("error", "×"),
                   "pending": ("pending", "…"), "unjudged": ("missing", "–")}
 
@@ -162,7 +162,7 @@ class VerdictBadge:
 
 def run_verdict_badge(run: RunInfo, resolved: tuple[int, tuple[int, ...]] | None = None) -> VerdictBadge:
     """The verdict badge of ``run`` (a RunInfo) from its recorded verdict, with what later runs ``resolved``
-    beside it (:func:`service.regressions.verdict.list_verdict`); decides nothing."""
+    beside it (:func:`service.regressions.listing.list_verdict`); decides nothing."""
     state, counts = list_verdict(run, resolved)
     css, icon = VERDICT_BADGES[state]
     title = str((run.verdict or {}).get("headline") or "") if state not in ("pending", "unjudged") else ""

@@ -5,42 +5,25 @@ goes back; ``current(url)`` names the revision the database is at.  On PostgreSQ
 holds an advisory lock, so concurrent upgrades from several processes run one after another.
 
 Checking that a database is current costs no Alembic import: :func:`current` reads the
-``alembic_version`` table with SQLAlchemy and :func:`head` reads the ``revision`` and
-``down_revision`` lines of the shipped migration files (tests/service/cli/test_cli_imports.py holds it
-equal to Alembic's own head).  Alembic is imported only to upgrade or downgrade.
+``alembic_version`` table with SQLAlchemy and :func:`head` (:mod:`service.db.versions`) reads the
+``revision`` and ``down_revision`` lines of the shipped migration files (tests/service/cli/test_cli_imports.py
+holds it equal to Alembic's own head).  Alembic is imported only to upgrade or downgrade.
 """
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-import re
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from service.db.engine import connect, make_engine
+from service.db.versions import MIGRATIONS_DIR, VERSION_TABLE, head, script_location
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
-VERSION_TABLE = "alembic_version"  # Alembic's default; migrations/env.py does not rename it
-_REVISION_LINE = re.compile(r"^(revision|down_revision)\s*(?::[^=]*)?=\s*(.+?)\s*$", re.MULTILINE)
-
-
-def _script_location() -> str:
-    """``migrations/`` next to the ``service`` package (source tree or installed side by side)."""
-    if (MIGRATIONS_DIR / "env.py").is_file():
-        return str(MIGRATIONS_DIR)
-    # installed as a package (pyproject includes migrations*); located, not imported: migrations
-    # import service.db, never the other way round
-    spec = importlib.util.find_spec("migrations")
-    for entry in (spec.submodule_search_locations or []) if spec is not None else []:
-        if (Path(entry) / "env.py").is_file():
-            return str(Path(entry))
-    raise RuntimeError("the ampci migrations directory is missing from this installation")
+__all__ = ["MIGRATIONS_DIR", "VERSION_TABLE", "alembic_config", "alembic_head", "current", "downgrade", "head",
+           "quiet_alembic", "script_location", "stored_revision", "upgrade"]
 
 
 def alembic_config(url: str) -> Config:
@@ -48,7 +31,7 @@ def alembic_config(url: str) -> Config:
     from alembic.config import Config
 
     cfg = Config()
-    cfg.set_main_option("script_location", _script_location())
+    cfg.set_main_option("script_location", script_location())
     cfg.attributes["url"] = url
     return cfg
 
@@ -107,26 +90,6 @@ def stored_revision(engine: sa.Engine) -> str | None:
     if len(rows) > 1:
         raise RuntimeError(f"the database records several schema heads: {', '.join(sorted(rows))}")
     return rows[0] if rows else None
-
-
-def head() -> str | None:
-    """The newest migration revision shipped with this code, read from the ``revision`` /
-    ``down_revision`` lines of ``migrations/versions/*.py`` without importing Alembic: the one revision
-    no other names as its ``down_revision`` (None without migrations; several such heads raise
-    RuntimeError, as Alembic's ``get_current_head`` does)."""
-    revisions: set[str] = set()
-    parents: set[str] = set()
-    for path in sorted((Path(_script_location()) / "versions").glob("*.py")):
-        found = {m.group(1): m.group(2) for m in _REVISION_LINE.finditer(path.read_text(encoding="utf-8"))}
-        if "revision" not in found:
-            continue
-        revisions.add(ast.literal_eval(found["revision"]))
-        down = ast.literal_eval(found.get("down_revision", "None"))
-        parents.update((down,) if isinstance(down, str) else (down or ()))
-    heads = sorted(revisions - parents)
-    if len(heads) > 1:
-        raise RuntimeError(f"the migrations have several heads: {', '.join(heads)}")
-    return heads[0] if heads else None
 
 
 def alembic_head() -> str | None:

@@ -31,7 +31,7 @@ from service.db.records import (
 from service.errors import NotFoundError, UserError
 from service.json_types import JsonObject
 from service.regressions.measured import stored_error_unit
-from service.vocabulary import CellColumns
+from service.vocabulary import METRICS, CellColumns, metric_column
 from workers.result import JobResult
 
 t_rev, t_par, t_run, t_job = m.Revision.__table__, m.RevisionParent.__table__, m.Run.__table__, m.Job.__table__
@@ -40,12 +40,6 @@ t_res, t_reg = m.Result.__table__, m.Regression.__table__
 #: its own by :func:`service.db.verdicts.judgement`), so the lists of runs do not load every cell's outcome.
 RUN_COLUMNS = tuple(c for c in t_run.c if c.name != "judgement")
 
-#: Metrics a history or comparison can show (column names; aliases accepted by :func:`metric_column`).
-METRICS = ("cosine", "max_abs", "error_ratio", "latency_p50_ms", "speedup", "low_precision_fraction",
-           "casts_inserted", "final_error", "convert_s", "convert_cpu_s", "pass_iterations")
-_ALIASES = {"latency_p50": "latency_p50_ms", "latency": "latency_p50_ms", "low_precision": "low_precision_fraction",
-            "casts": "casts_inserted", "convergence": "final_error", "conversion_time": "convert_s",
-            "conversion_cpu": "convert_cpu_s", "iterations": "pass_iterations"}
 REG_STATES = ("open", "acknowledged", "resolved", "false_positive", "suspected", "dismissed", "suspected_resolved",
               "explained")
 _PREFIX = re.compile(r"^[0-9a-fA-F]{4,64}$")
@@ -54,14 +48,6 @@ RESULT_COLS = [t_res.c[f] for f in ResultRow.__dataclass_fields__]
 
 #: The convergence error unit a stored result records (NULL for results stored before units existed).
 ERROR_UNIT = t_res.c.data[("convergence", "error_unit")].as_string()
-
-
-def metric_column(name: str) -> str:
-    """The results column for a metric name or alias, or UserError listing the valid names."""
-    col = _ALIASES.get(name, name)
-    if col not in METRICS:
-        raise UserError(f"unknown metric {name!r}; expected one of {', '.join(METRICS)}")
-    return col
 
 
 def run_info(r: DbRow) -> RunInfo:

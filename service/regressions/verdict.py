@@ -41,7 +41,7 @@ from service.regressions.findings import (
     EXPLAINED,
 )
 from service.regressions.gate import JOB_ERROR, Cell, CellOutcome, GateDecision, decide, not_measured_line
-from service.regressions.stored import StoredRun
+from service.regressions.listing import plural, since_text
 from workers.result import INFRA_ERROR, NOT_OF_THE_PASS, UNMEASURED
 
 #: Unmeasured statuses that say the run could not be carried out (a bad spec, a worker that died, a job
@@ -52,10 +52,6 @@ INFRA_STATUSES = frozenset({"bad_spec", JOB_ERROR, *NOT_OF_THE_PASS})
 RERUN = "not the pass's failure: re-run once it is fixed"
 #: GitHub's limit on a commit status description.
 DESCRIPTION_MAX = 140
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _by_status(pairs: tuple[tuple[Cell, str], ...]) -> str:
@@ -103,10 +99,10 @@ def decide_run(facts: RunFacts) -> RunVerdict:
     if failed_run:
         reasons.append(f"the run {facts.run_status}")
     if facts.errored_jobs:
-        reasons.append(f"{_plural(facts.errored_jobs, 'job')} ended in error")
+        reasons.append(f"{plural(facts.errored_jobs, 'job')} ended in error")
     infra = [o for o in facts.outcomes if o.status == INFRA_ERROR]
     if infra:
-        reasons.append(f"{_plural(len(infra), 'cell')} failed by ampci ({infra[0].message[:160]}): {RERUN}")
+        reasons.append(f"{plural(len(infra), 'cell')} failed by ampci ({infra[0].message[:160]}): {RERUN}")
     if facts.pending or facts.waiting_for:
         state = "pending"
     elif failed_run or facts.errored_jobs or any(s in INFRA_STATUSES for _, s in gate.unmeasured):
@@ -247,12 +243,12 @@ class RunVerdict:
         if self.run_status in FAILED_RUN_STATES:
             out.append(f"run {self.run_status}")
         if self.facts.errored_jobs:
-            out.append(f"{_plural(self.facts.errored_jobs, 'job')} ended in error")
+            out.append(f"{plural(self.facts.errored_jobs, 'job')} ended in error")
         if d.unmeasured:
             out.append(f"{len(d.unmeasured)} of {self.cells} cells could not measure ({_by_status(d.unmeasured)})")
         infra = [o for o in self.facts.outcomes if o.status == INFRA_ERROR]
         if infra:
-            out.append(f"{_plural(len(infra), 'cell')} failed by ampci, {RERUN} ({infra[0].message[:100]})")
+            out.append(f"{plural(len(infra), 'cell')} failed by ampci, {RERUN} ({infra[0].message[:100]})")
         skipped = Counter(o.cell[3] for o in self.facts.outcomes if o.status == UNMEASURED)
         out += [not_measured_line(target, n) for target, n in sorted(skipped.items())]
         if d.exit_code and not d.measured and self.facts.outcomes:
@@ -318,7 +314,7 @@ def as_at_baseline(known: Sequence[tuple[Cell, str]]) -> str:
     """How every view says cells that fail as they did at the baseline: failing cells, never passes, e.g.
     ``2 cells fail to convert, as at the baseline`` or ``1 cell fails as at the baseline (1 fail_accuracy)``."""
     n = len(known)
-    cells = f"{_plural(n, 'cell')} fail{'s' if n == 1 else ''}"
+    cells = f"{plural(n, 'cell')} fail{'s' if n == 1 else ''}"
     if all(s == "convert_error" for _, s in known):
         return f"{cells} to convert, as at the baseline"
     return f"{cells} as at the baseline ({_by_status(tuple(known))})"
@@ -337,50 +333,6 @@ def _label(g: JudgedFinding) -> str:
 #: States a regression of a run reaches only through a later run (resolved, or being confirmed resolved): it
 #: counts as the regression it was when the run was judged.
 LATER_STATES = frozenset({"resolved", "suspected_resolved"})
-
-
-def since_text(resolved: int, total: int, by: Sequence[int]) -> str:
-    """``resolved`` of a run's ``total`` regressions that later runs ``by`` resolved, said beside its verdict:
-    ``resolved since by run 7``, ``2 of 6 regressions resolved since by runs 7, 9``; empty when none was."""
-    if not resolved:
-        return ""
-    what = "" if resolved >= total else f"{resolved} of {_plural(total, 'regression')} "
-    runs = ", ".join(str(i) for i in by)
-    return f"{what}resolved since" + (f" by run{'s' if len(by) > 1 else ''} {runs}" if runs else "")
-
-
-#: Run statuses of a run that has not been judged yet.
-UNJUDGED_RUN_STATES = frozenset({"awaiting_approval", "queued", "running"})
-#: The word a list of runs shows for each verdict state (and ``unjudged`` for a finished run without one).
-LIST_WORDS = {"success": "passes", "failure": "fails", "error": "error", "pending": "pending",
-              "unjudged": "not judged"}
-
-
-def list_verdict(run: StoredRun, resolved: tuple[int, tuple[int, ...]] | None = None) -> tuple[str, str]:
-    """``(state, counts)`` a list of runs shows for ``run`` (a RunInfo): the state of its recorded verdict
-    (:meth:`RunVerdict.brief`; ``pending`` while the run is unfinished, ``unjudged`` for a finished run that has
-    none: older than the record, or cancelled by hand) and its counts, most important first, e.g. ``2
-    regressions, 1 could not measure, 3 not compared``, and what later runs ``resolved`` (how many of its
-    regressions, by which runs: :func:`service.db.verdicts.resolved_since`) beside it: ``6 regressions —
-    resolved since by run 7``.  Reads the record; decides nothing."""
-    brief = getattr(run, "verdict", None)
-    if run.status in UNJUDGED_RUN_STATES:
-        return "pending", run.status.replace("_", " ")
-    if not isinstance(brief, dict) or brief.get("state") not in LIST_WORDS:
-        return "unjudged", ""
-    parts = []
-    for key, one, many in (("unmeasured", "could not measure", "could not measure"),
-                           ("regressions", "regression", "regressions"),
-                           ("known_failures", "failing as at the baseline", "failing as at the baseline"),
-                           ("not_compared", "not compared", "not compared"),
-                           ("improvements", "improvement", "improvements"), ("flaky", "flaky", "flaky")):
-        n = brief.get(key) or 0
-        if n:
-            parts.append(f"{n} {one if n == 1 else many}")
-    if not parts or (brief.get("compared") and not brief.get("regressions") and not brief.get("unmeasured")):
-        parts.append(f"{brief.get('compared', 0)} compared")
-    since = since_text(resolved[0], int(brief.get("regressions") or 0), resolved[1]) if resolved else ""
-    return str(brief["state"]), ", ".join(parts) + (f" — {since}" if since else "")
 
 
 def verdict_of(run_id: int, run_status: str, revision_sha: str, results: Sequence[JudgedResult],

@@ -184,16 +184,53 @@ QUERY_COMMANDS = {name for name, c in COMMANDS.items() if c.module == "service.c
     "deliveries", "db current"}
 
 
+def _format_variants(argv: list[str]) -> list[list[str]]:
+    """``argv`` as a table, and with ``--json`` / ``--csv`` where its command has them (read from the parser)."""
+    parser = build_parser(command_modules(argv))
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[argv[0]]
+    if argv[0] == "db":
+        return [argv]
+    options = {s for a in sub._actions for s in a.option_strings}
+    bare = [w for w in argv if w not in ("--json", "--csv")]
+    return [bare, *([*bare, f] for f in ("--json", "--csv") if f in options)]
+
+
 def test_queries_import_no_model_stack_nor_alembic(tmp_path: Path) -> None:
-    """Every query command, its --target/--policy filters validated, imports none of FORBIDDEN, not even the
-    pass's light modules (issue 42)."""
+    """Every query command, its --target/--policy filters validated, as a table and with --json and --csv,
+    imports none of FORBIDDEN, not even the pass's light modules (issue 42)."""
     url = f"sqlite:///{tmp_path / 'q.sqlite3'}"
     argvs = _query_argvs(url)
     assert set(argvs) == QUERY_COMMANDS, "a query command has no probe here"
-    for argv in argvs.values():
-        rc, heavy = _imports(argv, _env(tmp_path, url), allowed=frozenset())
-        assert rc in (0, 1), f"`ampci {' '.join(argv)}` exited {rc}"  # regressions exits 1 when open ones exist
-        assert not heavy, f"`ampci {' '.join(argv)}` imports {sorted(heavy)}"
+    for variant in (v for argv in argvs.values() for v in _format_variants(argv)):
+        rc, heavy = _imports(variant, _env(tmp_path, url), allowed=frozenset())
+        assert rc in (0, 1), f"`ampci {' '.join(variant)}` exited {rc}"  # regressions exits 1 when open ones exist
+        assert not heavy, f"`ampci {' '.join(variant)}` imports {sorted(heavy)}"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_runs_imports_no_sqlalchemy(backend: str, tmp_path: Path) -> None:
+    """``ampci runs`` (table, --json, --csv) reads through service.db.light: no SQLAlchemy, no Alembic, none of
+    FORBIDDEN, on the embedded SQLite and on PostgreSQL (issue 42: ``ampci runs`` within 3x ``python -c pass``
+    + 0.1 s; bench/bench_cli.py)."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'q.sqlite3'}"
+        argvs = _query_argvs(url)
+        env = _env(tmp_path, "")  # nothing configured: the embedded store (created and upgraded first)
+        (tmp_path / "q.sqlite3").rename(tmp_path / "ampci.sqlite3")
+    else:
+        from tests.conftest import fresh_pg_database
+
+        pg = fresh_pg_database()
+        url = next(pg)
+        argvs = _query_argvs(url)
+        env = _env(tmp_path, url)
+    try:
+        for variant in _format_variants(argvs["runs"]):
+            rc, heavy = _imports(variant, env, FORBIDDEN | {"sqlalchemy"}, frozenset())
+            assert rc == 0 and not heavy, f"`ampci {' '.join(variant)}` exited {rc}, imports {sorted(heavy)}"
+    finally:
+        if backend == "postgres":
+            next(pg, None)
 
 
 def test_json_answers_build_no_table(tmp_path: Path) -> None:
