@@ -89,6 +89,7 @@ def _load_seccomp(name="_seccomp"):
 
 _seccomp = _load_seccomp()
 _unpriv = _load_seccomp("_unprivileged")
+_cgl = _load_seccomp("_cglimits")
 
 
 class SandboxError(Exception):
@@ -814,6 +815,7 @@ def sweep_session_cgroups(base=None):
                     pass
     except OSError:
         pass
+    _cgl.sweep_all()  # the limit groups of cgroup v1 hierarchies (workers/_cglimits.py)
 
 
 
@@ -869,7 +871,7 @@ def supervise(spec, req_fd, done_fd):
     makes the sandbox and its pass process, then serves request lines on ``req_fd`` (JSON; the conversions of one
     job), answering each with one JSON line on ``done_fd``.  End of file on ``req_fd`` ends the session: the
     sandbox's init is killed, and with it every process of the pass.  Never returns."""
-    code, pid1, full, home, cgroup = 1, None, spec["mode"] == "full", None, None
+    code, pid1, full, home, cgroup, limits = 1, None, spec["mode"] == "full", None, None, None
     try:
         os.setsid()
         _close_fds([req_fd, done_fd])
@@ -883,6 +885,7 @@ def supervise(spec, req_fd, done_fd):
                 cgroup = _Cgroup()
             except OSError:  # no writable cgroup v2: the CPU figure comes from /proc, in clock ticks
                 cgroup = None
+            limits = _cgl.Limits(spec["max_procs"], cgroup and (cgroup.parent, cgroup.name))
             spec = _enter_namespaces(spec)
             for path in [*spec["lib"], *[os.path.join(p, "amp_pass") for p in spec["lib"][-1:]]]:
                 why = os.path.isdir(path) and _readable_by(path, spec["uid"])
@@ -897,6 +900,7 @@ def supervise(spec, req_fd, done_fd):
                 spec = dict(spec, uid=os.geteuid(), gid=os.getegid())
             home, lib_paths = _unpriv.make_scratch(spec)
             spec = dict(spec, home=f"{home}/home", scratch=home)
+            limits = _cgl.Limits(spec["max_procs"])
         req_r, req_w = os.pipe()
         ready_r, ready_w = os.pipe()
         go_r, go_w = os.pipe()
@@ -923,6 +927,7 @@ def supervise(spec, req_fd, done_fd):
             except OSError:
                 cgroup.remove()
                 cgroup = None
+        limits.add(pid1)  # a group of its own, with pids.max and a memory limit (workers/_cglimits.py)
         os.write(go_w, b"g")
         os.close(go_w)
         pid1_fd = os.pidfd_open(pid1)
@@ -952,6 +957,7 @@ def supervise(spec, req_fd, done_fd):
             mapping.update({p: lib_paths[i] for i, p in enumerate(spec["lib"])})
             inside.update(argv=[mapping.get(a, a) for a in req["argv"]], stdout=f"{base}/out/.stdout",
                           stderr=f"{base}/out/.stderr")
+            limits.memory_at_least(int(req["memory"]) + int(spec["scratch_bytes"]))  # its tmpfs pages count
             said.drain()  # lines left from an earlier conversion (or forged) say nothing about this one
             children = _await_child(proc, pid1, pid1_fd)  # the conversion pid1 pre-forked
             cpu_before = _session_cpu(cgroup, proc)
@@ -1009,6 +1015,8 @@ def supervise(spec, req_fd, done_fd):
                 _unpriv.kill_uid(spec["uid"])
             if home is not None:
                 _unpriv.remove_scratch(home)
+            if limits is not None:
+                limits.remove()
             if cgroup is not None:
                 cgroup.remove()
             if not full:  # no PID namespace: what the pass left in this process group goes with it

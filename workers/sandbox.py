@@ -140,3 +140,13 @@ def resolve_mode(policy: SandboxPolicy) -> str:
 
 
 _WARNED = False
+
+
+def cgroup_limits() -> str:
+    """What this process's sandbox sessions get of a cgroup per job (:mod:`workers._cglimits`): ``per job:
+    pids (cgroup v1), memory (cgroup v2)``, or the one line saying which limit the host does not offer."""
+    cgl = loader()._cgl
+    got = cgl.available()
+    note: str | None = cgl.note(got)
+    return note or "per job: " + ", ".join(f"{c} ({got[c]})" for c in cgl.CONTROLLERS)
+
