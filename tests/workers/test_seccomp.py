@@ -225,3 +225,18 @@ def test_the_program_denies_by_each_architectures_numbers(arch: str) -> None:
     read = {"x86_64": 0, "aarch64": 63}[arch]
     assert _run_bpf(prog, {"nr": read, "arch": audit}) == allow
     assert _run_bpf(prog, {"nr": 0x40000000 | 39, "arch": audit}) == (eperm if arch == "x86_64" else allow)
+
+
+#: System calls the sandbox's trusted side makes (supervisor and pass process before the filter): the compose
+#: stack's container profile must allow each.  Keyrings stay refused there on purpose (the session keyring join
+#: is skipped where refused: the container then has no keyring at all).
+SANDBOX_NEEDS = ("unshare", "mount", "umount2", "setgroups", "setresuid", "setresgid", "prctl", "seccomp",
+                 "pidfd_open", "sendfile", "fchown", "fchownat", "kill", "setsid", "clone", "wait4", "openat",
+                 "mkdirat", "unlinkat", "getdents64", "prlimit64", "pipe2", "dup3", "poll", "readlinkat", "statfs")
+
+
+def test_the_compose_profile_allows_what_the_sandbox_needs() -> None:
+    profile = json.loads((Path(__file__).resolve().parents[2] / "deploy" / "seccomp-worker.json").read_text())
+    allowed = {n for rule in profile["syscalls"] if rule["action"] == "SCMP_ACT_ALLOW" for n in rule["names"]}
+    assert [n for n in SANDBOX_NEEDS if n not in allowed] == []
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO" and not {"add_key", "keyctl", "request_key"} & allowed
