@@ -58,17 +58,18 @@ def blocked_ancestor(path, uid):
 
 
 def _readable_in_place(root, uid):
-    """Whether ``uid`` can reach and read the pass root ``root`` and every file under it, in place."""
+    """Whether ``uid`` can reach the pass root ``root`` and list and read it and its ``amp_pass`` package in place
+    (the checks the full sandbox makes of its pass roots; a file of the pass's own it cannot read is its own
+    import error)."""
     if blocked_ancestor(root, uid):
         return False
-    for top, dirs, files in os.walk(root):
-        for name in [*dirs, *files]:
-            st = os.lstat(os.path.join(top, name))
-            if os.path.stat.S_ISLNK(st.st_mode):
-                continue
-            need = 0o005 if os.path.stat.S_ISDIR(st.st_mode) else 0o004
-            if st.st_uid != uid and st.st_mode & need != need:
-                return False
+    for path in (root, os.path.join(root, "amp_pass")):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        if st.st_uid != uid and st.st_mode & 0o005 != 0o005:
+            return False
     return True
 
 
