@@ -135,8 +135,9 @@ def remove_scratch(top):
 def reach_import_trees(roots, uid):
     """In the pass process, as root, before the drop: for each import root in ``roots`` (``sys.path`` entries
     and the interpreter's trees) that ``uid`` could not reach, an ``O_PATH`` descriptor of the directory just
-    below the untraversable one, and ``sys.path`` rewritten to reach it as ``/proc/self/fd/N/...``.  Returns
-    the descriptors (kept open for the pass's life)."""
+    below the untraversable one, and ``sys.path`` and every imported package's ``__path__`` (where its
+    submodules are found) rewritten to reach it as ``/proc/self/fd/N/...``.  Returns the descriptors (kept open
+    for the pass's life)."""
     import sys
 
     via = {}  # the directory below a blocked one -> its descriptor
@@ -157,6 +158,10 @@ def reach_import_trees(roots, uid):
         return entry
 
     sys.path[:] = [moved(e) for e in sys.path]
+    for mod in list(sys.modules.values()):  # an imported package finds its submodules on its own __path__
+        path = getattr(mod, "__path__", None)
+        if isinstance(path, list):
+            path[:] = [moved(e) for e in path]
     return list(via.values())
 
 

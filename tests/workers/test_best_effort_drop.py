@@ -178,3 +178,32 @@ def test_a_best_effort_output_cannot_bring_a_host_file_out(tmp_path: Path, world
     assert out.status == "convert_error" and "out.onnx (not a" in out.message, out
     dst = tmp_path / "out" / "out.onnx"
     assert not dst.exists() or SECRET not in dst.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_the_dropped_pass_imports_the_standard_library_it_has_not_imported_yet(tmp_path: Path, warm: bool) -> None:
+    """Submodules of packages the zygote imported already (found on the package's ``__path__``, not ``sys.path``)
+    and fresh modules alike -- also where the interpreter lies behind a directory the dropped uid may not
+    traverse (a pyenv under /root, 700: reached through a descriptor)."""
+    from workers import zygotes
+
+    names = ["concurrent.futures.thread", "json.tool", "email.mime.text", "xml.dom.minidom", "sqlite3", "csv"]
+    root = tmp_path / "pass"
+    (root / "amp_pass").mkdir(parents=True)
+    (root / "amp_pass" / "__init__.py").write_text('"""Imports."""\n')
+    (root / "amp_pass" / "__main__.py").write_text(
+        "import importlib, sys\nbad = []\n"
+        f"for name in {names!r}:\n    try:\n        importlib.import_module(name)\n"
+        "    except Exception as exc:\n        bad.append(f'{name}: {exc!r}')\n"
+        "print('amp_pass: error: IMPORTS ' + ('; '.join(bad) or 'ok'), file=sys.stderr)\nsys.exit(2)\n")
+    src, _ = synthetic_model_path("conv_net", 0, tmp_path / "models")
+    if warm:
+        zygotes.start_forkserver()
+    try:
+        out = convert_in_subprocess(src, tmp_path / "out.onnx", tmp_path / "report.json", "fp16", "default", "cpu",
+                                    root, timeout_s=120, memory_bytes=2 * 2**30, warm=warm,
+                                    sandbox=sb.SandboxPolicy(mode="best-effort"))
+    finally:
+        zygotes.shutdown()
+        zygotes.stop_forkserver()
+    assert out.status == "convert_error" and "IMPORTS ok" in out.message, out
