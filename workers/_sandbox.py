@@ -41,8 +41,12 @@ left in the namespace: no process of the pass outlives its job's conversions, an
 reaches another's.
 
 ``best-effort`` mode (no namespaces: a container without the permission) keeps the environment allowlist,
-the descriptor closing, the limits, a scratch home and the process-group kill, and says so (:func:`probe`).  Its
-supervisor is a child subreaper, so the timing above holds there too (orphans of the pass are its children).
+the descriptor closing, the system-call filter, the limits and the process-group kill, and says so
+(:func:`probe`); a root worker's pass still drops to its session uid, in a scratch directory the supervisor makes
+and copies the outputs out of by the same rules (:mod:`workers._unprivileged`), and every process of that uid is
+killed when the session ends.  Its supervisor is a child subreaper, so the timing above holds there too (orphans
+of the pass are its children).  In both modes the session's processes are in a cgroup of their own with
+``pids.max`` and a memory limit where the host offers one (:mod:`workers._cglimits`).
 """
 
 import ctypes

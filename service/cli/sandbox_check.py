@@ -52,8 +52,9 @@ def check_sandbox(settings: Settings) -> str:
     except SandboxUnavailable as exc:
         raise ConfigError(str(exc)) from None
     if mode != "full":
-        print("ampci: warning: the pass sandbox is best-effort on this machine (environment, descriptors and "
-              "limits only: no network, mount or PID isolation)", file=sys.stderr, flush=True)
+        print("ampci: warning: the pass sandbox is best-effort on this machine (an unprivileged uid, environment, "
+              "descriptors, system-call filter and limits only: no network, mount or PID isolation)",
+              file=sys.stderr, flush=True)
     return mode
 
 
