@@ -383,7 +383,7 @@ def _drop_privileges(spec, full):
         os.setgroups([])
         os.setresgid(spec["gid"], spec["gid"], spec["gid"])
         os.setresuid(spec["uid"], spec["uid"], spec["uid"])
-        if not full:
+        if spec.get("dumpable"):
             _unpriv.set_dumpable()  # its /proc/self/fd/N import paths (reach_import_trees)
     elif full:
         _own_user_namespace("nested user namespace")
@@ -917,7 +917,8 @@ def supervise(spec, req_fd, done_fd):
             # view of / and /proc, the cgroup's files, any O_PATH descriptor of the mounts)
             _close_fds([req_r, ready_w, go_r])
             if not full and os.geteuid() == 0:  # the import trees the dropped uid could not reach otherwise
-                _unpriv.reach_import_trees([*sys.path, *spec["interpreter"]], spec["uid"])
+                reached = _unpriv.reach_import_trees([*sys.path, *spec["interpreter"]], spec["uid"])
+                spec = dict(spec, dumpable=bool(reached))  # their /proc/self/fd/N paths need it
             if not os.read(go_r, 1):  # in its cgroup (when there is one) before anything runs
                 os._exit(1)
             os.close(go_r)
