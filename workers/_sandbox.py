@@ -820,6 +820,7 @@ def sweep_session_cgroups(base=None):
     except OSError:
         pass
     _cgl.sweep_all()  # the limit groups of cgroup v1 hierarchies (workers/_cglimits.py)
+    _unpriv.sweep_orphans(SESSION_UID_BASE)  # best-effort processes of sessions killed on a timeout
 
 
 
@@ -902,6 +903,7 @@ def supervise(spec, req_fd, done_fd):
         else:  # best effort: a scratch directory of its own (workers/_unprivileged.py), removed at the end
             if os.geteuid() != 0:  # no drop: the pass runs as this process's uid
                 spec = dict(spec, uid=os.geteuid(), gid=os.getegid())
+            _unpriv.sweep_orphans(SESSION_UID_BASE)  # what sessions killed on a timeout left
             home, lib_paths = _unpriv.make_scratch(spec)
             spec = dict(spec, home=f"{home}/home", scratch=home)
             limits = _cgl.Limits(spec["max_procs"])

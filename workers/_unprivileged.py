@@ -20,7 +20,8 @@ mode 700) are reached through ``O_PATH`` descriptors opened before the drop (:fu
 up with the pass uid's rights).  Those descriptors are the only ones in the pass beyond the protocol's.
 
 When the session ends, :func:`kill_uid` signals every process of the session's uid (a uid no other session
-has): a ``setsid`` daemon the pass left goes too.  Not protected in this mode (see docs/security.md): the
+has): a ``setsid`` daemon the pass left goes too; a session whose supervisor was killed (a timeout) leaves them to
+:func:`sweep_orphans`, run as each best-effort session starts and when the worker stops its zygotes.  Not protected in this mode (see docs/security.md): the
 network and path sockets (the system-call filter denies ``socket``/``connect``), files and directories any user
 may read or write, the host's process list, and whatever the kernel shares per uid with the shared 65534 uid
 where the session uid is not mapped.
@@ -211,3 +212,37 @@ def kill_uid(uid, tries=5):
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
+
+
+def sweep_orphans(base, span=1 << 22):
+    """Kill the processes left by sessions whose supervisor is gone (killed on a timeout, it could not kill its
+    uid's processes itself): every process whose uid is ``base + pid`` (a session uid) for a ``pid`` that no
+    longer exists.  Root only; never raises."""
+    import signal
+
+    if os.geteuid() != 0:
+        return
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                uid = next(int(ln.split()[1]) for ln in fh if ln.startswith("Uid:"))
+        except (OSError, StopIteration, ValueError, IndexError):
+            continue
+        if not base <= uid < base + span:
+            continue
+        try:
+            os.kill(uid - base, 0)
+            continue  # its supervisor is alive: its session's own
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+

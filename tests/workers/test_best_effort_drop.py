@@ -207,3 +207,26 @@ def test_the_dropped_pass_imports_the_standard_library_it_has_not_imported_yet(t
         zygotes.shutdown()
         zygotes.stop_forkserver()
     assert out.status == "convert_error" and "IMPORTS ok" in out.message, out
+
+
+def test_processes_of_a_killed_sessions_uid_are_swept() -> None:
+    """A supervisor killed on a timeout cannot kill its uid's processes: the sweep (each best-effort session's
+    start, the worker's zygote shutdown) kills every process of a session uid whose supervisor is gone, and none
+    of a live one's."""
+    base = sb.loader().SESSION_UID_BASE
+    dead = next(p for p in range(2**22 - 1, 1, -1) if not Path(f"/proc/{p}").exists())
+    mark = f"98.{uuid.uuid4().int % 10**6}"
+
+    def as_uid(uid: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(["/bin/sleep", mark], preexec_fn=lambda: (os.setgroups([]), os.setresgid(uid, uid, uid),
+                                                                         os.setresuid(uid, uid, uid)))
+
+    orphan, kept = as_uid(base + dead), as_uid(base + os.getpid())
+    try:
+        sb.loader().sweep_session_cgroups()
+        assert orphan.wait(timeout=10) == -9
+        assert kept.poll() is None  # its supervisor (here: this process) is alive
+    finally:
+        for p in (orphan, kept):
+            p.kill()
+            p.wait()
