@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the pass sandbox costs a job (issue 31): the same conversions with the full sandbox and with best-effort
-isolation (no namespaces, no mounts, no privilege drop), alternated in one run, warm (zygote from the fork server,
-as a pool or Celery worker converts) and cold (a one-shot fresh interpreter).
+isolation (no namespaces, no mounts; a root worker still drops privileges), alternated in one run, warm (zygote
+from the fork server, as a pool or Celery worker converts) and cold (a one-shot fresh interpreter).
 
 Per model and mode it prints the median of: the whole conversion call as the job sees it (``call``: what the
 sandbox adds to a job), and the conversion samples the conversion-time rule compares (``sample``: timed by the

@@ -173,11 +173,14 @@ SETTING_DOCS: dict[str, SettingDoc] = {
         "`require` for `ampci serve`/`worker` and any deployment with a broker or database URL; `auto` for the "
         "embedded commands",
         "how the pass under test is isolated (see [Security model](security.md)): `require` refuses to start (one "
-        "line saying what to enable) where the namespaces cannot be made; `best-effort` runs it with the "
-        "environment allowlist, closed descriptors and limits only, and says so (each result's "
+        "line saying what to enable) where the namespaces cannot be made; `best-effort` runs it without "
+        "namespaces -- as an unprivileged uid of its own (never root), with the environment allowlist, closed "
+        "descriptors, the system-call filter and limits; what that does not protect is in the security model "
+        "-- and says so (each result's "
         "`environment.sandbox`, the run page's *Pass sandbox* row, a footnote of the PR comment and check run; "
         "`/healthz`'s `sandbox` is the embedded pool's mode, `workers` when Celery workers run the pass); `auto`: "
-        "the full sandbox where the machine allows it, else best-effort with one warning line"),
+        "the full sandbox where the machine allows it, else best-effort with one warning line (embedded commands only: "
+        "`ampci serve`/`worker` take `auto` as `require`, they never fall back)"),
     "sandbox_max_procs": SettingDoc(
         "`64`", "processes and threads the sandboxed pass (its uid) may have at once (`RLIMIT_NPROC`)"),
     "sandbox_max_file": SettingDoc(

@@ -58,6 +58,7 @@ async def healthz(request: Request) -> JSONResponse:
                              "canary": None if canary is None else {"ok": canary["ok"]}},
                             status_code=200 if ok else 503)
     body = {"status": status, "down": down, "sandbox": sandbox, "canary": canary,
+            "sandbox_cgroup": await run_in_threadpool(_sandbox_cgroup, sandbox),
             "database": {"ok": db_ok, "detail": redact_url(db_detail)},
             "broker": {"ok": br_ok, "detail": redact_url(br_detail)},
             "status_outbox": {"enabled": ctx.reporter.enabled}}
@@ -80,6 +81,16 @@ def _sandbox_mode(ctx: object) -> str:
         return resolve_mode(settings.worker_config().sandbox_policy())
     except SandboxUnavailable:
         return "refused"
+
+
+def _sandbox_cgroup(sandbox: str) -> str | None:
+    """The per-job cgroup limits this process's own pool gets (:func:`workers.sandbox.policy.cgroup_limits`: which,
+    or the one line saying which the host does not offer); None where the workers run the pass."""
+    if sandbox not in ("full", "best-effort"):
+        return None
+    from workers.sandbox.policy import cgroup_limits
+
+    return cgroup_limits()
 
 
 def _canary() -> JsonObject | None:

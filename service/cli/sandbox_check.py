@@ -1,6 +1,7 @@
 """Start-up check of the pass sandbox for the commands that run jobs (``serve``, ``worker``, ``sweep``, ``check``).
 
-Their default is ``AMPCI_SANDBOX=require``: on a machine that cannot make the sandbox's namespaces they refuse to
+``serve``/``worker`` run with ``AMPCI_SANDBOX=require`` unless ``best-effort`` is set by name (``auto`` means
+``require`` for them: they never fall back): on a machine that cannot make the sandbox's namespaces they refuse to
 start with one line saying what to enable (:class:`service.errors.ConfigError`, exit 2), instead of running a
 pull request's code unisolated.  ``best-effort`` starts with one warning line; the mode is set in the
 environment so that every process the command starts (pool workers, Celery children) uses the same.
@@ -33,9 +34,12 @@ class SandboxCanaryFailed(ServiceError):
 
 
 def require_sandbox_by_default() -> str:
-    """Make ``require`` the default of this process and its children (an explicit AMPCI_SANDBOX stays);
-    returns the mode in force."""
-    return os.environ.setdefault("AMPCI_SANDBOX", "require")
+    """Make ``require`` the mode of this process and its children unless ``best-effort`` is asked for by name:
+    ``serve``/``worker`` never fall back to best-effort (``auto``, or no AMPCI_SANDBOX, means ``require``
+    here); returns the mode in force."""
+    if os.environ.get("AMPCI_SANDBOX", "").strip().lower() != "best-effort":
+        os.environ["AMPCI_SANDBOX"] = "require"
+    return os.environ["AMPCI_SANDBOX"]
 
 
 def check_sandbox(settings: Settings) -> str:
@@ -48,8 +52,9 @@ def check_sandbox(settings: Settings) -> str:
     except SandboxUnavailable as exc:
         raise ConfigError(str(exc)) from None
     if mode != "full":
-        print("ampci: warning: the pass sandbox is best-effort on this machine (environment, descriptors and "
-              "limits only: no network, mount or PID isolation)", file=sys.stderr, flush=True)
+        print("ampci: warning: the pass sandbox is best-effort on this machine (an unprivileged uid, environment, "
+              "descriptors, system-call filter and limits only: no network, mount or PID isolation)",
+              file=sys.stderr, flush=True)
     return mode
 
 

@@ -475,7 +475,7 @@ def sandbox_line(modes: list[str]) -> tuple[str, bool] | None:
     weak = sum(m == "best-effort" for m in modes)
     if weak:
         return (f"best-effort in {weak} of {len(modes)} cells: the pass ran without network, mount and PID "
-                "isolation (environment, descriptors and limits only)", True)
+                "isolation (environment, descriptors, system-call filter and limits only)", True)
     full = sum(m == "full" for m in modes)
     return (f"full in {full} of {len(modes)} cells" if full else "not recorded (results from before the sandbox)",
             False)

@@ -41,8 +41,12 @@ left in the namespace: no process of the pass outlives its job's conversions, an
 reaches another's.
 
 ``best-effort`` mode (no namespaces: a container without the permission) keeps the environment allowlist,
-the descriptor closing, the limits, a scratch home and the process-group kill, and says so (:func:`probe`).  Its
-supervisor is a child subreaper, so the timing above holds there too (orphans of the pass are its children).
+the descriptor closing, the system-call filter, the limits and the process-group kill, and says so
+(:func:`probe`); a root worker's pass still drops to its session uid, in a scratch directory the supervisor makes
+and copies the outputs out of by the same rules (:mod:`workers.sandbox._unprivileged`), and every process of that uid is
+killed when the session ends.  Its supervisor is a child subreaper, so the timing above holds there too (orphans
+of the pass are its children).  In both modes the session's processes are in a cgroup of their own with
+``pids.max`` and a memory limit where the host offers one (:mod:`workers.sandbox._cglimits`).
 """
 
 import ctypes
@@ -75,18 +79,21 @@ DEV_NODES = ("null", "zero", "full", "random", "urandom")
 _libc = None
 
 
-def _load_seccomp():
-    """:mod:`workers.sandbox._seccomp`, loaded by file path from beside this file (never through ``sys.path``)."""
+def _load_seccomp(name="_seccomp"):
+    """:mod:`workers.sandbox._seccomp` (or another module beside this file), loaded by file path (never through
+    ``sys.path``)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "_ampci_seccomp", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_seccomp.py"))
+        f"_ampci{name}", os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
 _seccomp = _load_seccomp()
+_unpriv = _load_seccomp("_unprivileged")
+_cgl = _load_seccomp("_cglimits")
 
 
 class SandboxError(Exception):
@@ -368,12 +375,16 @@ def _enter_namespaces(spec):
 
 def _drop_privileges(spec, full):
     """Root: the sandbox uid/gid, no groups, hence no capabilities.  Non-root in ``full`` mode: a nested user
-    namespace, so the mounts made above belong to a namespace the pass has no capability in."""
-    if os.geteuid() == 0:
-        if full or spec.get("drop_root_best_effort"):
-            os.setgroups([])
-            os.setresgid(spec["gid"], spec["gid"], spec["gid"])
-            os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+    namespace, so the mounts made above belong to a namespace the pass has no capability in.  First a fresh
+    session keyring (nothing of the worker's keyrings is the pass's; the filter then denies every keyring call)."""
+    if _seccomp.machine() in _seccomp.NUMBERS:
+        _unpriv.join_new_session_keyring(_seccomp.number("keyctl"))
+    if os.geteuid() == 0:  # best-effort too: the pass never runs as root (workers/sandbox/_unprivileged.py)
+        os.setgroups([])
+        os.setresgid(spec["gid"], spec["gid"], spec["gid"])
+        os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+        if spec.get("dumpable"):
+            _unpriv.set_dumpable()  # its /proc/self/fd/N import paths (reach_import_trees)
     elif full:
         _own_user_namespace("nested user namespace")
     _limits(spec)
@@ -808,15 +819,19 @@ def sweep_session_cgroups(base=None):
                     pass
     except OSError:
         pass
+    _cgl.sweep_all()  # the limit groups of cgroup v1 hierarchies (workers/sandbox/_cglimits.py)
+    _unpriv.sweep_orphans(SESSION_UID_BASE)  # best-effort processes of sessions killed on a timeout
 
 
 
-def _copy_out(src, host_root, dest, cap):
+def _copy_out(src, host_root, dest, cap, owner=None):
     """Copy ``src`` (inside the sandbox's tmpfs) to ``dest`` (a host path, opened from ``host_root``), at
     most ``cap`` bytes.  Returns None when copied (or not written: the worker sees no file), else why not:
     only a regular file is read -- opened without following a symlink and without blocking (a FIFO never
     stalls the supervisor), then checked with ``fstat`` -- and a sparse one (far fewer blocks than bytes: it
-    cost the pass nothing and would cost the host its size) is refused."""
+    cost the pass nothing and would cost the host its size) is refused.  ``owner`` (best effort, whose scratch
+    directory shares a filesystem with the host's files): the file must be that uid's, with one link (a hard
+    link the pass made to a file of the host's is refused)."""
     try:
         fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -827,6 +842,8 @@ def _copy_out(src, host_root, dest, cap):
         st = os.fstat(fd)
         if not os.path.stat.S_ISREG(st.st_mode):
             return "not a regular file"
+        if owner is not None and (st.st_uid != owner or st.st_nlink != 1):
+            return "not a file of the pass's own"
         if st.st_size > SPARSE_SLACK and st.st_blocks * 512 < st.st_size // 2:
             return "sparse"
         if st.st_size > cap:
@@ -859,7 +876,7 @@ def supervise(spec, req_fd, done_fd):
     makes the sandbox and its pass process, then serves request lines on ``req_fd`` (JSON; the conversions of one
     job), answering each with one JSON line on ``done_fd``.  End of file on ``req_fd`` ends the session: the
     sandbox's init is killed, and with it every process of the pass.  Never returns."""
-    code, pid1, full, home, cgroup = 1, None, spec["mode"] == "full", None, None
+    code, pid1, full, home, cgroup, limits = 1, None, spec["mode"] == "full", None, None, None
     try:
         os.setsid()
         _close_fds([req_fd, done_fd])
@@ -873,6 +890,7 @@ def supervise(spec, req_fd, done_fd):
                 cgroup = _Cgroup()
             except OSError:  # no writable cgroup v2: the CPU figure comes from /proc, in clock ticks
                 cgroup = None
+            limits = _cgl.Limits(spec["max_procs"], cgroup and (cgroup.parent, cgroup.name))
             spec = _enter_namespaces(spec)
             for path in [*spec["lib"], *[os.path.join(p, "amp_pass") for p in spec["lib"][-1:]]]:
                 why = os.path.isdir(path) and _readable_by(path, spec["uid"])
@@ -882,12 +900,13 @@ def supervise(spec, req_fd, done_fd):
             _build_mounts(spec, [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in spec["lib"]],
                           open_import_roots(spec))
             lib_paths = [f"{BASE}/lib/{i}" for i in range(len(spec["lib"]))]
-        else:  # best effort: a scratch home of its own, removed when the session ends
-            import tempfile
-
-            lib_paths = list(spec["lib"])
-            home = tempfile.mkdtemp(prefix="ampci-pass-")
-            spec = dict(spec, home=home)
+        else:  # best effort: a scratch directory of its own (workers/sandbox/_unprivileged.py), removed at the end
+            if os.geteuid() != 0:  # no drop: the pass runs as this process's uid
+                spec = dict(spec, uid=os.geteuid(), gid=os.getegid())
+            _unpriv.sweep_orphans(SESSION_UID_BASE)  # what sessions killed on a timeout left
+            home, lib_paths = _unpriv.make_scratch(spec)
+            spec = dict(spec, home=f"{home}/home", scratch=home)
+            limits = _cgl.Limits(spec["max_procs"])
         req_r, req_w = os.pipe()
         ready_r, ready_w = os.pipe()
         go_r, go_w = os.pipe()
@@ -899,6 +918,9 @@ def supervise(spec, req_fd, done_fd):
             # every descriptor of the supervisor's but this process's own pipes (the protocol's, the worker's
             # view of / and /proc, the cgroup's files, any O_PATH descriptor of the mounts)
             _close_fds([req_r, ready_w, go_r])
+            if not full and os.geteuid() == 0:  # the import trees the dropped uid could not reach otherwise
+                reached = _unpriv.reach_import_trees([*sys.path, *spec["interpreter"]], spec["uid"])
+                spec = dict(spec, dumpable=bool(reached))  # their /proc/self/fd/N paths need it
             if not os.read(go_r, 1):  # in its cgroup (when there is one) before anything runs
                 os._exit(1)
             os.close(go_r)
@@ -912,6 +934,7 @@ def supervise(spec, req_fd, done_fd):
             except OSError:
                 cgroup.remove()
                 cgroup = None
+        limits.add(pid1)  # a group of its own, with pids.max and a memory limit (workers/sandbox/_cglimits.py)
         os.write(go_w, b"g")
         os.close(go_w)
         pid1_fd = os.pidfd_open(pid1)
@@ -929,18 +952,19 @@ def supervise(spec, req_fd, done_fd):
             req = json.loads(line)
             inside = dict(req)
             outs = req["outputs"]  # host path -> name inside out/
-            if full:
-                for name in os.listdir(f"{BASE}/out"):  # the previous conversion's files
-                    os.unlink(f"{BASE}/out/{name}")
-                mapping = {h: f"{BASE}/out/{n}" for h, n in outs.items()}
-                for host in req["inputs"]:
-                    if host not in copied:
-                        copied[host] = f"{BASE}/in/{len(copied)}-{os.path.basename(host)}"
-                        _copy_in(host, host_root, copied[host])
-                    mapping[host] = copied[host]
-                mapping.update({p: lib_paths[i] for i, p in enumerate(spec["lib"])})
-                inside.update(argv=[mapping.get(a, a) for a in req["argv"]], stdout=f"{BASE}/out/.stdout",
-                              stderr=f"{BASE}/out/.stderr")
+            base = BASE if full else spec["scratch"]  # best effort: the same layout in its scratch directory
+            for name in os.listdir(f"{base}/out"):  # the previous conversion's files
+                os.unlink(f"{base}/out/{name}")
+            mapping = {h: f"{base}/out/{n}" for h, n in outs.items()}
+            for host in req["inputs"]:
+                if host not in copied:
+                    copied[host] = f"{base}/in/{len(copied)}-{os.path.basename(host)}"
+                    _copy_in(host, host_root, copied[host])
+                mapping[host] = copied[host]
+            mapping.update({p: lib_paths[i] for i, p in enumerate(spec["lib"])})
+            inside.update(argv=[mapping.get(a, a) for a in req["argv"]], stdout=f"{base}/out/.stdout",
+                          stderr=f"{base}/out/.stderr")
+            limits.memory_at_least(int(req["memory"]) + int(spec["scratch_bytes"]))  # its tmpfs pages count
             said.drain()  # lines left from an earlier conversion (or forged) say nothing about this one
             children = _await_child(proc, pid1, pid1_fd)  # the conversion pid1 pre-forked
             cpu_before = _session_cpu(cgroup, proc)
@@ -965,20 +989,21 @@ def supervise(spec, req_fd, done_fd):
                 else:
                     reply["code"] = end[1] & 0xFF
                     reply["cpu_s"] = round(min(max(0.0, cpu), wall * (os.cpu_count() or 1) + 1.0), 6)
-            if full:
-                cap = int(spec["max_file_bytes"])
-                # the outputs of one conversion together: a small multiple of its inputs (stdout/stderr: cap each)
-                left = [OUTPUT_FACTOR * sum(os.stat(copied[h]).st_size for h in req["inputs"]) + OUTPUT_SLACK]
-                refused = []
-                for host, name in [*outs.items(), (req["stdout"], ".stdout"), (req["stderr"], ".stderr")]:
-                    src, total = f"{BASE}/out/{name}", name in outs.values()
-                    refused.append((os.path.basename(host),
-                                    _copy_out(src, host_root, host, min(cap, left[0]) if total else cap)))
-                    if total and refused[-1][1] is None and os.path.lexists(src):
-                        left[0] -= os.lstat(src).st_size
-                too_big = [f"{name} ({why})" for name, why in refused if why]
-                if too_big:
-                    reply["oversized"] = too_big
+            # both modes: the trusted side copies the outputs out, by the same rules
+            cap = int(spec["max_file_bytes"])
+            # the outputs of one conversion together: a small multiple of its inputs (stdout/stderr: cap each)
+            left = [OUTPUT_FACTOR * sum(os.stat(copied[h]).st_size for h in req["inputs"]) + OUTPUT_SLACK]
+            refused = []
+            for host, name in [*outs.items(), (req["stdout"], ".stdout"), (req["stderr"], ".stderr")]:
+                src, total = f"{base}/out/{name}", name in outs.values()
+                refused.append((os.path.basename(host),
+                                _copy_out(src, host_root, host, min(cap, left[0]) if total else cap,
+                                          None if full else spec["uid"])))
+                if total and refused[-1][1] is None and os.path.lexists(src):
+                    left[0] -= os.lstat(src).st_size
+            too_big = [f"{name} ({why})" for name, why in refused if why]
+            if too_big:
+                reply["oversized"] = too_big
             os.write(done_fd, (json.dumps(reply) + "\n").encode())
             if pid1 is None:
                 break
@@ -990,13 +1015,15 @@ def supervise(spec, req_fd, done_fd):
             pass
     finally:
         try:
-            if home is not None:
-                import shutil
-
-                shutil.rmtree(home, ignore_errors=True)
             if pid1 is not None:  # the session's end: its init, hence every process of the pass
                 os.kill(pid1, signal.SIGKILL)
                 os.waitpid(pid1, 0)
+            if not full and spec.get("uid", 0) >= SESSION_UID_BASE:  # what left the process group: its uid's
+                _unpriv.kill_uid(spec["uid"])
+            if home is not None:
+                _unpriv.remove_scratch(home)
+            if limits is not None:
+                limits.remove()
             if cgroup is not None:
                 cgroup.remove()
             if not full:  # no PID namespace: what the pass left in this process group goes with it

@@ -6,9 +6,11 @@ own processes; this module decides its settings and builds the plain-data spec t
 * **environment**: an allowlist (:data:`ENV_ALLOWED`), never a copy -- no ``AMPCI_*`` setting, credential or
   URL reaches the pass; ``HOME``/``TMPDIR`` are its own scratch directory;
 * **mode** (``AMPCI_SANDBOX``): ``require`` (the default of ``ampci serve``/``worker``: a machine that cannot make
-  the namespaces refuses to start, :class:`SandboxUnavailable`), ``best-effort`` (environment, descriptors,
-  limits and process group only, said on every run page and in ``/healthz``), ``auto`` (the default of embedded
-  commands: the full sandbox where the machine allows it, else best-effort with one warning line);
+  the namespaces refuses to start, :class:`SandboxUnavailable`), ``best-effort`` (no namespaces: environment,
+  descriptors, the system-call filter, limits, and -- for a root worker -- the pass as an unprivileged uid of its
+  own; said on every run page and in ``/healthz``), ``auto`` (the default of embedded commands only: the full
+  sandbox where the machine allows it, else best-effort with one warning line; ``serve``/``worker`` take it as
+  ``require``);
 * **hidden**: the data and cache directories, ``/run`` and ``/var/run`` (service sockets) are empty for the pass;
 * **limits**: processes (``RLIMIT_NPROC`` of the sandbox uid), bytes per written file (``RLIMIT_FSIZE`` and the
   copy-out cap), scratch tmpfs size, plus the conversion's existing memory and time limits.
@@ -135,8 +137,18 @@ def resolve_mode(policy: SandboxPolicy) -> str:
     if not _WARNED:
         _WARNED = True
         log.warning("pass sandbox: best-effort only on this machine (%s): the pass runs without network, "
-                    "mount and PID isolation", why)
+                    "mount and PID isolation (see docs/security.md: what best-effort does not protect)", why)
     return "best-effort"
 
 
 _WARNED = False
+
+
+def cgroup_limits() -> str:
+    """What this process's sandbox sessions get of a cgroup per job (:mod:`workers.sandbox._cglimits`): ``per job:
+    pids (cgroup v1), memory (cgroup v2)``, or the one line saying which limit the host does not offer."""
+    cgl = loader()._cgl
+    got = cgl.available()
+    note: str | None = cgl.note(got)
+    return note or "per job: " + ", ".join(f"{c} ({got[c]})" for c in cgl.CONTROLLERS)
+

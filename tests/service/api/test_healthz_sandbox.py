@@ -57,3 +57,22 @@ def test_healthz_shows_the_canary(make_settings: Any, max_procs: int) -> None:
         assert got.status_code == (200 if ran.ok else 503) and ("sandbox" in body["down"]) is not ran.ok
     finally:
         canary.forget()
+
+
+def test_a_missing_cgroup_controller_is_one_line_in_healthz(make_settings: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 40: where the host offers no per-job cgroup limit of a controller, ``sandbox_cgroup`` says so."""
+    from fastapi.testclient import TestClient
+
+    from service.api.app import create_app
+
+    cgl = sb.loader()._cgl
+    monkeypatch.setattr(sb, "full_sandbox_error", lambda policy: None)
+    monkeypatch.setattr(cgl, "available", lambda: {"pids": None, "memory": "cgroup v2"})
+    with TestClient(create_app(make_settings(sandbox="require", broker_url=""), background=False),
+                    raise_server_exceptions=False) as c:
+        assert c.get("/healthz").json()["sandbox_cgroup"] == cgl.note({"pids": None, "memory": "cgroup v2"})
+    monkeypatch.setattr(cgl, "available", lambda: {"pids": "cgroup v1", "memory": "cgroup v2"})
+    with TestClient(create_app(make_settings(sandbox="require", broker_url=""), background=False),
+                    raise_server_exceptions=False) as c:
+        assert c.get("/healthz").json()["sandbox_cgroup"] == "per job: pids (cgroup v1), memory (cgroup v2)"

@@ -160,3 +160,83 @@ def test_an_honest_pass_converts_under_the_filter(tmp_path: Path) -> None:
                                 root, timeout_s=120, memory_bytes=2 * 2**30, warm=False,
                                 sandbox=sb.SandboxPolicy(mode="require"))
     assert out.status == "ok", out.message
+
+
+SECCOMP = sb.loader()._seccomp
+HEADERS = {"x86_64": ["/usr/include/x86_64-linux-gnu/asm/unistd_64.h", "/usr/include/asm/unistd_64.h"],
+           "aarch64": ["/usr/include/asm-generic/unistd.h"]}
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_each_architecture_has_a_number_for_every_denied_name_and_no_other(arch: str) -> None:
+    table = SECCOMP.NUMBERS[arch]
+    want = (set(SECCOMP.DENIED_NAMES) - set(SECCOMP.ABSENT[arch])) | set(SECCOMP.SPECIAL_NAMES)
+    assert set(table) == want, set(table) ^ want
+    assert len(set(table.values())) == len(table)  # no two names share a number
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_the_numbers_are_the_kernel_headers(arch: str) -> None:
+    """Against this machine's kernel headers (x86_64's unistd_64.h; the generic table aarch64 uses)."""
+    import re
+
+    path = next((p for p in HEADERS[arch] if Path(p).is_file()), None)
+    if path is None:
+        pytest.skip(f"no kernel header for {arch} here ({', '.join(HEADERS[arch])})")
+    nums = {m[1]: int(m[2]) for m in re.finditer(r"#define __NR_(\w+)\s+(\d+)\b", Path(path).read_text())}
+    for name, nr in SECCOMP.NUMBERS[arch].items():
+        assert nums.get(name) == nr, (arch, name, nr, nums.get(name))
+    for name in SECCOMP.ABSENT[arch]:
+        assert name not in nums, (arch, name)
+
+
+def _run_bpf(prog: list[tuple[int, int, int, int]], data: dict[str, int]) -> int:
+    """A classic-BPF interpreter for the few opcodes the filter uses, over a struct seccomp_data."""
+    offsets = {0: data["nr"], 4: data["arch"], 16: data.get("arg0", 0), 24: data.get("arg1", 0)}
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = prog[pc]
+        if code == 0x20:
+            acc = offsets[k]
+        elif code == 0x54:
+            acc &= k
+        elif code == 0x06:
+            return k
+        else:
+            taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += jt if taken else jf
+        pc += 1
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_the_program_denies_by_each_architectures_numbers(arch: str) -> None:
+    prog, table, audit = SECCOMP.program(arch), SECCOMP.NUMBERS[arch], SECCOMP.AUDIT_ARCH[arch]
+    eperm, allow = SECCOMP.RET_ERRNO | SECCOMP.EPERM, SECCOMP.RET_ALLOW
+    for name in SECCOMP.DENIED_NAMES:
+        if name in table:
+            assert _run_bpf(prog, {"nr": table[name], "arch": audit}) == eperm, name
+    assert _run_bpf(prog, {"nr": table["clone3"], "arch": audit}) == SECCOMP.RET_ERRNO | SECCOMP.ENOSYS
+    assert _run_bpf(prog, {"nr": table["clone"], "arch": audit, "arg0": 0x10000000 | 17}) == eperm
+    assert _run_bpf(prog, {"nr": table["clone"], "arch": audit, "arg0": 17}) == allow
+    assert _run_bpf(prog, {"nr": table["socketpair"], "arch": audit, "arg1": 2}) == eperm  # SOCK_DGRAM
+    assert _run_bpf(prog, {"nr": table["socketpair"], "arch": audit, "arg1": 1 | 0x80000}) == allow
+    other = SECCOMP.AUDIT_ARCH["aarch64" if arch == "x86_64" else "x86_64"]
+    assert _run_bpf(prog, {"nr": table["clone"], "arch": other}) == SECCOMP.RET_KILL_PROCESS
+    read = {"x86_64": 0, "aarch64": 63}[arch]
+    assert _run_bpf(prog, {"nr": read, "arch": audit}) == allow
+    assert _run_bpf(prog, {"nr": 0x40000000 | 39, "arch": audit}) == (eperm if arch == "x86_64" else allow)
+
+
+#: System calls the sandbox's trusted side makes (supervisor and pass process before the filter): the compose
+#: stack's container profile must allow each.  Keyrings stay refused there on purpose (the session keyring join
+#: is skipped where refused: the container then has no keyring at all).
+SANDBOX_NEEDS = ("unshare", "mount", "umount2", "setgroups", "setresuid", "setresgid", "prctl", "seccomp",
+                 "pidfd_open", "sendfile", "fchown", "fchownat", "kill", "setsid", "clone", "wait4", "openat",
+                 "mkdirat", "unlinkat", "getdents64", "prlimit64", "pipe2", "dup3", "poll", "readlinkat", "statfs")
+
+
+def test_the_compose_profile_allows_what_the_sandbox_needs() -> None:
+    profile = json.loads((Path(__file__).resolve().parents[3] / "deploy" / "seccomp-worker.json").read_text())
+    allowed = {n for rule in profile["syscalls"] if rule["action"] == "SCMP_ACT_ALLOW" for n in rule["names"]}
+    assert [n for n in SANDBOX_NEEDS if n not in allowed] == []
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO" and not {"add_key", "keyctl", "request_key"} & allowed
