@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-SANDBOX = Path(__file__).resolve().parents[3] / "workers" / "_sandbox.py"
+SANDBOX = Path(__file__).resolve().parents[3] / "workers" / "sandbox" / "_sandbox.py"
 PY = "/usr/bin/python3"
 
 _RUN = '''
