@@ -64,7 +64,7 @@ def test_the_pass_is_in_a_group_of_its_own_with_the_limit(tmp_path: Path, mode: 
         pytest.skip(cgl.note({controller: None}))
     if mode == "require" and _WHY is not None:
         pytest.skip(f"no full sandbox here: {_WHY}")
-    if mode == "require" and HAVE[controller] == "cgroup v2" and sb.loader()._own_cgroup_dir() is None:
+    if mode == "require" and HAVE[controller] == "cgroup v2" and sb.loader()._accounting.own_cgroup_dir() is None:
         pytest.skip("no cgroup v2 group of the session here")
     root = tmp_path / "pass"
     (root / "amp_pass").mkdir(parents=True)

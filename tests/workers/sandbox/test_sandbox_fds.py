@@ -35,8 +35,8 @@ def test_build_mounts_closes_every_descriptor_it_opens(request: pytest.FixtureRe
         try:
             os.close(r)
             before = set(os.listdir("/proc/self/fd"))
-            inner = mod._enter_namespaces(spec)
-            mod._build_mounts(inner, [], mod.open_import_roots(inner))
+            inner = mod._passproc.enter_namespaces(spec)
+            mod._mounts.build_mounts(inner, [], mod.open_import_roots(inner))
             left = sorted(set(os.listdir("/proc/self/fd")) - before)
             os.write(w, (" ".join(left) or "none").encode())
         except BaseException as exc:  # noqa: BLE001 - reported to the test
