@@ -11,7 +11,7 @@ runs, in a group of their own with
   what the pass keeps in its ``/tmp`` too.
 
 Where: cgroup v2 when the controller is enabled for this process's group's children (its
-``cgroup.subtree_control``; the session's v2 group is the one ``_sandbox._Cgroup`` made for CPU accounting), else
+``cgroup.subtree_control``; the session's v2 group is the one ``_accounting.SessionCgroup`` made for CPU accounting), else
 a cgroup v1 hierarchy of that controller (a hybrid host: the group ``ampci-sandbox-<supervisor pid>`` beside this
 process's own).  ampci never enables a controller itself (that would change the host's hierarchy, and a v2 group
 with processes in it may not give its children one).  Where neither offers a controller, that limit is left out
@@ -94,7 +94,7 @@ def note(got=None):
 class Limits:
     """The limit groups of one session (see the module doc).  Opened before the sandbox's mounts (which make
     /sys read-only in the supervisor's namespace); ``v2``: the session's v2 group as ``(parent_fd, name)``
-    (``_sandbox._Cgroup``), or None.  Never raises: a limit it cannot set is left out."""
+    (``_accounting.SessionCgroup``), or None.  Never raises: a limit it cannot set is left out."""
 
     def __init__(self, max_procs, v2=None):
         self.v1 = []       # (parent directory, group name, cgroup.procs fd)
@@ -129,7 +129,7 @@ class Limits:
 
     def add(self, pid):
         """Put ``pid`` (the pass process, before it runs anything) in the session's cgroup v1 groups (its v2
-        group is ``_Cgroup``'s)."""
+        group is ``_accounting.SessionCgroup``'s)."""
         for _, _, procs in self.v1:
             try:
                 os.write(procs, str(pid).encode())

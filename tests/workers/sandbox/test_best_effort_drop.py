@@ -4,7 +4,7 @@ cannot read a root process's ``/proc/<pid>/environ`` or a root-only key, cannot 
 directory or repository, and leaves no daemon behind; an honest pass still converts, its outputs copied out by
 the trusted side.
 
-Each hostile test fails when the drop (``workers/sandbox/_sandbox.py:_drop_privileges``) is removed: the pass is then
+Each hostile test fails when the drop (``workers/sandbox/_passproc.py:drop_privileges``) is removed: the pass is then
 root and gets every one of those.
 """
 
