@@ -34,11 +34,13 @@ def pr_config(models: list[str]) -> Any:
 
 
 def pr_app() -> Any:
-    """The API under test: the real app, store, intake, Celery dispatch and App reporter (watch and post
-    intervals at their defaults); only the sweep plan is the bench's (``BENCH_PR_MODELS``)."""
+    """The API under test: the real app, store, intake, Celery dispatch and App reporter (its post interval
+    at the default, its watch interval too unless ``BENCH_WATCH_INTERVAL`` says, for a what-if); only the sweep
+    plan is the bench's (``BENCH_PR_MODELS``)."""
     from service.api.app import create_app
     from service.api.dispatch import RunDispatcher
     from service.db import Store
+    from service.github.reporter import StatusReporter
     from service.settings import Settings
     from tests.service.api.helpers import REPO
     from tests.service.github.github_standin import APP_ID
@@ -51,7 +53,10 @@ def pr_app() -> Any:
                         public_url="https://ci.example.com")
     cells = pr_config(models).expand({m: {"bench"} for m in models})
     store = Store.from_url(settings.database_url)
-    return create_app(settings, store=store, dispatcher=RunDispatcher(settings, store, planner=lambda sweep: cells))
+    watch = os.environ.get("BENCH_WATCH_INTERVAL")
+    reporter = StatusReporter.from_settings(settings, store=store, **({"watch_interval": float(watch)} if watch else {}))
+    return create_app(settings, store=store, reporter=reporter,
+                      dispatcher=RunDispatcher(settings, store, planner=lambda sweep: cells))
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,7 @@ def _stamping_standin(server: Any) -> Any:
 
 
 def push_to_verdict(env: dict[str, str], db_url: str, base_sha: str, models: list[str], tries: int,
-                    log: Path, timeout_s: float = 60.0) -> tuple[list[Verdict], float]:
+                    log: Path, watch_interval: float | None = None, timeout_s: float = 60.0) -> tuple[list[Verdict], float]:
     """Start the API and the stand-in, send ``tries`` pull requests one after the other (each waits for its
     completed check run), stop both; the timelines and the API process's CPU seconds over them."""
     import logging
@@ -108,6 +113,8 @@ def push_to_verdict(env: dict[str, str], db_url: str, base_sha: str, models: lis
     api_env = {**env, "BENCH_DATABASE_URL": db_url, "BENCH_BROKER_URL": env["AMPCI_BROKER_URL"],
                "BENCH_GITHUB_URL": server.url_for("/").rstrip("/"), "BENCH_PR_MODELS": json.dumps(models),
                "BENCH_APP_KEY": app_key()[0]}  # the stand-in's App key (made in this process)
+    if watch_interval is not None:
+        api_env["BENCH_WATCH_INTERVAL"] = str(watch_interval)
     code = ("import uvicorn; uvicorn.run('bench._fleet_pr:pr_app', factory=True, host='127.0.0.1', "
             f"port={port}, log_level='warning', access_log=False)")
     api = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=api_env, stdout=open(log, "wb"),

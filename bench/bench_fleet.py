@@ -161,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one measurement 
     ap.add_argument("--stub-ms", type=int, default=100, help="the stub job's fixed duration")
     ap.add_argument("--results", type=int, default=1_000_000, help="synthetic results for PostgreSQL at scale")
     ap.add_argument("--pr-tries", type=int, default=3)
+    ap.add_argument("--watch-interval", type=float, default=None,
+                    help="what-if: the API reporter's watch interval in seconds (default: the service's, 5 s)")
     ap.add_argument("--quick", action="store_true", help="160 cells, N=1,2, 50 ms stubs, 5k results; invariants only")
     args = ap.parse_args(argv)
     if args.quick:
@@ -212,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one measurement 
         used_after = redis_info(r)
         verdicts, api_cpu_s = push_to_verdict(env, db_url, sweeps[-1].revision,
                                               [stub_model(args.stub_ms, f"{i:05d}") for i in range(PR_CELLS)],
-                                              args.pr_tries, tmp / "api.log")
+                                              args.pr_tries, tmp / "api.log", args.watch_interval)
         stop_workers(workers)
         revs = max(3, args.results // args.cells)
 
@@ -251,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one measurement 
         idle = sweeps[-1].n
         work = model_work_s(args.stub_ms / 1000, idle)
         _table(f"push-to-verdict: {PR_CELLS}-cell pull request, {idle} idle workers, model work "
-               f"{work:.2f} s (ceil({PR_CELLS}/{idle}) x {args.stub_ms} ms); seconds from the webhook POST",
+               f"{work:.2f} s (ceil({PR_CELLS}/{idle}) x {args.stub_ms} ms), reporter watch interval "
+               f"{args.watch_interval or 5.0:g} s; seconds from the webhook POST",
                ["try", "202", "run created", "first job", "run finished", "check completed", "conclusion",
                 "target"],
                [[str(i + 1), f"{v.answered_s:.3f}", f"{v.created_s:.2f}", f"{v.first_start_s:.2f}",
