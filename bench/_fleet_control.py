@@ -4,6 +4,7 @@ of one sweep, and the 100-worker arithmetic."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,6 +15,56 @@ from typing import Any
 import psutil
 
 WORKERS_ON_PAPER = 100
+#: a stub cell's model name (``bench/_fleet_stub.py`` sleeps instead of running it): ``stub<milliseconds>ms_<label>``
+STUB_RE = re.compile(r"^stub(\d{1,6})ms_")
+BOOK_KEY = "bench:fleet:book"      # "cpu_s wall_s" of each execute_job (the stub sleep uses no CPU)
+FINISH_KEY = "bench:fleet:finish"  # "cpu_s wall_s finished" of each finish_if_complete call
+
+
+def stub_model(ms: int, label: str) -> str:
+    """The model name of a stub cell that sleeps ``ms`` milliseconds."""
+    return f"stub{ms}ms_{label}"
+
+
+def stub_ms(model: str) -> int | None:
+    """The milliseconds a stub model sleeps, or None for a real model."""
+    m = STUB_RE.match(model)
+    return int(m.group(1)) if m else None
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kill_tree(pid: int) -> None:
+    """SIGTERM ``pid`` (a Celery worker's warm shutdown stops its own pool), wait up to 10 s for it and its
+    descendants, then SIGKILL what is left of them."""
+    import signal
+
+    try:
+        procs = psutil.Process(pid).children(recursive=True) + [psutil.Process(pid)]
+        procs[-1].send_signal(signal.SIGTERM)
+    except psutil.NoSuchProcess:
+        return
+    psutil.wait_procs(procs, timeout=10)
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def fresh_pg(admin_url: str) -> tuple[str, Callable[[], None]]:
+    """A new empty PostgreSQL database (its URL) and the function that drops it."""
+    from service.db.admin import create_database, drop_database
+
+    url = create_database(admin_url, "ampci_bench")
+    return url, lambda: drop_database(admin_url, url)
 
 
 def start_workers(n: int, env: dict[str, str], logs: Path, root: Path) -> list[subprocess.Popen[bytes]]:
@@ -30,10 +81,8 @@ def start_workers(n: int, env: dict[str, str], logs: Path, root: Path) -> list[s
 
 def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
     """Stop every worker (its process tree, by pid) and empty the list."""
-    from bench.bench_dispatch import _kill_tree
-
     for w in workers:
-        _kill_tree(w.pid)
+        kill_tree(w.pid)
     workers.clear()
 
 

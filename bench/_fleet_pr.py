@@ -100,7 +100,7 @@ def push_to_verdict(env: dict[str, str], db_url: str, base_sha: str, models: lis
     import psutil
     from pytest_httpserver import HTTPServer
 
-    from bench.bench_dispatch import _free_port, _kill_tree
+    from bench._fleet_control import free_port, kill_tree
     from service.db import Store
     from tests.service.api.helpers import encode, pr_payload, sha, webhook_headers
     from tests.service.github.github_standin import app_key
@@ -109,7 +109,7 @@ def push_to_verdict(env: dict[str, str], db_url: str, base_sha: str, models: lis
     server = HTTPServer(host="127.0.0.1", port=0, threaded=True)
     server.start()
     gh = _stamping_standin(server)
-    port = _free_port()
+    port = free_port()
     api_env = {**env, "BENCH_DATABASE_URL": db_url, "BENCH_BROKER_URL": env["AMPCI_BROKER_URL"],
                "BENCH_GITHUB_URL": server.url_for("/").rstrip("/"), "BENCH_PR_MODELS": json.dumps(models),
                "BENCH_APP_KEY": app_key()[0]}  # the stand-in's App key (made in this process)
@@ -158,7 +158,7 @@ def push_to_verdict(env: dict[str, str], db_url: str, base_sha: str, models: lis
         api_cpu = cpu1.user + cpu1.system - cpu0.user - cpu0.system
     finally:
         store.dispose()
-        _kill_tree(api.pid)
+        kill_tree(api.pid)
         server.clear()
         if server.is_running():
             server.stop()

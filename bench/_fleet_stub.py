@@ -15,27 +15,25 @@ What it changes, in the worker processes that load *this* module as their Celery
   start-up on 2 cores is not what is measured.
 * :func:`~service.orchestration.tasks.execute_job` and the run finisher
   (:func:`service.orchestration.scheduler.finish_if_complete`, which ``execute_job`` calls for a run's last
-  job) are wrapped to push their process CPU and wall seconds to Redis lists (:data:`BOOK_KEY`,
-  :data:`FINISH_KEY`): one ``RPUSH`` per job (bench_fleet subtracts it from the Redis command count).
+  job) are wrapped to push their process CPU and wall seconds to Redis lists (``BOOK_KEY``, ``FINISH_KEY`` of
+  ``bench/_fleet_control.py``): one ``RPUSH`` per job (bench_fleet subtracts it from the Redis command count).
+
+Importing this module patches the process that imports it: only the workers do; ``bench_fleet.py`` itself
+imports none of it (its stub names and keys live in ``bench/_fleet_control.py``).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import time
 from typing import Any
 
 from celery.signals import worker_process_init
 
+from bench._fleet_control import BOOK_KEY, FINISH_KEY, stub_ms
 from service.orchestration import scheduler, tasks
 from service.orchestration.celery_app import app  # noqa: F401 - `celery -A bench._fleet_stub` loads `app`
 from workers.result import JobResult
-
-#: a stub cell's model name: ``stub<milliseconds>ms_<label>``
-STUB_RE = re.compile(r"^stub(\d{1,6})ms_")
-BOOK_KEY = "bench:fleet:book"      # "cpu_s wall_s" of each execute_job (the stub sleep uses no CPU)
-FINISH_KEY = "bench:fleet:finish"  # "cpu_s wall_s finished" of each finish_if_complete call
 
 worker_process_init.disconnect(tasks.preload_job_code)
 
@@ -43,17 +41,6 @@ _real_run_cell = tasks.run_cell
 _real_execute_job = tasks.execute_job
 _real_finish = scheduler.finish_if_complete
 _redis: Any = None
-
-
-def stub_model(ms: int, label: str) -> str:
-    """The model name of a stub cell that sleeps ``ms`` milliseconds."""
-    return f"stub{ms}ms_{label}"
-
-
-def stub_ms(model: str) -> int | None:
-    """The milliseconds a stub model sleeps, or None for a real model."""
-    m = STUB_RE.match(model)
-    return int(m.group(1)) if m else None
 
 
 def _stub_run_cell(cell: tuple[str, str, str, str], revision: str, settings: Any,

@@ -47,16 +47,20 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench._fleet_control import (  # noqa: E402
+    BOOK_KEY,
+    FINISH_KEY,
     CpuMeter,
     SweepFigures,
     bottleneck_lines,
+    free_port,
+    fresh_pg,
+    kill_tree,
     pg_backend_pids,
     redis_info,
     start_workers,
     stop_workers,
+    stub_model,
 )
-from bench._fleet_stub import BOOK_KEY, FINISH_KEY, stub_model  # noqa: E402
-from bench.bench_dispatch import _free_port, _fresh_pg, _kill_tree  # noqa: E402
 
 THROUGHPUT_TARGET = 0.90
 VERDICT_SLACK_S = 2.0
@@ -142,6 +146,15 @@ def store_stats(store: Any, db_name: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
+def _default_watch_s() -> float:
+    """The API reporter's watch interval when nothing sets it (``StatusReporter``'s default)."""
+    import inspect
+
+    from service.github.reporter import StatusReporter
+
+    return float(inspect.signature(StatusReporter.__init__).parameters["watch_interval"].default)
+
+
 def _table(title: str, header: list[str], rows: list[list[str]]) -> None:
     print(f"\n{title}\n| " + " | ".join(header) + " |\n|" + "|".join("---" for _ in header) + "|")
     for row in rows:
@@ -171,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one measurement 
     admin_url = os.environ.get("AMPCI_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
     tmp = Path(tempfile.mkdtemp(prefix="ampci-fleet-"))
-    port = _free_port()
+    port = free_port()
     procs: list[subprocess.Popen[bytes]] = []
     workers: list[subprocess.Popen[bytes]] = []
     drop = None
@@ -180,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one measurement 
         procs.append(subprocess.Popen(
             ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp), "--appendonly", "yes",
              "--save", ""], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True))
-        db_url, drop = _fresh_pg()
+        db_url, drop = fresh_pg(admin_url)
         env = {k: v for k, v in os.environ.items() if not k.startswith("AMPCI_")}
         env.update(AMPCI_BROKER_URL=f"redis://127.0.0.1:{port}/0", AMPCI_DATABASE_URL=db_url,
                    AMPCI_CACHE_DIR=str(tmp / "cache"), AMPCI_DATA_DIR=str(tmp / "data"),
@@ -254,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one measurement 
         work = model_work_s(args.stub_ms / 1000, idle)
         _table(f"push-to-verdict: {PR_CELLS}-cell pull request, {idle} idle workers, model work "
                f"{work:.2f} s (ceil({PR_CELLS}/{idle}) x {args.stub_ms} ms), reporter watch interval "
-               f"{args.watch_interval or 5.0:g} s; seconds from the webhook POST",
+               f"{args.watch_interval or _default_watch_s():g} s; seconds from the webhook POST",
                ["try", "202", "run created", "first job", "run finished", "check completed", "conclusion",
                 "target"],
                [[str(i + 1), f"{v.answered_s:.3f}", f"{v.created_s:.2f}", f"{v.first_start_s:.2f}",
@@ -292,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one measurement 
         if store is not None:
             store.dispose()
         for p in reversed(procs):
-            _kill_tree(p.pid)
+            kill_tree(p.pid)
         if drop is not None:
             drop()
 
