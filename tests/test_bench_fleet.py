@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._fleet_control import SweepFigures, bottleneck_lines, stub_ms, stub_model  # noqa: E402
+from bench._fleet_control import SweepFigures, bottleneck_lines, stub_model, stub_ms  # noqa: E402
 
 
 def test_a_stub_cell_is_named_by_its_duration() -> None:
