@@ -189,6 +189,12 @@ class SweepFigures:
     complete: bool
     run_id: int
     revision: str
+    load: float = float("nan")  # 1-minute load average at the sweep's end
+
+    @property
+    def overhead_ms(self) -> float:
+        """Wall time per job on a worker beyond the stub's: N x drain / jobs - stub, in ms."""
+        return (self.drain_s * self.n / self.cells - self.stub_s) * 1000
 
     @property
     def throughput(self) -> float:
