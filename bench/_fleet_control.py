@@ -256,7 +256,8 @@ def bottleneck_lines(sweeps: list[SweepFigures], pg: Any, stub_s: float, max_con
                  f"({per_queued:.3f} ms each) every {reconcile_every_s:.0f} s: "
                  f"{s.reconcile_cpu_s / reconcile_every_s:.2%} of a core with this queue")
     first = rows[0]
-    lines.append(f"=> first CPU bottleneck: {first[0]} at {first[1]:,.0f} jobs/s"
+    per_core = " per PostgreSQL core" if first[0].startswith("PostgreSQL") else ""
+    lines.append(f"=> first CPU bottleneck: {first[0]} at {first[1]:,.0f} jobs/s{per_core}"
                  + ("; but PostgreSQL's connection limit comes first (a pooler or a smaller pool per worker)"
                     if conns > max_connections else ""))
     return lines

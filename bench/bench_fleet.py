@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -189,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one measurement 
     workers: list[subprocess.Popen[bytes]] = []
     drop = None
     store = None
+    keep_logs = True
     try:
         procs.append(subprocess.Popen(
             ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp), "--appendonly", "yes",
@@ -300,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one measurement 
         if args.quick:
             print("(--quick: targets printed, not judged)")
         ok = all(invariants.values()) and (args.quick or all(targets.values()))
+        if all(invariants.values()):
+            keep_logs = False  # the workers' and the API's logs matter only when an invariant broke
+        else:
+            print(f"logs kept in {tmp}")
         return 0 if ok else 1
     finally:
         stop_workers(workers)
@@ -309,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one measurement 
             kill_tree(p.pid)
         if drop is not None:
             drop()
+        if not keep_logs:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ def test_the_first_bottleneck_at_100_workers_is_computed_from_the_costs() -> Non
     conns = next(x for x in lines if x.startswith("PostgreSQL connections"))
     assert "(1.0 per worker) x 100 + API and beat ~2 = 102 against max_connections 100 -> EXCEEDED" in conns
     assert "12.0 per job x 1,000 jobs/s = 12,000 commands/s" in " ".join(lines)
-    assert lines[-1] == ("=> first CPU bottleneck: PostgreSQL CPU at 1,000 jobs/s; but PostgreSQL's connection "
+    assert lines[-1] == ("=> first CPU bottleneck: PostgreSQL CPU at 1,000 jobs/s per PostgreSQL core; but "
+                         "PostgreSQL's connection "
                          "limit comes first (a pooler or a smaller pool per worker)")
     roomy = bottleneck_lines([replace(BASE, redis_cpu_s=3.0)], None, 0.1, max_connections=500)
     assert roomy[-1] == "=> first CPU bottleneck: Redis (one thread) at 333 jobs/s"
