@@ -160,6 +160,33 @@ class CpuMeter:
 
 
 @dataclass(frozen=True)
+class Gaps:
+    """Between a job's finish and the next start on the same worker (job rows' ``worker`` ``name@host:pid``,
+    ``finished_at``, ``started_at``): ``steady_ms`` the mean gap by the same pool child (the control plane's latency
+    between two jobs), ``replacements`` the gaps across a change of pool child (Celery replaces one every
+    ``worker_max_tasks_per_child`` jobs) and ``replaced_s`` their sum."""
+
+    steady_ms: float
+    replacements: int
+    replaced_s: float
+
+
+def worker_gaps(jobs: list[tuple[str, float, float]]) -> Gaps:
+    """:class:`Gaps` of ``(worker, started, finished)`` (seconds); NaN steady gap without two jobs on a child."""
+    by_host: dict[str, list[tuple[float, float, str]]] = {}
+    for who, started, finished in jobs:
+        host, _, pid = who.rpartition(":")
+        by_host.setdefault(host or who, []).append((started, finished, pid))
+    steady: list[float] = []
+    replaced: list[float] = []
+    for done in by_host.values():
+        done.sort()
+        for (_, end, pid0), (start, _, pid1) in zip(done, done[1:], strict=False):
+            (steady if pid0 == pid1 else replaced).append(start - end)
+    return Gaps(sum(steady) / len(steady) * 1000 if steady else float("nan"), len(replaced), sum(replaced))
+
+
+@dataclass(frozen=True)
 class SweepFigures:
     """One nightly sweep on ``n`` workers: times and CPU in seconds, counts."""
 
@@ -190,6 +217,7 @@ class SweepFigures:
     run_id: int
     revision: str
     load: float = float("nan")  # 1-minute load average at the sweep's end
+    gaps: Gaps = Gaps(float("nan"), 0, 0.0)
 
     @property
     def overhead_ms(self) -> float:
@@ -199,6 +227,12 @@ class SweepFigures:
     @property
     def throughput(self) -> float:
         return self.cells / self.drain_s if self.drain_s > 0 else 0.0
+
+    @property
+    def efficiency_between_replacements(self) -> float:
+        """Throughput against the ideal with the pool-child replacements' gaps taken out of the drain."""
+        drain = self.drain_s - self.gaps.replaced_s / self.n
+        return self.cells / drain / self.ideal if drain > 0 else 0.0
 
     @property
     def ideal(self) -> float:

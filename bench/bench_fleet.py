@@ -61,6 +61,7 @@ from bench._fleet_control import (  # noqa: E402
     start_workers,
     stop_workers,
     stub_model,
+    worker_gaps,
 )
 
 THROUGHPUT_TARGET = 0.90
@@ -133,7 +134,9 @@ def run_sweep(n: int, args: argparse.Namespace, settings: Any, env: dict[str, st
         redis_used=info1["used_memory"], pg_commits=stats1[0] - stats0[0], pg_rows_written=stats1[1] - stats0[1],
         all_done=len(jobs) == args.cells and all(j.status == "done" for j in jobs),
         complete=store.get_run(started.run_id).status == "complete", run_id=started.run_id,
-        revision=started.revision, load=os.getloadavg()[0])
+        revision=started.revision, load=os.getloadavg()[0],
+        gaps=worker_gaps([(j.worker or "", j.started_at.timestamp(), j.finished_at.timestamp()) for j in jobs
+                          if j.started_at and j.finished_at]))
 
 
 def store_stats(store: Any, db_name: str) -> tuple[int, int]:
@@ -243,9 +246,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one measurement 
         print(f"\nfleet simulation: {args.cells} stub cells of {args.stub_ms} ms per nightly; load average "
               f"{load:.1f} on {os.cpu_count()} CPUs")
         _table("throughput", ["N workers", "drain s", "jobs/s", "ideal N/stub", "of ideal", "target",
-                              "wall overhead per job on a worker", "load average"],
+                              "wall overhead per job on a worker", "gap finish -> next start, same child",
+                              "pool-child replacements", "of ideal without them", "load average"],
                [[str(s.n), f"{s.drain_s:.1f}", f"{s.throughput:.1f}", f"{s.ideal:.1f}", f"{s.efficiency:.0%}",
-                 f">= {THROUGHPUT_TARGET:.0%}", f"{s.overhead_ms:.1f} ms", f"{s.load:.1f}"] for s in sweeps])
+                 f">= {THROUGHPUT_TARGET:.0%}", f"{s.overhead_ms:.1f} ms", f"{s.gaps.steady_ms:.1f} ms",
+                 f"{s.gaps.replacements} ({s.gaps.replaced_s:.1f} s)", f"{s.efficiency_between_replacements:.0%}",
+                 f"{s.load:.1f}"] for s in sweeps])
         _table("control-plane CPU per job (ms)",
                ["N", "scheduler (start_sweep)", "reconcile pass", "worker process", "of which execute_job",
                 "finisher (per run)", "PostgreSQL", "Redis", "Redis cmds/job", "PG commits/job", "PG rows/job",

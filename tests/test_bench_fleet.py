@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._fleet_control import SweepFigures, bottleneck_lines, stub_model, stub_ms  # noqa: E402
+from bench._fleet_control import SweepFigures, bottleneck_lines, stub_model, stub_ms, worker_gaps  # noqa: E402
 
 
 def test_a_stub_cell_is_named_by_its_duration() -> None:
@@ -69,3 +69,16 @@ def test_the_first_bottleneck_at_100_workers_is_computed_from_the_costs() -> Non
                          "limit comes first (a pooler or a smaller pool per worker)")
     roomy = bottleneck_lines([replace(BASE, redis_cpu_s=3.0)], None, 0.1, max_connections=500)
     assert roomy[-1] == "=> first CPU bottleneck: Redis (one thread) at 333 jobs/s"
+
+
+def test_gaps_across_a_pool_child_replacement_are_counted_apart() -> None:
+    """Per worker, the gap from a job's finish to the next start: by the same child (steady) or across a new
+    pid (a replacement), whichever worker's jobs interleave with it."""
+    a = [("w1@h:10", 0.00, 0.10), ("w1@h:10", 0.11, 0.21), ("w1@h:11", 3.21, 3.31), ("w1@h:11", 3.33, 3.43)]
+    b = [("w2@h:20", 0.05, 0.15), ("w2@h:20", 0.20, 0.30)]
+    got = worker_gaps(b + a)
+    assert got.replacements == 1 and abs(got.replaced_s - 3.0) < 1e-9
+    assert abs(got.steady_ms - (10 + 20 + 50) / 3) < 1e-6
+    assert worker_gaps([("w@h:1", 0.0, 1.0)]).steady_ms != worker_gaps([("w@h:1", 0.0, 1.0)]).steady_ms  # NaN
+    two = replace(BASE, n=1, cells=1000, stub_s=0.1, drain_s=120.0)
+    assert abs(replace(two, gaps=got).efficiency_between_replacements - 1000 / 117.0 / 10) < 1e-9
