@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Protocol
@@ -199,6 +199,15 @@ class QueriesMixin:
         if r is None:
             raise NotFoundError(f"no run with id {run_id}")
         return run_info(r)
+
+    def get_runs(self, run_ids: Iterable[int]) -> dict[int, RunInfo]:
+        """The runs of ``run_ids`` that exist, by id, in one query (unknown ids are absent)."""
+        ids = sorted({int(i) for i in run_ids})
+        if not ids:
+            return {}
+        with self.transaction() as conn:
+            rows = conn.execute(sa.select(*RUN_COLUMNS).where(t_run.c.id.in_(ids))).all()
+        return {info.id: info for info in map(run_info, rows)}
 
     def find_run(self, dedup_key: str) -> RunInfo | None:
         """The run created with ``dedup_key``, or None."""

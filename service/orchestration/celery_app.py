@@ -37,6 +37,12 @@ NIGHTLY_TASK = "ampci.nightly_sweep"
 RECONCILE_TASK = "ampci.reconcile"
 
 
+#: Jobs after which a Celery pool child is replaced whatever its memory (see ``worker_max_memory_per_child``).
+MAX_TASKS_PER_CHILD = 2000
+#: Resident memory (KiB) of a pool child after a job beyond which it is replaced (leaked arenas).
+MAX_CHILD_RSS_KIB = 3 * 1024 * 1024
+
+
 def visibility_timeout(settings: Settings) -> float:
     """Seconds an unacknowledged message stays invisible: strictly longer than the hard limit."""
     return settings.job_timeout + max(5.0, min(600.0, settings.job_timeout * 0.25))
@@ -141,7 +147,12 @@ def make_app(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         task_acks_on_failure_or_timeout=True,   # a job that *fails* is recorded, not redelivered
         worker_prefetch_multiplier=1,
-        worker_max_tasks_per_child=200,          # bound slow leaks of onnxruntime arenas
+        # bound slow leaks of onnxruntime arenas by what they cost: a child whose resident memory passed
+        # MAX_CHILD_RSS_KIB after a job is replaced, and any child after MAX_TASKS_PER_CHILD jobs.  A replacement
+        # idles the worker for its preload (~3 s here): at 200 jobs a child (the old bound) that was 11-15 ms of
+        # every 100 ms job in bench/bench_fleet.py
+        worker_max_tasks_per_child=MAX_TASKS_PER_CHILD,
+        worker_max_memory_per_child=MAX_CHILD_RSS_KIB,
         # a pool child preloads numpy/onnx/onnx_ir (its conversion fork server) and onnxruntime before it
         # reports up (service.orchestration.tasks.preload_job_code): 4-8 s on a busy 2-core machine, where
         # Celery's default of 4 s SIGKILLed every new child, so the worker never ran a job again

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from service.errors import ConfigError
-from service.orchestration.celery_app import make_app, time_limits, transport_options, visibility_timeout
+from service.orchestration.celery_app import (
+    MAX_CHILD_RSS_KIB,
+    make_app,
+    time_limits,
+    transport_options,
+    visibility_timeout,
+)
 from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +44,9 @@ def test_reliability_settings_and_queues() -> None:
     nightly_quick = make_app(Settings.from_env({"AMPCI_NIGHTLY_SWEEP": "smoke"}))
     assert nightly_quick.conf.beat_schedule["nightly-full-sweep"]["args"] == ("smoke",)
     assert c.timezone == "UTC" and c.enable_utc
+    # a pool child is replaced for what it leaked (resident memory), rarely by count: each replacement idles the
+    # worker for its preload (bench/bench_fleet.py: 200 jobs a child cost ~10% of 100 ms jobs' throughput)
+    assert c.worker_max_memory_per_child == MAX_CHILD_RSS_KIB and c.worker_max_tasks_per_child >= 1000
 
 
 @pytest.mark.parametrize("cron", ["0 2 * *", "99 2 * * *", "x y z w v"])
