@@ -187,7 +187,7 @@ class GraphFacts:
     pass_iterations: int | None = None
     pass_converged: bool | None = None
     convert_samples_s: list[float] = field(default_factory=list)
-    # the reference workload timed right after each conversion sample (workers.revision.convert.reference_workload)
+    # the reference workload timed right after each conversion sample (workers.revision.timing_reference.reference_workload)
     convert_reference_s: list[float] = field(default_factory=list)
     # user + system CPU seconds of the conversion process in each sample of convert_samples_s (paired one to
     # one; empty when the worker could not measure it: the conversion-time rule then has wall time only)

@@ -80,7 +80,7 @@ def _may_be_in_git(path: Path) -> bool:
 FINGERPRINT_KEYS: tuple[str, ...] = ("onnxruntime", "provider", "device", "cuda_usable", "python", "onnx", "platform",
                                      "cpu_count", "threads", "measurement", "sandbox")
 #: How the job takes its timing samples (latency blocks, the conversion-time reference workload of
-#: :func:`workers.revision.convert.reference_workload`).  Part of the fingerprint: bumped whenever that method changes,
+#: :func:`workers.revision.timing_reference.reference_workload`).  Part of the fingerprint: bumped whenever that method changes,
 #: so that samples taken one way are never compared with samples taken another (2: the reference workload
 #: reads a model cut down to ``REFERENCE_BYTES``; 3: a conversion sample is timed by the sandbox's supervisor,
 #: from the request reaching the pre-started pass process to its exit).

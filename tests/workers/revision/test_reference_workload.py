@@ -9,26 +9,27 @@ import onnx
 import pytest
 
 from workers.revision import convert
-from workers.revision.convert import REFERENCE_MAX_PASSES, reference_passes, reference_workload
+from workers.revision import timing_reference as tref
+from workers.revision.timing_reference import REFERENCE_MAX_PASSES, reference_passes, reference_workload
 from workers.zoo.synthetic import synthetic_model_path
 
 
 def test_nodes_weigh_in_the_number_of_passes() -> None:
     """A model of many small nodes is not walked as often as its bytes alone would ask (ppocr_mobile_cls)."""
-    size = convert.REFERENCE_BYTES // 16
+    size = tref.REFERENCE_BYTES // 16
     assert reference_passes(size, 0) == 16
-    nodes = size // convert.REFERENCE_NODE_BYTES  # the nodes weigh what the bytes do: half the passes
+    nodes = size // tref.REFERENCE_NODE_BYTES  # the nodes weigh what the bytes do: half the passes
     assert reference_passes(size, nodes) == 8 or reference_passes(size, nodes) == 9
     assert reference_passes(size, 10 * nodes) == 2
     assert reference_passes(1, 10**9) == 1  # at least one pass
 
 
 def test_the_passes_cover_the_budget_in_bytes() -> None:
-    assert reference_passes(convert.REFERENCE_BYTES) == 1
-    assert reference_passes(convert.REFERENCE_BYTES // 4) == 4
-    assert reference_passes(convert.REFERENCE_BYTES // 4 - 1) == 5  # rounded up: at least REFERENCE_BYTES
+    assert reference_passes(tref.REFERENCE_BYTES) == 1
+    assert reference_passes(tref.REFERENCE_BYTES // 4) == 4
+    assert reference_passes(tref.REFERENCE_BYTES // 4 - 1) == 5  # rounded up: at least REFERENCE_BYTES
     assert reference_passes(6_000) == REFERENCE_MAX_PASSES  # a tiny model is capped
-    assert reference_passes(10 * convert.REFERENCE_BYTES) == 1  # a large model: one pass
+    assert reference_passes(10 * tref.REFERENCE_BYTES) == 1  # a large model: one pass
 
 
 def test_the_workload_parses_each_pass_in_memory_and_writes_once(tmp_path: Path,
@@ -91,8 +92,8 @@ def _payload(t: onnx.TensorProto) -> int:
 
 def test_a_model_within_the_budget_is_its_own_reference(tmp_path: Path) -> None:
     src, _ = synthetic_model_path("conv_net", 0, tmp_path / "cache")
-    assert src.stat().st_size <= convert.REFERENCE_BYTES
-    plan = convert.reference_plan(src, tmp_path / "cut.onnx")
+    assert src.stat().st_size <= tref.REFERENCE_BYTES
+    plan = tref.reference_plan(src, tmp_path / "cut.onnx")
     model = onnx.load_model_from_string(src.read_bytes())
     assert plan.source == src and plan.passes == reference_passes(src.stat().st_size, len(model.graph.node))
     assert not (tmp_path / "cut.onnx").exists()
@@ -104,8 +105,8 @@ def test_a_larger_model_is_cut_to_the_budget_keeping_every_node_and_name(tmp_pat
     graph itself -- nodes, names, shapes, subgraphs -- is the model's, so the workload still walks all of it."""
     src = tmp_path / "big.onnx"
     model = _model_with_weights_in_a_subgraph(src)
-    monkeypatch.setattr(convert, "REFERENCE_BYTES", 100_000)  # two of the four 40 kB tensors fit
-    plan = convert.reference_plan(src, tmp_path / "cut.onnx")
+    monkeypatch.setattr(tref, "REFERENCE_BYTES", 100_000)  # two of the four 40 kB tensors fit
+    plan = tref.reference_plan(src, tmp_path / "cut.onnx")
     cut_path = plan.source
     assert cut_path == tmp_path / "cut.onnx" and cut_path.stat().st_size <= 100_000
     assert plan.passes == reference_passes(cut_path.stat().st_size, 7)  # 5 nodes at the top, one in each branch
@@ -119,7 +120,7 @@ def test_a_larger_model_is_cut_to_the_budget_keeping_every_node_and_name(tmp_pat
         t.raw_data = b""
     assert cut == model
     # the same cut every time: a function of the model alone
-    assert convert.reference_plan(src, tmp_path / "again.onnx").source.read_bytes() == cut_path.read_bytes()
+    assert tref.reference_plan(src, tmp_path / "again.onnx").source.read_bytes() == cut_path.read_bytes()
 
 
 def test_timed_conversions_read_the_cut_model_and_leave_no_file_behind(tmp_path: Path,
@@ -130,7 +131,7 @@ def test_timed_conversions_read_the_cut_model_and_leave_no_file_behind(tmp_path:
     src = tmp_path / "src" / "big.onnx"
     src.parent.mkdir()
     _model_with_weights_in_a_subgraph(src)
-    monkeypatch.setattr(convert, "REFERENCE_BYTES", 100_000)
+    monkeypatch.setattr(tref, "REFERENCE_BYTES", 100_000)
     parses: list[int] = []
     real_load = onnx.load_model_from_string
 
