@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one measurement 
     ap.add_argument("--results", type=int, default=1_000_000, help="synthetic results for PostgreSQL at scale")
     ap.add_argument("--pr-tries", type=int, default=3)
     ap.add_argument("--watch-interval", type=float, default=None,
-                    help="what-if: the API reporter's watch interval in seconds (default: the service's, 5 s)")
+                    help="what-if: the API reporter's watch interval in seconds (default: the service's own)")
     ap.add_argument("--quick", action="store_true", help="160 cells, N=1,2, 50 ms stubs, 5k results; invariants only")
     args = ap.parse_args(argv)
     if args.quick:
