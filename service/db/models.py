@@ -192,6 +192,8 @@ class Result(Base):
         Column("pass_iterations", Integer),  # the pass's painting fixpoint iterations
         Column("env_fingerprint", String(64)),
         Column("data", JSON, nullable=False),
+        # what regression detection reads of ``data`` (service.regressions.stored.sample_doc), written with it
+        Column("sample_doc", Text),
         Column("created_at", TS, nullable=False),
         Column("updated_at", TS, nullable=False),
         UniqueConstraint("run_id", "model", "dtype", "policy", "target"),

@@ -87,7 +87,7 @@ def _detect(conn: Connection, store: Store, run: JudgedRun, current: dict[Cell, 
                  for c, rs in series.baseline_pools(conn, run_id=run.id, base=base, limit=th.latency_pool).items()}
     else:
         pools = detect.pools_from_fetched(base, at_base, th.latency_pool)
-    samples = Samples(lambda ids: series.result_docs(conn, ids=ids))
+    samples = Samples(lambda ids: series.results_by_id(conn, ids=ids))
     found = detect.cell_findings(current, base, pools, screen, th, nightly, nightly_hist, samples)
     drifts = _drifts(conn, run, current, {c: fs for c, _, fs in found}, screen, samples)
     detect.merge_drifts(found, drifts, current)
@@ -109,7 +109,7 @@ def _drifts(conn: Connection, run: JudgedRun, current: dict[Cell, StoredResult],
     line = first_parent_line(conn, run.revision_sha, th.drift_line_depth)
     pinned = pins.pin_for(conn, branch=series.branch_of(conn, sha=run.revision_sha))
     on_line = nearest_line_results(conn, run.id, [s for s, d in line if d > 0], set(current), pinned,
-                                   need=max(th.drift_window, th.flaky_window), docs=False)
+                                   need=max(th.drift_window, th.flaky_window), brief=True)
     if not on_line:
         return {}
     samples.defer(on_line)
@@ -137,24 +137,24 @@ def sampled_ends(on_line: list[StoredResult], depth: dict[str, int], pinned: str
 
 
 def nearest_line_results(conn: Connection, run_id: int, shas: list[str], cells: set[Cell], pinned: str | None,
-                         need: int, docs: bool = True) -> list[StoredResult]:
+                         need: int, brief: bool = False) -> list[StoredResult]:
     """The results on the first-parent line ``shas`` (nearest first) of run ``run_id``'s cells that drift
     judging reads (:func:`service.regressions.detect.drift_findings`): every result at each cell's nearest
     ``need`` measured revisions (its drift window and its flaky lineage are drawn from those) and every result
     at the ``pinned`` revision when it is on the line.  Read nearest first in chunks that double, so a line
     measured at every commit costs one chunk of ``need`` revisions, not the whole line (200 revisions x 200
     cells at 100,000 results); a cell measured rarely, or never, makes it read on, at worst to the line's end.
-    ``docs=False``: the results without their documents (:func:`series.line_results`)."""
+    ``brief``: the results in brief, cell, id, run, revision and status (:func:`series.line_results`)."""
     out: list[StoredResult] = []
     measured: dict[Cell, set[str]] = {}
     pinned_rows: list[StoredResult] = []
     if pinned is not None and pinned in shas:  # the pin is read at once, wherever it lies on the line
-        pinned_rows = series.line_results(conn, run_id=run_id, shas=[pinned], docs=docs)
+        pinned_rows = series.line_results(conn, run_id=run_id, shas=[pinned], brief=brief)
         out.extend(pinned_rows)
     start, size = 0, max(1, need)
     while start < len(shas) and any(len(measured.get(c, ())) < need for c in cells):
         chunk = shas[start:start + size]
-        rows = series.line_results(conn, run_id=run_id, shas=[s for s in chunk if s != pinned], docs=docs)
+        rows = series.line_results(conn, run_id=run_id, shas=[s for s in chunk if s != pinned], brief=brief)
         out.extend(rows)
         if pinned in chunk:
             rows = [*rows, *pinned_rows]

@@ -48,7 +48,7 @@ from datetime import datetime
 from typing import Protocol
 
 from service.regressions.confirm import SUSPECTED_RESOLVED
-from service.regressions.drift import TIPPING_TRIGGERS, Earlier, Point, judge
+from service.regressions.drift import TIPPING_TRIGGERS, Earlier, LazyHistory, Point, judge
 from service.regressions.kinds.registry import kind
 from service.regressions.rules import (
     EXPLAINED,
@@ -206,25 +206,29 @@ def drift_findings(run_sha: str, trigger: str, current: Mapping[Cell, StoredResu
     by_cell: dict[Cell, dict[str, list[StoredResult]]] = {}
     for r in on_line:
         by_cell.setdefault(r.cell, {}).setdefault(r.revision_sha, []).append(r)
+    earlier_of: dict[Cell, list[Earlier]] = {}
+    for e in earlier:
+        earlier_of.setdefault(e.cell, []).append(Earlier(source_kind(e.kind, e.metric), depth[e.revision_sha], e.state))
     tipping = trigger in TIPPING_TRIGGERS
     out: dict[Cell, Found] = {}
     for cell, rows_by_sha in by_cell.items():
         if cell not in current:  # the run's result of it is not of the pass (:func:`of_the_pass`): nothing to judge
             continue
-        lineage = [r.status for sha in sorted(rows_by_sha, key=lambda x: -depth[x]) for r in rows_by_sha[sha]]
+        nearest_first = sorted(rows_by_sha, key=depth.__getitem__)  # a line's depths are distinct
+        lineage = [r.status for sha in reversed(nearest_first) for r in rows_by_sha[sha]]
         if flaky_reason(cell, [*lineage, current[cell].status], th) is not None:
             continue
 
         def point(sha: str) -> Point:
-            rows = sorted(rows_by_sha[sha], key=lambda r: -r.id)  # noqa: B023 - used in this iteration only
+            rows = rows_by_sha[sha]  # noqa: B023 - used in this iteration only
+            if len(rows) > 1:
+                rows = sorted(rows, key=lambda r: -r.id)
             return Point(sha, depth[sha], rows[0].id,
                          lambda: pooled(samples(rows[0]), [samples(r) for r in rows[1:]]))
 
-        measured = sorted(rows_by_sha, key=lambda x: depth[x])[:th.drift_window]
-        history = [point(sha) for sha in reversed(measured)]
+        history = LazyHistory(nearest_first[:th.drift_window][::-1], point)
         pin = point(pinned) if pinned in rows_by_sha else None
-        done = [Earlier(source_kind(e.kind, e.metric), depth[e.revision_sha], e.state) for e in earlier
-                if e.cell == cell]
+        done = earlier_of.get(cell, [])
 
         kinds_found = {source_kind(f.kind, f.metric) for f, _, _ in pairwise.get(cell, ())
                        if f.category == "regression" and f.dismissed is None}
