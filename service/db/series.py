@@ -22,7 +22,7 @@ from service.db.queries import ancestors, regression_info
 from service.db.records import RegressionInfo
 from service.regressions.confirm import CONFIRM_TRIGGER
 from service.regressions.detect import LINEAGE_TRIGGERS
-from service.regressions.stored import Cell, HistoryResult, LineFinding, StoredResult
+from service.regressions.stored import BriefResult, Cell, HistoryResult, LineFinding, StoredResult
 from workers.result import NOT_OF_THE_PASS
 
 t_rev, t_run, t_res, t_reg = (m.Revision.__table__, m.Run.__table__, m.Result.__table__,
@@ -42,9 +42,8 @@ SAMPLE_COLS = (*CELL, t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_res.c.
                t_res.c.casts_inserted, t_res.c.env_fingerprint, t_res.c.latency_p50_ms,
                sa.case((t_res.c.sample_doc.is_(None), sa.cast(t_res.c.data, sa.Text))).label("doc"),
                t_res.c.sample_doc.label("summary"))
-#: The columns of a result read in brief (a drift line: :func:`line_results`), the cell first as in SAMPLE_COLS.
+#: The columns of a result read in brief (:class:`~service.regressions.stored.BriefResult`: :func:`line_briefs`).
 BRIEF_COLS = (*CELL, t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_res.c.status)
-_UNREAD = (None,) * (len(SAMPLE_COLS) - len(BRIEF_COLS))
 #: Results of confirmation runs time two revisions at once: never a baseline (:mod:`service.regressions.confirm`).
 NOT_CONFIRMATION = t_res.c.run_id.not_in(sa.select(t_run.c.id).where(t_run.c.trigger == CONFIRM_TRIGGER))
 #: Results that are not of the pass (ampci's failures, cells not run: :data:`workers.result.NOT_OF_THE_PASS`) are
@@ -221,14 +220,16 @@ def baseline_pools(conn: Connection, *, run_id: int, base: dict[Cell, StoredResu
     return out
 
 
-def line_results(conn: Connection, *, run_id: int, shas: Sequence[str], brief: bool = False) -> list[StoredResult]:
-    """The results at revisions ``shas`` of run ``run_id``'s cells (its own and confirmation runs' excluded);
-    ``brief``: each with its cell, id, run, revision and status only (every other field None, ``doc`` too),
-    the rest left on the server (:func:`results_by_id` reads it: :class:`service.regressions.stored.Samples`)."""
-    if not brief:
-        return [stored(r) for r in conn.execute(_Q.chunk, {"shas": list(shas), "run_id": run_id}).all()]
-    return [StoredResult(r[:4], *r[4:], *_UNREAD)
-            for r in conn.execute(_Q.chunk_brief, {"shas": list(shas), "run_id": run_id}).all()]
+def line_results(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[StoredResult]:
+    """The results at revisions ``shas`` of run ``run_id``'s cells (its own and confirmation runs' excluded)."""
+    return [stored(r) for r in conn.execute(_Q.chunk, {"shas": list(shas), "run_id": run_id}).all()]
+
+
+def line_briefs(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[BriefResult]:
+    """The results of :func:`line_results` in brief: cell, id, run, revision and status, the rest left on the
+    server (:func:`results_by_id` reads it: :class:`service.regressions.stored.Samples`)."""
+    rows = conn.execute(_Q.chunk_brief, {"shas": list(shas), "run_id": run_id})
+    return [BriefResult(r[:4], r[4], r[5], r[6], r[7]) for r in rows]
 
 
 def branch_of(conn: Connection, *, sha: str) -> str | None:

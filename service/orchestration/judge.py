@@ -22,7 +22,7 @@ from service.json_types import JsonObject
 from service.orchestration import baseline_runs
 from service.regressions import detect
 from service.regressions.confirm import confirmation_pairs
-from service.regressions.stored import Cell, Samples, StoredResult, sample
+from service.regressions.stored import Cell, LineResult, Samples, StoredResult, sample
 from service.regressions.thresholds import Thresholds
 from service.regressions.verdict import RunVerdict, verdict_of
 from service.regressions.verdict_stored import from_stored, to_stored
@@ -119,16 +119,16 @@ def _drifts(conn: Connection, run: JudgedRun, current: dict[Cell, StoredResult],
                                  th, samples)
 
 
-def sampled_ends(on_line: list[StoredResult], depth: dict[str, int], pinned: str | None,
-                 window: int) -> list[StoredResult]:
+def sampled_ends(on_line: Sequence[LineResult], depth: dict[str, int], pinned: str | None,
+                 window: int) -> list[LineResult]:
     """The results of ``on_line`` whose samples drift judging reads for a cell whatever it finds
     (:func:`service.regressions.drift.judge`): those at the cell's nearest measured revision (the parent), at
     the oldest of its nearest ``window`` (the window's reference) and at ``pinned``.  Fetched in one query; the
     window's other documents only when a drift is described."""
-    by_cell: dict[Cell, dict[str, list[StoredResult]]] = {}
+    by_cell: dict[Cell, dict[str, list[LineResult]]] = {}
     for r in on_line:
         by_cell.setdefault(r.cell, {}).setdefault(r.revision_sha, []).append(r)
-    out: list[StoredResult] = []
+    out: list[LineResult] = []
     for by_sha in by_cell.values():
         measured = sorted(by_sha, key=lambda sha: depth[sha])[:window]
         for sha in {measured[0], measured[-1], *([pinned] if pinned else [])} & by_sha.keys():
@@ -137,24 +137,25 @@ def sampled_ends(on_line: list[StoredResult], depth: dict[str, int], pinned: str
 
 
 def nearest_line_results(conn: Connection, run_id: int, shas: list[str], cells: set[Cell], pinned: str | None,
-                         need: int, brief: bool = False) -> list[StoredResult]:
+                         need: int, brief: bool = False) -> list[LineResult]:
     """The results on the first-parent line ``shas`` (nearest first) of run ``run_id``'s cells that drift
     judging reads (:func:`service.regressions.detect.drift_findings`): every result at each cell's nearest
     ``need`` measured revisions (its drift window and its flaky lineage are drawn from those) and every result
     at the ``pinned`` revision when it is on the line.  Read nearest first in chunks that double, so a line
     measured at every commit costs one chunk of ``need`` revisions, not the whole line (200 revisions x 200
     cells at 100,000 results); a cell measured rarely, or never, makes it read on, at worst to the line's end.
-    ``brief``: the results in brief, cell, id, run, revision and status (:func:`series.line_results`)."""
-    out: list[StoredResult] = []
+    ``brief``: the results in brief, cell, id, run, revision and status (:func:`series.line_briefs`)."""
+    read = series.line_briefs if brief else series.line_results
+    out: list[LineResult] = []
     measured: dict[Cell, set[str]] = {}
-    pinned_rows: list[StoredResult] = []
+    pinned_rows: list[LineResult] = []
     if pinned is not None and pinned in shas:  # the pin is read at once, wherever it lies on the line
-        pinned_rows = series.line_results(conn, run_id=run_id, shas=[pinned], brief=brief)
+        pinned_rows = list(read(conn, run_id=run_id, shas=[pinned]))
         out.extend(pinned_rows)
     start, size = 0, max(1, need)
     while start < len(shas) and any(len(measured.get(c, ())) < need for c in cells):
         chunk = shas[start:start + size]
-        rows = series.line_results(conn, run_id=run_id, shas=[s for s in chunk if s != pinned], brief=brief)
+        rows: list[LineResult] = list(read(conn, run_id=run_id, shas=[s for s in chunk if s != pinned]))
         out.extend(rows)
         if pinned in chunk:
             rows = [*rows, *pinned_rows]

@@ -70,6 +70,7 @@ from service.regressions.stored import (
     FindingUpdate,
     HistoryResult,
     LineFinding,
+    LineResult,
     StoredFinding,
     StoredResult,
     sample,
@@ -196,14 +197,15 @@ def cell_findings(current: Mapping[Cell, StoredResult], base: Mapping[Cell, Stor
 
 
 def drift_findings(run_sha: str, trigger: str, current: Mapping[Cell, StoredResult], line: Sequence[tuple[str, int]],
-                   on_line: Sequence[StoredResult], pinned: str | None, earlier: Sequence[LineFinding],
-                   pairwise: Mapping[Cell, Sequence[Found]], th: Thresholds, samples: Samples) -> dict[Cell, Found]:
+                   on_line: Sequence[LineResult], pinned: str | None, earlier: Sequence[LineFinding],
+                   pairwise: Mapping[Cell, Sequence[Found]], th: Thresholds,
+                   samples: Callable[[LineResult], CellSample]) -> dict[Cell, Found]:
     """The drift finding of each cell of the run that has one (:mod:`service.regressions.drift`), with its
     reference's result id and revision: over ``line`` (the first-parent line of the run's revision, (sha,
     depth)), the cells' results ``on_line``, the revision ``pinned`` for the branch and the ``earlier`` findings
     on the line; flaky cells are left to the flaky rule."""
     depth = dict(line)
-    by_cell: dict[Cell, dict[str, list[StoredResult]]] = {}
+    by_cell: dict[Cell, dict[str, list[LineResult]]] = {}
     for r in on_line:
         by_cell.setdefault(r.cell, {}).setdefault(r.revision_sha, []).append(r)
     earlier_of: dict[Cell, list[Earlier]] = {}

@@ -38,7 +38,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import overload
+from typing import TypeAlias, overload
 from urllib.parse import urlencode
 
 from service.regressions.rules import (
@@ -79,6 +79,9 @@ class Point:
         return cls(sha, depth, result_id, lambda: sample)
 
 
+_Slice: TypeAlias = "slice[int | None, int | None, int | None]"
+
+
 class LazyHistory(Sequence[Point]):
     """A cell's history for :func:`judge`: the points of ``shas`` (oldest first), each made by ``make`` on first
     use and kept.  :func:`judge` reads the window's start and end (and its length), the other points only
@@ -94,9 +97,9 @@ class LazyHistory(Sequence[Point]):
     @overload
     def __getitem__(self, i: int) -> Point: ...
     @overload
-    def __getitem__(self, i: slice) -> list[Point]: ...
+    def __getitem__(self, i: _Slice) -> list[Point]: ...
 
-    def __getitem__(self, i: int | slice) -> Point | list[Point]:
+    def __getitem__(self, i: int | _Slice) -> Point | list[Point]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self._shas)))]
         if i < 0:

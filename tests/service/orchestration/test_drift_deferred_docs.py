@@ -15,7 +15,7 @@ from service.db import Store, pins, series
 from service.db.queries import first_parent_line
 from service.orchestration.judge import nearest_line_results, sampled_ends
 from service.regressions import detect
-from service.regressions.stored import Samples, StoredResult, sample
+from service.regressions.stored import BriefResult, Samples, StoredResult, sample
 from service.regressions.thresholds import Thresholds
 from tests.service.factories import CELL, chain, make_result, run_with
 
@@ -76,7 +76,7 @@ def test_deferred_documents_give_the_findings_of_the_raw_samples(store: Store, e
         by_id = {r.id: r for r in raw_rows}
         # every deferred result samples exactly as its document read with the line does
         assert all(deferred(r) == sample(by_id[r.id]) for r in bare)
-    assert {r.id for r in bare} == set(by_id) and all(r.doc is None and r.latency_p50_ms is None for r in bare)
+    assert {r.id for r in bare} == set(by_id) and all(isinstance(r, BriefResult) for r in bare)
     assert all((r.cell, r.run_id, r.revision_sha, r.status) ==
                (by_id[r.id].cell, by_id[r.id].run_id, by_id[r.id].revision_sha, by_id[r.id].status) for r in bare)
     assert got == raw
@@ -93,3 +93,16 @@ def test_a_deferred_result_needs_a_loader() -> None:
     r = StoredResult(CELL, 1, 1, "a" * 40, "pass", None, None, None, None, None, None, None, None, None)
     with pytest.raises(ValueError):
         Samples().defer([r])
+
+
+def test_a_brief_result_is_sampled_only_when_deferred() -> None:
+    whole = StoredResult(CELL, 1, 1, "a" * 40, "pass", 1e-3, None, None, None, None, None, None, None, None)
+    brief = BriefResult(CELL, 1, 1, "a" * 40, "pass")
+    with pytest.raises(ValueError):
+        Samples()(brief)
+    loaded = Samples(lambda ids: {1: whole})
+    loaded.defer([brief])
+    assert loaded(brief) == sample(whole) and loaded(brief).max_abs == 1e-3
+    gone = Samples(lambda ids: {})  # deleted since it was read: sampled as a result without columns
+    gone.defer([brief])
+    assert gone(brief).max_abs is None and gone(brief).status == "pass"
