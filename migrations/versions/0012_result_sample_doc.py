@@ -10,7 +10,11 @@ store now writes, in the same statement as ``data``, its projection on the paths
 (:func:`service.regressions.stored.sample_doc`, ~0.6 kB of compact JSON text), and detection reads that
 instead: the same samples by construction.  Results stored before 0012 keep NULL and detection reads their
 whole document (``coalesce(sample_doc, data)``): the same samples, only slower, so nothing is backfilled.
-The downgrade drops the column.
+
+Drift judging reads the nearest 16 revisions of each cell's first-parent line in brief (cell, id, run, status:
+3,200 rows for a 200-cell run); ``ix_results_revision_cell`` (revision, cell; on PostgreSQL with run, status and
+id included) serves that read from the index alone, where ``ix_results_revision`` made it visit ~2,000 heap
+pages of wide rows.  The downgrade drops the index and the column.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ SQLITE_DROP_COLUMN = (3, 35, 0)
 def upgrade() -> None:
     with op.batch_alter_table('results', schema=None, recreate='never') as batch_op:
         batch_op.add_column(sa.Column('sample_doc', sa.Text(), nullable=True))
+    op.create_index('ix_results_revision_cell', 'results', ['revision_sha', 'model', 'dtype', 'policy', 'target'],
+                    unique=False, postgresql_include=['run_id', 'status', 'id'])
 
 
 def downgrade() -> None:
@@ -40,5 +46,6 @@ def downgrade() -> None:
 
         if sqlite3.sqlite_version_info < SQLITE_DROP_COLUMN:
             raise RuntimeError(f"downgrading below 0012 needs SQLite >= 3.35 (this is {sqlite3.sqlite_version})")
+    op.drop_index('ix_results_revision_cell', table_name='results')
     with op.batch_alter_table('results', schema=None, recreate='never') as batch_op:
         batch_op.drop_column('sample_doc')

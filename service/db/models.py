@@ -199,6 +199,9 @@ class Result(Base):
         UniqueConstraint("run_id", "model", "dtype", "policy", "target"),
         Index("ix_results_cell", "model", "dtype", "policy", "target", "id"),
         Index("ix_results_revision", "revision_sha", "id"),
+        # a drift line read in brief (service.db.series.line_briefs) from the index alone on PostgreSQL
+        Index("ix_results_revision_cell", "revision_sha", "model", "dtype", "policy", "target",
+              postgresql_include=["run_id", "status", "id"]),
         Index("ix_results_run_status", "run_id", "status"),  # per-run counts by status, from the index alone
     )
 

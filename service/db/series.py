@@ -228,7 +228,7 @@ def line_results(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[
 def line_briefs(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[BriefResult]:
     """The results of :func:`line_results` in brief: cell, id, run, revision and status, the rest left on the
     server (:func:`results_by_id` reads it: :class:`service.regressions.stored.Samples`)."""
-    rows = conn.execute(_Q.chunk_brief, {"shas": list(shas), "run_id": run_id})
+    rows = conn.execute(_Q.chunk_brief, {"shas": list(shas), "run_id": run_id}).all()  # one fetch, not one a row
     return [BriefResult(r[:4], r[4], r[5], r[6], r[7]) for r in rows]
 
 

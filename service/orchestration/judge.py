@@ -125,11 +125,8 @@ def sampled_ends(on_line: Sequence[LineResult], depth: dict[str, int], pinned: s
     (:func:`service.regressions.drift.judge`): those at the cell's nearest measured revision (the parent), at
     the oldest of its nearest ``window`` (the window's reference) and at ``pinned``.  Fetched in one query; the
     window's other documents only when a drift is described."""
-    by_cell: dict[Cell, dict[str, list[LineResult]]] = {}
-    for r in on_line:
-        by_cell.setdefault(r.cell, {}).setdefault(r.revision_sha, []).append(r)
     out: list[LineResult] = []
-    for by_sha in by_cell.values():
+    for by_sha in detect.by_cell_and_revision(on_line).values():
         measured = sorted(by_sha, key=lambda sha: depth[sha])[:window]
         for sha in {measured[0], measured[-1], *([pinned] if pinned else [])} & by_sha.keys():
             out.extend(by_sha[sha])

@@ -42,7 +42,7 @@ in ``ampci regressions --open``, the CI gate or the dashboard's regression lists
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
@@ -196,6 +196,20 @@ def cell_findings(current: Mapping[Cell, StoredResult], base: Mapping[Cell, Stor
     return found
 
 
+def by_cell_and_revision(results: Iterable[LineResult]) -> dict[Cell, dict[str, list[LineResult]]]:
+    """``results`` grouped by cell, then by revision (each group in the order given)."""
+    out: dict[Cell, dict[str, list[LineResult]]] = {}
+    for r in results:
+        of_cell = out.get(r.cell)
+        if of_cell is None:
+            out[r.cell] = {r.revision_sha: [r]}
+        elif (rows := of_cell.get(r.revision_sha)) is None:
+            of_cell[r.revision_sha] = [r]
+        else:
+            rows.append(r)
+    return out
+
+
 def drift_findings(run_sha: str, trigger: str, current: Mapping[Cell, StoredResult], line: Sequence[tuple[str, int]],
                    on_line: Sequence[LineResult], pinned: str | None, earlier: Sequence[LineFinding],
                    pairwise: Mapping[Cell, Sequence[Found]], th: Thresholds,
@@ -205,9 +219,7 @@ def drift_findings(run_sha: str, trigger: str, current: Mapping[Cell, StoredResu
     depth)), the cells' results ``on_line``, the revision ``pinned`` for the branch and the ``earlier`` findings
     on the line; flaky cells are left to the flaky rule."""
     depth = dict(line)
-    by_cell: dict[Cell, dict[str, list[LineResult]]] = {}
-    for r in on_line:
-        by_cell.setdefault(r.cell, {}).setdefault(r.revision_sha, []).append(r)
+    by_cell = by_cell_and_revision(on_line)
     earlier_of: dict[Cell, list[Earlier]] = {}
     for e in earlier:
         earlier_of.setdefault(e.cell, []).append(Earlier(source_kind(e.kind, e.metric), depth[e.revision_sha], e.state))
