@@ -112,9 +112,13 @@ def _drifts(conn: Connection, run: JudgedRun, current: dict[Cell, StoredResult],
                                    need=max(th.drift_window, th.flaky_window), brief=True)
     if not on_line:
         return {}
+    depth = dict(line)
     samples.defer(on_line)
-    samples.prefetch(sampled_ends(on_line, dict(line), pinned, th.drift_window))
-    earlier = series.earlier_on_line(conn, run_id=run.id, shas=[s for s, _ in line])
+    samples.prefetch(sampled_ends(on_line, depth, pinned, th.drift_window))
+    # judging reads the earlier findings above a reference (a revision read: the window's or the pin) and at the
+    # parent: those on the line down to the deepest revision read (17 revisions, not 200, on a dense line)
+    deepest = max(depth[r.revision_sha] for r in on_line)
+    earlier = series.earlier_on_line(conn, run_id=run.id, shas=[s for s, d in line if d <= deepest])
     return detect.drift_findings(run.revision_sha, run.trigger, current, line, on_line, pinned, earlier, pairwise,
                                  th, samples)
 
