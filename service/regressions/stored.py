@@ -49,7 +49,7 @@ class StoredResult:
 
 
 class BriefResult(NamedTuple):
-    """A stored result read in brief (a drift line: :func:`service.db.series.line_results`): its cell, id, run,
+    """A stored result read in brief (a drift line: :func:`service.db.series.line_briefs`): its cell, id, run,
     revision and status, all a line's grouping and flaky lineage read; :class:`Samples` fetches the whole
     result when one is sampled.  A tuple: 3,200 of them are built per detection, at a fifth of the cost of a
     StoredResult each."""
