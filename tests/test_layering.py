@@ -363,7 +363,8 @@ def test_the_real_tree_had_the_problems_this_test_guards(tmp_path: Path) -> None
     graph["workers.jobs.cell"] = graph["workers.jobs.cell"] | {"service.settings"}
     graph["service.regressions.thresholds"] = graph["service.regressions.thresholds"] | {"service.db.store"}
     assert ("workers.jobs.cell", "service.settings") in upward_imports(graph)
-    assert ["service.db.store", "service.regressions.thresholds"] in cycles(graph)
+    # the cycle found holds both (and what store imports on the way to thresholds: extract, regressions.stored, ...)
+    assert any({"service.db.store", "service.regressions.thresholds"} <= set(c) for c in cycles(graph))
 
 
 def test_amp_pass_public_names_load_lazily() -> None:

@@ -10,6 +10,10 @@ Graph columns hold what the worker *measured* from the converted model (``worker
 has no compute node: not applicable), ``casts_inserted`` the Cast nodes the conversion added.  The pass's
 own report figures, the measured compute counts, the conversion-time samples and the painting's
 convergence stay in ``data`` (read by ``service.regressions.measured``).
+
+``sample_doc`` is what regression detection reads of ``data`` (:func:`service.regressions.stored.sample_doc`):
+every write of a result (both upserts of the store) writes it with ``data``, from the same document, in one
+statement, so it is never stale.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import hashlib
 import json
 import math
 
+from service.regressions.stored import sample_doc
 from workers.result import JobResult
 
 
@@ -70,7 +75,8 @@ def convert_cpu_seconds(result: JobResult) -> float | None:
 
 
 def result_columns(result: JobResult) -> dict[str, object]:
-    """The metric columns of ``results`` for ``result`` (keys match models.Result attributes)."""
+    """The metric columns of ``results`` for ``result`` (keys match models.Result attributes), its document
+    (``data``, a JSON object) and that document's sample summary (``sample_doc``, JSON text)."""
     worst = result.accuracy.worst if result.accuracy is not None else None
     ratio = None
     if worst is not None and worst.baseline_max_abs and worst.baseline_max_abs > 0:
@@ -95,5 +101,6 @@ def result_columns(result: JobResult) -> dict[str, object]:
         "convert_cpu_s": convert_cpu_seconds(result),
         "pass_iterations": graph.pass_iterations if graph is not None else None,
         "env_fingerprint": env_fingerprint(result.environment),
-        "data": result.to_dict(),
+        "data": (data := result.to_dict()),
+        "sample_doc": sample_doc(data),
     }

@@ -192,11 +192,16 @@ class Result(Base):
         Column("pass_iterations", Integer),  # the pass's painting fixpoint iterations
         Column("env_fingerprint", String(64)),
         Column("data", JSON, nullable=False),
+        # what regression detection reads of ``data`` (service.regressions.stored.sample_doc), written with it
+        Column("sample_doc", Text),
         Column("created_at", TS, nullable=False),
         Column("updated_at", TS, nullable=False),
         UniqueConstraint("run_id", "model", "dtype", "policy", "target"),
         Index("ix_results_cell", "model", "dtype", "policy", "target", "id"),
         Index("ix_results_revision", "revision_sha", "id"),
+        # a drift line read in brief (service.db.series.line_briefs) from the index alone on PostgreSQL
+        Index("ix_results_revision_cell", "revision_sha", "model", "dtype", "policy", "target",
+              postgresql_include=["run_id", "status", "id"]),
         Index("ix_results_run_status", "run_id", "status"),  # per-run counts by status, from the index alone
     )
 

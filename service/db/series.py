@@ -22,15 +22,17 @@ from service.db.queries import ancestors, regression_info
 from service.db.records import RegressionInfo
 from service.regressions.confirm import CONFIRM_TRIGGER
 from service.regressions.detect import LINEAGE_TRIGGERS
-from service.regressions.stored import Cell, HistoryResult, LineFinding, StoredResult
+from service.regressions.stored import BriefResult, Cell, HistoryResult, LineFinding, StoredResult
 from workers.result import NOT_OF_THE_PASS
 
 t_rev, t_run, t_res, t_reg = (m.Revision.__table__, m.Run.__table__, m.Result.__table__,
                               m.Regression.__table__)
 CELL = (t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target)
-#: The result columns a StoredResult is built from, and ``data`` whole *as text* (labelled ``doc``):
-#: :func:`service.regressions.stored.sample` reads its JSON paths (latency samples, convergence unit, graph
-#: figures) in Python, parsing a document only when a rule needs that result.  Not a dozen JSON-path
+#: The result columns a StoredResult is built from, its sample summary ``sample_doc`` (what the rules read of
+#: ``data``, already read: :func:`service.regressions.stored.sample_doc`) and, for a result stored without one
+#: (before migration 0012), ``data`` whole *as text* (labelled ``doc``): :func:`service.regressions.stored.sample`
+#: reads the summary, or the document's JSON paths (latency samples, convergence unit, graph figures) in
+#: Python, parsing either only when a rule needs that result.  Not a dozen JSON-path
 #: expressions on the server: ``results.data`` is ``json``, so each would re-parse the stored text there (6x the
 #: query time), and one cast to ``jsonb`` to extract them from costs the server more than ``json.loads`` costs
 #: the client (26 vs 19 us for a 2 kB document).  The cell comes first (:func:`stored`), the other columns in
@@ -38,7 +40,10 @@ CELL = (t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target)
 SAMPLE_COLS = (*CELL, t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_res.c.status, t_res.c.max_abs,
                t_res.c.cosine, t_res.c.final_error, t_res.c.diverged, t_res.c.low_precision_fraction,
                t_res.c.casts_inserted, t_res.c.env_fingerprint, t_res.c.latency_p50_ms,
-               sa.cast(t_res.c.data, sa.Text).label("doc"))
+               sa.case((t_res.c.sample_doc.is_(None), sa.cast(t_res.c.data, sa.Text))).label("doc"),
+               t_res.c.sample_doc.label("summary"))
+#: The columns of a result read in brief (:class:`~service.regressions.stored.BriefResult`: :func:`line_briefs`).
+BRIEF_COLS = (*CELL, t_res.c.id, t_res.c.run_id, t_res.c.revision_sha, t_res.c.status)
 #: Results of confirmation runs time two revisions at once: never a baseline (:mod:`service.regressions.confirm`).
 NOT_CONFIRMATION = t_res.c.run_id.not_in(sa.select(t_run.c.id).where(t_run.c.trigger == CONFIRM_TRIGGER))
 #: Results that are not of the pass (ampci's failures, cells not run: :data:`workers.result.NOT_OF_THE_PASS`) are
@@ -48,7 +53,8 @@ OF_THE_PASS = t_res.c.status.not_in(sorted(NOT_OF_THE_PASS))
 
 #: A row selected with SAMPLE_COLS: the cell, then the other fields of StoredResult in order (``doc`` as text).
 SampleRow: TypeAlias = tuple[str, str, str, str, int, int, str, str, float | None, float | None, float | None,
-                             bool | None, float | None, int | None, str | None, float | None, str | None]
+                             bool | None, float | None, int | None, str | None, float | None, str | None,
+                             str | None]
 
 
 def stored(row: SampleRow) -> StoredResult:
@@ -90,10 +96,9 @@ class _Statements:
                    .where(t_res.c.run_id.in_(run_ids.scalar_subquery()), OF_THE_PASS).order_by(t_res.c.run_id))
         self.current = sa.select(*SAMPLE_COLS).where(t_res.c.run_id == run_id)
         self.chunk = chunk
-        # the same rows without their documents (drift judging fetches the few it samples: result_docs)
-        self.chunk_without_docs = chunk.with_only_columns(*SAMPLE_COLS[:-1], sa.null().label("doc"))
-        self.docs = sa.select(t_res.c.id, sa.cast(t_res.c.data, sa.Text)).where(
-            t_res.c.id.in_(sa.bindparam("ids", expanding=True)))
+        # the same rows in brief (drift judging fetches the few it samples whole: results_by_id)
+        self.chunk_brief = chunk.with_only_columns(*BRIEF_COLS)
+        self.by_id = sa.select(*SAMPLE_COLS).where(t_res.c.id.in_(sa.bindparam("ids", expanding=True)))
         self.chunk_before = chunk.where(t_res.c.run_id < sa.bindparam("before_run"))
         self.history = history.where(_same_cell(t_res, run_id))
         self.history_of_models = history.where(t_res.c.model.in_(sa.bindparam("models", expanding=True)))
@@ -215,16 +220,16 @@ def baseline_pools(conn: Connection, *, run_id: int, base: dict[Cell, StoredResu
     return out
 
 
-def line_results(conn: Connection, *, run_id: int, shas: Sequence[str], docs: bool = True) -> list[StoredResult]:
-    """The results at revisions ``shas`` of run ``run_id``'s cells (its own and confirmation runs' excluded);
-    ``docs=False``: each with ``doc`` None, its document left on the server (:func:`result_docs` reads it)."""
-    q = _Q.chunk if docs else _Q.chunk_without_docs
-    return [stored(r) for r in conn.execute(q, {"shas": list(shas), "run_id": run_id}).all()]
+def line_results(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[StoredResult]:
+    """The results at revisions ``shas`` of run ``run_id``'s cells (its own and confirmation runs' excluded)."""
+    return [stored(r) for r in conn.execute(_Q.chunk, {"shas": list(shas), "run_id": run_id}).all()]
 
 
-def result_docs(conn: Connection, *, ids: Sequence[int]) -> dict[int, str | None]:
-    """The ``results.data`` documents (as text) of the results with ids ``ids`` (those that exist)."""
-    return {r[0]: r[1] for r in conn.execute(_Q.docs, {"ids": list(ids)}).all()}
+def line_briefs(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[BriefResult]:
+    """The results of :func:`line_results` in brief: cell, id, run, revision and status, the rest left on the
+    server (:func:`results_by_id` reads it: :class:`service.regressions.stored.Samples`)."""
+    rows = conn.execute(_Q.chunk_brief, {"shas": list(shas), "run_id": run_id}).all()  # one fetch, not one a row
+    return [BriefResult(r[:4], r[4], r[5], r[6], r[7]) for r in rows]
 
 
 def branch_of(conn: Connection, *, sha: str) -> str | None:
@@ -246,7 +251,7 @@ def open_regressions(conn: Connection, *, run_id: int) -> list[RegressionInfo]:
 
 def results_by_id(conn: Connection, *, ids: Iterable[int]) -> dict[int, StoredResult]:
     """The results with ids ``ids`` (those that exist)."""
-    return {(r := stored(row)).id: r for row in conn.execute(sa.select(*SAMPLE_COLS).where(t_res.c.id.in_(set(ids))))}
+    return {(r := stored(row)).id: r for row in conn.execute(_Q.by_id, {"ids": sorted(set(ids))}).all()}
 
 
 def cell_results(conn: Connection, *, cell: Cell, shas: Sequence[str],

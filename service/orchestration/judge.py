@@ -22,7 +22,7 @@ from service.json_types import JsonObject
 from service.orchestration import baseline_runs
 from service.regressions import detect
 from service.regressions.confirm import confirmation_pairs
-from service.regressions.stored import Cell, Samples, StoredResult, sample
+from service.regressions.stored import Cell, LineResult, Samples, StoredResult, sample
 from service.regressions.thresholds import Thresholds
 from service.regressions.verdict import RunVerdict, verdict_of
 from service.regressions.verdict_stored import from_stored, to_stored
@@ -87,7 +87,7 @@ def _detect(conn: Connection, store: Store, run: JudgedRun, current: dict[Cell, 
                  for c, rs in series.baseline_pools(conn, run_id=run.id, base=base, limit=th.latency_pool).items()}
     else:
         pools = detect.pools_from_fetched(base, at_base, th.latency_pool)
-    samples = Samples(lambda ids: series.result_docs(conn, ids=ids))
+    samples = Samples(lambda ids: series.results_by_id(conn, ids=ids))
     found = detect.cell_findings(current, base, pools, screen, th, nightly, nightly_hist, samples)
     drifts = _drifts(conn, run, current, {c: fs for c, _, fs in found}, screen, samples)
     detect.merge_drifts(found, drifts, current)
@@ -109,27 +109,28 @@ def _drifts(conn: Connection, run: JudgedRun, current: dict[Cell, StoredResult],
     line = first_parent_line(conn, run.revision_sha, th.drift_line_depth)
     pinned = pins.pin_for(conn, branch=series.branch_of(conn, sha=run.revision_sha))
     on_line = nearest_line_results(conn, run.id, [s for s, d in line if d > 0], set(current), pinned,
-                                   need=max(th.drift_window, th.flaky_window), docs=False)
+                                   need=max(th.drift_window, th.flaky_window), brief=True)
     if not on_line:
         return {}
+    depth = dict(line)
     samples.defer(on_line)
-    samples.prefetch(sampled_ends(on_line, dict(line), pinned, th.drift_window))
-    earlier = series.earlier_on_line(conn, run_id=run.id, shas=[s for s, _ in line])
+    samples.prefetch(sampled_ends(on_line, depth, pinned, th.drift_window))
+    # judging reads the earlier findings above a reference (a revision read: the window's or the pin) and at the
+    # parent: those on the line down to the deepest revision read (17 revisions, not 200, on a dense line)
+    deepest = max(depth[r.revision_sha] for r in on_line)
+    earlier = series.earlier_on_line(conn, run_id=run.id, shas=[s for s, d in line if d <= deepest])
     return detect.drift_findings(run.revision_sha, run.trigger, current, line, on_line, pinned, earlier, pairwise,
                                  th, samples)
 
 
-def sampled_ends(on_line: list[StoredResult], depth: dict[str, int], pinned: str | None,
-                 window: int) -> list[StoredResult]:
+def sampled_ends(on_line: Sequence[LineResult], depth: dict[str, int], pinned: str | None,
+                 window: int) -> list[LineResult]:
     """The results of ``on_line`` whose samples drift judging reads for a cell whatever it finds
     (:func:`service.regressions.drift.judge`): those at the cell's nearest measured revision (the parent), at
     the oldest of its nearest ``window`` (the window's reference) and at ``pinned``.  Fetched in one query; the
     window's other documents only when a drift is described."""
-    by_cell: dict[Cell, dict[str, list[StoredResult]]] = {}
-    for r in on_line:
-        by_cell.setdefault(r.cell, {}).setdefault(r.revision_sha, []).append(r)
-    out: list[StoredResult] = []
-    for by_sha in by_cell.values():
+    out: list[LineResult] = []
+    for by_sha in detect.by_cell_and_revision(on_line).values():
         measured = sorted(by_sha, key=lambda sha: depth[sha])[:window]
         for sha in {measured[0], measured[-1], *([pinned] if pinned else [])} & by_sha.keys():
             out.extend(by_sha[sha])
@@ -137,24 +138,25 @@ def sampled_ends(on_line: list[StoredResult], depth: dict[str, int], pinned: str
 
 
 def nearest_line_results(conn: Connection, run_id: int, shas: list[str], cells: set[Cell], pinned: str | None,
-                         need: int, docs: bool = True) -> list[StoredResult]:
+                         need: int, brief: bool = False) -> list[LineResult]:
     """The results on the first-parent line ``shas`` (nearest first) of run ``run_id``'s cells that drift
     judging reads (:func:`service.regressions.detect.drift_findings`): every result at each cell's nearest
     ``need`` measured revisions (its drift window and its flaky lineage are drawn from those) and every result
     at the ``pinned`` revision when it is on the line.  Read nearest first in chunks that double, so a line
     measured at every commit costs one chunk of ``need`` revisions, not the whole line (200 revisions x 200
     cells at 100,000 results); a cell measured rarely, or never, makes it read on, at worst to the line's end.
-    ``docs=False``: the results without their documents (:func:`series.line_results`)."""
-    out: list[StoredResult] = []
+    ``brief``: the results in brief, cell, id, run, revision and status (:func:`series.line_briefs`)."""
+    read = series.line_briefs if brief else series.line_results
+    out: list[LineResult] = []
     measured: dict[Cell, set[str]] = {}
-    pinned_rows: list[StoredResult] = []
+    pinned_rows: list[LineResult] = []
     if pinned is not None and pinned in shas:  # the pin is read at once, wherever it lies on the line
-        pinned_rows = series.line_results(conn, run_id=run_id, shas=[pinned], docs=docs)
+        pinned_rows = list(read(conn, run_id=run_id, shas=[pinned]))
         out.extend(pinned_rows)
     start, size = 0, max(1, need)
     while start < len(shas) and any(len(measured.get(c, ())) < need for c in cells):
         chunk = shas[start:start + size]
-        rows = series.line_results(conn, run_id=run_id, shas=[s for s in chunk if s != pinned], docs=docs)
+        rows: list[LineResult] = list(read(conn, run_id=run_id, shas=[s for s in chunk if s != pinned]))
         out.extend(rows)
         if pinned in chunk:
             rows = [*rows, *pinned_rows]

@@ -42,13 +42,13 @@ in ``ampci regressions --open``, the CI gate or the dashboard's regression lists
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
 from service.regressions.confirm import SUSPECTED_RESOLVED
-from service.regressions.drift import TIPPING_TRIGGERS, Earlier, Point, judge
+from service.regressions.drift import TIPPING_TRIGGERS, Earlier, LazyHistory, Point, judge
 from service.regressions.kinds.registry import kind
 from service.regressions.rules import (
     EXPLAINED,
@@ -70,6 +70,7 @@ from service.regressions.stored import (
     FindingUpdate,
     HistoryResult,
     LineFinding,
+    LineResult,
     StoredFinding,
     StoredResult,
     sample,
@@ -195,36 +196,53 @@ def cell_findings(current: Mapping[Cell, StoredResult], base: Mapping[Cell, Stor
     return found
 
 
+def by_cell_and_revision(results: Iterable[LineResult]) -> dict[Cell, dict[str, list[LineResult]]]:
+    """``results`` grouped by cell, then by revision (each group in the order given)."""
+    out: dict[Cell, dict[str, list[LineResult]]] = {}
+    for r in results:
+        of_cell = out.get(r.cell)
+        if of_cell is None:
+            out[r.cell] = {r.revision_sha: [r]}
+        elif (rows := of_cell.get(r.revision_sha)) is None:
+            of_cell[r.revision_sha] = [r]
+        else:
+            rows.append(r)
+    return out
+
+
 def drift_findings(run_sha: str, trigger: str, current: Mapping[Cell, StoredResult], line: Sequence[tuple[str, int]],
-                   on_line: Sequence[StoredResult], pinned: str | None, earlier: Sequence[LineFinding],
-                   pairwise: Mapping[Cell, Sequence[Found]], th: Thresholds, samples: Samples) -> dict[Cell, Found]:
+                   on_line: Sequence[LineResult], pinned: str | None, earlier: Sequence[LineFinding],
+                   pairwise: Mapping[Cell, Sequence[Found]], th: Thresholds,
+                   samples: Callable[[LineResult], CellSample]) -> dict[Cell, Found]:
     """The drift finding of each cell of the run that has one (:mod:`service.regressions.drift`), with its
     reference's result id and revision: over ``line`` (the first-parent line of the run's revision, (sha,
     depth)), the cells' results ``on_line``, the revision ``pinned`` for the branch and the ``earlier`` findings
     on the line; flaky cells are left to the flaky rule."""
     depth = dict(line)
-    by_cell: dict[Cell, dict[str, list[StoredResult]]] = {}
-    for r in on_line:
-        by_cell.setdefault(r.cell, {}).setdefault(r.revision_sha, []).append(r)
+    by_cell = by_cell_and_revision(on_line)
+    earlier_of: dict[Cell, list[Earlier]] = {}
+    for e in earlier:
+        earlier_of.setdefault(e.cell, []).append(Earlier(source_kind(e.kind, e.metric), depth[e.revision_sha], e.state))
     tipping = trigger in TIPPING_TRIGGERS
     out: dict[Cell, Found] = {}
     for cell, rows_by_sha in by_cell.items():
         if cell not in current:  # the run's result of it is not of the pass (:func:`of_the_pass`): nothing to judge
             continue
-        lineage = [r.status for sha in sorted(rows_by_sha, key=lambda x: -depth[x]) for r in rows_by_sha[sha]]
+        nearest_first = sorted(rows_by_sha, key=depth.__getitem__)  # a line's depths are distinct
+        lineage = [r.status for sha in reversed(nearest_first) for r in rows_by_sha[sha]]
         if flaky_reason(cell, [*lineage, current[cell].status], th) is not None:
             continue
 
         def point(sha: str) -> Point:
-            rows = sorted(rows_by_sha[sha], key=lambda r: -r.id)  # noqa: B023 - used in this iteration only
+            rows = rows_by_sha[sha]  # noqa: B023 - used in this iteration only
+            if len(rows) > 1:
+                rows = sorted(rows, key=lambda r: -r.id)
             return Point(sha, depth[sha], rows[0].id,
                          lambda: pooled(samples(rows[0]), [samples(r) for r in rows[1:]]))
 
-        measured = sorted(rows_by_sha, key=lambda x: depth[x])[:th.drift_window]
-        history = [point(sha) for sha in reversed(measured)]
+        history = LazyHistory(nearest_first[:th.drift_window][::-1], point)
         pin = point(pinned) if pinned in rows_by_sha else None
-        done = [Earlier(source_kind(e.kind, e.metric), depth[e.revision_sha], e.state) for e in earlier
-                if e.cell == cell]
+        done = earlier_of.get(cell, [])
 
         kinds_found = {source_kind(f.kind, f.metric) for f, _, _ in pairwise.get(cell, ())
                        if f.category == "regression" and f.dismissed is None}

@@ -38,6 +38,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TypeAlias, overload
 from urllib.parse import urlencode
 
 from service.regressions.rules import (
@@ -76,6 +77,39 @@ class Point:
     def of(cls, sha: str, depth: int, result_id: int, sample: CellSample) -> Point:
         """A point whose sample is already built."""
         return cls(sha, depth, result_id, lambda: sample)
+
+
+_Slice: TypeAlias = "slice[int | None, int | None, int | None]"
+
+
+class LazyHistory(Sequence[Point]):
+    """A cell's history for :func:`judge`: the points of ``shas`` (oldest first), each made by ``make`` on first
+    use and kept.  :func:`judge` reads the window's start and end (and its length), the other points only
+    when a drift is described, so a run of 200 cells builds ~400 points, not the windows' 3,200."""
+
+    def __init__(self, shas: Sequence[str], make: Callable[[str], Point]) -> None:
+        self._shas, self._make = shas, make
+        self._made: dict[int, Point] = {}
+
+    def __len__(self) -> int:
+        return len(self._shas)
+
+    @overload
+    def __getitem__(self, i: int) -> Point: ...
+    @overload
+    def __getitem__(self, i: _Slice) -> list[Point]: ...
+
+    def __getitem__(self, i: int | _Slice) -> Point | list[Point]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self._shas)))]
+        if i < 0:
+            i += len(self._shas)
+        if not 0 <= i < len(self._shas):
+            raise IndexError(i)
+        got = self._made.get(i)
+        if got is None:
+            got = self._made[i] = self._make(self._shas[i])
+        return got
 
 
 @dataclass(frozen=True)

@@ -13,19 +13,20 @@ from service.db.series import SAMPLE_COLS, t_res
 from service.orchestration import judge
 from service.orchestration.judge import detect_run
 from service.regressions import detect
-from service.regressions.stored import StoredResult, sample
+from service.regressions.stored import StoredResult, sample, sample_doc
 from service.regressions.thresholds import Thresholds
 from tests.service.factories import CELL, chain, make_result, run_with
 
 OTHER = ("other", "bf16", "default", "cpu")
 
 
-def stored_row(store: Store, result_id: int, data: object | None = None) -> StoredResult:
+def stored_row(store: Store, result_id: int, data: object | None = None, summary: bool = False) -> StoredResult:
     """The stored result (as detection reads it) of a result, after replacing its stored document with ``data``
-    when given."""
+    when given: stored without a sample summary (as before migration 0012), or with its summary (``summary``)."""
     with store.transaction() as conn:
         if data is not None:
-            conn.execute(t_res.update().where(t_res.c.id == result_id).values(data=data))
+            conn.execute(t_res.update().where(t_res.c.id == result_id).values(
+                data=data, sample_doc=sample_doc(data) if summary else None))  # type: ignore[arg-type]
         return series.stored(conn.execute(sa.select(*SAMPLE_COLS).where(t_res.c.id == result_id)).one())
 
 
@@ -46,6 +47,7 @@ def test_sample_reads_the_stored_document_as_the_json_paths_read_it(store: Store
                      "convert_samples_s": [0.2, 0.3], "pass_iterations": 4, "pass_converged": 1},
            "convergence": {"error_unit": "relative"}}
     got = sample(stored_row(store, res.id, odd))
+    assert got == sample(stored_row(store, res.id, odd, summary=True))  # its summary reads the same
     assert got.latency_samples == (1.5, 2.0, 4.25)  # booleans, strings and nulls skipped, ints as floats
     assert (got.fp32_latency_samples, got.cpu_latency_samples, got.fp32_cpu_latency_samples) == ((), (), (0.5, 0.25))
     assert (got.compute_low, got.compute_nodes, got.compute_ops_version) == (3, None, "2")
@@ -57,6 +59,7 @@ def test_sample_reads_the_stored_document_as_the_json_paths_read_it(store: Store
     for doc in ({"latency": None, "graph": "measured", "convergence": [1]},
                 {"latency": [1.0], "graph": {"source": "pass", "compute_low": 3, "compute_nodes": 4}}):
         got = sample(stored_row(store, res.id, doc))
+        assert got == sample(stored_row(store, res.id, doc, summary=True))
         assert (got.latency_samples, got.fp32_latency_samples, got.compute_low, got.compute_nodes) == ((), (), None, None)
         assert got.error_unit == "absolute"
 

@@ -1,6 +1,6 @@
-"""Drift judging leaves most documents of the line on the server (issue 42): it reads the line's results
-without ``results.data``, fetches the documents of each cell's parent, window start and pin in one query, and
-the others only when a drift is described.  The findings must be exactly those judged from every result's
+"""Drift judging leaves most of the line on the server (issue 42): it reads the line's results in brief (cell,
+id, run, revision, status), fetches each cell's parent, window start and pin whole in one query, and the others
+only when a drift is described.  The findings must be exactly those judged from every result's
 document read with the line: checked on lines measured at every commit, sparsely, with the pin near and deep,
 for a cell that creeps (so drifts are found and described) and one that holds still.  Real stores (SQLite and
 PostgreSQL)."""
@@ -15,21 +15,21 @@ from service.db import Store, pins, series
 from service.db.queries import first_parent_line
 from service.orchestration.judge import nearest_line_results, sampled_ends
 from service.regressions import detect
-from service.regressions.stored import Samples, StoredResult, sample
+from service.regressions.stored import BriefResult, Samples, StoredResult, sample
 from service.regressions.thresholds import Thresholds
 from tests.service.factories import CELL, chain, make_result, run_with
 
 STILL = ("tiny_mlp", "bf16", "default", "cpu")
 
 
-class CountingDocs:
-    """``load_docs`` for Samples that counts the documents it fetched."""
+class CountingLoads:
+    """``load`` for Samples that counts the results it fetched whole."""
 
     def __init__(self, conn: object) -> None:
         self.conn, self.fetched = conn, 0
 
-    def __call__(self, ids: object) -> dict[int, str | None]:
-        got = series.result_docs(self.conn, ids=list(ids))  # type: ignore[arg-type]
+    def __call__(self, ids: object) -> dict[int, StoredResult]:
+        got = series.results_by_id(self.conn, ids=list(ids))  # type: ignore[arg-type]
         self.fetched += len(got)
         return got
 
@@ -65,8 +65,8 @@ def test_deferred_documents_give_the_findings_of_the_raw_samples(store: Store, e
         raw_rows = nearest_line_results(conn, run_id, on_line, set(current), pinned, need)
         raw = detect.drift_findings(shas[-1], "push", current, line, raw_rows, pinned, earlier, {}, th, Samples())
 
-        bare = nearest_line_results(conn, run_id, on_line, set(current), pinned, need, docs=False)
-        load = CountingDocs(conn)
+        bare = nearest_line_results(conn, run_id, on_line, set(current), pinned, need, brief=True)
+        load = CountingLoads(conn)
         deferred = Samples(load)
         deferred.defer(bare)
         ends = sampled_ends(bare, dict(line), pinned, th.drift_window)
@@ -76,7 +76,9 @@ def test_deferred_documents_give_the_findings_of_the_raw_samples(store: Store, e
         by_id = {r.id: r for r in raw_rows}
         # every deferred result samples exactly as its document read with the line does
         assert all(deferred(r) == sample(by_id[r.id]) for r in bare)
-    assert {r.id for r in bare} == set(by_id) and all(r.doc is None for r in bare)
+    assert {r.id for r in bare} == set(by_id) and all(isinstance(r, BriefResult) for r in bare)
+    assert all((r.cell, r.run_id, r.revision_sha, r.status) ==
+               (by_id[r.id].cell, by_id[r.id].run_id, by_id[r.id].revision_sha, by_id[r.id].status) for r in bare)
     assert got == raw
     if creep > 1.0:
         assert CELL in raw, "the creeping cell drifted: the described path was exercised"
@@ -91,3 +93,16 @@ def test_a_deferred_result_needs_a_loader() -> None:
     r = StoredResult(CELL, 1, 1, "a" * 40, "pass", None, None, None, None, None, None, None, None, None)
     with pytest.raises(ValueError):
         Samples().defer([r])
+
+
+def test_a_brief_result_is_sampled_only_when_deferred() -> None:
+    whole = StoredResult(CELL, 1, 1, "a" * 40, "pass", 1e-3, None, None, None, None, None, None, None, None)
+    brief = BriefResult(CELL, 1, 1, "a" * 40, "pass")
+    with pytest.raises(ValueError):
+        Samples()(brief)
+    loaded = Samples(lambda ids: {1: whole})
+    loaded.defer([brief])
+    assert loaded(brief) == sample(whole) and loaded(brief).max_abs == 1e-3
+    gone = Samples(lambda ids: {})  # deleted since it was read: sampled as a result without columns
+    gone.defer([brief])
+    assert gone(brief).max_abs is None and gone(brief).status == "pass"

@@ -118,7 +118,8 @@ def legacy_run(store: Store, revision: str, final_error: float, diverged: bool =
     data = store.get_result(row.id).to_dict()
     assert data["convergence"].pop("error_unit") == "relative"
     with store.engine.begin() as conn:
-        conn.execute(t_res.update().where(t_res.c.id == row.id).values(data=data))
+        # code that old wrote no sample summary either (migration 0012): detection reads the document
+        conn.execute(t_res.update().where(t_res.c.id == row.id).values(data=data, sample_doc=None))
     assert store.get_result(row.id).convergence.error_unit == "absolute"  # type: ignore[union-attr]
     if detect:
         detect_run(store, run_id)
