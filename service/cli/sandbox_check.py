@@ -53,12 +53,20 @@ def check_sandbox(settings: Settings) -> str:
     return mode
 
 
-def check_canary(settings: Settings, modules: list[str] | None = None) -> CanaryResult:
+def check_canary(settings: Settings, modules: list[str] | None = None, cached: bool = False) -> CanaryResult:
     """Run the sandbox canary with ``settings``' sandbox policy (importing ``modules``, default
-    :func:`workers.canary.pass_imports`); :class:`SandboxCanaryFailed` (one line) when it fails."""
-    from workers.canary import run_canary
+    :func:`workers.canary.pass_imports`); :class:`SandboxCanaryFailed` (one line) when it fails.  ``cached``: a
+    passed canary with the same key under the cache directory stands (:mod:`workers.canary_cache`)."""
+    from workers.canary import pass_imports, run_canary
 
-    result = run_canary(settings.worker_config().sandbox_policy(), modules)
+    config = settings.worker_config()
+    if cached:
+        from workers.canary_cache import cached_canary
+
+        result = cached_canary(config.sandbox_policy(), pass_imports() if modules is None else modules,
+                               config.cache_dir)
+    else:
+        result = run_canary(config.sandbox_policy(), modules)
     if not result.ok:
         raise SandboxCanaryFailed(result.reason)
     return result
@@ -66,7 +74,8 @@ def check_canary(settings: Settings, modules: list[str] | None = None) -> Canary
 
 def start_canary(settings: Settings) -> Callable[[], CanaryResult]:
     """Start :func:`check_canary` in a thread (so it overlaps the command's own start-up); returns the function
-    that waits for it and raises its :class:`SandboxCanaryFailed`."""
+    that waits for it and raises its :class:`SandboxCanaryFailed`.  For the embedded commands (``sweep``,
+    ``check``): a passed canary remembered with the same key stands (:mod:`workers.canary_cache`)."""
     import threading
 
     from workers.canary import pass_imports
@@ -79,7 +88,7 @@ def start_canary(settings: Settings) -> Callable[[], CanaryResult]:
 
     def run() -> None:
         try:
-            got.append(check_canary(settings, modules))
+            got.append(check_canary(settings, modules, cached=True))
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             got.append(exc)
 

@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import queue
 import signal
+import socket
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, TypeAlias
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # annotations only: a worker subprocess imports none of these
     from service.db.store import Store
     from service.json_types import JsonObject
     from workers.config import WorkerConfig
+    from workers.template import Template
 
     #: One job for a worker subprocess: (cell, revision, the worker config, the job's options).
     Request: TypeAlias = tuple[tuple[str, str, str, str], str, WorkerConfig, JsonObject]
@@ -40,11 +42,12 @@ if TYPE_CHECKING:  # annotations only: a worker subprocess imports none of these
     WorkerEnd: TypeAlias = Connection[str, Request | None]
 
 
-def _slot_main(conn: WorkerEnd) -> None:
+def _slot_main(conn: WorkerEnd, template: socket.socket | None = None) -> None:
     """Body of one local worker subprocess: run requested cells one at a time until told to stop.
 
-    First, while it has one thread, it forks its conversion fork server (numpy, onnx and onnx_ir
-    imported once: :func:`workers.zygotes.start_forkserver`).  Then it imports the job code once for all
+    First, while it has one thread, it takes its connection to the pool's sandbox template (``template``:
+    numpy, onnx and onnx_ir imported once for every worker of the pool, :mod:`workers.template`), or, given
+    none, starts a fork server of its own (:func:`workers.zygotes.start_forkserver`).  Then it imports the job code once for all
     its jobs, in a thread, while it waits for its first request, and starts that request's revision's
     conversion zygote in another (:func:`_prewarm`): the zygote imports the pass in its own process while
     this one imports onnxruntime and then runs the first job's steps before its conversion (fetch, load,
@@ -53,7 +56,10 @@ def _slot_main(conn: WorkerEnd) -> None:
     When it ends (told to stop, or its parent gone) it stops its zygotes and its fork server by pid."""
     from workers import zygotes
 
-    zygotes.start_forkserver()
+    if template is not None:
+        zygotes.use_template(template)
+    else:
+        zygotes.start_forkserver()
     try:
         _serve_requests(conn)
     finally:  # its conversion processes end with it, by pid: zygotes (process groups), then their fork server
@@ -103,18 +109,43 @@ class _SlotDied(Exception):
     pass
 
 
-def _context() -> ForkServerContext | SpawnContext:
-    """The multiprocessing context of worker subprocesses: ``forkserver`` with the pass's heavy
-    dependencies preloaded (imported once in the server, not once per worker; forked from it, a worker
-    inherits none of this process's threads and sockets), ``spawn`` where there is no fork server."""
-    from workers.zygotes import PRELOAD
+#: What the job code imports that multiprocessing's fork server preloads for every worker: numpy and onnx,
+#: not onnx_ir (and its sympy, ~0.5 s of CPU here): only the pass needs that, and the pass's dependencies are
+#: the sandbox template's to import (:mod:`workers.template`), not the workers'.
+JOB_PRELOAD = ("numpy", "onnx")
 
+
+def _context() -> ForkServerContext | SpawnContext:
+    """The multiprocessing context of worker subprocesses: ``forkserver`` with the job code's heavy
+    dependencies preloaded (:data:`JOB_PRELOAD`: imported once in the server, not once per worker; forked
+    from it, a worker inherits none of this process's threads and sockets), ``spawn`` where there is no
+    fork server."""
     try:
         ctx = multiprocessing.get_context("forkserver")
     except ValueError:
         return multiprocessing.get_context("spawn")
-    ctx.set_forkserver_preload(list(PRELOAD))
+    ctx.set_forkserver_preload(list(JOB_PRELOAD))
     return ctx
+
+
+#: The sandbox template this process's workers share (:mod:`workers.template`; guarded by _SERVER_LOCK).
+_TEMPLATE: list[Template] = []
+
+
+def _template_connection() -> socket.socket | None:
+    """A connection to this process's sandbox template for one new worker (the template started on first
+    use, again if it died); None where none can start (the worker then starts a fork server of its own).
+    Called under _SERVER_LOCK."""
+    from workers.template import start_template
+
+    if _TEMPLATE and not _TEMPLATE[0].alive():
+        _TEMPLATE.pop().stop()
+    if not _TEMPLATE:
+        started = start_template()
+        if started is None:
+            return None
+        _TEMPLATE.append(started)
+    return _TEMPLATE[0].connect()
 
 
 #: Worker subprocesses of this process that are started and not yet stopped (guarded by _SERVER_LOCK):
@@ -141,8 +172,12 @@ def stop_idle_forkserver() -> bool:
         return False
     try:
         with _WARM_LOCK:
-            if _LIVE or _WARM or server is None or not hasattr(server, "_stop_unlocked"):
+            if _LIVE or _WARM:
                 return False
+        while _TEMPLATE:  # no worker is up: nothing forks from the sandbox template any more
+            _TEMPLATE.pop().stop()
+        if server is None or not hasattr(server, "_stop_unlocked"):
+            return False
         with server._lock:
             pid = server._forkserver_pid
             if pid is None:
@@ -179,8 +214,13 @@ class _Slot:
         ctx = _context()
         with _SERVER_LOCK:  # never while stop_idle_forkserver() stops the server it is forked from
             conn, child = ctx.Pipe()
-            proc = ctx.Process(target=_slot_main, args=(child,), daemon=True, name="ampci-local-worker")
-            proc.start()
+            template = _template_connection()
+            proc = ctx.Process(target=_slot_main, args=(child, template), daemon=True, name="ampci-local-worker")
+            try:
+                proc.start()
+            finally:
+                if template is not None:
+                    template.close()  # the worker has its own copy now
             _LIVE.add(proc)
         child.close()
         with self._lock:  # both at once, only once it has a pid
