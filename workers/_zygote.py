@@ -26,7 +26,8 @@ the worker, so nothing of the worker's memory or environment (its settings, its 
 the *template* of every sandbox: several workers may share one (:class:`workers.zygotes.Template`): a
 ``{"connect": true}`` message on ``FD`` with one descriptor adds that socket as one more client, which gets
 ``{"ready": true}`` and then asks for zygotes as ``FD`` does; ``{"status": true}`` on ``FD`` answers the top-level
-modules it has imported (``{"modules": [...]}``: never ``amp_pass``).  A forked zygote keeps none of the server's
+modules it has imported (``{"modules": [...]}``: never ``amp_pass``); ``{"job_server": true}`` with two
+descriptors forks the owner's multiprocessing fork server (:func:`_fork_job_server`).  A forked zygote keeps none of the server's
 sockets (no other worker's connection); the server exits when ``FD`` closes (its owner is gone).
 """
 
@@ -239,6 +240,9 @@ def _serve_one(sel, sock, control):
     if req.get("status") and sock is control and not fds:  # its owner asks what it has imported
         sock.send(json.dumps({"modules": sorted({m.split(".")[0] for m in sys.modules})}).encode())
         return
+    if req.get("job_server") and sock is control and len(fds) == 2:
+        _fork_job_server(sel, sock, fds)
+        return
     if len(fds) != 2 or "spec" not in req:
         for f in fds:
             os.close(f)
@@ -253,6 +257,33 @@ def _serve_one(sel, sock, control):
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             code = become(req["spec"], fds[0], fds[1]) or 0
+        finally:
+            os._exit(code)
+    for f in fds:
+        os.close(f)
+    try:
+        sock.send(json.dumps({"pid": pid}).encode())
+    except OSError:
+        pass
+
+
+def _fork_job_server(sel, sock, fds):
+    """Fork the owner's multiprocessing fork server (``fds``: its listening socket and "alive" pipe): the job
+    workers of the owner's pool are then forked from this clean, preloaded heap too, and the dependencies are
+    imported once for the jobs and the sandboxes alike.  Nothing flows back: the workers' requests, settings
+    and environment go from the owner to each worker, never through this process."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            for k in list(sel.get_map().values()):
+                k.fileobj.close()
+            sel.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            from multiprocessing import forkserver
+
+            forkserver.main(fds[0], fds[1], [])
+            code = 0
         finally:
             os._exit(code)
     for f in fds:

@@ -31,7 +31,6 @@ class Template:
 
     def __init__(self, proc: subprocess.Popen[bytes], control: socket.socket) -> None:
         self.proc, self.control, self.lock = proc, control, threading.Lock()
-        self.ready = False
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -49,19 +48,33 @@ class Template:
             theirs.close()
         return ours
 
-    def modules(self) -> list[str]:
-        """The top-level modules the template has imported (numpy, onnx, onnx_ir, ...; never ``amp_pass``):
-        asked of it once its preload is done (waits for it)."""
+    def _ask(self, msg: bytes, fds: list[int] | None = None) -> dict[str, object]:
+        """Send ``msg`` (with ``fds``) on the control socket and return the answer (its "preload done" message
+        skipped, waited for first while it preloads: 120 s at most); {} when it is gone."""
         with self.lock:
             self.control.settimeout(120.0)
             try:
-                if not self.ready:  # its first message: the preload is done
-                    self.ready = bool(self.control.recv(256))
-                self.control.send(b'{"status": true}')
-                got = json.loads(self.control.recv(1 << 20) or b"{}")
+                socket.send_fds(self.control, [msg], fds or [])
+                while True:
+                    got = json.loads(self.control.recv(1 << 20) or b"{}")
+                    if "ready" not in got:
+                        return got if isinstance(got, dict) else {}
+            except (OSError, ValueError):
+                return {}
             finally:
                 self.control.settimeout(None)
-        return [str(m) for m in got.get("modules", [])]
+
+    def modules(self) -> list[str]:
+        """The top-level modules the template has imported (numpy, onnx, onnx_ir, ...; never ``amp_pass``):
+        asked of it once its preload is done (waits for it)."""
+        got = self._ask(b'{"status": true}').get("modules")
+        return [str(m) for m in got] if isinstance(got, list) else []
+
+    def fork_job_server(self, listener_fd: int, alive_r: int) -> int | None:
+        """Have the template fork a multiprocessing fork server on ``listener_fd`` and ``alive_r`` (see
+        ``_zygote._fork_job_server``): the pid of that server, or None."""
+        pid = self._ask(b'{"job_server": true}', [listener_fd, alive_r]).get("pid")
+        return pid if isinstance(pid, int) and pid > 0 else None
 
     def stop(self) -> None:
         """Kill the template by its pid and reap it (the zygotes it forked are their workers' to stop)."""

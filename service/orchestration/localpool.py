@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, TypeAlias
 
+from service.orchestration import pool_template
 from service.orchestration.pool_handback import HandedBack, JobLedger
 from service.settings import Settings
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:  # annotations only: a worker subprocess imports none of these
     from service.db.store import Store
     from service.json_types import JsonObject
     from workers.config import WorkerConfig
-    from workers.template import Template
 
     #: One job for a worker subprocess: (cell, revision, the worker config, the job's options).
     Request: TypeAlias = tuple[tuple[str, str, str, str], str, WorkerConfig, JsonObject]
@@ -42,9 +42,12 @@ if TYPE_CHECKING:  # annotations only: a worker subprocess imports none of these
     WorkerEnd: TypeAlias = Connection[str, Request | None]
 
 
-def _slot_main(conn: WorkerEnd, template: socket.socket | None = None) -> None:
+def _slot_main(conn: WorkerEnd, template: socket.socket | None = None,
+               environ: dict[str, str] | None = None) -> None:
     """Body of one local worker subprocess: run requested cells one at a time until told to stop.
 
+    Its environment is ``environ``, the pool process's (a worker forked from the template's job server
+    starts with the template's allow-listed one: :mod:`service.orchestration.pool_template`).
     First, while it has one thread, it takes its connection to the pool's sandbox template (``template``:
     numpy, onnx and onnx_ir imported once for every worker of the pool, :mod:`workers.template`), or, given
     none, starts a fork server of its own (:func:`workers.zygotes.start_forkserver`).  Then it imports the job code once for all
@@ -56,6 +59,9 @@ def _slot_main(conn: WorkerEnd, template: socket.socket | None = None) -> None:
     When it ends (told to stop, or its parent gone) it stops its zygotes and its fork server by pid."""
     from workers import zygotes
 
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
     if template is not None:
         zygotes.use_template(template)
     else:
@@ -125,27 +131,8 @@ def _context() -> ForkServerContext | SpawnContext:
     except ValueError:
         return multiprocessing.get_context("spawn")
     ctx.set_forkserver_preload(list(JOB_PRELOAD))
+    pool_template.use_template_for_workers()  # the server forked from the sandbox template where it can
     return ctx
-
-
-#: The sandbox template this process's workers share (:mod:`workers.template`; guarded by _SERVER_LOCK).
-_TEMPLATE: list[Template] = []
-
-
-def _template_connection() -> socket.socket | None:
-    """A connection to this process's sandbox template for one new worker (the template started on first
-    use, again if it died); None where none can start (the worker then starts a fork server of its own).
-    Called under _SERVER_LOCK."""
-    from workers.template import start_template
-
-    if _TEMPLATE and not _TEMPLATE[0].alive():
-        _TEMPLATE.pop().stop()
-    if not _TEMPLATE:
-        started = start_template()
-        if started is None:
-            return None
-        _TEMPLATE.append(started)
-    return _TEMPLATE[0].connect()
 
 
 #: Worker subprocesses of this process that are started and not yet stopped (guarded by _SERVER_LOCK):
@@ -174,11 +161,14 @@ def stop_idle_forkserver() -> bool:
         with _WARM_LOCK:
             if _LIVE or _WARM:
                 return False
-        while _TEMPLATE:  # no worker is up: nothing forks from the sandbox template any more
-            _TEMPLATE.pop().stop()
         if server is None or not hasattr(server, "_stop_unlocked"):
+            pool_template.stop_template()
             return False
         with server._lock:
+            if pool_template.stop_job_server(server):  # the template's child: killed, then the template
+                pool_template.stop_template()
+                return True
+            pool_template.stop_template()  # no worker is up: nothing forks from the sandbox template any more
             pid = server._forkserver_pid
             if pid is None:
                 return False
@@ -214,8 +204,9 @@ class _Slot:
         ctx = _context()
         with _SERVER_LOCK:  # never while stop_idle_forkserver() stops the server it is forked from
             conn, child = ctx.Pipe()
-            template = _template_connection()
-            proc = ctx.Process(target=_slot_main, args=(child, template), daemon=True, name="ampci-local-worker")
+            template = pool_template.template_connection()
+            proc = ctx.Process(target=_slot_main, args=(child, template, dict(os.environ)), daemon=True,
+                               name="ampci-local-worker")
             try:
                 proc.start()
             finally:

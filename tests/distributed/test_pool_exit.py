@@ -70,7 +70,9 @@ def test_the_fork_server_is_stopped_by_pid_at_exit_once_no_worker_is_up(tmp_path
 
 
 def test_a_stopped_worker_takes_its_zygotes_with_it_and_the_exit_their_shared_template(tmp_path: Path) -> None:
-    from service.orchestration import localpool
+    import multiprocessing.forkserver as mpfs
+
+    from service.orchestration import localpool, pool_template
 
     settings = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
     store = scheduler.open_store(settings)
@@ -84,10 +86,13 @@ def test_a_stopped_worker_takes_its_zygotes_with_it_and_the_exit_their_shared_te
         pool.finish()
         (slot,) = pool._slots
         worker = psutil.Process(slot.proc.pid)
-        (shared,) = localpool._TEMPLATE  # the pool's sandbox template: one for all its workers
+        (shared,) = pool_template._TEMPLATE  # the pool's sandbox template: one for all its workers
         template = psutil.Process(shared.proc.pid)
         assert worker.children(recursive=True) == []  # no fork server of its own: the template's
-        below = template.children(recursive=True)  # the revision's zygote and its next supervisor
+        job_server = mpfs._forkserver._forkserver_pid  # the workers' own fork server: forked by the template too
+        assert worker.ppid() == job_server and psutil.Process(job_server).ppid() == template.pid
+        zygotes = [p for p in template.children() if p.pid != job_server]  # the revision's zygote ...
+        below = zygotes + [c for z in zygotes for c in z.children(recursive=True)]  # ... its next supervisor
         assert len(below) >= 2
     finally:
         pool.close()
@@ -98,8 +103,12 @@ def test_a_stopped_worker_takes_its_zygotes_with_it_and_the_exit_their_shared_te
         time.sleep(0.01)
     assert all(_gone(p.pid) for p in below), [p.pid for p in below if not _gone(p.pid)]
     assert template.is_running()  # the template is the pool process's, stopped once no worker is up
-    localpool.stop_idle_forkserver()
-    assert _gone(template.pid) and localpool._TEMPLATE == []
+    assert localpool.stop_idle_forkserver() is True
+    assert _gone(template.pid) and pool_template._TEMPLATE == []
+    deadline = time.monotonic() + 0.5
+    while not _gone(job_server) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _gone(job_server) and mpfs._forkserver._forkserver_pid is None
     assert {r.status for r in store.results(run_id=run_id)} == {"pass"}
 
 
