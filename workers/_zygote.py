@@ -279,7 +279,8 @@ def _fork_job_server(sel, sock, fds):
             for k in list(sel.get_map().values()):
                 k.fileobj.close()
             sel.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # (the workers it forks get these back)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             from multiprocessing import forkserver
 
             forkserver.main(fds[0], fds[1], [])

@@ -1,9 +1,10 @@
 """Warm conversion: one long-lived zygote per pass root, pre-forking a sandboxed supervisor per conversion.
 
 Starting ``python -m amp_pass`` costs seconds of imports per job.  A worker that called
-:func:`start_forkserver` (the local pool's workers and the Celery worker children do, at start) has a fork
-server: a *fresh interpreter* with the pass's allow-listed environment that imports numpy, onnx and onnx_ir
-(never ``amp_pass``) and forks zygotes; without one, a zygote is a fresh interpreter running
+:func:`start_forkserver` (the Celery worker children do, at start) has a fork server -- the sandbox *template*:
+a *fresh interpreter* with the pass's allow-listed environment that imports numpy, onnx and onnx_ir (never
+``amp_pass``) and forks zygotes; a local pool's worker is handed a connection to its pool's shared template
+instead (:func:`use_template`, :mod:`workers.template`); without either, a zygote is a fresh interpreter running
 ``workers/_zygote.py``.  A zygote is trusted code: it never imports the pass.  It pre-forks, ahead of each
 request, the conversion's supervisor, which makes the sandbox (:mod:`workers._sandbox`: namespaces, read-only
 mounts, dropped privileges, limits) and starts the pass process that imports the revision's ``amp_pass``
