@@ -11,9 +11,10 @@ children are reaped by the kernel and in no ``RUSAGE_CHILDREN``; else ``RUSAGE_C
 side has its own data directory and is warmed by one sweep first (the revision checked out, the canary
 remembered).  The before tree is ``git archive``d into a temporary directory; both run on this interpreter.
 
-Per-job set-up: median over conversions of the whole conversion call minus the conversion sample the sandbox's
-supervisor timed (what a job pays beyond the pass's own work: the session's sandbox, the pass's import, the
-protocol), for the full sandbox, warm and cold.
+Per-job set-up: median over conversions of the whole conversion call minus the conversion samples it timed
+(what a job pays beyond the pass's own work: now the session's sandbox, the pass's import and the protocol;
+before, the fork of a zygote child), warm (as a pool worker converts: a zygote from the worker's fork server)
+and cold (a one-shot fresh interpreter), each tree in a subprocess of its own, the trees alternated.
 
 Target: the sweep now within 1.10x of before, wall (median of the rounds): exits 1 when missed (``--quick``:
 one round, the target reported but not enforced; exits 1 only when a sweep fails).
@@ -24,6 +25,7 @@ one round, the target reported but not enforced; exits 1 only when a sweep fails
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -85,32 +87,51 @@ def sweep(tree: Path, data: Path, tag: str) -> tuple[float, float, bool]:
     return wall, cpu, exact
 
 
-def per_job_setup(rounds: int) -> dict[str, float]:
-    """Median per-job set-up (ms) of the full sandbox now, warm and cold, alternated."""
-    from bench.bench_sandbox import _convert
-    from workers import zygotes
-    from workers.sandbox import SandboxPolicy, full_sandbox_error
-    from workers.zoo.synthetic import synthetic_model_path
+#: Run in a tree (cwd): per-job set-up of ``rounds`` warm and cold conversions of conv_net, alternated, as a
+#: pool worker converts (its fork server started first); prints {"warm": [ms...], "cold": [ms...]}.
+PER_JOB = """
+import json, sys, tempfile, time
+from pathlib import Path
+from workers import zygotes
+from workers.convert import convert_in_subprocess
+from workers.zoo.synthetic import synthetic_model_path
+zygotes.start_forkserver()
+got = {"warm": [], "cold": []}
+with tempfile.TemporaryDirectory() as d:
+    tmp = Path(d)
+    src, _ = synthetic_model_path("conv_net", 0, tmp / "cache")
+    def one(warm):
+        start = time.perf_counter()
+        out = convert_in_subprocess(src, tmp / "o.onnx", tmp / "r.json", "fp16", "default", "cpu", None,
+                                    timeout_s=300, memory_bytes=8 * 2**30, warm=warm)
+        call = time.perf_counter() - start
+        if out.status != "ok":
+            sys.exit(f"conversion failed: {out.message}")
+        return (call - sum(out.samples_s)) * 1e3
+    one(True), one(False)  # warm-up: the zygote, the first import
+    for i in range(int(sys.argv[1])):
+        for warm in ((True, False) if i % 2 == 0 else (False, True)):
+            got["warm" if warm else "cold"].append(one(warm))
+zygotes.shutdown()
+zygotes.stop_forkserver()
+print(json.dumps(got))
+"""
 
-    if full_sandbox_error(SandboxPolicy()) is not None:
-        return {}
-    got: dict[str, list[float]] = {"warm": [], "cold": []}
-    zygotes.start_forkserver()
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-sweep-cost-") as d:
-            tmp = Path(d)
-            src, _ = synthetic_model_path("conv_net", 0, tmp / "cache")
-            policy = SandboxPolicy(mode="require", hide=(str(tmp / "cache"),))
-            for warm in (True, False):  # warm-up: the zygote, the first import
-                _convert(src, tmp, policy, warm, 1)
-            for i in range(rounds):
-                for warm in ((True, False) if i % 2 == 0 else (False, True)):
-                    call, samples = _convert(src, tmp, policy, warm, 1)
-                    got["warm" if warm else "cold"].append((call - sum(samples)) * 1e3)
-    finally:
-        zygotes.shutdown()
-        zygotes.stop_forkserver()
-    return {k: statistics.median(v) for k, v in got.items()}
+
+def per_job_setup(sides: dict[str, Path], rounds: int) -> dict[str, dict[str, float]]:
+    """Median per-job set-up (ms: the conversion call minus the conversion it timed), warm and cold, of each
+    side's tree (``sides``), the trees alternated (two passes of ``rounds`` each)."""
+    got: dict[str, dict[str, list[float]]] = {name: {"warm": [], "cold": []} for name in sides}
+    for i in range(2):
+        for name in (list(sides) if i % 2 == 0 else list(reversed(sides))):
+            proc = subprocess.run([sys.executable, "-c", PER_JOB, str(rounds)], cwd=sides[name],
+                                  capture_output=True, text=True, timeout=600,
+                                  env={**os.environ, "PYTHONPATH": str(sides[name])})
+            if proc.returncode != 0:
+                raise SystemExit(f"bench_sweep_cost: per-job set-up of {name} failed:\n{proc.stderr[-2000:]}")
+            for path, values in json.loads(proc.stdout.strip().splitlines()[-1]).items():
+                got[name][path].extend(values)
+    return {name: {k: statistics.median(v) for k, v in paths.items()} for name, paths in got.items()}
 
 
 def _before_tree(rev: str, into: Path) -> Path:
@@ -143,7 +164,7 @@ def main() -> int:
                 walls[name].append(wall)
                 cpus[name].append(cpu)
                 exact = exact and ok
-    setup = per_job_setup(2 if args.quick else 6)
+        setup = per_job_setup(sides, 1 if args.quick else 4)
     load = os.getloadavg()
     wall = {k: statistics.median(v) for k, v in walls.items()}
     cpu = {k: statistics.median(v) for k, v in cpus.items()}
@@ -156,10 +177,9 @@ def main() -> int:
     print(f"{'CPU s':<24} {mark}{cpu['before']:>17.2f} {mark}{cpu['now']:>9.2f} {cpu_ratio:>6.2f}x")
     print(f"{'wall s, each round':<24} {' / '.join(f'{w:.2f}' for w in walls['before']):>18} "
           f"{' / '.join(f'{w:.2f}' for w in walls['now']):>10}")
-    if setup:
-        print(f"per-job set-up now (full sandbox, median ms): warm {setup['warm']:.1f}, cold {setup['cold']:.1f}")
-    else:
-        print("per-job set-up: no full sandbox on this machine")
+    for path in ("warm", "cold"):
+        b, n = setup["before"][path], setup["now"][path]
+        print(f"{'per-job set-up ' + path + ' ms':<24} {b:>18.1f} {n:>10.1f} {n / b:>6.2f}x")
     met = ratio <= TARGET
     print(f"target: now within {TARGET:.2f}x of before (wall): {ratio:.2f}x, {'met' if met else 'MISSED'}")
     return 0 if met or args.quick else 1

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -148,8 +149,8 @@ def _forget(server: ForkServer) -> None:
 
 
 def stop_job_server(server: ForkServer) -> bool:
-    """Kill a fork server the template forked, by pid, and forget it (True); False when multiprocessing's
-    server is its own (the caller stops it as multiprocessing does)."""
+    """Kill a fork server the template forked, by pid, wait (2 s at most) until it is gone, and forget it
+    (True); False when multiprocessing's server is its own (the caller stops it as multiprocessing does)."""
     if not getattr(server, "_ampci_template_child", False):
         return False
     pid = server._forkserver_pid  # type: ignore[attr-defined]
@@ -158,5 +159,8 @@ def stop_job_server(server: ForkServer) -> bool:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        deadline = time.monotonic() + 2.0  # gone once the kernel reaped it (the template ignores SIGCHLD)
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.002)
     _forget(server)
     return True
