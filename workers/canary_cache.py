@@ -74,6 +74,28 @@ def canary_key(policy: SandboxPolicy, modules: list[str]) -> dict[str, Any]:
     }
 
 
+def pass_imports_cached(cache_dir: Path, root: Path | None = None) -> list[str]:
+    """:func:`workers.canary.pass_imports` of the pass under ``root`` (default: this checkout), remembered under
+    ``cache_dir`` by the path, size and mtime of each of its ``.py`` files and of each ``sys.path`` directory
+    (reading them with ``ast`` costs the calling command ~75 ms of CPU here; a ``stat`` each costs nothing)."""
+    from workers.convert import DEFAULT_PASS_ROOT
+
+    pkg = (root or DEFAULT_PASS_ROOT) / "amp_pass"
+    files = sorted(str(p) for p in pkg.rglob("*.py"))
+    roots = [[p, _stat(p)] for p in sys.path if p and os.path.isdir(p)]  # (what this interpreter has)
+    seen = hashlib.sha256(json.dumps([sys.version, roots, [[f, _stat(f)] for f in files]]).encode()).hexdigest()
+    path = Path(cache_dir) / "canary" / f"imports-{seen}.json"
+    try:
+        got = json.loads(path.read_text())
+        if isinstance(got, list) and all(isinstance(m, str) for m in got):
+            return got
+    except (OSError, ValueError):
+        pass
+    got = canary.pass_imports(root)
+    _store(path, got)
+    return got
+
+
 def _digest(key: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -103,7 +125,7 @@ def cached_canary(policy: SandboxPolicy, modules: list[str], cache_dir: Path,
     return result
 
 
-def _store(path: Path, data: dict[str, Any]) -> None:
+def _store(path: Path, data: object) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")

@@ -78,12 +78,12 @@ def start_canary(settings: Settings) -> Callable[[], CanaryResult]:
     ``check``): a passed canary remembered with the same key stands (:mod:`workers.canary_cache`)."""
     import threading
 
-    from workers.canary import pass_imports
+    from workers.canary_cache import pass_imports_cached
 
     # read here, not in the thread: CPython 3.11's ast module keeps its recursion depth in interpreter-wide state,
     # so ast.parse in a thread beside the main thread's own ast use raised "AST constructor recursion depth
     # mismatch" (seen in sweeps whose start-up parses source meanwhile)
-    modules = pass_imports()
+    modules = pass_imports_cached(settings.worker_config().cache_dir)
     got: list[CanaryResult | BaseException] = []
 
     def run() -> None:

@@ -112,3 +112,27 @@ def test_the_real_canary_is_remembered_and_the_second_check_converts_nothing(tmp
     finally:
         canary.forget()
         zygotes.shutdown()
+
+
+def test_the_pass_import_set_is_remembered_by_its_files_stat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "pass" / "amp_pass"
+    pkg.mkdir(parents=True)
+    (pkg / "x.py").write_text("import json\n")
+    parsed: list[Path | None] = []
+    real = canary.pass_imports
+
+    def counting(root: Path | None = None) -> list[str]:
+        parsed.append(root)
+        return real(root)
+
+    monkeypatch.setattr(canary, "pass_imports", counting)
+    cache = tmp_path / "cache"
+    assert canary_cache.pass_imports_cached(cache, tmp_path / "pass") == ["json"]
+    assert canary_cache.pass_imports_cached(cache, tmp_path / "pass") == ["json"]
+    assert len(parsed) == 1  # the second from the cache: no ast
+    (pkg / "x.py").write_text("import json\nimport math\n")  # an edit: another size and mtime
+    assert canary_cache.pass_imports_cached(cache, tmp_path / "pass") == ["json", "math"]
+    (pkg / "y.py").write_text("import re\n")  # a new module
+    assert canary_cache.pass_imports_cached(cache, tmp_path / "pass") == ["json", "math", "re"]
+    assert len(parsed) == 3
+    assert canary_cache.pass_imports_cached(cache) == real()  # this checkout's, as the canary reads it
