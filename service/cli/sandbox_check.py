@@ -58,12 +58,20 @@ def check_sandbox(settings: Settings) -> str:
     return mode
 
 
-def check_canary(settings: Settings, modules: list[str] | None = None) -> CanaryResult:
+def check_canary(settings: Settings, modules: list[str] | None = None, cached: bool = False) -> CanaryResult:
     """Run the sandbox canary with ``settings``' sandbox policy (importing ``modules``, default
-    :func:`workers.revision.canary.pass_imports`); :class:`SandboxCanaryFailed` (one line) when it fails."""
-    from workers.revision.canary import run_canary
+    :func:`workers.revision.canary.pass_imports`); :class:`SandboxCanaryFailed` (one line) when it fails.  ``cached``: a
+    passed canary with the same key under the cache directory stands (:mod:`workers.revision.canary_cache`)."""
+    from workers.revision.canary import pass_imports, run_canary
 
-    result = run_canary(settings.worker_config().sandbox_policy(), modules)
+    config = settings.worker_config()
+    if cached:
+        from workers.revision.canary_cache import cached_canary
+
+        result = cached_canary(config.sandbox_policy(), pass_imports() if modules is None else modules,
+                               config.cache_dir)
+    else:
+        result = run_canary(config.sandbox_policy(), modules)
     if not result.ok:
         raise SandboxCanaryFailed(result.reason)
     return result
@@ -71,20 +79,21 @@ def check_canary(settings: Settings, modules: list[str] | None = None) -> Canary
 
 def start_canary(settings: Settings) -> Callable[[], CanaryResult]:
     """Start :func:`check_canary` in a thread (so it overlaps the command's own start-up); returns the function
-    that waits for it and raises its :class:`SandboxCanaryFailed`."""
+    that waits for it and raises its :class:`SandboxCanaryFailed`.  For the embedded commands (``sweep``,
+    ``check``): a passed canary remembered with the same key stands (:mod:`workers.revision.canary_cache`)."""
     import threading
 
-    from workers.revision.canary import pass_imports
+    from workers.revision.canary_cache import pass_imports_cached
 
     # read here, not in the thread: CPython 3.11's ast module keeps its recursion depth in interpreter-wide state,
     # so ast.parse in a thread beside the main thread's own ast use raised "AST constructor recursion depth
     # mismatch" (seen in sweeps whose start-up parses source meanwhile)
-    modules = pass_imports()
+    modules = pass_imports_cached(settings.worker_config().cache_dir)
     got: list[CanaryResult | BaseException] = []
 
     def run() -> None:
         try:
-            got.append(check_canary(settings, modules))
+            got.append(check_canary(settings, modules, cached=True))
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             got.append(exc)
 

@@ -15,10 +15,12 @@ import multiprocessing
 import os
 import queue
 import signal
+import socket
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, TypeAlias
 
+from service.orchestration import pool_template
 from service.orchestration.pool_handback import HandedBack, JobLedger
 from service.settings import Settings
 
@@ -40,11 +42,15 @@ if TYPE_CHECKING:  # annotations only: a worker subprocess imports none of these
     WorkerEnd: TypeAlias = Connection[str, Request | None]
 
 
-def _slot_main(conn: WorkerEnd) -> None:
+def _slot_main(conn: WorkerEnd, template: socket.socket | None = None,
+               environ: dict[str, str] | None = None) -> None:
     """Body of one local worker subprocess: run requested cells one at a time until told to stop.
 
-    First, while it has one thread, it forks its conversion fork server (numpy, onnx and onnx_ir
-    imported once: :func:`workers.sandbox.zygotes.start_forkserver`).  Then it imports the job code once for all
+    Its environment is ``environ``, the pool process's (a worker forked from the template's job server
+    starts with the template's allow-listed one: :mod:`service.orchestration.pool_template`).
+    First, while it has one thread, it takes its connection to the pool's sandbox template (``template``:
+    numpy, onnx and onnx_ir imported once for every worker of the pool, :mod:`workers.sandbox.template`), or, given
+    none, starts a fork server of its own (:func:`workers.sandbox.zygotes.start_forkserver`).  Then it imports the job code once for all
     its jobs, in a thread, while it waits for its first request, and starts that request's revision's
     conversion zygote in another (:func:`_prewarm`): the zygote imports the pass in its own process while
     this one imports onnxruntime and then runs the first job's steps before its conversion (fetch, load,
@@ -52,7 +58,13 @@ def _slot_main(conn: WorkerEnd) -> None:
     waits for the start in progress (:func:`workers.sandbox.zygotes.zygote_for` starts one per pass root).
     When it ends (told to stop, or its parent gone) it stops its zygotes and its fork server by pid."""
     from workers.sandbox import zygotes
-    zygotes.start_forkserver()
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
+    if template is not None:
+        zygotes.use_template(template)
+    else:
+        zygotes.start_forkserver()
     try:
         _serve_requests(conn)
     finally:  # its conversion processes end with it, by pid: zygotes (process groups), then their fork server
@@ -102,17 +114,23 @@ class _SlotDied(Exception):
     pass
 
 
-def _context() -> ForkServerContext | SpawnContext:
-    """The multiprocessing context of worker subprocesses: ``forkserver`` with the pass's heavy
-    dependencies preloaded (imported once in the server, not once per worker; forked from it, a worker
-    inherits none of this process's threads and sockets), ``spawn`` where there is no fork server."""
-    from workers.sandbox.zygotes import PRELOAD
+#: What the job code imports that multiprocessing's fork server preloads for every worker: numpy and onnx,
+#: not onnx_ir (and its sympy, ~0.5 s of CPU here): only the pass needs that, and the pass's dependencies are
+#: the sandbox template's to import (:mod:`workers.sandbox.template`), not the workers'.
+JOB_PRELOAD = ("numpy", "onnx")
 
+
+def _context() -> ForkServerContext | SpawnContext:
+    """The multiprocessing context of worker subprocesses: ``forkserver`` with the job code's heavy
+    dependencies preloaded (:data:`JOB_PRELOAD`: imported once in the server, not once per worker; forked
+    from it, a worker inherits none of this process's threads and sockets), ``spawn`` where there is no
+    fork server."""
     try:
         ctx = multiprocessing.get_context("forkserver")
     except ValueError:
         return multiprocessing.get_context("spawn")
-    ctx.set_forkserver_preload(list(PRELOAD))
+    ctx.set_forkserver_preload(list(JOB_PRELOAD))
+    pool_template.use_template_for_workers()  # the server forked from the sandbox template where it can
     return ctx
 
 
@@ -140,9 +158,16 @@ def stop_idle_forkserver() -> bool:
         return False
     try:
         with _WARM_LOCK:
-            if _LIVE or _WARM or server is None or not hasattr(server, "_stop_unlocked"):
+            if _LIVE or _WARM:
                 return False
+        if server is None or not hasattr(server, "_stop_unlocked"):
+            pool_template.stop_template()
+            return False
         with server._lock:
+            if pool_template.stop_job_server(server):  # the template's child: killed, then the template
+                pool_template.stop_template()
+                return True
+            pool_template.stop_template()  # no worker is up: nothing forks from the sandbox template any more
             pid = server._forkserver_pid
             if pid is None:
                 return False
@@ -178,8 +203,14 @@ class _Slot:
         ctx = _context()
         with _SERVER_LOCK:  # never while stop_idle_forkserver() stops the server it is forked from
             conn, child = ctx.Pipe()
-            proc = ctx.Process(target=_slot_main, args=(child,), daemon=True, name="ampci-local-worker")
-            proc.start()
+            template = pool_template.template_connection()
+            proc = ctx.Process(target=_slot_main, args=(child, template, dict(os.environ)), daemon=True,
+                               name="ampci-local-worker")
+            try:
+                proc.start()
+            finally:
+                if template is not None:
+                    template.close()  # the worker has its own copy now
             _LIVE.add(proc)
         child.close()
         with self._lock:  # both at once, only once it has a pid

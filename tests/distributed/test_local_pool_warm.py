@@ -4,13 +4,14 @@ finished job instead of sleeping between polls."""
 
 from __future__ import annotations
 
+import multiprocessing.forkserver as mpfs
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from service.orchestration import scheduler
+from service.orchestration import pool_template, scheduler
 from service.settings import Settings
 from workers.revision.revisions import RevisionCache
 
@@ -56,17 +57,22 @@ def test_pool_workers_fork_zygotes_from_a_preloaded_server_and_tell_the_waiter(t
         last_done = max(j.finished_at for j in store.jobs(run_id)).timestamp()
         assert returned - start < 60 and time.time() - last_done < 10
         worker = psutil.Process(slot.proc.pid)
-        # the worker was forked from multiprocessing's preloaded fork server, not spawned afresh
-        assert "multiprocessing.forkserver" in " ".join(worker.parent().cmdline())
-        tree = _tree(worker.pid)
-        # the fork server is a fresh `_zygote.py --forkserver` (issue 31: never a fork of the worker); a zygote
-        # forked from it carries its command line, a fresh zygote has none of `--forkserver`
+        # the worker was forked from multiprocessing's fork server, itself forked from the pool's sandbox
+        # template (issue 42: one preload for the workers and the sandboxes), not spawned afresh
+        (template,) = pool_template._TEMPLATE
+        job_server = mpfs._forkserver._forkserver_pid
+        assert worker.ppid() == job_server and psutil.Process(job_server).ppid() == template.proc.pid
+        assert "--forkserver" in " ".join(worker.parent().cmdline())
+        assert [p for p in _tree(worker.pid) if p.pid != worker.pid] == []  # no fork server of its own
+        # the zygotes are the template's (a fresh `_zygote.py --forkserver`, issue 31: never a fork of the
+        # worker); a zygote forked from it carries its command line, a fresh zygote has none of `--forkserver`
+        zygotes = [p for p in psutil.Process(template.proc.pid).children() if p.pid != job_server]
+        tree = zygotes + [c for z in zygotes for c in z.children(recursive=True)]
         fresh = [p for p in tree if any("_zygote.py" in part for part in _cmdline(p))
                  and "--forkserver" not in _cmdline(p)]
         assert not fresh, f"a zygote was started as a fresh interpreter: {[_cmdline(p) for p in fresh]}"
-        # its fork server (a fresh `_zygote.py --forkserver`), the revision's zygote forked from it, and the
-        # conversion's pre-forked supervisor
-        assert len([p for p in tree if "--forkserver" in _cmdline(p)]) >= 3, [_cmdline(p) for p in tree]
+        # the revision's zygote forked from the template, and the conversion's pre-forked supervisor
+        assert len([p for p in tree if "--forkserver" in _cmdline(p)]) >= 2, [_cmdline(p) for p in tree]
     finally:
         pool.close()
     assert store.results(run_id=run_id) and {r.status for r in store.results(run_id=run_id)} == {"pass"}

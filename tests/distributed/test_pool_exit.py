@@ -69,7 +69,11 @@ def test_the_fork_server_is_stopped_by_pid_at_exit_once_no_worker_is_up(tmp_path
     assert all(_gone(pid) for pid in said["workers"])
 
 
-def test_a_stopped_worker_takes_its_zygotes_and_their_fork_server_with_it(tmp_path: Path) -> None:
+def test_a_stopped_worker_takes_its_zygotes_with_it_and_the_exit_their_shared_template(tmp_path: Path) -> None:
+    import multiprocessing.forkserver as mpfs
+
+    from service.orchestration import localpool, pool_template
+
     settings = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
     store = scheduler.open_store(settings)
     key = RevisionCache.from_config(settings.worker_config()).snapshot(ROOT)
@@ -82,7 +86,13 @@ def test_a_stopped_worker_takes_its_zygotes_and_their_fork_server_with_it(tmp_pa
         pool.finish()
         (slot,) = pool._slots
         worker = psutil.Process(slot.proc.pid)
-        below = worker.children(recursive=True)  # its zygote fork server, the revision's zygote, its next child
+        (shared,) = pool_template._TEMPLATE  # the pool's sandbox template: one for all its workers
+        template = psutil.Process(shared.proc.pid)
+        assert worker.children(recursive=True) == []  # no fork server of its own: the template's
+        job_server = mpfs._forkserver._forkserver_pid  # the workers' own fork server: forked by the template too
+        assert worker.ppid() == job_server and psutil.Process(job_server).ppid() == template.pid
+        zygotes = [p for p in template.children() if p.pid != job_server]  # the revision's zygote ...
+        below = zygotes + [c for z in zygotes for c in z.children(recursive=True)]  # ... its next supervisor
         assert len(below) >= 2
     finally:
         pool.close()
@@ -92,6 +102,13 @@ def test_a_stopped_worker_takes_its_zygotes_and_their_fork_server_with_it(tmp_pa
     while not all(_gone(p.pid) for p in below) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert all(_gone(p.pid) for p in below), [p.pid for p in below if not _gone(p.pid)]
+    assert template.is_running()  # the template is the pool process's, stopped once no worker is up
+    assert localpool.stop_idle_forkserver() is True
+    assert _gone(template.pid) and pool_template._TEMPLATE == []
+    deadline = time.monotonic() + 0.5
+    while not _gone(job_server) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _gone(job_server) and mpfs._forkserver._forkserver_pid is None
     assert {r.status for r in store.results(run_id=run_id)} == {"pass"}
 
 

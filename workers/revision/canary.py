@@ -163,6 +163,13 @@ def last() -> CanaryResult | None:
         return _LAST
 
 
+def remember(result: CanaryResult) -> None:
+    """Make ``result`` what :func:`last` says (a passed canary remembered: :mod:`workers.revision.canary_cache`)."""
+    global _LAST
+    with _LOCK:
+        _LAST = result
+
+
 def forget() -> None:
     """Forget the latest result (:func:`last` is None again): for a process that changes its sandbox policy."""
     global _LAST

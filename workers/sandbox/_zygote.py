@@ -22,13 +22,20 @@ arrives, so neither the sandbox nor the import is on a job's critical path.
 ``--forkserver FD``: instead of being a zygote, preload the pass's heavy dependencies (numpy, onnx, onnx_ir --
 never ``amp_pass``) and fork a zygote per request received on the socket ``FD`` (see
 :mod:`workers.sandbox.zygotes`).  The fork server is a fresh interpreter with the pass's environment, never a fork of
-the worker, so nothing of the worker's memory or environment (its settings, its credentials) is in it.
+the worker, so nothing of the worker's memory or environment (its settings, its credentials) is in it.  It is
+the *template* of every sandbox: several workers may share one (:class:`workers.sandbox.zygotes.Template`): a
+``{"connect": true}`` message on ``FD`` with one descriptor adds that socket as one more client, which gets
+``{"ready": true}`` and then asks for zygotes as ``FD`` does; ``{"status": true}`` on ``FD`` answers the top-level
+modules it has imported (``{"modules": [...]}``: never ``amp_pass``); ``{"job_server": true}`` with two
+descriptors forks the owner's multiprocessing fork server (:func:`_fork_job_server`).  A forked zygote keeps none of the server's
+sockets (no other worker's connection); the server exits when ``FD`` closes (its owner is gone).
 """
 
 import gc
 import importlib.util
 import json
 import os
+import selectors
 import signal
 import socket
 import sys
@@ -190,33 +197,102 @@ def _preload(names):
 
 
 def _forkserver(fd, preload):
-    """Preload ``preload``, then fork one zygote per request (spec, two fds) on socket ``fd``; EOF ends it."""
+    """Preload ``preload``, then fork one zygote per request (spec, two fds) on socket ``fd`` or on a client
+    socket it was given (``{"connect": true}``, one fd); EOF on ``fd`` ends it, EOF on a client drops that client."""
     _preload(preload)
-    sock = socket.socket(fileno=fd)
+    control = socket.socket(fileno=fd)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # zygotes are reaped by the kernel
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the worker's to handle
     _sandbox()
     gc.collect()
     gc.freeze()
-    sock.send(b'{"ready": true}')
+    control.send(b'{"ready": true}')
+    sel = selectors.DefaultSelector()
+    sel.register(control, selectors.EVENT_READ)
     while True:
+        for key, _ in sel.select():
+            _serve_one(sel, key.fileobj, control)
+
+
+def _serve_one(sel, sock, control):
+    """One message on ``sock``: a zygote to fork, a client to add, or EOF."""
+    try:
         msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
-        if not msg:
-            os._exit(0)
-        req = json.loads(msg)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                sock.close()
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                code = become(req["spec"], fds[0], fds[1]) or 0
-            finally:
-                os._exit(code)
+    except OSError:
+        msg, fds = b"", []
+    if not msg:
         for f in fds:
             os.close(f)
+        if sock is control:
+            os._exit(0)
+        sel.unregister(sock)
+        sock.close()
+        return
+    req = json.loads(msg)
+    if req.get("connect") and sock is control and len(fds) == 1:
+        client = socket.socket(fileno=fds[0])
+        sel.register(client, selectors.EVENT_READ)
+        try:
+            client.send(b'{"ready": true}')
+        except OSError:
+            pass
+        return
+    if req.get("status") and sock is control and not fds:  # its owner asks what it has imported
+        sock.send(json.dumps({"modules": sorted({m.split(".")[0] for m in sys.modules})}).encode())
+        return
+    if req.get("job_server") and sock is control and len(fds) == 2:
+        _fork_job_server(sel, sock, fds)
+        return
+    if len(fds) != 2 or "spec" not in req:
+        for f in fds:
+            os.close(f)
+        return
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            for k in list(sel.get_map().values()):  # no zygote holds the server's or another worker's socket
+                k.fileobj.close()
+            sel.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            code = become(req["spec"], fds[0], fds[1]) or 0
+        finally:
+            os._exit(code)
+    for f in fds:
+        os.close(f)
+    try:
         sock.send(json.dumps({"pid": pid}).encode())
+    except OSError:
+        pass
+
+
+def _fork_job_server(sel, sock, fds):
+    """Fork the owner's multiprocessing fork server (``fds``: its listening socket and "alive" pipe): the job
+    workers of the owner's pool are then forked from this clean, preloaded heap too, and the dependencies are
+    imported once for the jobs and the sandboxes alike.  Nothing flows back: the workers' requests, settings
+    and environment go from the owner to each worker, never through this process."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            for k in list(sel.get_map().values()):
+                k.fileobj.close()
+            sel.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # (the workers it forks get these back)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            from multiprocessing import forkserver
+
+            forkserver.main(fds[0], fds[1], [])
+            code = 0
+        finally:
+            os._exit(code)
+    for f in fds:
+        os.close(f)
+    try:
+        sock.send(json.dumps({"pid": pid}).encode())
+    except OSError:
+        pass
 
 
 def main():

@@ -1,9 +1,10 @@
 """Warm conversion: one long-lived zygote per pass root, pre-forking a sandboxed supervisor per conversion.
 
 Starting ``python -m amp_pass`` costs seconds of imports per job.  A worker that called
-:func:`start_forkserver` (the local pool's workers and the Celery worker children do, at start) has a fork
-server: a *fresh interpreter* with the pass's allow-listed environment that imports numpy, onnx and onnx_ir
-(never ``amp_pass``) and forks zygotes; without one, a zygote is a fresh interpreter running
+:func:`start_forkserver` (the Celery worker children do, at start) has a fork server -- the sandbox *template*:
+a *fresh interpreter* with the pass's allow-listed environment that imports numpy, onnx and onnx_ir (never
+``amp_pass``) and forks zygotes; a local pool's worker is handed a connection to its pool's shared template
+instead (:func:`use_template`, :mod:`workers.sandbox.template`); without either, a zygote is a fresh interpreter running
 ``workers/sandbox/_zygote.py``.  A zygote is trusted code: it never imports the pass.  It pre-forks, ahead of each
 request, the conversion's supervisor, which makes the sandbox (:mod:`workers.sandbox._sandbox`: namespaces, read-only
 mounts, dropped privileges, limits) and starts the pass process that imports the revision's ``amp_pass``
@@ -68,11 +69,14 @@ PRELOAD = ("numpy", "onnx", "onnx_ir")
 
 
 class _ForkServer:
-    """A fresh interpreter (``_zygote.py --forkserver``) that forks zygotes on request; started by
-    :func:`start_forkserver`, it shares nothing with the worker but the socket."""
+    """This process's way to a template (``_zygote.py --forkserver``, a fresh interpreter) that forks zygotes on
+    request: its own (``owned``: :func:`start_forkserver`, killed by :func:`stop_forkserver`) or a connection to
+    one shared with other workers (:func:`use_template`: never killed from here); it shares nothing with the
+    worker but the socket."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
-        self.proc, self.pid, self.sock, self.lock = proc, proc.pid, sock, threading.Lock()
+    def __init__(self, proc: subprocess.Popen[bytes] | None, sock: socket.socket, pid: int = -1) -> None:
+        self.proc, self.sock, self.lock = proc, sock, threading.Lock()
+        self.pid = proc.pid if proc is not None else pid
         self.ready = False
 
     def fork_zygote(self, spec: dict) -> tuple[int, int, int]:
@@ -107,15 +111,11 @@ class _ForkServer:
 _FORKSERVER: _ForkServer | None = None
 
 
-def start_forkserver(preload: tuple[str, ...] = PRELOAD) -> bool:
-    """Start this process's zygote fork server: a fresh interpreter with the pass's environment (never a
-    fork of this process: nothing of its memory, settings or credentials is in it) that imports ``preload``
-    in the background and then forks zygotes.  Returns at once; False where it cannot start."""
-    global _FORKSERVER
-    if _FORKSERVER is not None:
-        return True
+def spawn_template(preload: tuple[str, ...]) -> tuple[subprocess.Popen[bytes], socket.socket] | None:
+    """A fresh template interpreter (``_zygote.py --forkserver``) with the pass's allow-listed environment and
+    ``/`` as its directory, preloading ``preload`` in the background; (process, control socket), or None."""
     if not hasattr(socket, "send_fds"):
-        return False
+        return None
     from workers.sandbox.policy import pass_env
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -126,22 +126,47 @@ def start_forkserver(preload: tuple[str, ...] = PRELOAD) -> bool:
                                 start_new_session=True)
     except OSError:
         ours.close()
-        return False
+        return None
     finally:
         theirs.close()
-    _FORKSERVER = _ForkServer(proc, ours)
+    return proc, ours
+
+
+def start_forkserver(preload: tuple[str, ...] = PRELOAD) -> bool:
+    """Start this process's zygote fork server: a fresh interpreter with the pass's environment (never a
+    fork of this process: nothing of its memory, settings or credentials is in it) that imports ``preload``
+    in the background and then forks zygotes.  Returns at once; False where it cannot start.  A process that
+    was handed a shared template (:func:`use_template`) keeps that one."""
+    global _FORKSERVER
+    if _FORKSERVER is not None:
+        return True
+    started = spawn_template(preload)
+    if started is None:
+        return False
+    _FORKSERVER = _ForkServer(*started)
     return True
+
+
+def use_template(sock: socket.socket) -> None:
+    """Fork this process's zygotes from a template shared with other workers (``sock``: a connection from
+    :meth:`Template.connect`, made by the process that owns the template) instead of starting one's own."""
+    global _FORKSERVER
+    stop_forkserver()
+    _FORKSERVER = _ForkServer(None, sock)
 
 
 def stop_forkserver() -> None:
     """Stop this process's zygote fork server (:func:`start_forkserver`), if any, by its pid: killed and
-    reaped.  The zygotes it forked are :func:`shutdown`'s to stop.  Zygotes started after this are fresh
-    interpreters unless :func:`start_forkserver` is called again."""
+    reaped (a shared template's connection is only closed: its owner stops it).  The zygotes it forked are
+    :func:`shutdown`'s to stop.  Zygotes started after this are fresh interpreters unless
+    :func:`start_forkserver` is called again."""
     global _FORKSERVER
     server, _FORKSERVER = _FORKSERVER, None
     if server is None:
         return
     server.sock.close()
+    if server.proc is None:
+        return
     try:
         os.kill(server.pid, signal.SIGKILL)
     except ProcessLookupError:
