@@ -6,6 +6,7 @@ process has exited (pidfds); CPU seconds come from a cgroup v2 group of the sess
 microseconds) or, without one, from the host's ``/proc`` for the sandbox's process tree (:func:`tree_cpu`).
 """
 
+import errno
 import os
 import sys
 import time
@@ -221,13 +222,15 @@ class SessionCgroup:
             fd = self.__dict__.pop(name, None)
             if fd is not None:
                 os.close(fd)
-        for _ in range(50):
+        for _ in range(50):  # EBUSY until the group's last process is gone
             try:
                 os.rmdir(self.name, dir_fd=self.parent)
                 break
             except FileNotFoundError:
                 break
-            except OSError:
+            except OSError as exc:
+                if exc.errno != errno.EBUSY:
+                    break  # left to sweep_session_cgroups
                 time.sleep(0.01)
         os.close(self.parent)
 

@@ -19,6 +19,7 @@ and :func:`note` says so in one line (``/healthz``'s ``sandbox_cgroup``): the pe
 conversion's ``RLIMIT_AS`` and the tmpfs size still hold.
 """
 
+import errno
 import os
 import time
 
@@ -97,7 +98,7 @@ class Limits:
     (``_accounting.SessionCgroup``), or None.  Never raises: a limit it cannot set is left out."""
 
     def __init__(self, max_procs, v2=None):
-        self.v1 = []       # (parent directory, group name, cgroup.procs fd)
+        self.v1 = []       # (O_PATH descriptor of the parent directory, group name, cgroup.procs fd)
         self.limit = {}    # controller -> fd of its limit file
         self.memory = 0
         name = f"{PREFIX}{os.getpid()}"
@@ -112,10 +113,17 @@ class Limits:
                     self.limit[c] = os.open(f"{v2[1]}/{FILES[True, c]}", os.O_WRONLY, dir_fd=v2[0])
                 else:
                     sweep(w[0])
-                    os.mkdir(os.path.join(w[0], name), 0o755)
-                    group = os.path.join(w[0], name)
-                    self.v1.append((w[0], name, os.open(f"{group}/cgroup.procs", os.O_WRONLY)))
-                    self.limit[c] = os.open(f"{group}/{FILES[False, c]}", os.O_WRONLY)
+                    # the parent by a descriptor opened now, in the worker's mount namespace: the sandbox's
+                    # mounts make /sys read-only in the supervisor's, where a path would give EROFS at removal
+                    parent = os.open(w[0], os.O_PATH | os.O_DIRECTORY)
+                    try:
+                        os.mkdir(name, 0o755, dir_fd=parent)
+                        procs = os.open(f"{name}/cgroup.procs", os.O_WRONLY, dir_fd=parent)
+                    except OSError:
+                        os.close(parent)
+                        raise
+                    self.v1.append((parent, name, procs))
+                    self.limit[c] = os.open(f"{name}/{FILES[False, c]}", os.O_WRONLY, dir_fd=parent)
             except OSError:
                 continue
         if "pids" in self.limit:
@@ -149,14 +157,17 @@ class Limits:
         self.limit = {}
         for parent, name, procs in self.v1:
             os.close(procs)
-            for _ in range(50):
+            for _ in range(50):  # EBUSY until the group's last process is gone
                 try:
-                    os.rmdir(os.path.join(parent, name))
+                    os.rmdir(name, dir_fd=parent)
                     break
                 except FileNotFoundError:
                     break
-                except OSError:
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY:
+                        break  # left to the next sweep (it removes empty groups of gone supervisors)
                     time.sleep(0.01)
+            os.close(parent)
         self.v1 = []
 
 

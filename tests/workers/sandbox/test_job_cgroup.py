@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,12 @@ def test_the_pass_is_in_a_group_of_its_own_with_the_limit(tmp_path: Path, mode: 
     assert got["group"].rsplit("/", 1)[-1].startswith(cgl.PREFIX), got  # a group of its own, not the worker's
     want = MAX_PROCS if controller == "pids" else MEMORY + SCRATCH
     assert int(got["limit"]) == want, got
+    # the session's end removes its group (the supervisor's /sys is read-only by then: it must not need a path)
+    group = Path(_mounts()[controller][0]) / got["group"].lstrip("/")
+    deadline = time.monotonic() + 5
+    while group.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not group.exists(), f"{group} left behind after its session ended"
 
 
 V1_HYBRID = ("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
