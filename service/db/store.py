@@ -33,6 +33,7 @@ from service.db.engine import DbRow, make_engine, transaction
 from service.db.job_writes import JobWritesMixin
 from service.db.queries import QueriesMixin, run_info
 from service.db.records import RunInfo, RunSummary, utc
+from service.db.result_queries import ResultQueriesMixin
 from service.db.runs import RunWritesMixin, check_sha, dialect_insert
 from service.errors import NotFoundError, UserError
 from service.json_types import JsonObject
@@ -71,7 +72,7 @@ def thresholds_from_settings(settings: Settings) -> Thresholds | None:
     return _Thresholds.load(settings.thresholds_file)
 
 
-class Store(RunWritesMixin, JobWritesMixin, QueriesMixin, DeliveriesMixin):
+class Store(RunWritesMixin, JobWritesMixin, QueriesMixin, ResultQueriesMixin, DeliveriesMixin):
     """Results store over one SQLAlchemy engine.  See the module docstring for guarantees."""
 
     def __init__(self, engine: Engine, clock: Callable[[], datetime] = _now,
