@@ -35,7 +35,7 @@ else:  # the names of service.vocabulary, as FastAPI checks them
     Trigger = Literal[TRIGGERS]
     RunState = Literal[RUN_STATES]
 RegState = Literal["open", "acknowledged", "resolved", "false_positive", "suspected", "dismissed", "suspected_resolved",
-                   "explained"]  # service.db.queries.REG_STATES
+                   "explained"]  # service.db.result_queries.REG_STATES
 Category = Literal["regression", "improvement", "flaky"]
 Metric = Literal["cosine", "max_abs", "error_ratio", "latency_p50_ms", "speedup", "low_precision_fraction",
                  "casts_inserted", "final_error"]

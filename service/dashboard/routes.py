@@ -46,8 +46,8 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from service.dashboard import bisection, plots, views
 from service.db import dashboard as queries
 from service.db.deliveries import DELIVERY_STATES
-from service.db.queries import REG_STATES
 from service.db.records import RegressionInfo
+from service.db.result_queries import REG_STATES
 from service.db.store import Store
 from service.db.tails import stderr_tails
 from service.errors import NotFoundError, UserError

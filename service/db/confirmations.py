@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from service.db import models as m
-from service.db.queries import regression_info
 from service.db.records import RegressionInfo
+from service.db.result_queries import regression_info
 from service.regressions.confirm import (
     CONFIRM_TRIGGER,
     SUSPECTED,

@@ -241,7 +241,7 @@ def cell_findings(store: Store, cell: Cell, run_ids: Sequence[int]) -> list[Regr
     """Findings (RegressionInfo) of ``cell`` stored by the given runs, oldest first."""
     if not run_ids:
         return []
-    from service.db.queries import regression_info
+    from service.db.result_queries import regression_info
 
     model, dtype, policy, target = cell
     with store.transaction() as conn:
@@ -279,7 +279,7 @@ def findings(store: Store, *, state: str | None = None, kind: str | None = None,
              limit: int = 200) -> list[RegressionInfo]:
     """At most ``limit`` findings of every run, newest first, each filter applied when given (``state``
     and ``category`` are checked by :meth:`Store.regressions`'s rules: UserError for an unknown state)."""
-    from service.db.queries import REG_STATES, regression_info, regressions_query
+    from service.db.result_queries import REG_STATES, regression_info, regressions_query
     from service.errors import UserError
 
     if state is not None and state not in REG_STATES:

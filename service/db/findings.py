@@ -14,8 +14,8 @@ from sqlalchemy.engine import Connection
 
 from service.db import models as m
 from service.db.engine import DialectInsert
-from service.db.queries import regression_info, regressions_query
 from service.db.records import RegressionInfo
+from service.db.result_queries import regression_info, regressions_query
 from service.db.runs import dialect_insert
 from service.regressions.detect import DETECTED_STATES
 from service.regressions.stored import FindingRow, FindingUpdate

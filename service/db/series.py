@@ -18,8 +18,9 @@ from sqlalchemy.engine import Connection
 from service.db import models as m
 from service.db.engine import DbRow
 from service.db.models import DbTable
-from service.db.queries import ancestors, regression_info
+from service.db.queries import ancestors
 from service.db.records import RegressionInfo
+from service.db.result_queries import regression_info
 from service.regressions.confirm import CONFIRM_TRIGGER
 from service.regressions.detect import LINEAGE_TRIGGERS
 from service.regressions.stored import BriefResult, Cell, HistoryResult, LineFinding, StoredResult

@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from service.db import models as m
-from service.db.queries import regression_info, regressions_query
 from service.db.records import RegressionInfo
+from service.db.result_queries import regression_info, regressions_query
 from service.json_types import JsonObject
 
 t_run, t_reg, t_res = m.Run.__table__, m.Regression.__table__, m.Result.__table__

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from service.db.queries import REG_STATES
+from service.db.result_queries import REG_STATES
 from tests.service.dashboard.conftest import TOKEN
 from tests.service.dashboard.seed import Seeded
 

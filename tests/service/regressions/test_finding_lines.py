@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from service.db.queries import REG_STATES
+from service.db.result_queries import REG_STATES
 from service.regressions.finding_lines import FEW, LINES, finding_lines, line_of
 from service.regressions.findings import CAPPED_BY, CATEGORIES
 
