@@ -80,7 +80,7 @@ def spread(seeded_db: tuple[str, Any, Seeded]) -> Iterator[None]:
 
     _, store, _ = seeded_db
     with store.transaction() as conn:
-        before = dict(conn.execute(sa.select(t_reg.c.id, t_reg.c.created_at)).tuples().all())
+        before = dict(conn.execute(sa.select(t_reg.c.id, t_reg.c.created_at)).all())
         now = datetime.now(UTC)
         for n, reg_id in enumerate(sorted(before, reverse=True)):
             conn.execute(sa.update(t_reg).where(t_reg.c.id == reg_id).values(created_at=now - timedelta(days=n, hours=12)))

@@ -35,7 +35,7 @@ def findings(store: Store, run_id: int) -> list[tuple[object, ...]]:
 
 def summaries(store: Store) -> dict[int, str | None]:
     with store.transaction() as conn:
-        return dict(conn.execute(sa.select(t_res.c.id, t_res.c.sample_doc)).tuples().all())
+        return dict(conn.execute(sa.select(t_res.c.id, t_res.c.sample_doc)).all())
 
 
 def set_summaries(store: Store, values: dict[int, str | None]) -> None:
