@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from workers.sandbox.template import Template
 
-#: The sandbox template this process's workers share (guarded by localpool._SERVER_LOCK).
+#: The sandbox template this process's workers share (guarded by pool_slots.SERVER_LOCK).
 _TEMPLATE: list[Template] = []
 _HOOKED: list[bool] = []
 

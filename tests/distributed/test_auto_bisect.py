@@ -149,7 +149,7 @@ def test_manual_first_step_then_continues_and_auto_start_is_off_by_default(sqlit
 def test_embedded_pool_runs_the_whole_bisection(sqlite_url: str, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """No broker: the LocalPool that ran the push run also runs every midpoint it leads to."""
-    from service.orchestration import localpool
+    from service.orchestration import localpool, pool_slots
 
     h = Harness(sqlite_url, tmp_path, monkeypatch, auto_bisect=True, first_bad=3, broker_url="")
     assert h.settings.embedded
@@ -158,7 +158,7 @@ def test_embedded_pool_runs_the_whole_bisection(sqlite_url: str, tmp_path: Path,
         cell, revision, settings, options = request
         return h.fake_run_cell(tuple(cell), revision, settings, options).to_json()
 
-    monkeypatch.setattr(localpool._Slot, "run", slot_run)
+    monkeypatch.setattr(pool_slots.Slot, "run", slot_run)
     for i in (0, N_COMMITS - 1):  # one pool per sweep, as `ampci sweep` does
         pool = localpool.LocalPool(h.settings, h.store, workers=2)
         try:

@@ -26,8 +26,8 @@ pytestmark = pytest.mark.slow
 
 SERVER_AT_EXIT = textwrap.dedent('''
     import json, multiprocessing.forkserver as mpfs, os, sys
-    from service.orchestration import localpool
-    slots = [localpool._Slot(), localpool._Slot()]
+    from service.orchestration import localpool, pool_slots
+    slots = [pool_slots.Slot(), pool_slots.Slot()]
     for slot in slots:
         slot.ensure_started()
     server = mpfs._forkserver._forkserver_pid
@@ -171,10 +171,10 @@ def test_stop_forkserver_kills_and_reaps_the_zygote_fork_server() -> None:
 
 
 def test_the_exit_never_waits_for_a_worker_start_in_progress() -> None:
-    from service.orchestration import localpool
+    from service.orchestration import localpool, pool_slots
 
     done: list[bool] = []
-    with localpool._SERVER_LOCK:  # as a worker start holds it while the fork server preloads (~1 s)
+    with pool_slots.SERVER_LOCK:  # as a worker start holds it while the fork server preloads (~1 s)
         waiter = threading.Thread(target=lambda: done.append(localpool.stop_idle_forkserver()), daemon=True)
         waiter.start()
         waiter.join(5)

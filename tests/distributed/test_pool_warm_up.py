@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from service.orchestration import localpool
+from service.orchestration import localpool, pool_slots
 from service.orchestration.scheduler import LocalPool, open_store
 from service.settings import Settings
 
@@ -24,7 +24,7 @@ def test_the_pool_module_imports_neither_the_database_layer_nor_job_code() -> No
     assert out.stdout.strip() == "[]"
 
 
-def _wait_started(slot: localpool._Slot, seconds: float = 120.0) -> None:
+def _wait_started(slot: pool_slots.Slot, seconds: float = 120.0) -> None:
     deadline = time.monotonic() + seconds
     while slot.proc is None:
         assert time.monotonic() < deadline, "warm_up() did not start its worker"
@@ -33,7 +33,7 @@ def _wait_started(slot: localpool._Slot, seconds: float = 120.0) -> None:
 
 def test_warm_up_starts_workers_that_the_next_pool_adopts_and_stops_the_surplus(tmp_path: Path) -> None:
     localpool.warm_up(2)
-    warm = list(localpool._WARM)
+    warm = list(pool_slots.WARM)
     assert len(warm) == 2
     for slot in warm:  # started in the background, before any pool exists
         _wait_started(slot)
@@ -42,7 +42,7 @@ def test_warm_up_starts_workers_that_the_next_pool_adopts_and_stops_the_surplus(
     pool = LocalPool(settings, open_store(settings), workers=2)
     try:
         pool.prestart(1)  # one job: one worker wanted
-        assert pool._slots == warm[:1] and localpool._WARM == []  # adopted, not started anew
+        assert pool._slots == warm[:1] and pool_slots.WARM == []  # adopted, not started anew
         surplus = warm[1]
         deadline = time.monotonic() + 30
         while surplus.proc is not None:  # retired: stopped, and never started again

@@ -3,7 +3,7 @@
 * ``LocalPool.shutdown`` hands back (re-queues) the jobs its threads are running itself, before it
   returns, even when a job thread does not get to run again before the process exits; a thread that
   wakes up afterwards writes nothing over a job that was handed back.
-* ``_Slot.stop`` called by two threads at once (a pool's shutdown and the slot's own job thread) ends
+* ``Slot.stop`` called by two threads at once (a pool's shutdown and the slot's own job thread) ends
   the subprocess once, without either call failing.
 """
 
@@ -18,8 +18,9 @@ import pytest
 
 from service.db import Store
 from service.db.migrate import upgrade
-from service.orchestration import localpool, orphans
-from service.orchestration.localpool import LocalPool, _Slot, _SlotDied
+from service.orchestration import orphans, pool_slots
+from service.orchestration.localpool import LocalPool
+from service.orchestration.pool_slots import Slot, SlotDied
 from service.settings import Settings
 from tests.waiting import SAFETY_NET_S
 from workers.result import JobResult
@@ -27,7 +28,7 @@ from workers.result import JobResult
 CELLS = [("conv_net", "fp16", "default", "cpu"), ("conv_net", "bf16", "default", "cpu")]
 
 
-class HeldSlot(_Slot):
+class HeldSlot(Slot):
     """A slot whose job waits for ``release`` (our stand-in for a job thread a loaded machine does not
     schedule), then ends as ``outcome`` says: ``died`` (its subprocess was killed) or ``result``."""
 
@@ -45,7 +46,7 @@ class HeldSlot(_Slot):
         self.entered.set()
         assert self.release.wait(SAFETY_NET_S)
         if self.outcome == "died":
-            raise _SlotDied()
+            raise SlotDied()
         model, dtype, policy, target = cell
         return JobResult(model=model, dtype=dtype, policy=policy, target=target, status="pass",
                          revision=revision).to_json()
@@ -65,7 +66,7 @@ def _held_pool(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ou
     """A one-worker pool running the first job of a fresh run in a :class:`HeldSlot`, held."""
     monkeypatch.setattr(HeldSlot, "instances", [])
     monkeypatch.setattr(HeldSlot, "outcome", outcome)
-    monkeypatch.setattr(localpool, "_Slot", HeldSlot)
+    monkeypatch.setattr(pool_slots, "Slot", HeldSlot)
     sha = "b" * 40
     store.upsert_revision(sha, [], "main", "dev", "x")
     run_id = store.create_run(sha, "manual", None, "t", CELLS, dispatch="local")
@@ -110,7 +111,7 @@ def test_shutdown_leaves_a_job_that_ended_before_it_ended(store: Store, tmp_path
 
 
 def test_two_threads_stopping_one_slot_at_once_end_it_once() -> None:
-    slot = _Slot()
+    slot = Slot()
     slot.ensure_started()  # a real worker subprocess
     proc, conn = slot.proc, slot.conn
     in_join, go_on = threading.Event(), threading.Event()
@@ -144,5 +145,5 @@ def test_two_threads_stopping_one_slot_at_once_end_it_once() -> None:
     assert not t.is_alive() and errors == [], errors
     assert slot.proc is None and slot.conn is None
     assert proc.exitcode is not None and conn.closed  # reaped, its pipe closed
-    assert proc not in localpool._LIVE
+    assert proc not in pool_slots.LIVE
     slot.stop()  # and again: nothing to do
