@@ -9,9 +9,13 @@ is left running.
 from __future__ import annotations
 
 import json
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,10 +35,32 @@ SECRETS = {"AMPCI_WEBHOOK_SECRET": "whsec-pool-0123456789", "AMPCI_API_TOKEN": "
            "AMPCI_GITHUB_TOKEN": "ghs_" + "Q" * 36}
 
 
+@pytest.fixture
+def host_socket() -> Iterator[Path]:
+    """A unix socket a host process listens on, by path, in a world-writable directory outside ``/run``,
+    ``/var/run`` and ``/tmp`` (which the sandbox covers): only the system-call filter keeps the pass from it."""
+    where = Path(tempfile.mkdtemp(prefix="ampci-hostile-", dir="/var/tmp"))
+    where.chmod(0o777)
+    path = where / "s"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    path.chmod(0o777)
+    server.listen(16)
+    try:
+        yield path
+    finally:
+        server.close()
+        shutil.rmtree(where, ignore_errors=True)
+
+
 def _check(message: str, victims: list[Path], mark: str) -> None:
     got = findings(message)
     assert got["ampci_env"] == [] and got["connected"] == [] and got["wrote"] == [], got
     assert got["sockets_inherited"] == 0 and got["pids_seen"] <= 3, got
+    # round 2 (issue 40): no keyring key, no host socket by path, nothing of ampci's directories, no descriptor but
+    # its stdio, no way to gain privileges
+    assert got.get("add_key") is not True and got["unix_connected"] == [] and got["listed"] == [], got
+    assert got["fds"] <= 3 and got["no_new_privs"] == "1", got
     assert all(v.read_text() == "clean\n" for v in victims if v.exists())
     assert FAKE_TOKEN not in message and not any(v in message for v in SECRETS.values())
     deadline = time.monotonic() + 5
@@ -43,7 +69,8 @@ def _check(message: str, victims: list[Path], mark: str) -> None:
     assert processes_with(mark) == []
 
 
-def test_hostile_pass_through_the_local_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hostile_pass_through_the_local_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            host_socket: Path) -> None:
     for k, v in SECRETS.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("AMPCI_SANDBOX", "require")
@@ -55,7 +82,7 @@ def test_hostile_pass_through_the_local_pool(tmp_path: Path, monkeypatch: pytest
     for v in victims:
         v.write_text("clean\n")
     mark = "4244.7"
-    tree = hostile_pass(tmp_path / "tree", [5432, 6379], victims, mark)
+    tree = hostile_pass(tmp_path / "tree", [5432, 6379], victims, mark, unix_paths=[host_socket])
     store = scheduler.open_store(settings)
     key = RevisionCache.from_config(settings.worker_config()).snapshot(tree)
     run_id = store.create_run(key, "manual", None, "t", [("conv_net", "fp16", "default", "cpu")])
@@ -71,7 +98,8 @@ def test_hostile_pass_through_the_local_pool(tmp_path: Path, monkeypatch: pytest
     _check(result.message, victims, mark)
 
 
-def test_hostile_pass_through_a_celery_worker(tmp_path: Path, cluster_env: dict[str, str], start_worker) -> None:
+def test_hostile_pass_through_a_celery_worker(tmp_path: Path, cluster_env: dict[str, str], start_worker,
+                                             host_socket: Path) -> None:
     repo = tmp_path / "hostile-repo"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
@@ -86,7 +114,7 @@ def test_hostile_pass_through_a_celery_worker(tmp_path: Path, cluster_env: dict[
         v.write_text("clean\n")
     mark = "4245.3"
     redis_port = int(cluster_env["AMPCI_BROKER_URL"].rsplit(":", 1)[1].split("/")[0])
-    hostile_pass(repo, [5432, 6379, redis_port], victims, mark)
+    hostile_pass(repo, [5432, 6379, redis_port], victims, mark, unix_paths=[host_socket])
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "hostile")
     sweep = tmp_path / "one.toml"
