@@ -300,6 +300,12 @@ _HOSTILE_MAIN = """import json, os, socket, sys
 
 found = {"connected": [], "failed": {}, "ampci_env": sorted(k for k in os.environ if k.startswith("AMPCI_"))}
 found["pids"] = len([p for p in os.listdir("/proc") if p.isdigit()]) if os.path.isdir("/proc") else 0
+found["fds"] = len(os.listdir("/proc/self/fd")) - 1 if os.path.isdir("/proc/self/fd") else -1
+found["no_new_privs"] = next((line.split()[1] for line in open("/proc/self/status") if line.startswith("NoNewPrivs")),
+                             "?") if os.path.exists("/proc/self/status") else "no /proc"
+import ctypes, platform
+nr = {"x86_64": 248, "aarch64": 217}.get(platform.machine())
+found["add_key"] = nr is not None and ctypes.CDLL(None, use_errno=True).syscall(nr, b"user", b"p", b"x", 1, -4) >= 0
 for host, port in TARGETS:
     try:
         socket.create_connection((host, port), timeout=3).close()
@@ -355,6 +361,9 @@ def test_a_hostile_pass_revision_reaches_no_service(stack: Stack) -> None:
         assert sorted(found["failed"]) == sorted(f"{h}:{p}" for h, p in targets), found
         assert found["ampci_env"] == [], found
         assert found["pids"] <= 2, f"the pass saw {found['pids']} processes"
+        # round 2 (issue 40): no keyring key, no descriptor but its stdio, no privilege to gain
+        assert found["add_key"] is False and found["fds"] <= 3, found
+        assert found["no_new_privs"] in ("1", "no /proc"), found
 
 
 def _bad_config_file(image: str) -> Path:
