@@ -89,12 +89,15 @@ def sweep(tree: Path, data: Path, tag: str) -> tuple[float, float, bool]:
 
 
 #: Run in a tree (cwd): per-job set-up of ``rounds`` warm and cold conversions of conv_net, alternated, as a
-#: pool worker converts (its fork server started first); prints {"warm": [ms...], "cold": [ms...]}.
+#: pool worker converts (its fork server started first); prints {"warm": [ms...], "cold": [ms...]}.  Either
+#: layout of workers/: the flat one of 352d2e5 or the floors of issue 42 (the tree's own files decide).
 PER_JOB = """
-import json, sys, tempfile, time
+import importlib, json, sys, tempfile, time
 from pathlib import Path
-from workers.sandbox import zygotes
-from workers.revision.convert import convert_in_subprocess
+floors = Path("workers/sandbox/zygotes.py").is_file()  # workers/ in floors (issue 42), else the flat layout
+zygotes = importlib.import_module("workers.sandbox.zygotes" if floors else "workers.zygotes")
+convert_in_subprocess = importlib.import_module(
+    "workers.revision.convert" if floors else "workers.convert").convert_in_subprocess
 from workers.zoo.synthetic import synthetic_model_path
 zygotes.start_forkserver()
 got = {"warm": [], "cold": [], "setup warm": [], "setup cold": []}
