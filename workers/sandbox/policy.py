@@ -93,13 +93,22 @@ def pass_env(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def interpreter_trees() -> list[str]:
-    """Directories the interpreter reads from (stdlib, site-packages, the executable's): kept readable."""
-    trees = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            trees.add(path)
-    return sorted(os.path.realpath(t) for t in trees if t)
+    """Directories the interpreter reads from (stdlib, site-packages, the executable's): kept readable.
+    Fixed for the life of the process: worked out once (``sysconfig.get_paths`` expands its schemes on every
+    call, ~2 ms per conversion's spec), a fresh list each call."""
+    global _TREES
+    if _TREES is None:
+        trees = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+        paths = sysconfig.get_paths()
+        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+            path = paths.get(key)
+            if path:
+                trees.add(path)
+        _TREES = tuple(sorted(os.path.realpath(t) for t in trees if t))
+    return list(_TREES)
+
+
+_TREES: tuple[str, ...] | None = None
 
 
 def spec_for(policy: SandboxPolicy, lib: list[Path], full: bool,
