@@ -195,6 +195,8 @@ def main() -> int:
     print(f"{'CPU s':<24} {mark}{cpu['before']:>17.2f} {mark}{cpu['now']:>9.2f} {cpu_ratio:>6.2f}x")
     print(f"{'wall s, each round':<24} {' / '.join(f'{w:.2f}' for w in walls['before']):>18} "
           f"{' / '.join(f'{w:.2f}' for w in walls['now']):>10}")
+    print(f"{'CPU s, each round':<24} {' / '.join(f'{c:.2f}' for c in cpus['before']):>18} "
+          f"{' / '.join(f'{c:.2f}' for c in cpus['now']):>10}")
     for path in ("warm", "cold"):
         b, n = setup["before"][path], setup["now"][path]
         print(f"{'job conversion ' + path + ' ms':<24} {b:>18.1f} {n:>10.1f} {n / b:>6.2f}x")
