@@ -20,7 +20,8 @@ before the import (:mod:`workers.sandbox._passproc`):
   of ``amp_pass`` are compiled; a symlink's target is never read, so no file of the worker's can reach the pass
   through a ``.pyc``;
 * **bounded**: at most :data:`MAX_FILES` files of :data:`MAX_FILE_BYTES` each; a tree over that, or a file that
-  does not compile, leaves that file (or the tree) without bytecode: the pass then compiles it itself, as before.
+  does not compile, leaves that file (or the tree) without bytecode: the pass then compiles it itself, as before;
+  at most :data:`MAX_KEEP` trees are kept, the least recently used removed first.
 
 The bytecode changes no result: it is what the importer would have compiled from the same source.
 """
@@ -41,6 +42,8 @@ from pathlib import Path
 PACKAGE = "amp_pass"
 #: Bounds on what the worker compiles for one tree (files, bytes per file).
 MAX_FILES, MAX_FILE_BYTES = 2000, 4 << 20
+#: Directories kept (one per revision tree, ~0.2 MB each); the least recently used go first.
+MAX_KEEP = 64
 #: A marker written last into a complete directory.
 COMPLETE = ".complete"
 
@@ -154,12 +157,26 @@ def bytecode_for(root: Path, cache_dir: Path | str) -> str | None:
     return got
 
 
+def _evict(cache: Path, keep: int) -> None:
+    """Remove the least recently used bytecode directories of ``cache`` beyond ``keep`` (a session that has one
+    bound or copied keeps reading it; a later one compiles from source or gets it compiled again)."""
+    try:
+        entries = [(e.stat().st_mtime, e.path) for e in os.scandir(cache)
+                   if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+    except OSError:
+        return
+    for _, path in sorted(entries)[:max(0, len(entries) - keep)]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _ensure(cache: Path, key: str, sources: list[tuple[str, bytes]]) -> str:
     """``cache/key``, written whole (temporary directory, renamed) when not there yet."""
     final = cache / key
     if (final / COMPLETE).is_file():
+        os.utime(final)  # used: the last to be evicted
         return str(final)
     cache.mkdir(parents=True, exist_ok=True)
+    _evict(cache, MAX_KEEP - 1)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache))
     try:
         for rel, data in sources:

@@ -111,6 +111,17 @@ def test_compiled_once_content_keyed_and_never_through_a_symlink(tmp_path: Path)
     assert [p.name for p in cache.iterdir() if p.name.startswith(".tmp-")] == []
 
 
+def test_the_least_recently_used_trees_are_evicted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bytecode, "MAX_KEEP", 2)
+    cache = tmp_path / "bytecode"
+    got = []
+    for i in range(3):
+        root = _probe_pass(tmp_path / f"p{i}", value=f"v{i}")
+        got.append(bytecode.bytecode_for(root, cache))
+        os.utime(got[-1], (1000 + i, 1000 + i))
+    assert sorted(p.name for p in cache.iterdir()) == sorted(Path(g).name for g in got[1:])
+
+
 def _session(tmp_path: Path, mode: str, warm: bool) -> None:
     root = _probe_pass(tmp_path / "pass")
     cache = tmp_path / "cache"
