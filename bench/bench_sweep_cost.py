@@ -89,12 +89,15 @@ def sweep(tree: Path, data: Path, tag: str) -> tuple[float, float, bool]:
 
 
 #: Run in a tree (cwd): per-job set-up of ``rounds`` warm and cold conversions of conv_net, alternated, as a
-#: pool worker converts (its fork server started first); prints {"warm": [ms...], "cold": [ms...]}.
+#: pool worker converts (its fork server started first); prints {"warm": [ms...], "cold": [ms...]}.  Either
+#: layout of workers/: the flat one of 352d2e5 or the floors of issue 42 (the tree's own files decide).
 PER_JOB = """
-import json, sys, tempfile, time
+import importlib, json, sys, tempfile, time
 from pathlib import Path
-from workers.sandbox import zygotes
-from workers.revision.convert import convert_in_subprocess
+floors = Path("workers/sandbox/zygotes.py").is_file()  # workers/ in floors (issue 42), else the flat layout
+zygotes = importlib.import_module("workers.sandbox.zygotes" if floors else "workers.zygotes")
+convert_in_subprocess = importlib.import_module(
+    "workers.revision.convert" if floors else "workers.convert").convert_in_subprocess
 from workers.zoo.synthetic import synthetic_model_path
 zygotes.start_forkserver()
 got = {"warm": [], "cold": [], "setup warm": [], "setup cold": []}
@@ -192,6 +195,8 @@ def main() -> int:
     print(f"{'CPU s':<24} {mark}{cpu['before']:>17.2f} {mark}{cpu['now']:>9.2f} {cpu_ratio:>6.2f}x")
     print(f"{'wall s, each round':<24} {' / '.join(f'{w:.2f}' for w in walls['before']):>18} "
           f"{' / '.join(f'{w:.2f}' for w in walls['now']):>10}")
+    print(f"{'CPU s, each round':<24} {' / '.join(f'{c:.2f}' for c in cpus['before']):>18} "
+          f"{' / '.join(f'{c:.2f}' for c in cpus['now']):>10}")
     for path in ("warm", "cold"):
         b, n = setup["before"][path], setup["now"][path]
         print(f"{'job conversion ' + path + ' ms':<24} {b:>18.1f} {n:>10.1f} {n / b:>6.2f}x")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from service.errors import ConfigError, ServiceError
@@ -65,6 +66,11 @@ def check_canary(settings: Settings, modules: list[str] | None = None, cached: b
     from workers.revision.canary import pass_imports, run_canary
 
     config = settings.worker_config()
+    for directory in (config.data_dir, config.cache_dir):  # hidden from the pass only where they exist: the
+        try:  # canary's sandbox (and its key) is then the one the jobs get, also on a command's first run
+            Path(directory).mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass
     if cached:
         from workers.revision.canary_cache import cached_canary
 

@@ -89,6 +89,9 @@ def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: int 
             return engine
         engine = sa.create_engine(parsed, pool_size=max(1, pool_size), max_overflow=max(0, max_overflow),
                                   pool_timeout=POOL_TIMEOUT_S)
+        from service.db.models import postgresql_options
+
+        postgresql_options()  # the covering index's INCLUDE columns (only where the dialect is loaded)
         event.listen(engine, "connect", _lenient_timestamps)
         _ping_when_idle(engine, IDLE_PING_SECONDS)
         return engine

@@ -75,6 +75,7 @@ class WorkerConfig:
         from workers.sandbox.policy import SandboxPolicy
 
         return SandboxPolicy(mode=self.sandbox, hide=(str(self.data_dir), str(self.cache_dir)),
+                             bytecode_dir=str(Path(self.cache_dir) / "bytecode"),
                              max_procs=self.sandbox_max_procs, max_file_bytes=self.sandbox_max_file,
                              scratch_bytes=self.sandbox_scratch)
 

@@ -2,7 +2,8 @@
 
 :func:`build_mounts`, in the supervisor after the mount namespace is unshared: every mount read-only, ``/tmp``
 an empty size-capped tmpfs holding the only writable directories, ``/dev`` a handful of harmless nodes, each
-``hide`` path an empty read-only tmpfs, the pass roots bound read-only under ``/tmp/.ampci/lib``, and every
+``hide`` path an empty read-only tmpfs, the pass roots bound read-only under ``/tmp/.ampci/lib`` (their trusted
+bytecode under ``/tmp/.ampci/pyc``), and every
 directory the interpreter imports from that these mounts would hide bound back read-only at its own path,
 alone (:func:`import_roots`).
 """
@@ -112,10 +113,25 @@ def bind_back(roots):
         os.close(fd)
 
 
-def build_mounts(spec, libs, roots=None):
+def open_bytecode(spec):
+    """O_PATH descriptors of the pass roots' trusted bytecode directories (``spec["bytecode"]``, aligned with
+    ``spec["lib"]``; :mod:`workers.sandbox.bytecode`), by the index of their root; one that is gone (a cleaned
+    cache) is left out: that root's pass is compiled from source."""
+    got = {}
+    for i, path in enumerate(spec.get("bytecode") or []):
+        if path:
+            try:
+                got[i] = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+            except OSError:
+                pass
+    return got
+
+
+def build_mounts(spec, libs, roots=None, pycs=None):
     """In the supervisor, after unsharing the mount namespace: see the module doc.  ``libs``: O_PATH
     descriptors of the pass roots, ``roots``: of the interpreter's import roots that the mounts hide
-    (:func:`open_import_roots`), all opened before anything was hidden."""
+    (:func:`open_import_roots`), ``pycs``: of the roots' bytecode directories by root index, bound read-only at
+    ``/tmp/.ampci/pyc/<index>`` (:func:`open_bytecode`), all opened before anything was hidden."""
     uid = spec["uid"]
     roots = roots or {}
     # the interpreter's own trees must stay readable for the sandbox uid: an untraversable ancestor
@@ -164,6 +180,12 @@ def build_mounts(spec, libs, roots=None):
     for i, fd in enumerate(libs):
         new_dir(f"{_kernel.BASE}/lib/{i}")
         bind(fd, f"{_kernel.BASE}/lib/{i}")
+        os.close(fd)
+    if pycs:
+        new_dir(f"{_kernel.BASE}/pyc", 0o755)
+    for i, fd in sorted((pycs or {}).items()):
+        new_dir(f"{_kernel.BASE}/pyc/{i}")
+        bind(fd, f"{_kernel.BASE}/pyc/{i}")
         os.close(fd)
     for sub in ("out", "home"):
         os.chown(f"{_kernel.BASE}/{sub}", uid, spec["gid"])

@@ -3,7 +3,8 @@ file path).
 
 PID 1 of the sandbox's PID namespace (:func:`pass_main`) mounts its own ``/proc``, joins a fresh session
 keyring, drops to the session's uid (root) or nests a user namespace (non-root), sets ``PR_SET_NO_NEW_PRIVS``,
-the limits and the system-call filter, takes the allow-listed environment, imports the pass once, and forks
+the limits and the system-call filter, takes the allow-listed environment, imports the pass once (with the
+worker's trusted bytecode of it where the session has some: :func:`use_bytecode`), and forks
 one conversion per request; a conversion closes the protocol pipes before any pass code runs.
 """
 
@@ -139,6 +140,8 @@ def pass_zygote(spec, lib_paths, req_r, ready_w, full):
         sys.path[:0] = lib_paths
         import importlib
 
+        if spec.get("pyc"):
+            use_bytecode(spec["pyc"])
         importlib.invalidate_caches()
         failed = None
         try:  # the pass's own code runs from here on; modules after the first are optional
@@ -178,6 +181,46 @@ def pass_zygote(spec, lib_paths, req_r, ready_w, full):
                 os._exit(0)
     finally:
         os._exit(1)
+
+
+def use_bytecode(roots):
+    """Import the modules under each pass root in ``roots`` (its path here -> the directory of its trusted
+    bytecode here, read-only: :mod:`workers.sandbox.bytecode`) with that bytecode: a finder for those roots
+    whose loader reads ``x.cpython-3NN.pyc`` from that directory where it would read ``__pycache__/...``.  The
+    bytecode is checked-hash (PEP 552): the importer hashes the source and runs the bytecode only when it was
+    compiled from exactly that source, else compiles the source (and writes nothing: ``dont_write_bytecode``).
+    Every other import (the standard library, site-packages) is as before."""
+    from importlib import machinery
+
+    def within(path):
+        for lib, pyc in roots.items():
+            if path == lib or path.startswith(lib + "/"):
+                return lib, pyc
+        return None
+
+    class Loader(machinery.SourceFileLoader):
+        def get_data(self, path):
+            if path.endswith(".pyc"):
+                cache_dir, name = os.path.split(path)
+                src_dir, cache = os.path.split(cache_dir)
+                found = within(src_dir) if cache == "__pycache__" else None
+                if found is not None:
+                    path = os.path.join(found[1], os.path.relpath(src_dir, found[0]), name)
+            return super().get_data(path)
+
+    details = [(machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES),
+               (Loader, machinery.SOURCE_SUFFIXES),
+               (machinery.SourcelessFileLoader, machinery.BYTECODE_SUFFIXES)]
+
+    def hook(path):
+        if within(path) is None:
+            raise ImportError("not a pass root")
+        return machinery.FileFinder(path, *details)
+
+    sys.path_hooks.insert(0, hook)
+    for path in list(sys.path_importer_cache):
+        if within(path) is not None:
+            del sys.path_importer_cache[path]
 
 
 def reap():

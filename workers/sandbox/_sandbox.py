@@ -15,7 +15,8 @@ pass):
 * the **pass process** (PID 1 of the new PID namespace) mounts its own ``/proc``, drops to the sandbox uid/gid
   with no groups and no capabilities (root), or nests a user namespace (non-root), sets ``PR_SET_NO_NEW_PRIVS``,
   its parent-death signal and the resource limits (processes, file size, no core files), takes the
-  allow-listed environment, imports ``amp_pass`` from the revision's root once, and then forks one
+  allow-listed environment, imports ``amp_pass`` from the revision's root once (with the bytecode the worker
+  compiled for it, :mod:`workers.sandbox.bytecode`, bound read-only at ``/tmp/.ampci/pyc``), and then forks one
   **conversion** per request (its own address-space limit and stdout/stderr files).
 
 For each request the supervisor copies the inputs in (read-only for the pass), rewrites argv to the in-sandbox
@@ -159,15 +160,17 @@ def supervise(spec, req_fd, done_fd):
                 if why:
                     raise _kernel.SandboxError(why)
             # opened in the new namespace (a bind mount's source must be in the caller's namespace)
+            pycs = _mounts.open_bytecode(spec)
             _mounts.build_mounts(spec, [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in spec["lib"]],
-                          open_import_roots(spec))
+                          open_import_roots(spec), pycs)
             lib_paths = [f"{_kernel.BASE}/lib/{i}" for i in range(len(spec["lib"]))]
+            spec = dict(spec, pyc={lib_paths[i]: f"{_kernel.BASE}/pyc/{i}" for i in pycs})
         else:  # best effort: a scratch directory of its own (workers/sandbox/_unprivileged.py), removed at the end
             if os.geteuid() != 0:  # no drop: the pass runs as this process's uid
                 spec = dict(spec, uid=os.geteuid(), gid=os.getegid())
             _unpriv.sweep_orphans(SESSION_UID_BASE)  # what sessions killed on a timeout left
             home, lib_paths = _unpriv.make_scratch(spec)
-            spec = dict(spec, home=f"{home}/home", scratch=home)
+            spec = dict(spec, home=f"{home}/home", scratch=home, pyc=_unpriv.copy_bytecode(spec, home, lib_paths))
             limits = _cgl.Limits(spec["max_procs"])
         req_r, req_w = os.pipe()
         ready_r, ready_w = os.pipe()

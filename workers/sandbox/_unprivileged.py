@@ -122,6 +122,29 @@ def make_scratch(spec):
         raise
 
 
+def copy_bytecode(spec, top, lib_paths):
+    """Best effort, root: a read-only copy of each pass root's trusted bytecode directory (``spec["bytecode"]``:
+    :mod:`workers.sandbox.bytecode`) in the scratch directory ``top``, as ``{the root's lib path: its copy}``
+    (the pass, a session uid, can read but not write it).  Not root: none (the pass runs as this uid, which
+    could write the cache; the spec holds none then).  A directory that is gone is left out."""
+    got = {}
+    if os.geteuid() != 0:
+        return got
+    for i, path in enumerate(spec.get("bytecode") or []):
+        if not path or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        if not got:
+            os.mkdir(os.path.join(top, "pyc"), 0o755)
+            os.chmod(os.path.join(top, "pyc"), 0o755)
+        dest = os.path.join(top, "pyc", str(i))
+        try:
+            _copy_tree(path, dest)
+        except (OSError, ScratchError):
+            continue
+        got[lib_paths[i]] = dest
+    return got
+
+
 def remove_scratch(top):
     """Remove the scratch directory (its read-only copies included).  Never raises."""
     for here, dirs, _ in os.walk(top):

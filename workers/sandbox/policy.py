@@ -12,6 +12,8 @@ own processes; this module decides its settings and builds the plain-data spec t
   sandbox where the machine allows it, else best-effort with one warning line; ``serve``/``worker`` take it as
   ``require``);
 * **hidden**: the data and cache directories, ``/run`` and ``/var/run`` (service sockets) are empty for the pass;
+* **bytecode**: the revision's ``amp_pass`` compiled once by the worker (never run) into a content-keyed
+  directory under ``bytecode_dir`` that the pass sees read-only (:mod:`workers.sandbox.bytecode`);
 * **limits**: processes (``RLIMIT_NPROC`` of the sandbox uid), bytes per written file (``RLIMIT_FSIZE`` and the
   copy-out cap), scratch tmpfs size, plus the conversion's existing memory and time limits.
 """
@@ -27,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from workers.sandbox.bytecode import bytecode_for, usable
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +61,9 @@ class SandboxPolicy:
     scratch_bytes: int = 8 * 1024**3
     uid: int = SANDBOX_UID
     gid: int = SANDBOX_UID
+    #: Where the trusted bytecode of pass revisions is kept (:mod:`workers.sandbox.bytecode`; hidden from the
+    #: pass, e.g. under the cache directory); "" for none (every session compiles the pass from source).
+    bytecode_dir: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -86,24 +93,37 @@ def pass_env(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def interpreter_trees() -> list[str]:
-    """Directories the interpreter reads from (stdlib, site-packages, the executable's): kept readable."""
-    trees = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            trees.add(path)
-    return sorted(os.path.realpath(t) for t in trees if t)
+    """Directories the interpreter reads from (stdlib, site-packages, the executable's): kept readable.
+    Fixed for the life of the process: worked out once (``sysconfig.get_paths`` expands its schemes on every
+    call, ~2 ms per conversion's spec), a fresh list each call."""
+    global _TREES
+    if _TREES is None:
+        trees = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+        paths = sysconfig.get_paths()
+        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+            path = paths.get(key)
+            if path:
+                trees.add(path)
+        _TREES = tuple(sorted(os.path.realpath(t) for t in trees if t))
+    return list(_TREES)
+
+
+_TREES: tuple[str, ...] | None = None
 
 
 def spec_for(policy: SandboxPolicy, lib: list[Path], full: bool,
              preimport: tuple[str, ...] = ("amp_pass", "amp_pass.cli")) -> dict[str, Any]:
     """The plain-data spec :func:`workers.sandbox._sandbox.supervise` reads (JSON-able: paths and numbers only)."""
     hide = sorted({str(Path(p).resolve()) for p in policy.hide if p} | {"/run", "/var/run"})
+    bytecode: list[str | None] = []
+    if policy.bytecode_dir and usable(full):  # the revision's amp_pass compiled by this (trusted) process
+        bytecode = [bytecode_for(Path(p), policy.bytecode_dir) for p in lib]
     return {"mode": "full" if full else "best-effort", "uid": policy.uid, "gid": policy.gid,
             "hide": [h for h in hide if os.path.isdir(h)], "lib": [str(Path(p).resolve()) for p in lib],
             "interpreter": interpreter_trees(), "max_procs": policy.max_procs,
             "max_file_bytes": policy.max_file_bytes, "scratch_bytes": policy.scratch_bytes,
-            "env": pass_env(), "preimport": list(preimport), "fresh_modules": ["amp_pass", "workers"]}
+            "env": pass_env(), "preimport": list(preimport), "fresh_modules": ["amp_pass", "workers"],
+            "bytecode": bytecode}
 
 
 _PROBED: dict[tuple[str, ...], str | None] = {}

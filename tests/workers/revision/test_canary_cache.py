@@ -140,3 +140,17 @@ def test_the_pass_import_set_is_remembered_by_its_files_stat(tmp_path: Path, mon
     assert canary_cache.pass_imports_cached(cache, tmp_path / "pass") == ["json", "math", "re"]
     assert len(parsed) == 3
     assert canary_cache.pass_imports_cached(cache) == real()  # this checkout's, as the canary reads it
+
+
+def test_a_commands_first_canary_is_keyed_as_its_next(tmp_path: Path, runs: list) -> None:
+    """The data directory of a first run does not exist when the canary starts (the command makes it meanwhile):
+    it is made first, so the canary's sandbox hides it as the jobs' will, and the next command's key is the same
+    (else every fresh data directory paid the canary twice)."""
+    from service.cli.sandbox_check import check_canary
+    from service.settings import Settings
+
+    settings = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache", sandbox="best-effort")
+    check_canary(settings, ["numpy"], cached=True)
+    assert (tmp_path / "data").is_dir()
+    check_canary(settings, ["numpy"], cached=True)
+    assert len(runs) == 1
