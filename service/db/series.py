@@ -118,7 +118,6 @@ class _Statements:
                                                   t_res.c.run_id != run_id, _same_cell(t_res, run_id),
                                                   NOT_CONFIRMATION, OF_THE_PASS).order_by(t_res.c.id.desc())
         self.cells_of_run = sa.select(*CELL).where(t_res.c.run_id == run_id)
-        self.branch = sa.select(t_rev.c.branch).where(t_rev.c.sha == sa.bindparam("sha"))
 
 
 _Q = _Statements()
@@ -231,11 +230,6 @@ def line_briefs(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[B
     server (:func:`results_by_id` reads it: :class:`service.regressions.stored.Samples`)."""
     rows = conn.execute(_Q.chunk_brief, {"shas": list(shas), "run_id": run_id}).all()  # one fetch, not one a row
     return [BriefResult(r[:4], r[4], r[5], r[6], r[7]) for r in rows]
-
-
-def branch_of(conn: Connection, *, sha: str) -> str | None:
-    """The branch recorded for revision ``sha`` (None: none, or an unknown revision)."""
-    return conn.execute(_Q.branch, {"sha": sha}).scalar()
 
 
 def earlier_on_line(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[LineFinding]:
