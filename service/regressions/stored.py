@@ -11,11 +11,13 @@ parses it, once, only when a rule needs that result (a result fetched and then p
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import accumulate
 from typing import NamedTuple, Protocol, TypeAlias, TypedDict, cast
 
 from service.json_types import JsonValue
@@ -251,21 +253,30 @@ def sample_doc(data: JsonValue | Mapping[str, JsonValue]) -> str:
 def _summary_fields(summary: str) -> DocFields:
     got = json.loads(summary)
     if isinstance(got, list) and len(got) == len(_SCALAR_FIELDS) + 3 and got[0] == 2:
-        lengths, packed = got[1], got[2]
-        if (isinstance(lengths, list) and len(lengths) == len(_SAMPLE_FIELDS) and isinstance(packed, str)
-                and all(type(n) is int and n >= 0 for n in lengths)):
-            raw = base64.b64decode(packed, validate=True)
-            if len(raw) == 8 * sum(lengths):
-                values = struct.unpack(f"<{sum(lengths)}d", raw)
-                out: dict[str, object] = dict(zip(_SCALAR_FIELDS, got[3:], strict=True))
-                i = 0
-                for k, n in zip(_SAMPLE_FIELDS, lengths, strict=True):
-                    out[k], i = values[i:i + n], i + n
-                return cast(DocFields, out)
-    elif isinstance(got, list) and len(got) == len(_SUMMARY_FIELDS) + 1 and got[0] == 1:
+        return _packed_fields(got)
+    if isinstance(got, list) and len(got) == len(_SUMMARY_FIELDS) + 1 and got[0] == 1:
         return cast(DocFields, {k: tuple(v) if k in _SAMPLE_TUPLES else v
                                 for k, v in zip(_SUMMARY_FIELDS, got[1:], strict=True)})
     raise ValueError(f"not a sample summary of format 1 or {SUMMARY_FORMAT}: {summary[:80]!r}")
+
+
+def _packed_fields(got: list[JsonValue]) -> DocFields:
+    """The fields of a format-2 summary decoded as JSON (``got``); ValueError when its lengths and its block of
+    doubles do not agree."""
+    lengths, packed = got[1], got[2]
+    try:
+        if not isinstance(lengths, list) or len(lengths) != len(_SAMPLE_FIELDS) or not isinstance(packed, str):
+            raise ValueError("no lengths and block")
+        raw = binascii.a2b_base64(packed, strict_mode=True)
+        ends = list(accumulate(lengths))  # a TypeError for other than numbers
+        if any(type(n) is not int or n < 0 for n in lengths) or len(raw) != 8 * ends[-1]:
+            raise ValueError("lengths that are not those of the block")
+        values = struct.unpack(f"<{ends[-1]}d", raw)
+    except (TypeError, ValueError) as e:  # binascii.Error is a ValueError
+        raise ValueError(f"not a sample summary of format 2 ({e}): {json.dumps(got)[:80]!r}") from e
+    out: dict[str, object] = dict(zip(_SCALAR_FIELDS, got[3:], strict=True))
+    out.update(zip(_SAMPLE_FIELDS, (values[a:b] for a, b in zip([0, *ends], ends, strict=False)), strict=True))
+    return cast(DocFields, out)
 
 
 class Samples:
