@@ -229,7 +229,8 @@ def line_briefs(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[B
     """The results of :func:`line_results` in brief: cell, id, run, revision and status, the rest left on the
     server (:func:`results_by_id` reads it: :class:`service.regressions.stored.Samples`)."""
     rows = conn.execute(_Q.chunk_brief, {"shas": list(shas), "run_id": run_id}).all()  # one fetch, not one a row
-    return [BriefResult(r[:4], r[4], r[5], r[6], r[7]) for r in rows]
+    new = tuple.__new__  # the NamedTuple's own __new__ is a Python call per row (3,200 rows: 0.3 ms)
+    return [new(BriefResult, (r[:4], r[4], r[5], r[6], r[7])) for r in rows]
 
 
 def earlier_on_line(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[LineFinding]:

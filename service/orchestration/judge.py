@@ -136,15 +136,14 @@ def drift_line(conn: Connection, run: JudgedRun, cells: set[Cell], pinned: str |
     line = first_parent_line(conn, run.revision_sha, short)
     walked_all = len(line) - 1 < short or short == th.drift_line_depth
     if walked_all or pinned is None or pinned in dict(line):
-        on_line = nearest_line_results(conn, run.id, [s for s, d in line if d > 0], cells, pinned, need=need,
-                                       brief=True)
-        grouped = detect.by_cell_and_revision(on_line)
+        on_line, grouped = nearest_line_grouped(conn, run.id, [s for s, d in line if d > 0], cells, pinned,
+                                                need=need, brief=True)
         if walked_all or all(len(grouped.get(c, ())) >= need for c in cells):
             return line, on_line, grouped
     line = first_parent_line(conn, run.revision_sha, th.drift_line_depth)
-    on_line = nearest_line_results(conn, run.id, [s for s, d in line if d > 0], cells, pinned, need=need,
-                                   brief=True)
-    return line, on_line, detect.by_cell_and_revision(on_line)
+    on_line, grouped = nearest_line_grouped(conn, run.id, [s for s, d in line if d > 0], cells, pinned, need=need,
+                                            brief=True)
+    return line, on_line, grouped
 
 
 def sampled_ends(on_line: Sequence[LineResult], depth: dict[str, int], pinned: str | None,
@@ -172,24 +171,38 @@ def nearest_line_results(conn: Connection, run_id: int, shas: list[str], cells: 
     measured at every commit costs one chunk of ``need`` revisions, not the whole line (200 revisions x 200
     cells at 100,000 results); a cell measured rarely, or never, makes it read on, at worst to the line's end.
     ``brief``: the results in brief, cell, id, run, revision and status (:func:`series.line_briefs`)."""
+    return nearest_line_grouped(conn, run_id, shas, cells, pinned, need, brief)[0]
+
+
+def nearest_line_grouped(conn: Connection, run_id: int, shas: list[str], cells: set[Cell], pinned: str | None,
+                         need: int, brief: bool = False
+                         ) -> tuple[list[LineResult], dict[Cell, dict[str, list[LineResult]]]]:
+    """:func:`nearest_line_results`, and those results grouped by cell and revision as
+    :func:`service.regressions.detect.by_cell_and_revision` groups them: the grouping that decides when to stop
+    reading is the one returned (the rows are walked once, not once to count and again to group)."""
     read = series.line_briefs if brief else series.line_results
     out: list[LineResult] = []
-    measured: dict[Cell, set[str]] = {}
-    pinned_rows: list[LineResult] = []
+    grouped: dict[Cell, dict[str, list[LineResult]]] = {}
+    on_pin = False  # the pinned revision counts as measured once a chunk reaches it (it is read first)
     if pinned is not None and pinned in shas:  # the pin is read at once, wherever it lies on the line
-        pinned_rows = list(read(conn, run_id=run_id, shas=[pinned]))
-        out.extend(pinned_rows)
+        out.extend(read(conn, run_id=run_id, shas=[pinned]))
+        detect.group_into(grouped, out)
+        on_pin = bool(out)
+
+    def measured(c: Cell) -> int:
+        of_cell = grouped.get(c, {})
+        return len(of_cell) - (1 if on_pin and pinned in of_cell else 0)
+
     start, size = 0, max(1, need)
-    while start < len(shas) and any(len(measured.get(c, ())) < need for c in cells):
+    while start < len(shas) and any(measured(c) < need for c in cells):
         chunk = shas[start:start + size]
-        rows: list[LineResult] = list(read(conn, run_id=run_id, shas=[s for s in chunk if s != pinned]))
+        rows = read(conn, run_id=run_id, shas=[s for s in chunk if s != pinned])
         out.extend(rows)
+        detect.group_into(grouped, rows)
         if pinned in chunk:
-            rows = [*rows, *pinned_rows]
-        for r in rows:
-            measured.setdefault(r.cell, set()).add(r.revision_sha)
+            on_pin = False
         start, size = start + size, size * 2
-    return out
+    return out, grouped
 
 
 def _resolve(conn: Connection, run: JudgedRun, current: dict[Cell, StoredResult], th: Thresholds, now: datetime,

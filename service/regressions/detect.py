@@ -198,7 +198,13 @@ def cell_findings(current: Mapping[Cell, StoredResult], base: Mapping[Cell, Stor
 
 def by_cell_and_revision(results: Iterable[LineResult]) -> dict[Cell, dict[str, list[LineResult]]]:
     """``results`` grouped by cell, then by revision (each group in the order given)."""
-    out: dict[Cell, dict[str, list[LineResult]]] = {}
+    return group_into({}, results)
+
+
+def group_into(out: dict[Cell, dict[str, list[LineResult]]],
+               results: Iterable[LineResult]) -> dict[Cell, dict[str, list[LineResult]]]:
+    """Add ``results`` to ``out``, grouped by cell, then by revision (after what it holds, in the order given);
+    returns ``out``.  Grouping a sequence in parts gives what grouping it whole gives."""
     for r in results:
         of_cell = out.get(r.cell)
         if of_cell is None:
