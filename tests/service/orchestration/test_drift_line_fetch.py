@@ -102,3 +102,25 @@ def test_the_short_walk_of_the_line_reads_what_the_whole_walk_read(store: Store,
     assert [x for x in line if x[1] <= deepest] == [x for x in whole_line if x[1] <= deepest]
     dense_unpinned_or_near = every == 1 and not new_cell and (pin_at is None or pin_at >= 59 - need)
     assert len(line) - 1 == (need if dense_unpinned_or_near else len(whole_line) - 1), len(line)
+
+
+def test_the_pinned_revision_counts_as_measured_only_once_the_read_reaches_it(store: Store) -> None:
+    """A cell one revision short of ``need`` in the first chunk, measured at a deeper pinned revision (read
+    first): the read goes on to the next chunk, as reading the whole line says it must."""
+    shas = chain(store, 60)
+    for k, rev in enumerate(shas[:-1]):
+        if k != 56:  # depth 3 not measured: 5 of the first chunk's 6 revisions are
+            run_with(store, rev, [make_result(CELL, seed=k)], detect=False)
+    with store.transaction() as conn:
+        pins.pin(conn, branch="main", sha=shas[10], now=store.clock())  # depth 49, measured
+    run_id = run_with(store, shas[-1], [make_result(CELL, seed=99)], detect=False)
+    need = 6
+    with store.transaction() as conn:
+        line = first_parent_line(conn, shas[-1], 200)
+        on_line = [s for s, d in line if d > 0]
+        pinned = pins.pin_for(conn, branch="main")
+        whole = series.line_results(conn, run_id=run_id, shas=on_line)
+        bounded = nearest_line_results(conn, run_id, on_line, {CELL}, pinned, need)
+    depth = dict(line)
+    assert _view(bounded, depth, need, pinned) == _view(whole, depth, need, pinned)
+    assert max(depth[r.revision_sha] for r in bounded if r.revision_sha != pinned) > need
