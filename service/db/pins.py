@@ -59,3 +59,22 @@ def pin_for(conn: Connection, *, branch: str | None) -> str | None:
     rows = {r.branch: r.sha for r in conn.execute(sa.select(t_pin.c.branch, t_pin.c.sha)
                                                   .where(t_pin.c.branch.in_({branch or "", ""})))}
     return rows.get(branch or "") or rows.get("")
+
+
+t_rev = m.Revision.__table__
+#: The branch recorded for revision ``sha`` ('' when none, or an unknown revision), as a subquery.
+_REV_BRANCH = sa.func.coalesce(sa.select(t_rev.c.branch).where(t_rev.c.sha == sa.bindparam("sha"))
+                               .scalar_subquery(), "")
+#: The pins that may apply to revision ``sha``'s branch (its own and every branch's), with that branch.
+_PINS_OF_REVISION = sa.select(t_pin.c.branch, t_pin.c.sha, _REV_BRANCH.label("rev_branch")).where(
+    t_pin.c.branch.in_([_REV_BRANCH, ""]))
+
+
+def pin_for_revision(conn: Connection, *, sha: str) -> str | None:
+    """:func:`pin_for` the branch recorded for revision ``sha`` (none, or an unknown revision: the pin of every
+    branch), in one statement (the branch is a subquery: one round trip, not two, on each detection)."""
+    rows = conn.execute(_PINS_OF_REVISION, {"sha": sha}).all()
+    if not rows:
+        return None
+    by_branch = {r[0]: r[1] for r in rows}
+    return by_branch.get(rows[0][2]) or by_branch.get("")

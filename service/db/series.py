@@ -118,7 +118,6 @@ class _Statements:
                                                   t_res.c.run_id != run_id, _same_cell(t_res, run_id),
                                                   NOT_CONFIRMATION, OF_THE_PASS).order_by(t_res.c.id.desc())
         self.cells_of_run = sa.select(*CELL).where(t_res.c.run_id == run_id)
-        self.branch = sa.select(t_rev.c.branch).where(t_rev.c.sha == sa.bindparam("sha"))
 
 
 _Q = _Statements()
@@ -230,12 +229,8 @@ def line_briefs(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[B
     """The results of :func:`line_results` in brief: cell, id, run, revision and status, the rest left on the
     server (:func:`results_by_id` reads it: :class:`service.regressions.stored.Samples`)."""
     rows = conn.execute(_Q.chunk_brief, {"shas": list(shas), "run_id": run_id}).all()  # one fetch, not one a row
-    return [BriefResult(r[:4], r[4], r[5], r[6], r[7]) for r in rows]
-
-
-def branch_of(conn: Connection, *, sha: str) -> str | None:
-    """The branch recorded for revision ``sha`` (None: none, or an unknown revision)."""
-    return conn.execute(_Q.branch, {"sha": sha}).scalar()
+    new = tuple.__new__  # the NamedTuple's own __new__ is a Python call per row (3,200 rows: 0.3 ms)
+    return [new(BriefResult, (r[:4], r[4], r[5], r[6], r[7])) for r in rows]
 
 
 def earlier_on_line(conn: Connection, *, run_id: int, shas: Sequence[str]) -> list[LineFinding]:

@@ -9,7 +9,7 @@ transaction; :func:`run_verdict` reads a run's results, jobs, baselines and find
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -104,34 +104,59 @@ def _detect(conn: Connection, store: Store, run: JudgedRun, current: dict[Cell, 
 def _drifts(conn: Connection, run: JudgedRun, current: dict[Cell, StoredResult],
             pairwise: dict[Cell, list[detect.Found]], th: Thresholds, samples: Samples) -> dict[Cell, detect.Found]:
     """The drift findings of the run (:func:`service.regressions.detect.drift_findings`).  Three small queries
-    for the whole run: the first-parent line of its revision, the cells' results on it, the earlier findings on
-    it (and the branch's pin)."""
-    line = first_parent_line(conn, run.revision_sha, th.drift_line_depth)
-    pinned = pins.pin_for(conn, branch=series.branch_of(conn, sha=run.revision_sha))
-    on_line = nearest_line_results(conn, run.id, [s for s, d in line if d > 0], set(current), pinned,
-                                   need=max(th.drift_window, th.flaky_window), brief=True)
+    for the whole run: the first-parent line of its revision (:func:`drift_line`), the cells' results on it,
+    the earlier findings on it (and the branch's pin)."""
+    pinned = pins.pin_for_revision(conn, sha=run.revision_sha)
+    line, on_line, grouped = drift_line(conn, run, set(current), pinned, th)
     if not on_line:
         return {}
     depth = dict(line)
     samples.defer(on_line)
-    samples.prefetch(sampled_ends(on_line, depth, pinned, th.drift_window))
+    samples.prefetch(sampled_ends(on_line, depth, pinned, th.drift_window, grouped=grouped))
     # judging reads the earlier findings above a reference (a revision read: the window's or the pin) and at the
     # parent: those on the line down to the deepest revision read (17 revisions, not 200, on a dense line)
     deepest = max(depth[r.revision_sha] for r in on_line)
     earlier = series.earlier_on_line(conn, run_id=run.id, shas=[s for s, d in line if d <= deepest])
     return detect.drift_findings(run.revision_sha, run.trigger, current, line, on_line, pinned, earlier, pairwise,
-                                 th, samples)
+                                 th, samples, grouped=grouped)
+
+
+def drift_line(conn: Connection, run: JudgedRun, cells: set[Cell], pinned: str | None, th: Thresholds
+               ) -> tuple[list[tuple[str, int]], list[LineResult], dict[Cell, dict[str, list[LineResult]]]]:
+    """The first-parent line of the run's revision ((sha, depth), nearest first), the results on it drift
+    judging reads (:func:`nearest_line_results`, in brief) and those grouped by cell and revision.
+
+    The line is walked first only as deep as the first chunk :func:`nearest_line_results` reads (``need``
+    revisions): when every cell has ``need`` measured revisions there (a line measured at every commit) and the
+    pin, if any, lies on it, that chunk is all the whole line's read would have given (it stops after its first
+    chunk).  Otherwise the line is walked to ``th.drift_line_depth`` and read again, as before: the same
+    results, the same findings, whichever way they were read."""
+    need = max(th.drift_window, th.flaky_window)
+    short = min(need, th.drift_line_depth)
+    line = first_parent_line(conn, run.revision_sha, short)
+    walked_all = len(line) - 1 < short or short == th.drift_line_depth
+    if walked_all or pinned is None or pinned in dict(line):
+        on_line, grouped = nearest_line_grouped(conn, run.id, [s for s, d in line if d > 0], cells, pinned,
+                                                need=need, brief=True)
+        if walked_all or all(len(grouped.get(c, ())) >= need for c in cells):
+            return line, on_line, grouped
+    line = first_parent_line(conn, run.revision_sha, th.drift_line_depth)
+    on_line, grouped = nearest_line_grouped(conn, run.id, [s for s, d in line if d > 0], cells, pinned, need=need,
+                                            brief=True)
+    return line, on_line, grouped
 
 
 def sampled_ends(on_line: Sequence[LineResult], depth: dict[str, int], pinned: str | None,
-                 window: int) -> list[LineResult]:
+                 window: int, grouped: Mapping[Cell, Mapping[str, list[LineResult]]] | None = None
+                 ) -> list[LineResult]:
     """The results of ``on_line`` whose samples drift judging reads for a cell whatever it finds
     (:func:`service.regressions.drift.judge`): those at the cell's nearest measured revision (the parent), at
     the oldest of its nearest ``window`` (the window's reference) and at ``pinned``.  Fetched in one query; the
-    window's other documents only when a drift is described."""
+    window's other documents only when a drift is described.  ``grouped``: ``on_line`` by cell and revision
+    (:func:`service.regressions.detect.by_cell_and_revision`), when the caller has it already."""
     out: list[LineResult] = []
-    for by_sha in detect.by_cell_and_revision(on_line).values():
-        measured = sorted(by_sha, key=lambda sha: depth[sha])[:window]
+    for by_sha in (grouped if grouped is not None else detect.by_cell_and_revision(on_line)).values():
+        measured = sorted(by_sha, key=depth.__getitem__)[:window]
         for sha in {measured[0], measured[-1], *([pinned] if pinned else [])} & by_sha.keys():
             out.extend(by_sha[sha])
     return out
@@ -146,24 +171,38 @@ def nearest_line_results(conn: Connection, run_id: int, shas: list[str], cells: 
     measured at every commit costs one chunk of ``need`` revisions, not the whole line (200 revisions x 200
     cells at 100,000 results); a cell measured rarely, or never, makes it read on, at worst to the line's end.
     ``brief``: the results in brief, cell, id, run, revision and status (:func:`series.line_briefs`)."""
+    return nearest_line_grouped(conn, run_id, shas, cells, pinned, need, brief)[0]
+
+
+def nearest_line_grouped(conn: Connection, run_id: int, shas: list[str], cells: set[Cell], pinned: str | None,
+                         need: int, brief: bool = False
+                         ) -> tuple[list[LineResult], dict[Cell, dict[str, list[LineResult]]]]:
+    """:func:`nearest_line_results`, and those results grouped by cell and revision as
+    :func:`service.regressions.detect.by_cell_and_revision` groups them: the grouping that decides when to stop
+    reading is the one returned (the rows are walked once, not once to count and again to group)."""
     read = series.line_briefs if brief else series.line_results
     out: list[LineResult] = []
-    measured: dict[Cell, set[str]] = {}
-    pinned_rows: list[LineResult] = []
+    grouped: dict[Cell, dict[str, list[LineResult]]] = {}
+    on_pin = False  # the pinned revision counts as measured once a chunk reaches it (it is read first)
     if pinned is not None and pinned in shas:  # the pin is read at once, wherever it lies on the line
-        pinned_rows = list(read(conn, run_id=run_id, shas=[pinned]))
-        out.extend(pinned_rows)
+        out.extend(read(conn, run_id=run_id, shas=[pinned]))
+        detect.group_into(grouped, out)
+        on_pin = bool(out)
+
+    def measured(c: Cell) -> int:
+        of_cell = grouped.get(c, {})
+        return len(of_cell) - (1 if on_pin and pinned in of_cell else 0)
+
     start, size = 0, max(1, need)
-    while start < len(shas) and any(len(measured.get(c, ())) < need for c in cells):
+    while start < len(shas) and any(measured(c) < need for c in cells):
         chunk = shas[start:start + size]
-        rows: list[LineResult] = list(read(conn, run_id=run_id, shas=[s for s in chunk if s != pinned]))
+        rows = read(conn, run_id=run_id, shas=[s for s in chunk if s != pinned])
         out.extend(rows)
+        detect.group_into(grouped, rows)
         if pinned in chunk:
-            rows = [*rows, *pinned_rows]
-        for r in rows:
-            measured.setdefault(r.cell, set()).add(r.revision_sha)
+            on_pin = False
         start, size = start + size, size * 2
-    return out
+    return out, grouped
 
 
 def _resolve(conn: Connection, run: JudgedRun, current: dict[Cell, StoredResult], th: Thresholds, now: datetime,

@@ -198,7 +198,13 @@ def cell_findings(current: Mapping[Cell, StoredResult], base: Mapping[Cell, Stor
 
 def by_cell_and_revision(results: Iterable[LineResult]) -> dict[Cell, dict[str, list[LineResult]]]:
     """``results`` grouped by cell, then by revision (each group in the order given)."""
-    out: dict[Cell, dict[str, list[LineResult]]] = {}
+    return group_into({}, results)
+
+
+def group_into(out: dict[Cell, dict[str, list[LineResult]]],
+               results: Iterable[LineResult]) -> dict[Cell, dict[str, list[LineResult]]]:
+    """Add ``results`` to ``out``, grouped by cell, then by revision (after what it holds, in the order given);
+    returns ``out``.  Grouping a sequence in parts gives what grouping it whole gives."""
     for r in results:
         of_cell = out.get(r.cell)
         if of_cell is None:
@@ -213,13 +219,15 @@ def by_cell_and_revision(results: Iterable[LineResult]) -> dict[Cell, dict[str, 
 def drift_findings(run_sha: str, trigger: str, current: Mapping[Cell, StoredResult], line: Sequence[tuple[str, int]],
                    on_line: Sequence[LineResult], pinned: str | None, earlier: Sequence[LineFinding],
                    pairwise: Mapping[Cell, Sequence[Found]], th: Thresholds,
-                   samples: Callable[[LineResult], CellSample]) -> dict[Cell, Found]:
+                   samples: Callable[[LineResult], CellSample],
+                   grouped: Mapping[Cell, Mapping[str, list[LineResult]]] | None = None) -> dict[Cell, Found]:
     """The drift finding of each cell of the run that has one (:mod:`service.regressions.drift`), with its
     reference's result id and revision: over ``line`` (the first-parent line of the run's revision, (sha,
     depth)), the cells' results ``on_line``, the revision ``pinned`` for the branch and the ``earlier`` findings
-    on the line; flaky cells are left to the flaky rule."""
+    on the line; flaky cells are left to the flaky rule.  ``grouped``: ``on_line`` by cell and revision
+    (:func:`by_cell_and_revision`), when the caller has it already (not grouped twice)."""
     depth = dict(line)
-    by_cell = by_cell_and_revision(on_line)
+    by_cell = grouped if grouped is not None else by_cell_and_revision(on_line)
     earlier_of: dict[Cell, list[Earlier]] = {}
     for e in earlier:
         earlier_of.setdefault(e.cell, []).append(Earlier(source_kind(e.kind, e.metric), depth[e.revision_sha], e.state))
@@ -241,7 +249,7 @@ def drift_findings(run_sha: str, trigger: str, current: Mapping[Cell, StoredResu
                          lambda: pooled(samples(rows[0]), [samples(r) for r in rows[1:]]))
 
         history = LazyHistory(nearest_first[:th.drift_window][::-1], point)
-        pin = point(pinned) if pinned in rows_by_sha else None
+        pin = point(pinned) if pinned is not None and pinned in rows_by_sha else None
         done = earlier_of.get(cell, [])
 
         kinds_found = {source_kind(f.kind, f.metric) for f, _, _ in pairwise.get(cell, ())

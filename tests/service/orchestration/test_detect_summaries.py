@@ -20,7 +20,14 @@ import sqlalchemy as sa
 from service.db import Store, pins
 from service.db.series import t_res
 from service.orchestration.judge import detect_run
-from service.regressions.stored import StoredResult, sample, sample_doc
+from service.regressions.stored import (
+    _SUMMARY_FIELDS,
+    SUMMARY_FORMAT,
+    StoredResult,
+    _doc_fields,
+    sample,
+    sample_doc,
+)
 from tests.service.factories import CELL, chain, make_result, run_with
 
 STILL = ("tiny_mlp", "bf16", "default", "cpu")
@@ -156,3 +163,34 @@ def test_a_summary_of_another_format_is_refused() -> None:
                      json.dumps([99, [], [], [], [], "absolute", None, None, None, [], [], [], None, None]))
     with pytest.raises(ValueError):
         sample(r)
+
+
+def _format_1(doc: dict[str, object]) -> str:
+    """The summary of ``doc`` as it was written before format 2 (its samples as JSON lists of decimal floats)."""
+    fields = _doc_fields(doc)
+    return json.dumps([1, *(fields[k] for k in _SUMMARY_FIELDS)], separators=(",", ":"))  # type: ignore[literal-required]
+
+
+def test_summaries_are_written_in_format_2_and_those_of_format_1_still_read_as_their_documents() -> None:
+    """Format 2 packs the samples as doubles; a summary stored in format 1 (before it) samples as its document
+    too, so nothing stored needs rewriting."""
+    rng = random.Random(7)
+    for i in range(300):
+        doc = _document(rng)
+        assert json.loads(sample_doc(doc))[0] == SUMMARY_FORMAT == 2
+        base = StoredResult(CELL, i, 1, "a" * 40, "pass", 1e-3, 0.99, None, None, 0.9, 4, "env-a", 2.0,
+                            json.dumps(doc))
+        old = StoredResult(*(getattr(base, f) for f in StoredResult.__dataclass_fields__ if f not in
+                             ("doc", "summary")), None, _format_1(doc))  # type: ignore[arg-type]
+        assert sample(old) == sample(base), doc
+
+
+def test_a_summary_whose_packed_samples_do_not_match_their_lengths_is_refused() -> None:
+    doc = {"latency": {"samples_ms": [1.0, 2.0, 3.0]}}
+    good = json.loads(sample_doc(doc))
+    short = [*good[:1], [4, *good[1][1:]], *good[2:]]  # one sample more than the block holds
+    for summary in (short, [*good[:2], good[2] + "!", *good[3:]]):
+        r = StoredResult(CELL, 1, 1, "a" * 40, "pass", None, None, None, None, None, None, None, None, None,
+                         json.dumps(summary))
+        with pytest.raises(ValueError):
+            sample(r)
