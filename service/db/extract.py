@@ -21,8 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any
 
+from service.json_types import JsonObject
 from service.regressions.stored import sample_doc
 from workers.result import JobResult
 
@@ -75,7 +75,7 @@ def convert_cpu_seconds(result: JobResult) -> float | None:
     return samples[mid] if len(samples) % 2 else (samples[mid - 1] + samples[mid]) / 2
 
 
-def result_columns(result: JobResult, data: dict[str, Any] | None = None) -> dict[str, object]:
+def result_columns(result: JobResult, data: JsonObject | None = None) -> dict[str, object]:
     """The metric columns of ``results`` for ``result`` (keys match models.Result attributes), its document
     (``data``, a JSON object: ``result.to_dict()``, or ``data`` when the caller has it already) and that
     document's sample summary (``sample_doc``, JSON text)."""
