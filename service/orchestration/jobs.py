@@ -148,8 +148,8 @@ def record_result(store: Store, run: JobRun, job: JobInfo, result: JobResult) ->
 
 def complete_job(store: Store, run: RunRef, job: JobInfo, result: JobResult) -> tuple[str, bool]:
     """The hot path of :func:`record_result` for a delivery started with ``Store.begin_job``: write
-    ``result`` and end the job in one commit (two statements), then read whether the run still has
-    pending jobs.  Returns (the job's final status, run still pending); only when the second is
+    ``result`` (redacted, its document built once) and end the job in one commit, then read whether the run
+    still has pending jobs (on PostgreSQL both in one round trip: ``Store.complete_job``).  Returns (the job's final status, run still pending); only when the second is
     False does the caller need :func:`finish_if_complete`."""
     if result.cell != job.cell:  # a job runner returning another cell's result is our bug
         raise RuntimeError(f"job {job.id} is {job.cell} but its result is for {result.cell}")
