@@ -44,8 +44,20 @@ def redact(text: str, known: Iterable[str] = ()) -> str:
     characters replaced by :data:`MARK`."""
     if not text:
         return text
+    return _redact(text, _longest_first(known))
+
+
+def _longest_first(known: Iterable[str]) -> tuple[str, ...]:
+    """The ``known`` values :func:`redact` replaces (6 or more characters), longest first, each once."""
+    return tuple(sorted({k for k in known if k and len(k) >= 6}, key=len, reverse=True))
+
+
+def _redact(text: str, values: tuple[str, ...]) -> str:
+    """:func:`redact` with its known ``values`` prepared by :func:`_longest_first`."""
+    if not text:
+        return text
     out = str(text)
-    for value in sorted({k for k in known if k and len(k) >= 6}, key=len, reverse=True):
+    for value in values:
         out = out.replace(value, MARK)
     for pattern in _PATTERNS:
         out = pattern.sub(MARK, out)
@@ -73,11 +85,15 @@ def encoded_forms(values: Iterable[str]) -> list[str]:
 def redact_tree(value: object, known: Iterable[str] = ()) -> object:
     """``value`` (str, list, tuple, dict: JSON-like) with :func:`redact` applied to every string in it, keys
     included; other values are returned as they are."""
-    known = list(known)
+    return _tree(value, _longest_first(known))
+
+
+def _tree(value: object, values: tuple[str, ...]) -> object:
+    """:func:`redact_tree` with its known ``values`` prepared once for the whole tree."""
     if isinstance(value, str):
-        return redact(value, known)
+        return _redact(value, values)
     if isinstance(value, list | tuple):
-        return [redact_tree(v, known) for v in value]
+        return [_tree(v, values) for v in value]
     if isinstance(value, dict):
-        return {(redact(k, known) if isinstance(k, str) else k): redact_tree(v, known) for k, v in value.items()}
+        return {(_redact(k, values) if isinstance(k, str) else k): _tree(v, values) for k, v in value.items()}
     return value

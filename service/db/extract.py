@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 
+from service.json_types import JsonObject
 from service.regressions.stored import sample_doc
 from workers.result import JobResult
 
@@ -74,9 +75,10 @@ def convert_cpu_seconds(result: JobResult) -> float | None:
     return samples[mid] if len(samples) % 2 else (samples[mid - 1] + samples[mid]) / 2
 
 
-def result_columns(result: JobResult) -> dict[str, object]:
+def result_columns(result: JobResult, data: JsonObject | None = None) -> dict[str, object]:
     """The metric columns of ``results`` for ``result`` (keys match models.Result attributes), its document
-    (``data``, a JSON object) and that document's sample summary (``sample_doc``, JSON text)."""
+    (``data``, a JSON object: ``result.to_dict()``, or ``data`` when the caller has it already) and that
+    document's sample summary (``sample_doc``, JSON text)."""
     worst = result.accuracy.worst if result.accuracy is not None else None
     ratio = None
     if worst is not None and worst.baseline_max_abs and worst.baseline_max_abs > 0:
@@ -101,6 +103,6 @@ def result_columns(result: JobResult) -> dict[str, object]:
         "convert_cpu_s": convert_cpu_seconds(result),
         "pass_iterations": graph.pass_iterations if graph is not None else None,
         "env_fingerprint": env_fingerprint(result.environment),
-        "data": (data := result.to_dict()),
+        "data": (data := data if data is not None else result.to_dict()),
         "sample_doc": sample_doc(data),
     }

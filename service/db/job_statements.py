@@ -23,6 +23,7 @@ from service.json_types import JsonObject
 from service.vocabulary import FINAL_JOB_STATES
 
 if TYPE_CHECKING:
+    from psycopg import Pipeline
     from psycopg.rows import RowFactory
 
 t_run, t_job, t_res = m.Run.__table__, m.Job.__table__, m.Result.__table__
@@ -129,3 +130,18 @@ def result_upsert(dialect: str, cols: tuple[str, ...]) -> DialectInsert:
     return ins.on_conflict_do_update(
         index_elements=[t_res.c.run_id, t_res.c.model, t_res.c.dtype, t_res.c.policy, t_res.c.target],
         set_={k: getattr(ins.excluded, k) for k in (*cols, "job_id", "updated_at")})
+
+
+def pipeline_sync(pipeline: Pipeline) -> None:
+    """End the implicit transaction of the statements queued so far in ``pipeline`` (a Sync), without
+    waiting for their results: in pipeline mode the statements up to a Sync are one transaction even in
+    autocommit mode, and :meth:`psycopg.Pipeline.sync` would wait for the server (a round trip).  psycopg
+    has no public call that only queues the Sync; where its internal one is missing (another psycopg
+    version), this falls back to the waiting ``sync()``: one more round trip, the same semantics.
+    ``tests/distributed/test_bookkeeping_cost.py`` checks that the statements after it run in a
+    transaction of their own."""
+    enqueue = getattr(pipeline, "_enqueue_sync", None)
+    if callable(enqueue):
+        enqueue()
+    else:  # pragma: no cover - a psycopg without the internal call
+        pipeline.sync()

@@ -44,12 +44,14 @@ from service.db.job_statements import (
     job_row_factory,
     job_with_run_statement,
     pg_complete_job,
+    pipeline_sync,
     result_upsert,
 )
 from service.db.queries import job_info
 from service.db.records import Cell, JobInfo, JobStart, RunRef
 from service.db.runs import check_cell, dialect_insert
 from service.errors import DatabaseUnavailableError, NotFoundError, UserError
+from service.json_types import JsonObject
 from service.vocabulary import FINAL_JOB_STATES, JOB_STATES
 from workers.result import JobResult
 
@@ -145,19 +147,21 @@ class JobWritesMixin:
         return JobStart(job=job_info(row), run=RunRef(row.run_id, row.run_revision_sha, dict(row.run_meta or {})),
                         attempts=int(row.attempts), started=started)
 
-    def complete_job(self, run: RunRef, job_id: int, result: JobResult) -> bool:
+    def complete_job(self, run: RunRef, job_id: int, result: JobResult, data: JsonObject | None = None) -> bool:
         """Record a job's result and end the job; return whether its run still has pending jobs.
 
         One transaction: the result upsert (idempotent on (run, cell), as :meth:`write_result`; the
-        run's revision is ``run.revision_sha``) and the job's status (``crashed`` for a crashed
-        result, else ``done``); on PostgreSQL one autocommitted statement on a bookkeeping connection
-        (:meth:`_bookkeeping`) that also notifies :data:`JOB_END_CHANNEL`, on SQLite two.  Then, on the
-        same connection after the commit, one read of whether any job of the run is still
-        ``queued``/``running``: of workers finishing a run's last jobs at once, at least the last to
-        commit sees none (finishing is idempotent).  The model zoo entry is refreshed when the run
-        finishes (:meth:`finish_run`).
+        run's revision is ``run.revision_sha``; ``data`` is ``result.to_dict()`` when the caller has it) and
+        the job's status (``crashed`` for a crashed result, else ``done``); on PostgreSQL one autocommitted
+        statement on a bookkeeping connection (:meth:`_bookkeeping`) that also notifies
+        :data:`JOB_END_CHANNEL`, on SQLite two.  Then, on the same connection after the commit, one read of
+        whether any job of the run is still ``queued``/``running``: of workers finishing a run's last jobs at
+        once, at least the last to commit sees none (finishing is idempotent).  On PostgreSQL the two are
+        sent together in one round trip (a pipeline with a Sync between them, :func:`pipeline_sync`: the
+        read is its own transaction, its snapshot taken after the write's commit).  The model zoo entry is
+        refreshed when the run finishes (:meth:`finish_run`).
         """
-        cols = result_columns(result)
+        cols = result_columns(result, data)
         now = self.clock()
         row = {"run_id": run.id, "job_id": job_id, "revision_sha": run.revision_sha, "model": result.model,
                "dtype": result.dtype, "policy": result.policy, "target": result.target, "created_at": now,
@@ -168,9 +172,12 @@ class JobWritesMixin:
         if self.engine.dialect.name == "postgresql":
             row["data"] = json.dumps(row["data"])  # what SQLAlchemy's JSON type sends (cast to json in the SQL)
             with self._bookkeeping() as pg:
-                pg.execute(pg_complete_job(tuple(cols)), {**{f"r_{k}": v for k, v in row.items()}, **job},
-                           prepare=True)
-                got = pg.execute(PG_HAS_PENDING, {"run_id": run.id}, prepare=True).fetchone()
+                with pg.pipeline() as pipeline:
+                    pg.execute(pg_complete_job(tuple(cols)), {**{f"r_{k}": v for k, v in row.items()}, **job},
+                               prepare=True)
+                    pipeline_sync(pipeline)  # the write commits before the read's snapshot
+                    cur = pg.execute(PG_HAS_PENDING, {"run_id": run.id}, prepare=True)
+                got = cur.fetchone()
                 return bool(got[0]) if got is not None else False
         conn = connect(self.engine)
         try:

@@ -7,6 +7,7 @@ recorded, a poison job ended and a run finished the same way whoever ran the job
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol, TypeAlias
@@ -85,13 +86,35 @@ def redact_result(result: JobResult) -> JobResult:
     credential shapes and the exact values, and their base64/hex spellings, of this process's own secrets
     (webhook secret, tokens, the passwords in its database and broker URLs).  Changes ``result`` in place and
     returns it."""
+    redacted_document(result)
+    return result
+
+
+def redacted_document(result: JobResult) -> JsonObject:
+    """:func:`redact_result` that also returns the redacted result's document (``result.to_dict()`` after the
+    redaction), so the result write need not build it a second time."""
     import dataclasses
+
+    from workers.redact import redact_tree
+    from workers.result import JobResult as _JobResult
+
+    data: JsonObject = result.to_dict()
+    clean = redact_tree(data, _secret_forms(_own_secrets()))
+    if clean == data or not isinstance(clean, dict):
+        return data
+    fresh = _JobResult.from_dict(clean)
+    for f in dataclasses.fields(result):
+        setattr(result, f.name, getattr(fresh, f.name))
+    return result.to_dict()
+
+
+def _own_secrets() -> tuple[str, ...]:
+    """This process's secrets as its environment holds them now (read per job: cheap, and a changed
+    environment is seen at once)."""
     import os
     from urllib.parse import urlsplit
 
     from service.settings import CREDENTIALS
-    from workers.redact import encoded_forms, redact_tree
-    from workers.result import JobResult as _JobResult
 
     known = [os.environ.get(name, "") for name in CREDENTIALS if not name.endswith("_FILE")]
     key = os.environ.get("AMPCI_GITHUB_PRIVATE_KEY", "")
@@ -101,13 +124,16 @@ def redact_result(result: JobResult) -> JobResult:
             known.append(urlsplit(os.environ.get(f"AMPCI_{name}", "")).password or "")
         except ValueError:
             pass
-    data: JsonObject = result.to_dict()
-    clean = redact_tree(data, encoded_forms(known))
-    if clean != data and isinstance(clean, dict):
-        fresh = _JobResult.from_dict(clean)
-        for f in dataclasses.fields(result):
-            setattr(result, f.name, getattr(fresh, f.name))
-    return result
+    return tuple(known)
+
+
+@functools.lru_cache(maxsize=4)
+def _secret_forms(known: tuple[str, ...]) -> tuple[str, ...]:
+    """The spellings of ``known`` that are redacted (:func:`workers.redact.encoded_forms`), computed once per
+    set of secrets rather than once per job."""
+    from workers.redact import encoded_forms
+
+    return tuple(encoded_forms(known))
 
 
 def record_result(store: Store, run: JobRun, job: JobInfo, result: JobResult) -> str:
@@ -122,12 +148,13 @@ def record_result(store: Store, run: JobRun, job: JobInfo, result: JobResult) ->
 
 def complete_job(store: Store, run: RunRef, job: JobInfo, result: JobResult) -> tuple[str, bool]:
     """The hot path of :func:`record_result` for a delivery started with ``Store.begin_job``: write
-    ``result`` and end the job in one commit (two statements), then read whether the run still has
-    pending jobs.  Returns (the job's final status, run still pending); only when the second is
+    ``result`` (redacted, its document built once) and end the job in one commit, then read whether the run
+    still has pending jobs (on PostgreSQL both in one round trip: ``Store.complete_job``).  Returns (the job's final status, run still pending); only when the second is
     False does the caller need :func:`finish_if_complete`."""
     if result.cell != job.cell:  # a job runner returning another cell's result is our bug
         raise RuntimeError(f"job {job.id} is {job.cell} but its result is for {result.cell}")
-    pending = store.complete_job(run, job.id, redact_result(result))
+    data = redacted_document(result)  # one document per job: redacted, then stored as it is
+    pending = store.complete_job(run, job.id, result, data)
     return ("crashed" if result.status == "crashed" else "done"), pending
 
 

@@ -111,7 +111,7 @@ def execute_job(job_id: int, settings: Settings, worker: str | None = None,
             partial = None
     # (partial is None only when the limit fired)
     result = timeout_result(job, run, settings, partial) if fired or partial is None else partial
-    status, pending = complete_job(store, run, job, result)  # two statements, one commit, one read
+    status, pending = complete_job(store, run, job, result)  # write + commit, then a read: one round trip
     if not pending:
         scheduler.finish_if_complete(store, run.id, settings)  # the run's last job only
     return status

@@ -203,3 +203,39 @@ def test_a_waiter_is_woken_by_the_end_of_a_job_of_its_run_only(worker) -> None:
         timer.start()
         assert wait(30) is True  # woken by the job's end (a wait that runs out answers False)
         timer.join()
+
+
+def test_the_result_write_and_the_pending_read_share_one_round_trip_in_two_transactions(worker) -> None:
+    """complete_job pipelines its write and its read (one round trip), with a Sync between them: the read
+    is a transaction of its own, its snapshot taken after the write committed (what lets the last of
+    several concurrent finishers see no job pending).  Without the Sync the two are one transaction."""
+    from service.db.job_statements import pipeline_sync
+
+    store, _, _ = worker
+    with store._bookkeeping() as pg:
+        with pg.pipeline() as pipeline:
+            first = pg.execute("SELECT pg_current_xact_id()::text")
+            pipeline_sync(pipeline)
+            second = pg.execute("SELECT pg_current_xact_id()::text")
+        a, b = first.fetchone(), second.fetchone()
+        with pg.pipeline():
+            third = pg.execute("SELECT pg_current_xact_id()::text")
+            fourth = pg.execute("SELECT pg_current_xact_id()::text")
+        c, d = third.fetchone(), fourth.fetchone()
+    assert a != b
+    assert c == d  # the control: the same pipeline without the Sync is one transaction
+    calls: list[str] = []
+    real = psycopg.Connection.pipeline
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append("pipeline")
+        return real(self, *args, **kwargs)
+
+    run_id = store.create_run(SHA, "push", cells=_cells(2))
+    job = store.jobs(run_id)[0]
+    psycopg.Connection.pipeline = counting  # type: ignore[method-assign]
+    try:
+        assert tasks.execute_job(job.id, worker[1], "w1", store=store) == "done"
+    finally:
+        psycopg.Connection.pipeline = real  # type: ignore[method-assign]
+    assert calls == ["pipeline"]  # the result write and the pending read went out together

@@ -71,5 +71,10 @@ def test_complete_job_stores_the_result_redacted(db_url: str, monkeypatch: pytes
         rows = store.results(run_id=run_id)
         assert len(rows) == 1
         assert "4711" not in repr(rows[0]) and "[redacted]" in repr(rows[0]), rows[0]
+        import sqlalchemy as sa
+
+        with store.engine.connect() as conn:  # the stored document too (the job's data, not only its columns)
+            stored = conn.execute(sa.text("SELECT data FROM results WHERE run_id = :r"), {"r": run_id}).scalar_one()
+        assert "4711" not in str(stored) and "[redacted]" in str(stored), stored
     finally:
         store.dispose()
