@@ -165,8 +165,9 @@ def await_end(said, watched):
             os.close(fd)
 
 
-#: The cgroup v2 group of a session is named for its supervisor's pid, under the supervisor's own group.
-CGROUP_PREFIX = "ampci-sandbox-"
+#: The cgroup v2 group of a session is named for its supervisor's pid, under the supervisor's own group (the
+#: names of the v1 limit groups: one sweep removes both kinds).
+CGROUP_PREFIX = _cgl.PREFIX
 
 
 def own_cgroup_dir():
@@ -241,18 +242,9 @@ def sweep_session_cgroups(base=None):
     refuses others).  Never raises."""
     try:
         base = base or own_cgroup_dir()
-        for name in os.listdir(base) if base else ():
-            if name.startswith(CGROUP_PREFIX) and name[len(CGROUP_PREFIX):].isdigit():
-                try:
-                    os.kill(int(name[len(CGROUP_PREFIX):]), 0)
-                except ProcessLookupError:
-                    try:
-                        os.rmdir(os.path.join(base, name))
-                    except OSError:
-                        pass
-                except OSError:
-                    pass
     except OSError:
-        pass
+        base = None
+    if base:
+        _cgl.sweep(base)
     _cgl.sweep_all()  # the limit groups of cgroup v1 hierarchies (workers/sandbox/_cglimits.py)
     _unpriv.sweep_orphans(_kernel.SESSION_UID_BASE)  # best-effort processes of sessions killed on a timeout
