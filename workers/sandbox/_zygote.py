@@ -247,24 +247,7 @@ def _serve_one(sel, sock, control):
         for f in fds:
             os.close(f)
         return
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            for k in list(sel.get_map().values()):  # no zygote holds the server's or another worker's socket
-                k.fileobj.close()
-            sel.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            code = become(req["spec"], fds[0], fds[1]) or 0
-        finally:
-            os._exit(code)
-    for f in fds:
-        os.close(f)
-    try:
-        sock.send(json.dumps({"pid": pid}).encode())
-    except OSError:
-        pass
+    _fork_child(sel, sock, fds, signal.SIG_DFL, lambda: become(req["spec"], fds[0], fds[1]) or 0)
 
 
 def _fork_job_server(sel, sock, fds):
@@ -272,6 +255,21 @@ def _fork_job_server(sel, sock, fds):
     workers of the owner's pool are then forked from this clean, preloaded heap too, and the dependencies are
     imported once for the jobs and the sandboxes alike.  Nothing flows back: the workers' requests, settings
     and environment go from the owner to each worker, never through this process."""
+
+    def serve():
+        from multiprocessing import forkserver
+
+        forkserver.main(fds[0], fds[1], [])
+        return 0
+
+    # (the workers it forks get SIGINT's default handler back)
+    _fork_child(sel, sock, fds, signal.default_int_handler, serve)
+
+
+def _fork_child(sel, sock, fds, sigint, body):
+    """Fork a child that closes every socket of the server (no child holds the server's or another worker's
+    connection), restores ``SIGCHLD`` and sets ``sigint``, then exits with ``body()``'s code (1 if it raises);
+    the server closes ``fds`` (the child's now) and answers ``{"pid": CHILD}`` on ``sock``."""
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -279,12 +277,9 @@ def _fork_job_server(sel, sock, fds):
             for k in list(sel.get_map().values()):
                 k.fileobj.close()
             sel.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # (the workers it forks get these back)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            from multiprocessing import forkserver
-
-            forkserver.main(fds[0], fds[1], [])
-            code = 0
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, sigint)
+            code = body()
         finally:
             os._exit(code)
     for f in fds:
