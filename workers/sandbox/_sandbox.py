@@ -114,12 +114,7 @@ def _copy_out(src, host_root, dest, cap, owner=None):
         out = os.open(dest.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644,
                       dir_fd=host_root)
         try:
-            left = st.st_size
-            while left > 0:
-                sent = os.sendfile(out, fd, None, min(left, 1 << 24))
-                if sent <= 0:
-                    break
-                left -= sent
+            _kernel.send_all(out, fd, st.st_size)
         finally:
             os.close(out)
         return None
@@ -305,12 +300,7 @@ def _copy_in(host, host_root, target):
     try:
         out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         try:
-            left = os.fstat(src).st_size
-            while left > 0:
-                sent = os.sendfile(out, src, None, min(left, 1 << 24))
-                if sent <= 0:
-                    break
-                left -= sent
+            _kernel.send_all(out, src, os.fstat(src).st_size)
         finally:
             os.close(out)
     finally:
