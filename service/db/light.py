@@ -28,21 +28,19 @@ and no model stack (tests/service/cli/test_cli_imports.py).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from service.db.records import RunInfo, utc
+from service.db.records import RunInfo, resolve_ref, revision_ref, utc
 from service.db.versions import VERSION_TABLE, head
-from service.errors import ConfigError, DatabaseUnavailableError, NotFoundError, UserError
+from service.errors import ConfigError, DatabaseUnavailableError
 from service.settings import redact_url
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-_PREFIX = re.compile(r"^[0-9a-fA-F]{4,64}$")  # as service.db.queries: a sha or a unique prefix of one
 _PG_SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
 #: the columns of a runs row a RunInfo is made of (service.db.queries.RUN_COLUMNS less what RunInfo drops)
 _RUN_SELECT = ("SELECT id, revision_sha, baseline_sha, trigger, status, sweep, dedup_key, meta, created_at, "
@@ -115,17 +113,10 @@ class LightReader:
         """The full sha of a known revision given as a sha or unique prefix, exactly as
         :meth:`Store.resolve_revision <service.db.queries.QueryMixin.resolve_revision>` answers (the same
         NotFoundError and UserError messages)."""
-        ref = (ref or "").strip().lower()
-        if not _PREFIX.match(ref):
-            raise UserError(f"not a revision: {ref!r} (give 4-64 hex digits of a sha)")
+        ref = revision_ref(ref)
         found = [str(r[0]) for r in self._rows("SELECT sha FROM revisions WHERE sha LIKE ? ORDER BY sha LIMIT 6",
                                                (ref + "%",))]
-        if not found:
-            raise NotFoundError(f"unknown revision {ref}")
-        if len(found) > 1 and ref not in found:
-            more = ", ".join(s[:12] for s in found[:5])
-            raise UserError(f"revision prefix {ref} is ambiguous: {more}{', …' if len(found) > 5 else ''}")
-        return ref if ref in found else found[0]
+        return resolve_ref(ref, found)
 
     def list_runs(self, limit: int = 50, revision: str | None = None, trigger: str | None = None,
                   status: str | None = None) -> list[RunInfo]:

@@ -8,7 +8,6 @@ Each method reads in one short transaction.  Unknown revisions, runs, models and
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -19,9 +18,9 @@ from sqlalchemy.engine import Connection, Engine
 
 from service.db import models as m
 from service.db.engine import DbRow, DbSelect
-from service.db.records import JobInfo, RevisionInfo, RunInfo, utc
+from service.db.records import JobInfo, RevisionInfo, RunInfo, resolve_ref, revision_ref, utc
 from service.db.result_queries import stored_model_names
-from service.errors import NotFoundError, UserError
+from service.errors import NotFoundError
 from service.json_types import JsonObject
 from service.vocabulary import CellColumns
 
@@ -31,7 +30,6 @@ t_res = m.Result.__table__
 #: its own by :func:`service.db.verdicts.judgement`), so the lists of runs do not load every cell's outcome.
 RUN_COLUMNS = tuple(c for c in t_run.c if c.name != "judgement")
 
-_PREFIX = re.compile(r"^[0-9a-fA-F]{4,64}$")
 
 
 def run_info(r: DbRow) -> RunInfo:
@@ -99,18 +97,11 @@ class QueriesMixin:
 
         Unknown → NotFoundError; ambiguous or malformed → UserError naming the candidates.
         """
-        ref = (ref or "").strip().lower()
-        if not _PREFIX.match(ref):
-            raise UserError(f"not a revision: {ref!r} (give 4-64 hex digits of a sha)")
+        ref = revision_ref(ref)
         with self.transaction() as conn:
             found = conn.execute(sa.select(t_rev.c.sha).where(t_rev.c.sha.like(ref + "%"))
                                  .order_by(t_rev.c.sha).limit(6)).scalars().all()
-        if not found:
-            raise NotFoundError(f"unknown revision {ref}")
-        if len(found) > 1 and ref not in found:
-            more = ", ".join(s[:12] for s in found[:5])
-            raise UserError(f"revision prefix {ref} is ambiguous: {more}{', …' if len(found) > 5 else ''}")
-        return ref if ref in found else found[0]
+        return resolve_ref(ref, list(found))
 
     def get_revision(self, ref: str) -> RevisionInfo:
         """A revision by sha or unique prefix (NotFoundError if unknown)."""

@@ -7,11 +7,35 @@ the CLI's ``--json`` and the HTTP API emit as is.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import Field, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import ClassVar, TypeVar, overload
 
+from service.errors import NotFoundError, UserError
 from service.json_types import JsonObject, JsonValue
+
+#: A revision as the CLI and API take it: a sha, or a unique prefix of one.
+_REVISION_REF = re.compile(r"^[0-9a-fA-F]{4,64}$")
+
+
+def revision_ref(ref: str | None) -> str:
+    """``ref`` normalised (stripped, lower case), or UserError when it is not 4-64 hex digits."""
+    ref = (ref or "").strip().lower()
+    if not _REVISION_REF.match(ref):
+        raise UserError(f"not a revision: {ref!r} (give 4-64 hex digits of a sha)")
+    return ref
+
+
+def resolve_ref(ref: str, found: list[str]) -> str:
+    """The full sha ``ref`` names among ``found`` (the stored shas starting with it, sorted, at most 6):
+    NotFoundError when none, UserError naming the candidates when several and none is ``ref`` itself."""
+    if not found:
+        raise NotFoundError(f"unknown revision {ref}")
+    if len(found) > 1 and ref not in found:
+        more = ", ".join(s[:12] for s in found[:5])
+        raise UserError(f"revision prefix {ref} is ambiguous: {more}{', …' if len(found) > 5 else ''}")
+    return ref if ref in found else found[0]
 
 Cell = tuple[str, str, str, str]  # (model, dtype, policy, target)
 
